@@ -1,0 +1,17 @@
+"""cbsim: a discrete-event simulator of continuous-batching LLM serving.
+
+>>> import cbsim
+>>> scenario = cbsim.load_scenario("scenarios/chat-llama3-8b-h100.yaml")  # doctest: +SKIP
+>>> results = cbsim.simulate(scenario)  # doctest: +SKIP
+>>> results.summary["ttft_p99_s"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from cbsim.errors import CbsimError
+from cbsim.results import Results
+from cbsim.scenario import Scenario, load_scenario
+from cbsim.simulate import simulate
+
+__all__ = ["CbsimError", "Results", "Scenario", "load_scenario", "simulate"]
+__version__ = "0.1.0"

@@ -1,0 +1,51 @@
+"""The replaceable parameters of the roofline cost model.
+
+The roofline says how long an operation takes if it ran at the GPU's peak compute or peak memory
+bandwidth. Real kernels reach a fraction of either (an *efficiency*), pay a fixed launch/latency
+*floor*, and a serving engine adds per-iteration framework time (scheduling, input preparation,
+sampling, launch gaps). Every such number lives here, named, so that calibration can replace them
+with values fitted to measured GPU timings. The defaults are typical published values for dense
+bf16 transformers on data-centre GPUs under vLLM; they are *uncalibrated* until fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class CostParams:
+    """Efficiencies (fractions of peak), floors (seconds) and overheads (seconds)."""
+
+    gemm_compute_eff: float = 0.70
+    gemm_memory_eff: float = 0.80
+    gemm_floor_s: float = 4e-6
+    attn_prefill_compute_eff: float = 0.50
+    attn_prefill_memory_eff: float = 0.70
+    attn_decode_compute_eff: float = 0.30
+    attn_decode_memory_eff: float = 0.60
+    attn_floor_s: float = 6e-6
+    elementwise_memory_eff: float = 0.70
+    elementwise_floor_s: float = 2e-6
+    allreduce_latency_s: float = 8e-6
+    allreduce_bw_eff: float = 0.70
+    overhead_s: float = 1.5e-3
+    overhead_per_request_s: float = 1.0e-5
+    overhead_per_token_s: float = 0.0
+    source: str = "uncalibrated defaults"
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_eff") and not 0.0 < value <= 1.0:
+                raise ValueError(f"{f.name} must be in (0, 1], got {value}")
+            if f.name.endswith("_s") and value < 0.0:
+                raise ValueError(f"{f.name} must be non-negative, got {value}")
+
+    def with_updates(self, **changes: Any) -> CostParams:
+        """A copy with some parameters replaced."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,254 @@
+"""The roofline cost model: how long one iteration of a batch takes on one replica.
+
+An iteration runs every layer of the model once over all the tokens in the batch: N = Σ q new tokens,
+where a prefill chunk contributes its chunk, a decode one token, a speculative verify step k + 1.
+Per layer and per tensor-parallel shard it runs
+
+* four linear layers (QKV, O, gate+up, down): GEMMs of m = N rows that read their weights once per
+  iteration whatever N is, which is why batching and speculation pay;
+* attention, which reads each request's cached keys and values: a compute-bound kernel for prefill
+  chunks and a bandwidth-bound one for decode and verify steps;
+* element-wise kernels (norms, rotary embedding, activation, residual adds);
+* with tp > 1, two all-reduces of the N × hidden activations.
+
+Then the LM head turns every sampled position (each decode/verify token and each finishing prefill)
+into logits. Each op takes ``max(FLOPs / (peak · η_c), bytes / (bandwidth · η_m)) + floor`` and the
+serving engine adds a fixed per-iteration overhead plus small per-request and per-token terms. The
+efficiencies, floors and overheads are :class:`~cbsim.cost.params.CostParams`, fitted by calibration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cbsim.cost.params import CostParams
+from cbsim.errors import CbsimError
+from cbsim.hardware import GPU, get_gpu
+from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard
+from cbsim.models import ModelShape, get_model
+
+# Batch entries with at most this many new tokens run in the bandwidth-bound decode attention
+# kernel (decode steps, speculative verification, the tail chunk of a prefill); larger ones run the
+# compute-bound prefill kernel.
+DECODE_QUERY_MAX = 64
+
+ELEMENTWISE_KERNELS_PER_LAYER = 5  # 2 norms, rotary, activation, residual (partly fused)
+
+
+@dataclass(slots=True)
+class BatchStats:
+    """The sufficient statistics of a batch for the cost model (sums over its requests).
+
+    ``*_kv_tokens`` count the keys/values attention reads (cached + new), ``*_pairs`` the causal
+    query-key pairs Σ q·(c + (q+1)/2). ``sampled_tokens`` are positions whose logits are needed.
+    """
+
+    num_requests: int = 0
+    num_tokens: int = 0
+    sampled_tokens: int = 0
+    decode_tokens: int = 0
+    decode_kv_tokens: int = 0
+    decode_pairs: float = 0.0
+    prefill_tokens: int = 0
+    prefill_kv_tokens: int = 0
+    prefill_pairs: float = 0.0
+
+    def add(self, new_tokens: int, cached_tokens: int, sampled: int) -> None:
+        """Add one request's entry: q new tokens over c cached ones, ``sampled`` logits needed."""
+        pairs = new_tokens * (cached_tokens + (new_tokens + 1) * 0.5)
+        self.num_requests += 1
+        self.num_tokens += new_tokens
+        self.sampled_tokens += sampled
+        if new_tokens <= DECODE_QUERY_MAX:
+            self.decode_tokens += new_tokens
+            self.decode_kv_tokens += cached_tokens + new_tokens
+            self.decode_pairs += pairs
+        else:
+            self.prefill_tokens += new_tokens
+            self.prefill_kv_tokens += cached_tokens + new_tokens
+            self.prefill_pairs += pairs
+
+    @classmethod
+    def from_pairs(cls, batch: Iterable[Sequence[int]]) -> BatchStats:
+        """Stats of a contract batch: (new_tokens, cached_tokens) pairs.
+
+        Decode-sized entries sample every new token (a verify step needs k + 1 logits); prefill
+        entries are taken as finishing, sampling one token.
+        """
+        stats = cls()
+        for entry in batch:
+            if len(entry) != 2:
+                raise CbsimError(f"batch entry {entry!r} must be (new_tokens, cached_tokens)")
+            q, c = int(entry[0]), int(entry[1])
+            if q < 1 or c < 0:
+                raise CbsimError(f"batch entry {entry!r}: need new_tokens >= 1, cached_tokens >= 0")
+            stats.add(q, c, q if q <= DECODE_QUERY_MAX else 1)
+        return stats
+
+
+class CostModel:
+    """Iteration time of a batch of (new_tokens, cached_tokens) pairs on one replica."""
+
+    def __init__(
+        self,
+        model: str | ModelShape = "llama-3-8b",
+        gpu: str | GPU = "h100-sxm",
+        tp: int = 1,
+        dtype: str = "bf16",
+        kv_dtype: str | None = None,
+        params: CostParams | None = None,
+    ) -> None:
+        self.model = get_model(model) if isinstance(model, str) else model
+        self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
+        if tp < 1:
+            raise CbsimError(f"tp must be >= 1, got {tp}", field="tp")
+        if dtype not in ("bf16", "fp16", "fp8"):
+            raise CbsimError(f"dtype must be bf16, fp16 or fp8, got {dtype!r}", field="dtype")
+        self.tp = tp
+        self.dtype = dtype
+        self.kv_dtype = kv_dtype or ("bf16" if dtype == "fp8" else dtype)
+        self.params = params or CostParams()
+        self._peak_flops = self.gpu.peak_flops(dtype)
+        self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
+        self._w_bytes = DTYPE_BYTES[dtype]
+        self._act_bytes = 2.0  # activations stay in 16-bit even with fp8 weights
+        self._kv_bytes = DTYPE_BYTES[self.kv_dtype]
+        m = self.model
+        self._q_heads = max(1, m.num_heads // tp)
+        self._kv_heads = kv_heads_per_shard(m, tp)
+        self._qkv_n = (self._q_heads + 2 * self._kv_heads) * m.head_dim
+        self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
+        self._vocab_shard = -(-m.vocab_size // tp)
+        self._linear_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._lm_head_cache: dict[int, float] = {}
+
+    # ------------------------------------------------------------------ primitives
+
+    def gemm_time(self, m: int, n: int, k: int) -> float:
+        """Seconds for an (m × k) · (k × n) GEMM in the model's dtype on one GPU."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        p = self.params
+        flops = 2.0 * m * n * k
+        bytes_moved = k * n * self._w_bytes + (m * k + m * n) * self._act_bytes
+        t_compute = flops / (self._peak_flops * p.gemm_compute_eff)
+        t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.gemm_memory_eff)
+        return max(t_compute, t_memory) + p.gemm_floor_s
+
+    def attention_time(self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool) -> float:
+        """Seconds for one layer's attention over a group of requests on one GPU."""
+        if tokens <= 0:
+            return 0.0
+        p = self.params
+        d = self.model.head_dim
+        flops = 4.0 * pairs * self._q_heads * d
+        kv_read = kv_tokens * 2 * self._kv_heads * d * self._kv_bytes
+        q_and_out = 2 * tokens * self._q_heads * d * self._act_bytes
+        if decode:
+            c_eff, m_eff = p.attn_decode_compute_eff, p.attn_decode_memory_eff
+        else:
+            c_eff, m_eff = p.attn_prefill_compute_eff, p.attn_prefill_memory_eff
+        t_compute = flops / (self._attn_flops * c_eff)
+        t_memory = (kv_read + q_and_out) / (self.gpu.hbm_bandwidth * m_eff)
+        return max(t_compute, t_memory) + p.attn_floor_s
+
+    def elementwise_time(self, tokens: int) -> float:
+        """Seconds for one layer's norms, rotary embedding, activation and residual adds."""
+        if tokens <= 0:
+            return 0.0
+        m = self.model
+        h = m.hidden_size
+        per_token = (
+            2 * 2 * h  # two RMSNorms, read + write
+            + 2 * 3 * h  # two residual adds, read 2 + write 1
+            + 3 * m.intermediate_size // self.tp  # activation: read gate and up, write
+            + 2 * (self._q_heads + self._kv_heads) * m.head_dim  # rotary on q and k
+        )
+        bytes_moved = tokens * per_token * self._act_bytes
+        p = self.params
+        t = bytes_moved / (self.gpu.hbm_bandwidth * p.elementwise_memory_eff)
+        return t + ELEMENTWISE_KERNELS_PER_LAYER * p.elementwise_floor_s
+
+    def allreduce_time(self, tokens: int) -> float:
+        """Seconds for one ring all-reduce of the tokens' hidden states across the TP group."""
+        if self.tp == 1 or tokens <= 0:
+            return 0.0
+        p = self.params
+        message = tokens * self.model.hidden_size * self._act_bytes
+        wire = 2.0 * (self.tp - 1) / self.tp * message
+        return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
+
+    # ------------------------------------------------------------------ per-iteration terms
+
+    def _linear_times(self, n_tokens: int) -> tuple[float, float, float, float]:
+        """(qkv, o_proj, mlp, allreduce) seconds for all layers at N tokens, memoised by N."""
+        cached = self._linear_cache.get(n_tokens)
+        if cached is not None:
+            return cached
+        m = self.model
+        layers = m.num_layers
+        h = m.hidden_size
+        qkv = self.gemm_time(n_tokens, self._qkv_n, h)
+        o_proj = self.gemm_time(n_tokens, h, self._q_heads * m.head_dim)
+        mlp = self.gemm_time(n_tokens, self._mlp_n, h) + self.gemm_time(
+            n_tokens, h, m.intermediate_size // self.tp
+        )
+        allreduce = 2 * self.allreduce_time(n_tokens)
+        result = (layers * qkv, layers * o_proj, layers * mlp, layers * allreduce)
+        if len(self._linear_cache) < 65536:
+            self._linear_cache[n_tokens] = result
+        return result
+
+    def _lm_head_time(self, sampled: int) -> float:
+        cached = self._lm_head_cache.get(sampled)
+        if cached is None:
+            cached = self.gemm_time(sampled, self._vocab_shard, self.model.hidden_size)
+            if len(self._lm_head_cache) < 65536:
+                self._lm_head_cache[sampled] = cached
+        return cached
+
+    def breakdown_stats(self, stats: BatchStats) -> dict[str, float]:
+        """Seconds per op family for a batch given by its stats; values sum to the iteration time."""
+        if stats.num_tokens <= 0:
+            return {}
+        layers = self.model.num_layers
+        qkv, o_proj, mlp, allreduce = self._linear_times(stats.num_tokens)
+        p = self.params
+        attn_decode = self.attention_time(
+            stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
+        )
+        attn_prefill = self.attention_time(
+            stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
+        )
+        return {
+            "qkv_proj": qkv,
+            "attn_prefill": layers * attn_prefill,
+            "attn_decode": layers * attn_decode,
+            "o_proj": o_proj,
+            "mlp": mlp,
+            "elementwise": layers * self.elementwise_time(stats.num_tokens),
+            "allreduce": allreduce,
+            "lm_head": self._lm_head_time(stats.sampled_tokens),
+            "overhead": p.overhead_s
+            + p.overhead_per_request_s * stats.num_requests
+            + p.overhead_per_token_s * stats.num_tokens,
+        }
+
+    def time_stats(self, stats: BatchStats) -> float:
+        """Iteration seconds for a batch given by its stats."""
+        return sum(self.breakdown_stats(stats).values())
+
+    # ------------------------------------------------------------------ contract API
+
+    def breakdown(self, batch: Iterable[Sequence[int]]) -> dict[str, float]:
+        """Seconds per op family for a batch of (new_tokens, cached_tokens) pairs."""
+        return self.breakdown_stats(BatchStats.from_pairs(batch))
+
+    def iteration_time(self, batch: Iterable[Sequence[int]]) -> float:
+        """Seconds one iteration over a batch of (new_tokens, cached_tokens) pairs takes."""
+        return self.time_stats(BatchStats.from_pairs(batch))
+
+    def weight_read_time(self) -> float:
+        """The physical lower bound of a decode step: all weights of a shard over peak bandwidth."""
+        return self.model.weight_bytes(self._w_bytes) / self.tp / self.gpu.hbm_bandwidth

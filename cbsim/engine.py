@@ -1,0 +1,189 @@
+"""The discrete-event engine: wires workload, router, replicas, scheduler and cost model in SimPy.
+
+There is one arrival process for the cluster and one process per replica. The arrival process
+sleeps until the next request arrives, rejects it if it can never be served (its context exceeds the
+model's limit or its KV cannot fit even on an empty replica), routes it, and wakes the replica if it
+was idle. A replica process loops: ask the scheduler for a batch, ask the cost model how long it
+takes, ``yield env.timeout(duration)``, hand the finished batch back to the scheduler and record the
+iteration. That is one SimPy event per iteration per replica plus one per arrival, never one per
+token or per request step, which keeps a day of traffic simulable in minutes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from cbsim.cost import CostModel
+from cbsim.hardware import get_gpu
+from cbsim.kvcache import KVCache
+from cbsim.metrics import Recorder
+from cbsim.models import get_model
+from cbsim.request import Request, Status
+from cbsim.rng import stream
+from cbsim.router import make_router
+from cbsim.scenario import Scenario
+from cbsim.scheduler import SchedulerPolicy, make_scheduler
+from cbsim.workload import RequestSpecs, build_workload
+
+# progress(requests_done, requests_total, simulated_seconds)
+ProgressCallback = Callable[[int, int, float], None]
+PROGRESS_EVERY_ITERATIONS = 2000
+
+
+@dataclass(slots=True)
+class Replica:
+    """One model instance (tp GPUs) with its own scheduler and KV cache."""
+
+    index: int
+    scheduler: SchedulerPolicy
+    wake: simpy.Event | None = None
+
+    def outstanding_tokens(self) -> int:
+        return self.scheduler.outstanding_tokens()
+
+
+class Simulation:
+    """One run of a scenario; :meth:`run` returns the filled :class:`Recorder`."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        source: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> None:
+        self.scenario = scenario
+        cluster = scenario.cluster
+        self.model = get_model(cluster.model)
+        self.gpu = get_gpu(cluster.gpu)
+        self.cost = CostModel(
+            self.model, self.gpu, tp=cluster.tp, dtype=cluster.dtype, kv_dtype=cluster.kv_dtype
+        )
+        self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
+        self.specs: RequestSpecs = build_workload(scenario, source)
+        self.env = simpy.Environment()
+        self.replicas = [
+            Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()))
+            for i in range(cluster.replicas)
+        ]
+        self.router = make_router(cluster.router, stream(scenario.seed, "router"))
+        self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
+        self.requests: list[Request] = []
+        self._progress = progress
+        self._done = 0
+
+    def _new_kv_cache(self) -> KVCache:
+        cluster = self.scenario.cluster
+        sched = self.scenario.scheduler
+        return KVCache.for_replica(
+            self.model,
+            self.gpu,
+            tp=cluster.tp,
+            dtype=cluster.dtype,
+            kv_dtype=cluster.effective_kv_dtype,
+            block_size=sched.block_size,
+            gpu_memory_utilization=cluster.gpu_memory_utilization,
+            watermark=sched.watermark,
+        )
+
+    # ------------------------------------------------------------------ processes
+
+    def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        specs = self.specs
+        arrival_s = specs.arrival_s.tolist()
+        prompts = specs.prompt_tokens.tolist()
+        outputs = specs.output_tokens.tolist()
+        for i, t in enumerate(arrival_s):
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            req = Request(i, t, prompts[i], outputs[i])
+            self.requests.append(req)
+            reason = self._rejection_reason(req)
+            if reason:
+                req.status = Status.REJECTED
+                req.rejected_reason = reason
+                continue
+            replica = self.replicas[self.router.route(self.replicas)]
+            req.replica = replica.index
+            replica.scheduler.enqueue(req)
+            if replica.wake is not None:
+                wake, replica.wake = replica.wake, None
+                wake.succeed()
+
+    def _rejection_reason(self, req: Request) -> str:
+        if req.prompt_tokens + req.output_tokens > self.max_model_len:
+            return "context_length"
+        if not self.replicas[0].scheduler.can_ever_fit(req):
+            return "kv_capacity"
+        return ""
+
+    def _replica_loop(self, replica: Replica) -> Generator[simpy.Event, Any, None]:
+        env = self.env
+        sched = replica.scheduler
+        cost = self.cost
+        record = self.recorder.record_iteration
+        on_finish = self._on_finish
+        index = replica.index
+        while True:
+            start = env.now
+            waiting = len(sched.waiting)
+            batch = sched.next_batch(start)
+            if not batch.requests:
+                if sched.has_work:
+                    # every running request was preempted: the queue is admissible again
+                    batch = sched.next_batch(start)
+                    if not batch.requests:
+                        raise RuntimeError(f"replica {index} has work but formed no batch")
+                else:
+                    replica.wake = env.event()
+                    yield replica.wake
+                    continue
+            duration = cost.time_stats(batch.stats)
+            yield env.timeout(duration)
+            emitted = sched.complete(batch, env.now, on_finish)
+            record(index, start, duration, batch, emitted, sched.kv.used_blocks, waiting)
+
+    def _on_finish(self, req: Request) -> None:
+        self._done += 1
+
+    def _report_progress(self) -> Generator[simpy.Event, Any, None]:
+        assert self._progress is not None
+        total = len(self.specs)
+        step = max(1.0, float(self.specs.arrival_s[-1]) / 200.0) if total else 1.0
+        while True:
+            self._progress(self._done, total, self.env.now)
+            yield self.env.timeout(step)
+
+    def run(self) -> Recorder:
+        env = self.env
+        env.process(self._arrivals())
+        for replica in self.replicas:
+            env.process(self._replica_loop(replica))
+        horizon = self.scenario.horizon_s
+        if self._progress is not None:
+            env.process(self._report_progress())
+            # the progress ticker never ends by itself: stop when the real work does
+            self._run_until_drained(horizon)
+            self._progress(self._done, len(self.specs), env.now)
+        else:
+            env.run(until=horizon)
+        self.recorder.finish(self.requests, self.specs, env.now, self.replicas)
+        return self.recorder
+
+    def _run_until_drained(self, horizon: float | None) -> None:
+        env = self.env
+        total = len(self.specs)
+        while True:
+            if horizon is not None and env.now >= horizon:
+                return
+            if len(self.requests) == total and not any(r.scheduler.has_work for r in self.replicas):
+                return
+            target = env.now + 1.0
+            if horizon is not None:
+                target = min(target, horizon)
+            env.run(until=target)

@@ -1,0 +1,106 @@
+"""The paged KV cache of one replica.
+
+Attention keys and values of every token a request has processed stay in GPU memory so that later
+tokens can attend to them. Paged attention (vLLM) stores them in fixed-size blocks of
+``block_size`` tokens, allocated as a request grows and freed when it finishes or is preempted. The
+number of blocks is what remains of GPU memory, times the utilisation target, after the weights
+(per tensor-parallel shard: each GPU holds 1/tp of the weights and of the KV heads).
+
+A small ``watermark`` of blocks is kept free when admitting new requests so that running ones can
+still grow; when a running request cannot grow anyway, the scheduler preempts another (recompute).
+The allocator only counts blocks: which physical block holds which token does not affect timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cbsim.hardware import GPU
+from cbsim.models import ModelShape
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+# Activations, CUDA graphs, NCCL buffers and the allocator's fragmentation take a slice of memory
+# that vLLM's profiler finds before sizing the KV cache; about 1.5 GiB per GPU for dense 7-70B models.
+ACTIVATION_RESERVE_BYTES = 1.5 * 2**30
+
+
+def kv_heads_per_shard(model: ModelShape, tp: int) -> int:
+    """KV heads stored per GPU: split across TP ranks, replicated when there are fewer than tp."""
+    return max(1, model.num_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelShape, tp: int, kv_dtype: str) -> float:
+    """Bytes one token's keys and values take on one GPU of a tensor-parallel group."""
+    per_head = 2 * model.head_dim * DTYPE_BYTES[kv_dtype]
+    return model.num_layers * kv_heads_per_shard(model, tp) * per_head
+
+
+def kv_capacity_bytes(
+    model: ModelShape, gpu: GPU, tp: int, dtype: str, gpu_memory_utilization: float
+) -> float:
+    """Bytes per GPU left for the KV cache (negative when the weights alone do not fit)."""
+    weights_per_gpu = model.weight_bytes(DTYPE_BYTES[dtype]) / tp
+    budget = gpu.memory_bytes * gpu_memory_utilization
+    return budget - weights_per_gpu - ACTIVATION_RESERVE_BYTES
+
+
+def blocks_for_tokens(tokens: int, block_size: int) -> int:
+    """Blocks needed to hold ``tokens`` tokens (ceiling division)."""
+    return -(-tokens // block_size)
+
+
+@dataclass(slots=True)
+class KVCache:
+    """Block accounting for one replica (all its TP shards move in lockstep)."""
+
+    total_blocks: int
+    block_size: int
+    watermark_blocks: int = 0
+    used_blocks: int = 0
+
+    @classmethod
+    def for_replica(
+        cls,
+        model: ModelShape,
+        gpu: GPU,
+        *,
+        tp: int,
+        dtype: str,
+        kv_dtype: str,
+        block_size: int,
+        gpu_memory_utilization: float,
+        watermark: float,
+    ) -> KVCache:
+        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization)
+        block_bytes = block_size * kv_bytes_per_token_per_gpu(model, tp, kv_dtype)
+        total = max(0, int(capacity // block_bytes))
+        return cls(
+            total_blocks=total, block_size=block_size, watermark_blocks=int(watermark * total)
+        )
+
+    @property
+    def free_blocks(self) -> int:
+        return self.total_blocks - self.used_blocks
+
+    @property
+    def utilization(self) -> float:
+        return self.used_blocks / self.total_blocks if self.total_blocks else 0.0
+
+    @property
+    def capacity_tokens(self) -> int:
+        return self.total_blocks * self.block_size
+
+    def can_allocate(self, blocks: int, *, keep_watermark: bool = False) -> bool:
+        reserve = self.watermark_blocks if keep_watermark else 0
+        return self.free_blocks - blocks >= reserve
+
+    def allocate(self, blocks: int) -> None:
+        if blocks > self.free_blocks:
+            raise RuntimeError(f"KV cache overflow: {blocks} blocks asked, {self.free_blocks} free")
+        self.used_blocks += blocks
+
+    def free(self, blocks: int) -> None:
+        if blocks > self.used_blocks:
+            raise RuntimeError(f"KV cache underflow: freeing {blocks} of {self.used_blocks}")
+        self.used_blocks -= blocks

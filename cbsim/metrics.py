@@ -1,0 +1,291 @@
+"""Metrics: what a run records and how it is summarised.
+
+The :class:`Recorder` appends one row per iteration into typed column arrays (cheap enough to do on
+every iteration) and, at the end, turns the requests and iterations into DataFrames. Definitions
+follow common serving benchmarks (vLLM, Vidur):
+
+* TTFT = first token time − arrival; TPOT = (finish − first token) / (output tokens − 1), the mean
+  time per output token after the first (NaN for one-token outputs); E2E = finish − arrival;
+  queue = first admission − arrival.
+* Throughput counts completed requests over the makespan (first arrival to last finish); goodput
+  counts only those meeting every SLO target given.
+* Timeseries use fixed windows; an iteration belongs to the window its start falls in. ``waiting``
+  and ``kv_utilization`` are time averages over the window (cluster-wide sum of waiting requests;
+  mean KV utilisation over replicas), ``batch_size`` the mean batch size of the iterations run.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.kvcache import KVCache
+from cbsim.request import Request, Status
+from cbsim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from cbsim.scheduler.base import Batch
+    from cbsim.workload import RequestSpecs
+
+REQUEST_COLUMNS = [
+    "request_id", "replica", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+    "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions", "spec_steps",
+    "drafted_tokens", "accepted_tokens", "mean_k", "status",
+]  # fmt: skip
+
+ITERATION_COLUMNS = [
+    "replica", "start_s", "duration_s", "batch_size", "prefill_tokens", "decode_tokens",
+    "verify_tokens", "drafted_tokens", "accepted_tokens", "emitted_tokens", "kv_blocks_used",
+    "kv_blocks_total", "waiting", "mean_k",
+]  # fmt: skip
+
+TIMESERIES_COLUMNS = [
+    "t_s", "output_tokens_per_s", "requests_completed", "arrivals", "waiting", "kv_utilization",
+    "batch_size", "mean_k", "acceptance_rate",
+]  # fmt: skip
+
+PERCENTILES = (50, 90, 99)
+
+
+class Recorder:
+    """Collects iterations as they run and requests at the end."""
+
+    def __init__(self, scenario: Scenario, replicas: int, kv: KVCache) -> None:
+        self.scenario = scenario
+        self.num_replicas = replicas
+        self.kv_blocks_total = kv.total_blocks
+        self._replica = array("q")
+        self._start = array("d")
+        self._duration = array("d")
+        self._batch = array("q")
+        self._prefill = array("q")
+        self._decode = array("q")
+        self._emitted = array("q")
+        self._kv_used = array("q")
+        self._waiting = array("q")
+        self.requests = pd.DataFrame(columns=REQUEST_COLUMNS)
+        self.iterations = pd.DataFrame(columns=ITERATION_COLUMNS)
+        self.end_s = 0.0
+        self.preemptions = 0
+
+    def record_iteration(
+        self,
+        replica: int,
+        start: float,
+        duration: float,
+        batch: Batch,
+        emitted: int,
+        kv_used: int,
+        waiting: int,
+    ) -> None:
+        self._replica.append(replica)
+        self._start.append(start)
+        self._duration.append(duration)
+        self._batch.append(len(batch.requests))
+        self._prefill.append(batch.prefill_tokens)
+        self._decode.append(batch.decode_tokens)
+        self._emitted.append(emitted)
+        self._kv_used.append(kv_used)
+        self._waiting.append(waiting)
+
+    def finish(
+        self,
+        requests: Sequence[Request],
+        specs: RequestSpecs,
+        end_s: float,
+        replicas: Sequence[Any],
+    ) -> None:
+        self.end_s = end_s
+        self.preemptions = sum(r.scheduler.preemptions for r in replicas)
+        self.requests = requests_frame(requests)
+        n = len(self._start)
+        zeros = np.zeros(n, dtype=np.int64)
+        self.iterations = pd.DataFrame(
+            {
+                "replica": np.frombuffer(self._replica, dtype=np.int64).copy(),
+                "start_s": np.frombuffer(self._start, dtype=np.float64).copy(),
+                "duration_s": np.frombuffer(self._duration, dtype=np.float64).copy(),
+                "batch_size": np.frombuffer(self._batch, dtype=np.int64).copy(),
+                "prefill_tokens": np.frombuffer(self._prefill, dtype=np.int64).copy(),
+                "decode_tokens": np.frombuffer(self._decode, dtype=np.int64).copy(),
+                "verify_tokens": zeros,
+                "drafted_tokens": zeros,
+                "accepted_tokens": zeros,
+                "emitted_tokens": np.frombuffer(self._emitted, dtype=np.int64).copy(),
+                "kv_blocks_used": np.frombuffer(self._kv_used, dtype=np.int64).copy(),
+                "kv_blocks_total": np.full(n, self.kv_blocks_total, dtype=np.int64),
+                "waiting": np.frombuffer(self._waiting, dtype=np.int64).copy(),
+                "mean_k": np.zeros(n, dtype=np.float64),
+            }
+        )
+
+
+def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
+    """One row per request that arrived, in arrival order, with derived latencies."""
+
+    def col(name: str, dtype: Any) -> np.ndarray:
+        return np.fromiter((getattr(r, name) for r in requests), dtype=dtype, count=len(requests))
+
+    arrival = col("arrival_s", np.float64)
+    first = col("first_token_s", np.float64)
+    finish = col("finish_s", np.float64)
+    outputs = col("output_tokens", np.int64)
+    spec_steps = col("spec_steps", np.int64)
+    k_sum = col("k_sum", np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
+        mean_k = np.where(spec_steps > 0, k_sum / np.maximum(spec_steps, 1), 0.0)
+    status = pd.Categorical(
+        [Status(r.status).name.lower() for r in requests],
+        categories=[s.name.lower() for s in Status],
+    )
+    return pd.DataFrame(
+        {
+            "request_id": col("request_id", np.int64),
+            "replica": col("replica", np.int64),
+            "arrival_s": arrival,
+            "first_token_s": first,
+            "finish_s": finish,
+            "prompt_tokens": col("prompt_tokens", np.int64),
+            "output_tokens": outputs,
+            "ttft_s": first - arrival,
+            "tpot_s": tpot,
+            "e2e_s": finish - arrival,
+            "queue_s": col("first_scheduled_s", np.float64) - arrival,
+            "preemptions": col("preemptions", np.int64),
+            "spec_steps": spec_steps,
+            "drafted_tokens": col("drafted_tokens", np.int64),
+            "accepted_tokens": col("accepted_tokens", np.int64),
+            "mean_k": mean_k,
+            "status": status,
+            "generated_tokens": col("generated", np.int64),
+            "rejected_reason": [r.rejected_reason for r in requests],
+        }
+    )
+
+
+def _percentiles(values: np.ndarray, prefix: str, out: dict[str, float]) -> None:
+    values = values[~np.isnan(values)]
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}_s"] = float(np.percentile(values, p)) if len(values) else math.nan
+    out[f"{prefix}_mean_s"] = float(values.mean()) if len(values) else math.nan
+
+
+def meets_slo(requests: pd.DataFrame, scenario: Scenario) -> np.ndarray:
+    """Boolean per request: finished and within every SLO target the scenario gives."""
+    ok = (requests["status"] == "finished").to_numpy().copy()
+    slo = scenario.slo
+    if slo.ttft_s is not None:
+        ok &= requests["ttft_s"].to_numpy() <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tpot = requests["tpot_s"].to_numpy()
+        ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
+    if slo.e2e_s is not None:
+        ok &= requests["e2e_s"].to_numpy() <= slo.e2e_s
+    return ok
+
+
+def summarize(
+    requests: pd.DataFrame, iterations: pd.DataFrame, scenario: Scenario, preemptions: int
+) -> dict[str, Any]:
+    """The run's key figures (JSON-serialisable, deterministic for a scenario and seed)."""
+    status = requests["status"]
+    done = requests[status == "finished"]
+    completed = len(done)
+    if completed:
+        makespan = float(done["finish_s"].max() - requests["arrival_s"].min())
+    else:
+        makespan = math.nan
+    output_tokens = int(done["output_tokens"].sum())
+    good = int(meets_slo(requests, scenario).sum())
+    busy = float(iterations["duration_s"].sum())
+    summary: dict[str, Any] = {
+        "name": scenario.name,
+        "seed": scenario.seed,
+        "requests": len(requests),
+        "completed": completed,
+        "rejected": int((status == "rejected").sum()),
+        "unfinished": int(((status == "waiting") | (status == "running")).sum()),
+        "makespan_s": makespan,
+        "throughput_rps": completed / makespan if completed and makespan > 0 else 0.0,
+        "output_tokens": output_tokens,
+        "output_tokens_per_s": output_tokens / makespan if completed and makespan > 0 else 0.0,
+        "goodput_rps": good / makespan if completed and makespan > 0 else 0.0,
+        "slo_attainment": good / len(requests) if len(requests) else math.nan,
+    }
+    _percentiles(done["ttft_s"].to_numpy(dtype=float), "ttft", summary)
+    _percentiles(done["tpot_s"].to_numpy(dtype=float), "tpot", summary)
+    _percentiles(done["e2e_s"].to_numpy(dtype=float), "e2e", summary)
+    _percentiles(done["queue_s"].to_numpy(dtype=float), "queue", summary)
+    drafted = int(done["drafted_tokens"].sum())
+    accepted = int(done["accepted_tokens"].sum())
+    spec_steps = int(done["spec_steps"].sum())
+    summary.update(
+        {
+            "acceptance_rate": accepted / drafted if drafted else math.nan,
+            "mean_k": float(drafted / spec_steps) if spec_steps else 0.0,
+            "preemptions": preemptions,
+            "iterations": len(iterations),
+            "mean_batch_size": float(iterations["batch_size"].mean()) if len(iterations) else 0.0,
+            "busy_fraction": busy / (makespan * scenario.cluster.replicas)
+            if completed and makespan > 0
+            else math.nan,
+            "kv_blocks_total": int(iterations["kv_blocks_total"].iloc[0]) if len(iterations) else 0,
+        }
+    )
+    return summary
+
+
+def timeseries(
+    requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
+) -> pd.DataFrame:
+    """Fixed-window aggregates over the run (see the module docstring for definitions)."""
+    ends = [0.0]
+    if len(iterations):
+        ends.append(float((iterations["start_s"] + iterations["duration_s"]).max()))
+    if len(requests):
+        ends.append(float(requests["arrival_s"].max()))
+    windows = int(max(ends) // window_s) + 1
+
+    def bins(times: np.ndarray) -> np.ndarray:
+        return np.minimum((times // window_s).astype(np.int64), windows - 1)
+
+    def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(bins(times), weights=weights, minlength=windows)[:windows]
+
+    start = iterations["start_s"].to_numpy(dtype=float)
+    duration = iterations["duration_s"].to_numpy(dtype=float)
+    batch = iterations["batch_size"].to_numpy(dtype=float)
+    kv_frac = iterations["kv_blocks_used"].to_numpy(dtype=float) / np.maximum(
+        iterations["kv_blocks_total"].to_numpy(dtype=float), 1.0
+    )
+    busy = total(start, duration)
+    finished = requests["finish_s"].to_numpy(dtype=float)
+    finished = finished[~np.isnan(finished)]
+    drafted = total(start, iterations["drafted_tokens"].to_numpy(dtype=float))
+    accepted = total(start, iterations["accepted_tokens"].to_numpy(dtype=float))
+    k_weight = total(start, iterations["mean_k"].to_numpy(dtype=float) * duration)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        frame = pd.DataFrame(
+            {
+                "t_s": np.arange(windows) * window_s,
+                "output_tokens_per_s": total(
+                    start + duration, iterations["emitted_tokens"].to_numpy(dtype=float)
+                )
+                / window_s,
+                "requests_completed": total(finished).astype(np.int64),
+                "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
+                "waiting": total(start, iterations["waiting"].to_numpy(dtype=float) * duration)
+                / window_s,
+                "kv_utilization": total(start, kv_frac * duration) / (window_s * replicas),
+                "batch_size": np.where(busy > 0, total(start, batch * duration) / busy, 0.0),
+                "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
+                "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+            }
+        )
+    return frame

@@ -1,0 +1,101 @@
+"""A request's life inside a replica.
+
+A request arrives with a prompt of P tokens and asks for O output tokens. It waits, is admitted,
+prefills its prompt (whole or in chunks) and then decodes. The first output token is sampled when the
+prefill completes; every decode step feeds the last sampled token and samples the next one
+(a speculative verify step feeds it together with k drafts and samples a + 1). So between steps the
+KV cache holds ``P + generated − 1`` tokens. A preempted request loses its KV cache and, when
+readmitted, re-prefills its prompt *and* the tokens it had generated (recompute), which samples its
+next token. ``prefill_target`` is how many tokens the current prefill must reach.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+
+
+class Status(IntEnum):
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+    REJECTED = 3
+
+
+class Request:
+    """Mutable per-request state; plain slots for speed (one object per request, no per-token objects)."""
+
+    __slots__ = (
+        "accepted_tokens",
+        "admit_seq",
+        "arrival_s",
+        "blocks",
+        "drafted_tokens",
+        "finish_s",
+        "first_scheduled_s",
+        "first_token_s",
+        "generated",
+        "k_sum",
+        "kv_tokens",
+        "output_tokens",
+        "preemptions",
+        "prefill_target",
+        "prompt_tokens",
+        "rejected_reason",
+        "replica",
+        "request_id",
+        "spec_steps",
+        "status",
+    )
+
+    def __init__(
+        self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int
+    ) -> None:
+        self.request_id = request_id
+        self.arrival_s = arrival_s
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.replica = -1
+        self.status = Status.WAITING
+        self.generated = 0
+        self.kv_tokens = 0
+        self.prefill_target = prompt_tokens
+        self.blocks = 0
+        self.admit_seq = -1
+        self.first_scheduled_s = math.nan
+        self.first_token_s = math.nan
+        self.finish_s = math.nan
+        self.preemptions = 0
+        self.spec_steps = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
+        self.k_sum = 0
+        self.rejected_reason = ""
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.kv_tokens < self.prefill_target
+
+    @property
+    def remaining_prefill(self) -> int:
+        return self.prefill_target - self.kv_tokens
+
+    @property
+    def remaining_output(self) -> int:
+        return self.output_tokens - self.generated
+
+    @property
+    def outstanding_tokens(self) -> int:
+        """Tokens still to process: the rest of the prefill plus the outputs still to sample."""
+        return self.prefill_target - self.kv_tokens + self.output_tokens - self.generated
+
+    @property
+    def max_kv_tokens(self) -> int:
+        """KV tokens the request holds at its end (its whole context but the last sampled token)."""
+        return self.prompt_tokens + self.output_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id}, P={self.prompt_tokens}, O={self.output_tokens}, "
+            f"gen={self.generated}, kv={self.kv_tokens}, {self.status.name})"
+        )

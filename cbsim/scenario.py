@@ -1,0 +1,513 @@
+"""Scenarios: the validated description of one simulation.
+
+A scenario says what traffic arrives (``workload``), what serves it (``cluster``: model, GPU, tensor
+parallelism, replicas, router), how each replica batches (``scheduler``), whether and how requests
+decode speculatively (``speculative``) and what latency counts as good (``slo``). It is written as
+YAML, validated by pydantic models that reject unknown keys, and can be overridden field by field
+with dotted ``key=value`` pairs. Every error names the file, the dotted field path and the reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from cbsim.errors import CbsimError
+
+
+class StrictModel(BaseModel):
+    """Base for every scenario section: unknown keys are errors, assignments are validated."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# --------------------------------------------------------------------------- workload
+
+
+class PoissonArrival(StrictModel):
+    """Exponential inter-arrival times at ``rate`` requests per second."""
+
+    kind: Literal["poisson"] = "poisson"
+    rate: PositiveFloat
+
+
+class GammaArrival(StrictModel):
+    """Gamma inter-arrival times: ``rate`` per second, coefficient of variation ``cv`` (1 = Poisson)."""
+
+    kind: Literal["gamma"]
+    rate: PositiveFloat
+    cv: PositiveFloat = 1.0
+
+
+class TraceArrival(StrictModel):
+    """Arrival times replayed from ``workload.trace``."""
+
+    kind: Literal["trace"]
+
+
+Arrival = Annotated[PoissonArrival | GammaArrival | TraceArrival, Field(discriminator="kind")]
+
+
+class FixedLength(StrictModel):
+    kind: Literal["fixed"]
+    value: PositiveInt
+
+
+class UniformLength(StrictModel):
+    """Integers drawn uniformly from [low, high], both inclusive."""
+
+    kind: Literal["uniform"]
+    low: PositiveInt
+    high: PositiveInt
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class LognormalLength(StrictModel):
+    """Lognormal lengths with arithmetic ``mean`` and log-space ``sigma``, clipped to [min, max]."""
+
+    kind: Literal["lognormal"]
+    mean: PositiveFloat
+    sigma: PositiveFloat
+    min: PositiveInt = 1
+    max: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class EmpiricalLength(StrictModel):
+    """Lengths resampled (with replacement) from a trace: a shipped trace name or a file path.
+
+    When prompt and output lengths are both empirical from the same trace they are drawn from the
+    same rows, so their correlation is kept.
+    """
+
+    kind: Literal["empirical"]
+    trace: str
+
+
+Length = Annotated[
+    FixedLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="kind")
+]
+
+
+class TraceReplay(StrictModel):
+    """Replay a real request log: its arrival times (scaled) and its prompt/output lengths."""
+
+    path: str
+    time_scale: PositiveFloat | None = None
+    rate_scale: PositiveFloat | None = None
+    start_s: float = Field(default=0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _one_scale(self) -> TraceReplay:
+        if self.time_scale is not None and self.rate_scale is not None:
+            raise ValueError("give time_scale or rate_scale, not both (rate_scale = 1/time_scale)")
+        return self
+
+    @property
+    def effective_time_scale(self) -> float:
+        """Factor applied to the trace's arrival times (0.5 replays twice as fast)."""
+        if self.rate_scale is not None:
+            return 1.0 / self.rate_scale
+        return self.time_scale if self.time_scale is not None else 1.0
+
+
+class Workload(StrictModel):
+    """What arrives: a synthetic process, a replayed trace, or trace lengths with synthetic arrivals."""
+
+    num_requests: PositiveInt | None = None
+    duration_s: PositiveFloat | None = None
+    arrival: Arrival | None = None
+    prompt_tokens: Length | None = None
+    output_tokens: Length | None = None
+    trace: TraceReplay | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> Workload:
+        if self.trace is None:
+            missing = [
+                name
+                for name in ("arrival", "prompt_tokens", "output_tokens")
+                if getattr(self, name) is None
+            ]
+            if missing:
+                raise ValueError(
+                    f"without a trace the workload needs {', '.join(missing)} "
+                    "(or give workload.trace to replay a real log)"
+                )
+            if isinstance(self.arrival, TraceArrival):
+                raise ValueError("arrival kind 'trace' needs workload.trace")
+            if self.num_requests is None and self.duration_s is None:
+                raise ValueError("give num_requests or duration_s (or a trace)")
+        return self
+
+
+# --------------------------------------------------------------------------- cluster
+
+DType = Literal["bf16", "fp16", "fp8"]
+
+
+class Cluster(StrictModel):
+    """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each."""
+
+    model: str = "llama-3-8b"
+    gpu: str = "h100-sxm"
+    tp: PositiveInt = 1
+    dtype: DType = "bf16"
+    kv_dtype: DType | None = None
+    replicas: PositiveInt = 1
+    router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
+    engine: str = "vllm"
+    calibration: str | None = None
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    max_model_len: PositiveInt | None = None
+
+    @field_validator("tp")
+    @classmethod
+    def _tp_power_of_two(cls, tp: int) -> int:
+        if tp & (tp - 1) or tp > 64:
+            raise ValueError(f"tp must be a power of two up to 64, got {tp}")
+        return tp
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        from cbsim.hardware import get_gpu
+
+        try:
+            get_gpu(gpu)
+        except CbsimError as err:
+            raise ValueError(err.message) from None
+        return gpu
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        from cbsim.models import get_model
+
+        try:
+            get_model(model)
+        except CbsimError as err:
+            raise ValueError(err.message) from None
+        return model
+
+    @property
+    def effective_kv_dtype(self) -> DType:
+        """KV cache precision: as given, else the weights' precision (bf16 for fp8 weights)."""
+        if self.kv_dtype is not None:
+            return self.kv_dtype
+        return "bf16" if self.dtype == "fp8" else self.dtype
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+class Scheduler(StrictModel):
+    """How a replica forms each iteration's batch.
+
+    ``static``: request-level batching (a batch runs until all its requests finish).
+    ``orca``: iteration-level batching with full-length KV reserved at admission.
+    ``vllm``: paged KV, prefills first (whole prompts within ``max_batched_tokens``), preemption.
+    ``sarathi``: chunked prefill with a per-iteration token budget ``chunk_size``, decodes first.
+    """
+
+    kind: Literal["static", "orca", "vllm", "sarathi"] = "vllm"
+    max_batch_size: PositiveInt = 256
+    max_batched_tokens: PositiveInt = 8192
+    block_size: PositiveInt = 16
+    chunk_size: PositiveInt = 512
+    watermark: float = Field(default=0.01, ge=0.0, lt=1.0)
+
+
+# --------------------------------------------------------------------------- speculative
+
+
+class DraftModelProposer(StrictModel):
+    """A small catalog model drafting k tokens with k sequential decode steps on the same GPUs."""
+
+    kind: Literal["draft_model"] = "draft_model"
+    model: str = "llama-3.2-1b"
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, model: str) -> str:
+        return Cluster._known_model(model)
+
+
+class EagleProposer(StrictModel):
+    """An EAGLE-style one-layer head over the target's hidden state."""
+
+    kind: Literal["eagle"]
+
+
+class NgramProposer(StrictModel):
+    """Prompt-lookup (n-gram) drafting: negligible cost, low and bursty acceptance."""
+
+    kind: Literal["ngram"]
+
+
+Proposer = Annotated[
+    DraftModelProposer | EagleProposer | NgramProposer, Field(discriminator="kind")
+]
+
+
+class IidAcceptance(StrictModel):
+    """Each draft token is accepted with conditional probability ``alpha`` given its prefix was."""
+
+    kind: Literal["iid"] = "iid"
+    alpha: float = Field(default=0.7, ge=0.0, le=1.0)
+
+
+Acceptance = Annotated[IidAcceptance, Field(discriminator="kind")]
+
+
+class FixedPolicy(StrictModel):
+    """Always draft ``k`` tokens."""
+
+    kind: Literal["fixed"] = "fixed"
+    k: int = Field(default=4, ge=1, le=32)
+
+
+KPolicy = Annotated[FixedPolicy, Field(discriminator="kind")]
+
+
+class Speculative(StrictModel):
+    """Speculative decoding: a proposer drafts, the target verifies k + 1 tokens in one forward."""
+
+    enabled: bool = False
+    proposer: Proposer = Field(default_factory=DraftModelProposer)
+    acceptance: Acceptance = Field(default_factory=IidAcceptance)
+    policy: KPolicy = Field(default_factory=FixedPolicy)
+
+
+# --------------------------------------------------------------------------- slo and scenario
+
+
+class Slo(StrictModel):
+    """Latency targets a request must meet to count towards goodput."""
+
+    ttft_s: PositiveFloat | None = 2.0
+    tpot_s: PositiveFloat | None = 0.1
+    e2e_s: PositiveFloat | None = None
+
+
+class Output(StrictModel):
+    """How results are summarised: the width of the timeseries windows."""
+
+    timeseries_window_s: PositiveFloat = 10.0
+
+
+class Scenario(StrictModel):
+    """One simulation, fully specified.
+
+    The run drains: it ends when every admitted request has finished, unless ``horizon_s`` stops
+    it earlier (requests still in the system are then reported unfinished).
+    """
+
+    name: str = "scenario"
+    seed: NonNegativeInt = 0
+    workload: Workload
+    cluster: Cluster = Field(default_factory=Cluster)
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    speculative: Speculative = Field(default_factory=Speculative)
+    slo: Slo = Field(default_factory=Slo)
+    output: Output = Field(default_factory=Output)
+    horizon_s: PositiveFloat | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if not name or any(c in name for c in "/\\\0") or name in {".", ".."}:
+            raise ValueError("name must be a non-empty string without path separators")
+        return name
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as plain data (round-trips through :func:`load_scenario`)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _format_loc(loc: Sequence[int | str]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        elif parts:
+            parts.append(f".{item}")
+        else:
+            parts.append(str(item))
+    return "".join(parts)
+
+
+def _discriminator_tags() -> set[str]:
+    return {
+        "poisson", "gamma", "trace", "fixed", "uniform", "lognormal", "empirical",
+        "draft_model", "eagle", "ngram", "iid",
+    }  # fmt: skip
+
+
+def _error_from_validation(err: ValidationError, source: str | None) -> CbsimError:
+    """The first validation problem as one clear line (field path without union tags)."""
+    first = err.errors()[0]
+    tags = _discriminator_tags()
+    loc = [p for p in first["loc"] if not (isinstance(p, str) and p in tags)]
+    loc = [p for p in loc if not (isinstance(p, str) and ("function-" in p or "[" in p))]
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown key (check the spelling; unknown keys are errors)"
+    elif first["type"] == "missing":
+        message = "required field is missing"
+    message = message.removeprefix("Value error, ")
+    if first["type"] == "union_tag_invalid":
+        message = message.replace("Input tag", "kind")
+    more = len(err.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return CbsimError(message, source=source, field=_format_loc(loc) or None)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Split ``dotted.key=value``; the value is parsed as YAML (numbers, booleans, lists)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise CbsimError(f"override {text!r} is not of the form dotted.key=value", field="--set")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with each dotted key set, creating intermediate mappings as needed."""
+    result = copy.deepcopy(data)
+    for dotted, value in overrides.items():
+        node = result
+        parts = dotted.split(".")
+        for i, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise CbsimError(
+                    f"cannot set {dotted!r}: {'.'.join(parts[: i + 1])} is not a mapping",
+                    field=dotted,
+                )
+            node = child
+        node[parts[-1]] = value
+    return result
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping at the top of a YAML file, or a located error."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CbsimError("file not found", source=source) from None
+    except OSError as err:
+        raise CbsimError(f"cannot read file: {err.strerror}", source=source) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise CbsimError(f"invalid YAML{where}: {problem}", source=source) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise CbsimError("the top level must be a mapping of keys", source=source)
+    return data
+
+
+def load_scenario(
+    path_or_dict: str | Path | Mapping[str, Any],
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    *,
+    seed: int | None = None,
+) -> Scenario:
+    """Read and validate a scenario from a YAML path or a mapping.
+
+    ``overrides`` are dotted keys (``{"scheduler.kind": "sarathi"}`` or ``["scheduler.kind=sarathi"]``)
+    applied before validation; ``seed`` replaces the scenario's seed.
+    """
+    source: str | None = None
+    if isinstance(path_or_dict, Mapping):
+        data = copy.deepcopy(dict(path_or_dict))
+    else:
+        path = Path(path_or_dict)
+        source = str(path)
+        data = read_yaml(path)
+    if overrides:
+        pairs: dict[str, Any] = (
+            dict(parse_override(o) for o in overrides)
+            if not isinstance(overrides, Mapping)
+            else dict(overrides)
+        )
+        data = apply_overrides(data, pairs)
+    if seed is not None:
+        data["seed"] = seed
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as err:
+        raise _error_from_validation(err, source) from None
+    _check_feasible(scenario, source)
+    return scenario
+
+
+def _check_feasible(scenario: Scenario, source: str | None) -> None:
+    """Cross-field checks: the model fits in GPU memory, the draft model exists, etc."""
+    from cbsim.hardware import get_gpu
+    from cbsim.kvcache import kv_capacity_bytes
+    from cbsim.models import get_model
+
+    cluster = scenario.cluster
+    gpu = get_gpu(cluster.gpu)
+    model = get_model(cluster.model)
+    if cluster.tp > gpu.gpus_per_node:
+        raise CbsimError(
+            f"tp {cluster.tp} exceeds the {gpu.gpus_per_node} GPUs of one {gpu.name} node",
+            source=source,
+            field="cluster.tp",
+        )
+    capacity = kv_capacity_bytes(
+        model, gpu, cluster.tp, cluster.dtype, cluster.gpu_memory_utilization
+    )
+    if capacity <= 0:
+        raise CbsimError(
+            f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
+            f"with gpu_memory_utilization={cluster.gpu_memory_utilization}: weights need "
+            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or use fp8",
+            source=source,
+            field="cluster.tp",
+        )
+    if not math.isfinite(scenario.workload.duration_s or 0.0):
+        raise CbsimError("must be finite", source=source, field="workload.duration_s")

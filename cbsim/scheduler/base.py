@@ -1,0 +1,195 @@
+"""What every batching scheduler shares: queues, KV accounting, preemption, applying an iteration.
+
+A scheduler owns one replica's waiting queue (FCFS) and running set (in admission order) and its
+KV cache. Each iteration the engine asks it for a :class:`Batch` — which requests run and how many
+new tokens each processes — and, when the iteration's time has passed, hands the batch back with
+:meth:`SchedulerPolicy.complete`, which advances every request and frees the KV of finished ones.
+The scheduler never computes time; policies differ only in how they form batches.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from cbsim.cost.roofline import BatchStats
+from cbsim.errors import unknown_name
+from cbsim.kvcache import KVCache, blocks_for_tokens
+from cbsim.request import Request, Status
+from cbsim.scenario import Scheduler as SchedulerConfig
+
+
+@dataclass(slots=True)
+class Batch:
+    """One iteration's work: request i processes ``new_tokens[i]`` tokens."""
+
+    requests: list[Request] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)
+    stats: BatchStats = field(default_factory=BatchStats)
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+# Called once per finished request, with the request and the iteration's end time.
+FinishCallback = Callable[[Request], None]
+
+_REGISTRY: dict[str, type[SchedulerPolicy]] = {}
+
+
+def register(name: str) -> Callable[[type[SchedulerPolicy]], type[SchedulerPolicy]]:
+    """Class decorator registering a scheduler policy under its YAML ``kind``."""
+
+    def decorate(cls: type[SchedulerPolicy]) -> type[SchedulerPolicy]:
+        cls.kind = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def scheduler_kinds() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def make_scheduler(config: SchedulerConfig, kv: KVCache) -> SchedulerPolicy:
+    """The registered policy named by ``config.kind``."""
+    cls = _REGISTRY.get(config.kind)
+    if cls is None:
+        raise unknown_name("scheduler", config.kind, scheduler_kinds())
+    return cls(config, kv)
+
+
+class SchedulerPolicy(ABC):
+    """Base class of batching policies for one replica."""
+
+    kind: ClassVar[str] = ""
+    reserves_full_length: ClassVar[bool] = False
+
+    def __init__(self, config: SchedulerConfig, kv: KVCache) -> None:
+        self.config = config
+        self.kv = kv
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.preemptions = 0
+        self._admissions = 0
+
+    # ------------------------------------------------------------------ queue interface
+
+    def can_ever_fit(self, req: Request) -> bool:
+        """Whether the request could complete alone on an empty replica."""
+        return blocks_for_tokens(req.max_kv_tokens, self.kv.block_size) <= self.kv.total_blocks
+
+    def enqueue(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting) or bool(self.running)
+
+    def outstanding_tokens(self) -> int:
+        """Tokens this replica still has to process for the requests it holds."""
+        total = 0
+        for req in self.running:
+            total += req.outstanding_tokens
+        for req in self.waiting:
+            total += req.outstanding_tokens
+        return total
+
+    @abstractmethod
+    def next_batch(self, now: float) -> Batch:
+        """The batch of the iteration starting at ``now`` (empty when nothing can run)."""
+
+    # ------------------------------------------------------------------ shared mechanics
+
+    def _admit(self, req: Request, now: float) -> None:
+        req.status = Status.RUNNING
+        req.admit_seq = self._admissions
+        self._admissions += 1
+        if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
+            req.first_scheduled_s = now
+        self.running.append(req)
+
+    def _blocks_to_grow(self, req: Request, new_tokens: int) -> int:
+        return blocks_for_tokens(req.kv_tokens + new_tokens, self.kv.block_size) - req.blocks
+
+    def _try_grow(self, req: Request, new_tokens: int, *, keep_watermark: bool = False) -> bool:
+        """Reserve KV for ``new_tokens`` more tokens of ``req``; False if the cache is too full."""
+        need = self._blocks_to_grow(req, new_tokens)
+        if need <= 0:
+            return True
+        if not self.kv.can_allocate(need, keep_watermark=keep_watermark):
+            return False
+        self.kv.allocate(need)
+        req.blocks += need
+        return True
+
+    def _preempt(self, victim: Request) -> None:
+        """Recompute preemption: drop the victim's KV, send it to the front of the queue."""
+        self.kv.free(victim.blocks)
+        victim.blocks = 0
+        victim.kv_tokens = 0
+        victim.prefill_target = victim.prompt_tokens + victim.generated
+        victim.status = Status.WAITING
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.running.remove(victim)
+        self.waiting.appendleft(victim)
+
+    def _grow_or_preempt(self, req: Request, new_tokens: int, batch: Batch) -> bool:
+        """Reserve KV for ``req``, preempting the latest-admitted running requests not yet in the
+        batch (or ``req`` itself when it is the latest) until it fits. False if ``req`` was preempted."""
+        while not self._try_grow(req, new_tokens):
+            victim = self.running[-1]
+            if victim in batch.requests:
+                victim = req
+            self._preempt(victim)
+            if victim is req:
+                return False
+        return True
+
+    @staticmethod
+    def _add(batch: Batch, req: Request, new_tokens: int) -> None:
+        in_prefill = req.kv_tokens < req.prefill_target
+        finishing_prefill = in_prefill and req.kv_tokens + new_tokens >= req.prefill_target
+        sampled = new_tokens if not in_prefill else int(finishing_prefill)
+        batch.requests.append(req)
+        batch.new_tokens.append(new_tokens)
+        batch.stats.add(new_tokens, req.kv_tokens, sampled)
+        if in_prefill:
+            batch.prefill_tokens += new_tokens
+        else:
+            batch.decode_tokens += new_tokens
+
+    def complete(self, batch: Batch, now: float, on_finish: FinishCallback) -> int:
+        """Apply a finished iteration; returns the output tokens it emitted."""
+        emitted_total = 0
+        any_finished = False
+        for req, q in zip(batch.requests, batch.new_tokens, strict=True):
+            if req.kv_tokens < req.prefill_target:
+                req.kv_tokens += q
+                if req.kv_tokens < req.prefill_target:
+                    continue
+                emitted = 1
+            else:
+                emitted = 1
+                req.kv_tokens += emitted
+            if req.generated == 0:
+                req.first_token_s = now
+            req.generated += emitted
+            emitted_total += emitted
+            if req.generated >= req.output_tokens:
+                req.status = Status.FINISHED
+                req.finish_s = now
+                self.kv.free(req.blocks)
+                req.blocks = 0
+                any_finished = True
+                on_finish(req)
+        if any_finished:
+            self.running = [r for r in self.running if r.status == Status.RUNNING]
+        return emitted_total

@@ -1,0 +1,41 @@
+"""Static (request-level) batching: the baseline continuous batching improves on.
+
+When the replica is idle it takes up to ``max_batch_size`` waiting requests (FCFS, within
+``max_batched_tokens`` of prompt and with their full length reservable in the KV cache), prefills
+them together in one iteration and then decodes them together until *all* have finished. Requests
+that finish early leave the batch but nobody joins until it is empty, so short requests wait for the
+longest one and arrivals wait for the whole batch.
+"""
+
+from __future__ import annotations
+
+from cbsim.kvcache import blocks_for_tokens
+from cbsim.scheduler.base import Batch, SchedulerPolicy, register
+
+
+@register("static")
+class StaticScheduler(SchedulerPolicy):
+    reserves_full_length = True
+
+    def next_batch(self, now: float) -> Batch:
+        batch = Batch()
+        if self.running:
+            for req in self.running:
+                self._add(batch, req, 1)
+            return batch
+        cfg = self.config
+        budget = cfg.max_batched_tokens
+        while self.waiting and len(self.running) < cfg.max_batch_size:
+            req = self.waiting[0]
+            if req.prefill_target > budget and batch.requests:
+                break
+            need = blocks_for_tokens(req.max_kv_tokens, self.kv.block_size)
+            if not self.kv.can_allocate(need):
+                break
+            self.waiting.popleft()
+            self.kv.allocate(need)
+            req.blocks = need
+            self._admit(req, now)
+            self._add(batch, req, req.prefill_target)
+            budget -= req.prefill_target
+        return batch

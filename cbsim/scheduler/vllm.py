@@ -1,0 +1,53 @@
+"""vLLM's default (v0) scheduler: paged KV, prefills first, recompute preemption.
+
+When requests wait and can be admitted, the iteration is a prefill-only batch of whole prompts in
+FCFS order, within ``max_batched_tokens`` and ``max_batch_size``, each admitted only while the KV
+cache keeps its watermark of free blocks. Otherwise every running request decodes one token; a
+request whose next token needs a block that is not free preempts the most recently admitted running
+request (recompute), or itself when it is the most recent. A lone prompt longer than the token
+budget is admitted on its own rather than never (vLLM would refuse to start with such a budget),
+and the watermark is not kept when nothing is running (there is nothing left to protect).
+"""
+
+from __future__ import annotations
+
+from cbsim.kvcache import blocks_for_tokens
+from cbsim.scheduler.base import Batch, SchedulerPolicy, register
+
+
+@register("vllm")
+class VllmScheduler(SchedulerPolicy):
+    def next_batch(self, now: float) -> Batch:
+        batch = self._schedule_prefills(now)
+        if batch.requests:
+            return batch
+        return self._schedule_decodes()
+
+    def _schedule_prefills(self, now: float) -> Batch:
+        batch = Batch()
+        cfg = self.config
+        budget = cfg.max_batched_tokens
+        while self.waiting and len(self.running) < cfg.max_batch_size:
+            req = self.waiting[0]
+            tokens = req.prefill_target
+            if tokens > budget and batch.requests:
+                break
+            need = blocks_for_tokens(tokens, self.kv.block_size)
+            if not self.kv.can_allocate(need, keep_watermark=bool(self.running)):
+                break
+            self.waiting.popleft()
+            self.kv.allocate(need)
+            req.blocks = need
+            self._admit(req, now)
+            self._add(batch, req, tokens)
+            budget -= tokens
+        return batch
+
+    def _schedule_decodes(self) -> Batch:
+        batch = Batch()
+        for req in list(self.running):
+            if req.status != req.status.RUNNING:
+                continue  # preempted earlier in this loop
+            if self._grow_or_preempt(req, 1, batch):
+                self._add(batch, req, 1)
+        return batch

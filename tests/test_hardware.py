@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cbsim.errors import CbsimError
+from cbsim.hardware import GPU_NAMES, GiB, get_gpu
+
+CATALOG = ("a100-80gb", "h100-sxm", "h200", "l40s", "b200", "mi300x")
+
+
+def test_catalog_names_are_the_contract() -> None:
+    assert set(GPU_NAMES) == set(CATALOG)
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_every_gpu_loads_with_sane_numbers(name: str) -> None:
+    gpu = get_gpu(name)
+    assert gpu.name == name
+    assert 40 * GiB < gpu.memory_bytes < 200 * GiB
+    assert 0.5e12 < gpu.hbm_bandwidth < 10e12
+    assert 1e14 < gpu.bf16_flops <= gpu.fp8_flops <= 2.05 * gpu.bf16_flops
+    assert gpu.nvlink_bandwidth > 0
+    assert gpu.gpus_per_node == 8
+    assert gpu.price_per_hour > 0
+
+
+def test_unknown_gpu_lists_known_names() -> None:
+    with pytest.raises(CbsimError) as info:
+        get_gpu("h100")
+    message = str(info.value)
+    assert "'h100'" in message
+    for name in CATALOG:
+        assert name in message
+
+
+def test_peak_flops_by_dtype() -> None:
+    h100 = get_gpu("h100-sxm")
+    assert h100.peak_flops("bf16") == 989e12
+    assert h100.peak_flops("fp16") == h100.peak_flops("bf16")
+    assert h100.peak_flops("fp8") == 1978e12
+    # A100 has no fp8 tensor cores: fp8 runs at the bf16 rate.
+    a100 = get_gpu("a100-80gb")
+    assert a100.peak_flops("fp8") == a100.peak_flops("bf16") == 312e12
+    with pytest.raises(CbsimError, match="dtype"):
+        h100.peak_flops("int4")
+
+
+def test_spec_numbers_match_aiconfigurator_systems() -> None:
+    h100 = get_gpu("h100-sxm")
+    assert h100.hbm_bandwidth == pytest.approx(3350e9)
+    assert h100.memory_bytes == 85899345920
+    assert h100.nvlink_bandwidth == pytest.approx(450e9)
+    assert get_gpu("h200").memory_bytes == 151397597184
+    l40s = get_gpu("l40s")
+    assert l40s.memory_bytes == 48305799168
+    assert l40s.bf16_flops == pytest.approx(362.05e12)
+    assert l40s.nvlink_bandwidth == pytest.approx(32e9)
+
+
+def test_gpu_is_frozen_and_price_overridable() -> None:
+    gpu = get_gpu("h100-sxm")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        gpu.price_per_hour = 1.0  # type: ignore[misc]
+    cheaper = dataclasses.replace(gpu, price_per_hour=2.0)
+    assert cheaper.price_per_hour == 2.0
+    assert get_gpu("h100-sxm").price_per_hour == gpu.price_per_hour
+
+
+def test_invalid_gpu_numbers_rejected() -> None:
+    with pytest.raises(CbsimError, match="hbm_bandwidth"):
+        dataclasses.replace(get_gpu("h100-sxm"), hbm_bandwidth=0.0)

@@ -11,6 +11,7 @@ token or per request step, which keeps a day of traffic simulable in minutes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import simpy
 
 from cbsim.cost import CostModel
+from cbsim.decode_run import plan_decode_run
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import KVCache
 from cbsim.metrics import Recorder
@@ -41,9 +43,14 @@ class Replica:
     index: int
     scheduler: SchedulerPolicy
     wake: simpy.Event | None = None
+    # while a decode run is in flight: the running requests' outstanding tokens at the start of
+    # its last iteration (the state a step-by-step replica would show an arrival in it)
+    run_outstanding: int | None = None
 
     def outstanding_tokens(self) -> int:
-        return self.scheduler.outstanding_tokens()
+        if self.run_outstanding is None:
+            return self.scheduler.outstanding_tokens()
+        return self.run_outstanding + sum(r.outstanding_tokens for r in self.scheduler.waiting)
 
 
 class Simulation:
@@ -75,6 +82,8 @@ class Simulation:
         self.requests: list[Request] = []
         self._progress = progress
         self._done = 0
+        self._next_arrival = 0
+        self.fast_forward = scenario.fast_forward and not scenario.speculative.enabled
 
     def _new_kv_cache(self) -> KVCache:
         cluster = self.scenario.cluster
@@ -101,6 +110,7 @@ class Simulation:
         for i, t in enumerate(arrival_s):
             if t > env.now:
                 yield env.timeout(t - env.now)
+            self._next_arrival = i + 1
             req = Request(i, t, prompts[i], outputs[i])
             self.requests.append(req)
             reason = self._rejection_reason(req)
@@ -129,9 +139,38 @@ class Simulation:
         record = self.recorder.record_iteration
         on_finish = self._on_finish
         index = replica.index
+        horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
+        arrival_s = self.specs.arrival_s
+        total = len(arrival_s)
         while True:
             start = env.now
             waiting = len(sched.waiting)
+            stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
+            if stop_on_finish is not None:
+                kv = sched.kv
+                run = plan_decode_run(
+                    sched.running,
+                    cost=cost,
+                    start_s=start,
+                    block_size=kv.block_size,
+                    used_blocks=kv.used_blocks,
+                    total_blocks=kv.total_blocks,
+                    grows_kv=not sched.reserves_full_length,
+                    stop_on_finish=stop_on_finish,
+                    next_arrival_s=(
+                        float(arrival_s[self._next_arrival])
+                        if self._next_arrival < total
+                        else math.inf
+                    ),
+                    horizon_s=horizon,
+                )
+                if run is not None:
+                    replica.run_outstanding = run.outstanding_at_last_start
+                    yield env.timeout(_exact_delay(start, run.end_s))
+                    replica.run_outstanding = None
+                    sched.apply_decode_run(run, on_finish)
+                    self.recorder.record_decode_run(index, run, waiting)
+                    continue
             batch = sched.next_batch(start)
             if not batch.requests:
                 if sched.has_work:
@@ -144,9 +183,10 @@ class Simulation:
                     yield replica.wake
                     continue
             duration = cost.time_stats(batch.stats)
+            kv_used = sched.kv.used_blocks
             yield env.timeout(duration)
             emitted = sched.complete(batch, env.now, on_finish)
-            record(index, start, duration, batch, emitted, sched.kv.used_blocks, waiting)
+            record(index, start, duration, batch, emitted, kv_used, waiting)
 
     def _on_finish(self, req: Request) -> None:
         self._done += 1
@@ -187,3 +227,14 @@ class Simulation:
             if horizon is not None:
                 target = min(target, horizon)
             env.run(until=target)
+
+
+def _exact_delay(now: float, end: float) -> float:
+    """A delay that SimPy's ``now + delay`` turns into exactly ``end`` (no rounding drift)."""
+    delay = end - now
+    for _ in range(4):
+        reached = now + delay
+        if reached == end:
+            break
+        delay = math.nextafter(delay, math.inf if reached < end else -math.inf)
+    return delay

@@ -29,6 +29,7 @@ from cbsim.request import Request, Status
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
+    from cbsim.decode_run import DecodeRun
     from cbsim.scheduler.base import Batch
     from cbsim.workload import RequestSpecs
 
@@ -93,6 +94,19 @@ class Recorder:
         self._kv_used.append(kv_used)
         self._waiting.append(waiting)
 
+    def record_decode_run(self, replica: int, run: DecodeRun, waiting: int) -> None:
+        """Record the iterations of a decode run (each its own row, as if stepped one by one)."""
+        n = run.iterations
+        self._replica.extend([replica] * n)
+        self._start.extend(run.starts)
+        self._duration.extend(run.durations)
+        self._batch.extend(run.batch_sizes)
+        self._prefill.extend([0] * n)
+        self._decode.extend(run.batch_sizes)
+        self._emitted.extend(run.batch_sizes)
+        self._kv_used.extend(run.kv_used)
+        self._waiting.extend([waiting] * n)
+
     def finish(
         self,
         requests: Sequence[Request],
@@ -123,6 +137,9 @@ class Recorder:
                 "mean_k": np.zeros(n, dtype=np.float64),
             }
         )
+        if self.num_replicas > 1:  # canonical order: by start time, then replica
+            order = np.lexsort((self.iterations["replica"], self.iterations["start_s"]))
+            self.iterations = self.iterations.iloc[order].reset_index(drop=True)
 
 
 def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:

@@ -78,7 +78,7 @@ class Request:
 
     @property
     def remaining_prefill(self) -> int:
-        return self.prefill_target - self.kv_tokens
+        return max(0, self.prefill_target - self.kv_tokens)
 
     @property
     def remaining_output(self) -> int:
@@ -87,7 +87,7 @@ class Request:
     @property
     def outstanding_tokens(self) -> int:
         """Tokens still to process: the rest of the prefill plus the outputs still to sample."""
-        return self.prefill_target - self.kv_tokens + self.output_tokens - self.generated
+        return max(0, self.prefill_target - self.kv_tokens) + self.output_tokens - self.generated
 
     @property
     def max_kv_tokens(self) -> int:

@@ -326,7 +326,9 @@ class Scenario(StrictModel):
     """One simulation, fully specified.
 
     The run drains: it ends when every admitted request has finished, unless ``horizon_s`` stops
-    it earlier (requests still in the system are then reported unfinished).
+    it earlier (requests still in the system are then reported unfinished). ``fast_forward``
+    advances runs of pure-decode iterations in one event (identical results, see
+    :mod:`cbsim.decode_run`); turn it off to step every iteration.
     """
 
     name: str = "scenario"
@@ -338,6 +340,7 @@ class Scenario(StrictModel):
     slo: Slo = Field(default_factory=Slo)
     output: Output = Field(default_factory=Output)
     horizon_s: PositiveFloat | None = None
+    fast_forward: bool = True
 
     @field_validator("name")
     @classmethod

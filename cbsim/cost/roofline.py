@@ -120,7 +120,8 @@ class CostModel:
         self._qkv_n = (self._q_heads + 2 * self._kv_heads) * m.head_dim
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
-        self._linear_cache: dict[int, tuple[float, float, float, float]] = {}
+        self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        self._token_cache: dict[tuple[int, int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
 
     # ------------------------------------------------------------------ primitives
@@ -181,8 +182,8 @@ class CostModel:
 
     # ------------------------------------------------------------------ per-iteration terms
 
-    def _linear_times(self, n_tokens: int) -> tuple[float, float, float, float]:
-        """(qkv, o_proj, mlp, allreduce) seconds for all layers at N tokens, memoised by N."""
+    def _linear_times(self, n_tokens: int) -> tuple[float, float, float, float, float]:
+        """(qkv, o_proj, mlp, elementwise, allreduce) seconds for all layers at N tokens."""
         cached = self._linear_cache.get(n_tokens)
         if cached is not None:
             return cached
@@ -194,8 +195,13 @@ class CostModel:
         mlp = self.gemm_time(n_tokens, self._mlp_n, h) + self.gemm_time(
             n_tokens, h, m.intermediate_size // self.tp
         )
-        allreduce = 2 * self.allreduce_time(n_tokens)
-        result = (layers * qkv, layers * o_proj, layers * mlp, layers * allreduce)
+        result = (
+            layers * qkv,
+            layers * o_proj,
+            layers * mlp,
+            layers * self.elementwise_time(n_tokens),
+            layers * 2 * self.allreduce_time(n_tokens),
+        )
         if len(self._linear_cache) < 65536:
             self._linear_cache[n_tokens] = result
         return result
@@ -208,36 +214,83 @@ class CostModel:
                 self._lm_head_cache[sampled] = cached
         return cached
 
+    def _overhead_time(self, num_requests: int, num_tokens: int) -> float:
+        p = self.params
+        return (
+            p.overhead_s
+            + p.overhead_per_request_s * num_requests
+            + p.overhead_per_token_s * num_tokens
+        )
+
     def breakdown_stats(self, stats: BatchStats) -> dict[str, float]:
         """Seconds per op family for a batch given by its stats; values sum to the iteration time."""
         if stats.num_tokens <= 0:
             return {}
         layers = self.model.num_layers
-        qkv, o_proj, mlp, allreduce = self._linear_times(stats.num_tokens)
-        p = self.params
-        attn_decode = self.attention_time(
-            stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
-        )
-        attn_prefill = self.attention_time(
-            stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
-        )
+        qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
         return {
             "qkv_proj": qkv,
-            "attn_prefill": layers * attn_prefill,
-            "attn_decode": layers * attn_decode,
             "o_proj": o_proj,
             "mlp": mlp,
-            "elementwise": layers * self.elementwise_time(stats.num_tokens),
+            "elementwise": elementwise,
             "allreduce": allreduce,
             "lm_head": self._lm_head_time(stats.sampled_tokens),
-            "overhead": p.overhead_s
-            + p.overhead_per_request_s * stats.num_requests
-            + p.overhead_per_token_s * stats.num_tokens,
+            "overhead": self._overhead_time(stats.num_requests, stats.num_tokens),
+            "attn_prefill": layers
+            * self.attention_time(
+                stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
+            ),
+            "attn_decode": layers
+            * self.attention_time(
+                stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
+            ),
         }
 
+    def _token_time(self, num_tokens: int, num_requests: int, sampled: int) -> float:
+        """Everything but attention: depends only on the batch's counts, so it is memoised."""
+        key = (num_tokens, num_requests, sampled)
+        cached = self._token_cache.get(key)
+        if cached is None:
+            qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(num_tokens)
+            cached = (
+                qkv
+                + o_proj
+                + mlp
+                + elementwise
+                + allreduce
+                + self._lm_head_time(sampled)
+                + self._overhead_time(num_requests, num_tokens)
+            )
+            if len(self._token_cache) < 262144:
+                self._token_cache[key] = cached
+        return cached
+
     def time_stats(self, stats: BatchStats) -> float:
-        """Iteration seconds for a batch given by its stats."""
-        return sum(self.breakdown_stats(stats).values())
+        """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`)."""
+        if stats.num_tokens <= 0:
+            return 0.0
+        layers = self.model.num_layers
+        return (
+            self._token_time(stats.num_tokens, stats.num_requests, stats.sampled_tokens)
+            + layers
+            * self.attention_time(
+                stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
+            )
+            + layers
+            * self.attention_time(
+                stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
+            )
+        )
+
+    def decode_time(self, num_requests: int, kv_tokens: int) -> float:
+        """Iteration seconds of a pure decode batch: ``num_requests`` single-token steps reading
+        ``kv_tokens`` keys/values in all (cached + new). Equal to :meth:`time_stats` of that batch."""
+        layers = self.model.num_layers
+        return (
+            self._token_time(num_requests, num_requests, num_requests)
+            + layers * 0.0
+            + layers * self.attention_time(num_requests, kv_tokens, float(kv_tokens), decode=True)
+        )
 
     # ------------------------------------------------------------------ contract API
 

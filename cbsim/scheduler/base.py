@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from cbsim.cost.roofline import BatchStats
+from cbsim.decode_run import DecodeRun
 from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.request import Request, Status
@@ -104,6 +105,52 @@ class SchedulerPolicy(ABC):
     @abstractmethod
     def next_batch(self, now: float) -> Batch:
         """The batch of the iteration starting at ``now`` (empty when nothing can run)."""
+
+    # ------------------------------------------------------------------ decode runs
+
+    def decode_run_mode(self) -> bool | None:
+        """Whether the coming iterations are a pure decode of every running request.
+
+        None when they are not (a prefill is due or could be admitted, or the policy would leave
+        some running request out). Otherwise whether a finish must end the run: True while
+        requests wait, since the blocks or slot a finish frees could admit one.
+        """
+        if not self.running or any(r.kv_tokens < r.prefill_target for r in self.running):
+            return None
+        if not self.waiting:
+            return False
+        return None if self._head_admissible() else True
+
+    def _head_admissible(self) -> bool:
+        """Whether the first waiting request could be admitted into the next batch."""
+        return True
+
+    def apply_decode_run(self, run: DecodeRun, on_finish: FinishCallback) -> None:
+        """Advance every running request through a planned decode run."""
+        iterations = run.iterations
+        ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
+        block_size = self.kv.block_size
+        grows = not self.reserves_full_length
+        still_running = []
+        for req in self.running:
+            steps = req.output_tokens - req.generated
+            if steps > iterations:
+                steps = iterations
+            req.kv_tokens += steps
+            req.generated += steps
+            if grows:
+                needed = -(-req.kv_tokens // block_size)
+                if needed > req.blocks:
+                    req.blocks = needed
+            if req.generated >= req.output_tokens:
+                req.status = Status.FINISHED
+                req.finish_s = ends[steps - 1]
+                req.blocks = 0
+                on_finish(req)
+            else:
+                still_running.append(req)
+        self.running = still_running
+        self.kv.used_blocks = run.kv_used_after
 
     # ------------------------------------------------------------------ shared mechanics
 

@@ -17,6 +17,15 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 class OrcaScheduler(SchedulerPolicy):
     reserves_full_length = True
 
+    def _head_admissible(self) -> bool:
+        req = self.waiting[0]
+        if len(self.running) >= self.config.max_batch_size:
+            return False
+        if req.prefill_target > self.config.max_batched_tokens - len(self.running) and self.running:
+            return False
+        need = blocks_for_tokens(req.max_kv_tokens, self.kv.block_size)
+        return self.kv.can_allocate(need)
+
     def next_batch(self, now: float) -> Batch:
         cfg = self.config
         batch = Batch()

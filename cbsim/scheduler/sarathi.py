@@ -9,11 +9,25 @@ decodes never stall behind a long prompt: that is the point of stall-free batchi
 
 from __future__ import annotations
 
+from cbsim.kvcache import blocks_for_tokens
 from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 
 
 @register("sarathi")
 class SarathiScheduler(SchedulerPolicy):
+    def decode_run_mode(self) -> bool | None:
+        if len(self.running) > self.config.chunk_size:
+            return None  # the budget leaves some decodes out
+        return super().decode_run_mode()
+
+    def _head_admissible(self) -> bool:
+        budget = self.config.chunk_size - len(self.running)
+        if budget <= 0 or len(self.running) >= self.config.max_batch_size:
+            return False
+        chunk = min(self.waiting[0].prefill_target, budget)
+        need = blocks_for_tokens(chunk, self.kv.block_size)
+        return self.kv.can_allocate(need, keep_watermark=bool(self.running))
+
     def next_batch(self, now: float) -> Batch:
         cfg = self.config
         batch = Batch()

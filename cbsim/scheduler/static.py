@@ -17,6 +17,12 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 class StaticScheduler(SchedulerPolicy):
     reserves_full_length = True
 
+    def decode_run_mode(self) -> bool | None:
+        # a running batch decodes until all its requests finish; nobody is admitted meanwhile
+        if not self.running or any(r.kv_tokens < r.prefill_target for r in self.running):
+            return None
+        return False
+
     def next_batch(self, now: float) -> Batch:
         batch = Batch()
         if self.running:

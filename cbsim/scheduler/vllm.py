@@ -43,6 +43,12 @@ class VllmScheduler(SchedulerPolicy):
             budget -= tokens
         return batch
 
+    def _head_admissible(self) -> bool:
+        if len(self.running) >= self.config.max_batch_size:
+            return False
+        need = blocks_for_tokens(self.waiting[0].prefill_target, self.kv.block_size)
+        return self.kv.can_allocate(need, keep_watermark=bool(self.running))
+
     def _schedule_decodes(self) -> Batch:
         batch = Batch()
         for req in list(self.running):

@@ -1,0 +1,37 @@
+"""Regenerate tests/golden/summaries.json from every scenario in scenarios/.
+
+Run after an intended change of model behaviour, and say why in the commit message:
+    python tests/golden/update.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cbsim
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).with_name("summaries.json")
+KEYS = (
+    "requests", "completed", "rejected", "unfinished", "preemptions", "iterations",
+    "throughput_rps", "output_tokens_per_s", "goodput_rps", "ttft_p50_s", "ttft_p99_s",
+    "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "mean_batch_size",
+)  # fmt: skip
+
+
+def key_figures(path: Path) -> dict[str, float]:
+    summary = cbsim.simulate(path).summary
+    return {key: summary[key] for key in KEYS}
+
+
+def main() -> None:
+    figures = {
+        path.name: key_figures(path) for path in sorted((ROOT / "scenarios").glob("*.yaml"))
+    }
+    GOLDEN.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN} ({len(figures)} scenarios)")
+
+
+if __name__ == "__main__":
+    main()

@@ -212,8 +212,16 @@ class Simulation:
             self._progress(self._done, len(self.specs), env.now)
         else:
             env.run(until=horizon)
-        self.recorder.finish(self.requests, self.specs, env.now, self.replicas)
+        self.recorder.finish(self.requests, self.specs, self._last_event_s(), self.replicas)
         return self.recorder
+
+    def _last_event_s(self) -> float:
+        """When the last thing happened (the clock may have been run past it)."""
+        last = max((r.arrival_s for r in self.requests), default=0.0)
+        for req in self.requests:
+            if req.finish_s > last:
+                last = req.finish_s
+        return last
 
     def _run_until_drained(self, horizon: float | None) -> None:
         env = self.env

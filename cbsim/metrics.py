@@ -137,6 +137,9 @@ class Recorder:
                 "mean_k": np.zeros(n, dtype=np.float64),
             }
         )
+        if n:
+            ends = self.iterations["start_s"] + self.iterations["duration_s"]
+            self.end_s = max(self.end_s, float(ends.max()))
         if self.num_replicas > 1:  # canonical order: by start time, then replica
             order = np.lexsort((self.iterations["replica"], self.iterations["start_s"]))
             self.iterations = self.iterations.iloc[order].reset_index(drop=True)

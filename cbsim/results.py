@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from cbsim.errors import CbsimError
 from cbsim.scenario import Scenario
 
 RESULT_FILES = (
@@ -28,6 +29,7 @@ RESULT_FILES = (
     "timeseries.parquet",
     "summary.json",
     "scenario.yaml",
+    "run_info.json",
 )
 
 
@@ -50,7 +52,9 @@ class Results:
 
     def write(self, directory: str | Path) -> Path:
         """Write all results into ``directory`` (replacing it if it exists) atomically."""
-        target = Path(directory)
+        target = Path(directory).resolve()
+        if target.exists() and not target.is_dir():
+            raise CbsimError("exists and is not a directory", source=str(directory))
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         try:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -29,6 +30,17 @@ from pydantic import (
 )
 
 from cbsim.errors import CbsimError
+
+
+def default_kind(kind: str) -> BeforeValidator:
+    """Fill in ``kind`` when a mapping leaves it out, so a section's defaults work without it."""
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, dict) and "kind" not in value:
+            return {"kind": kind, **value}
+        return value
+
+    return BeforeValidator(fill)
 
 
 class StrictModel(BaseModel):
@@ -61,7 +73,11 @@ class TraceArrival(StrictModel):
     kind: Literal["trace"]
 
 
-Arrival = Annotated[PoissonArrival | GammaArrival | TraceArrival, Field(discriminator="kind")]
+Arrival = Annotated[
+    PoissonArrival | GammaArrival | TraceArrival,
+    Field(discriminator="kind"),
+    default_kind("poisson"),
+]
 
 
 class FixedLength(StrictModel):
@@ -272,7 +288,9 @@ class NgramProposer(StrictModel):
 
 
 Proposer = Annotated[
-    DraftModelProposer | EagleProposer | NgramProposer, Field(discriminator="kind")
+    DraftModelProposer | EagleProposer | NgramProposer,
+    Field(discriminator="kind"),
+    default_kind("draft_model"),
 ]
 
 
@@ -283,7 +301,7 @@ class IidAcceptance(StrictModel):
     alpha: float = Field(default=0.7, ge=0.0, le=1.0)
 
 
-Acceptance = Annotated[IidAcceptance, Field(discriminator="kind")]
+Acceptance = Annotated[IidAcceptance, Field(discriminator="kind"), default_kind("iid")]
 
 
 class FixedPolicy(StrictModel):
@@ -293,7 +311,7 @@ class FixedPolicy(StrictModel):
     k: int = Field(default=4, ge=1, le=32)
 
 
-KPolicy = Annotated[FixedPolicy, Field(discriminator="kind")]
+KPolicy = Annotated[FixedPolicy, Field(discriminator="kind"), default_kind("fixed")]
 
 
 class Speculative(StrictModel):
@@ -388,8 +406,13 @@ def _error_from_validation(err: ValidationError, source: str | None) -> CbsimErr
     elif first["type"] == "missing":
         message = "required field is missing"
     message = message.removeprefix("Value error, ")
+    ctx = first.get("ctx") or {}
     if first["type"] == "union_tag_invalid":
-        message = message.replace("Input tag", "kind")
+        message = f"unknown kind {ctx.get('tag')!r}; known: {ctx.get('expected_tags')}"
+    elif first["type"] == "union_tag_not_found":
+        message = "missing key 'kind' (it picks which variant this is)"
+    elif first["type"] == "literal_error" and loc and loc[-1] in ("kind", "router", "dtype"):
+        message = f"unknown {loc[-1]} {first.get('input')!r}; known: {ctx.get('expected')}"
     more = len(err.errors()) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"
@@ -468,7 +491,7 @@ def load_scenario(
     else:
         path = Path(path_or_dict)
         source = str(path)
-        data = read_yaml(path)
+        data = _resolve_relative_paths(read_yaml(path), path.parent)
     if overrides:
         pairs: dict[str, Any] = (
             dict(parse_override(o) for o in overrides)
@@ -486,11 +509,45 @@ def load_scenario(
     return scenario
 
 
+# Fields that may hold a file path; a relative path is taken relative to the scenario file when
+# the file exists there (so a scenario and its trace can travel together), else as given.
+PATH_FIELDS = (
+    ("workload", "trace", "path"),
+    ("workload", "prompt_tokens", "trace"),
+    ("workload", "output_tokens", "trace"),
+    ("cluster", "model"),
+)
+
+
+def _resolve_relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
+    for keys in PATH_FIELDS:
+        node: Any = data
+        for key in keys[:-1]:
+            node = node.get(key) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue
+        value = node.get(keys[-1])
+        if isinstance(value, str) and not Path(value).is_absolute():
+            candidate = base / value
+            if candidate.exists():
+                node[keys[-1]] = str(candidate)
+    return data
+
+
 def _check_feasible(scenario: Scenario, source: str | None) -> None:
-    """Cross-field checks: the model fits in GPU memory, the draft model exists, etc."""
+    """Cross-field checks: the model fits in GPU memory, traces exist and have the columns, etc."""
     from cbsim.hardware import get_gpu
     from cbsim.kvcache import kv_capacity_bytes
     from cbsim.models import get_model
+    from cbsim.traces import load_trace
+
+    workload = scenario.workload
+    if workload.trace is not None:
+        load_trace(workload.trace.path, source=source, field="workload.trace.path")
+    for name in ("prompt_tokens", "output_tokens"):
+        spec = getattr(workload, name)
+        if isinstance(spec, EmpiricalLength):
+            load_trace(spec.trace, source=source, field=f"workload.{name}.trace")
 
     cluster = scenario.cluster
     gpu = get_gpu(cluster.gpu)

@@ -1,0 +1,475 @@
+"""The ``cbsim`` command line: run, validate and cost.
+
+* ``cbsim run SCENARIO.yaml [--out DIR] [--seed N] [--set dotted.key=value ...] [--quiet]``
+  simulates a scenario and writes its results (parquet + ``summary.json`` + ``scenario.yaml``)
+  to ``--out`` or ``results/<scenario name>/<UTC timestamp>-s<seed>/``.
+* ``cbsim validate SCENARIO.yaml [--set ...]`` loads and validates a scenario, nothing more.
+* ``cbsim cost --model M --gpu G --batch 1x1000,512x0`` prints the roofline cost model's
+  per-op breakdown of one iteration.
+
+Errors a user can cause (:class:`~cbsim.errors.CbsimError`: a file, a field, a name) print one
+``error: ...`` line on stderr and exit with status 2, as do usage errors; an interrupt prints
+``interrupted`` and exits with 130 (results are written atomically, so nothing is half-written).
+Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import click
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+
+from cbsim import __version__
+from cbsim.cost import CostModel
+from cbsim.engine import ProgressCallback
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+from cbsim.models import get_model
+from cbsim.results import RESULT_FILES, Results
+from cbsim.scenario import Scenario, load_scenario
+from cbsim.simulate import simulate
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class UserError(click.ClickException):
+    """A :class:`CbsimError` (or another problem with user input) as one ``error:`` line, exit 2."""
+
+    exit_code = EXIT_USER_ERROR
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        message = " ".join(self.format_message().splitlines())
+        click.echo(f"error: {message}", file=file, err=file is None)
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C: ``interrupted`` on stderr, exit 130."""
+
+    exit_code = EXIT_INTERRUPTED
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo("interrupted", file=file, err=file is None)
+
+
+class CbsimGroup(click.Group):
+    """A click group that turns user errors and interrupts into clean exits."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CbsimError as err:
+            raise UserError(str(err)) from None
+        except KeyboardInterrupt:
+            raise Interrupted() from None
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _fmt(value: Any, spec: str = ".3f", unit: str = "") -> str:
+    """A number with a format and unit, or ``n/a`` when missing or not finite."""
+    number = _finite(value)
+    if number is None:
+        return "n/a"
+    return f"{number:{spec}}{' ' + unit if unit else ''}"
+
+
+def _fmt_latencies(summary: dict[str, Any], metric: str) -> str:
+    """``p50 / p90 / p99`` of a latency metric in one unit (ms below a second, else s)."""
+    values = [_finite(summary.get(f"{metric}_p{p}_s")) for p in (50, 90, 99)]
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return "n/a"
+    if max(finite) < 1.0:
+        scale, unit, spec = 1e3, "ms", ".1f"
+    else:
+        scale, unit, spec = 1.0, "s", ".3f"
+    parts = ["n/a" if v is None else f"{v * scale:{spec}}" for v in values]
+    return f"{' / '.join(parts)} {unit}"
+
+
+def format_duration(seconds: float) -> str:
+    """Simulated time for the progress display: ``6.5 s``, ``12m05s``, ``3h02m10s``."""
+    if not math.isfinite(seconds) or seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s"
+
+
+def describe(scenario: Scenario) -> str:
+    """One line: model, GPU, tensor parallelism, replicas, scheduler, speculation."""
+    cluster = scenario.cluster
+    spec = scenario.speculative
+    if spec.enabled:
+        speculation = f"speculation on ({spec.proposer.kind}, k policy {spec.policy.kind})"
+    else:
+        speculation = "speculation off"
+    replicas = f"{cluster.replicas} replica{'s' if cluster.replicas != 1 else ''}"
+    return (
+        f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}, {cluster.dtype}, {replicas}, "
+        f"scheduler {scenario.scheduler.kind}, {speculation}"
+    )
+
+
+def summary_table(results: Results) -> Table:
+    """The key figures of a run as a rich table."""
+    s = results.summary
+    table = Table(title=f"{s.get('name', results.scenario.name)} (seed {results.scenario.seed})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("completed", f"{s.get('completed', 'n/a')} / {s.get('requests', 'n/a')}")
+    table.add_row("rejected", str(s.get("rejected", "n/a")))
+    if s.get("unfinished"):
+        table.add_row("unfinished", str(s["unfinished"]))
+    table.add_row("throughput", _fmt(s.get("throughput_rps"), ".3f", "req/s"))
+    table.add_row("output tokens", _fmt(s.get("output_tokens_per_s"), ".1f", "tok/s"))
+    table.add_row("goodput (SLO)", _fmt(s.get("goodput_rps"), ".3f", "req/s"))
+    table.add_row("TTFT p50 / p90 / p99", _fmt_latencies(s, "ttft"))
+    table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
+    table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
+    if results.scenario.speculative.enabled:
+        table.add_row("acceptance rate", _fmt(s.get("acceptance_rate"), ".3f"))
+        table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
+    table.add_row("preemptions", str(s.get("preemptions", "n/a")))
+    table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
+    table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))
+    return table
+
+
+# --------------------------------------------------------------------------- run helpers
+
+
+def progress_enabled(quiet: bool) -> bool:
+    """Whether to draw a progress bar: only on a terminal and not with ``--quiet``."""
+    if quiet:
+        return False
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+@contextmanager
+def progress_display(enabled: bool) -> Iterator[ProgressCallback | None]:
+    """A rich progress bar on stderr (requests done / total, simulated time), or nothing."""
+    if not enabled:
+        yield None
+        return
+    progress = Progress(
+        TextColumn("[bold]simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("requests"),
+        TextColumn("[cyan]sim {task.fields[sim]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with progress:
+        task = progress.add_task("simulating", total=None, sim=format_duration(0.0))
+
+        def update(done: int, total: int, sim_seconds: float) -> None:
+            progress.update(task, completed=done, total=total, sim=format_duration(sim_seconds))
+
+        yield update
+
+
+def run_id(seed: int, now: datetime | None = None) -> str:
+    """``YYYYmmdd-HHMMSS-s<seed>`` from the UTC time."""
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-s{seed}"
+
+
+def reserve_run_dir(base: Path, rid: str) -> Path:
+    """Create and return ``base/rid`` (or ``rid-2``, ``rid-3``, ... if taken)."""
+    base.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while True:
+        candidate = base / (rid if n == 1 else f"{rid}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        return candidate
+
+
+def _check_replaceable(out: Path) -> None:
+    """Refuse an ``--out`` that writing would destroy: a file, or a directory of other things.
+
+    :meth:`Results.write` replaces its target wholesale, so only a missing path, an empty
+    directory or an earlier result directory may be given.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"{out}: --out exists and is not a directory")
+    allowed = {*RESULT_FILES, "run_info.json"}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise UserError(
+            f"{out}: --out exists and holds files that are not cbsim results ({shown}); "
+            "it would be replaced: give a new or empty directory"
+        )
+
+
+def _write_results(results: Results, out: Path | None, rid: str) -> Path:
+    """Write to ``out`` or to a fresh run directory; OS errors become user errors."""
+    reserved: Path | None = None
+    target = out if out is not None else Path("results") / results.scenario.name
+    try:
+        if out is not None:
+            _check_replaceable(out)
+            target = out.resolve()
+        else:
+            reserved = target = reserve_run_dir(target, rid)
+        results.write(target)
+        reserved = None
+        return out if out is not None else target
+    except OSError as err:
+        where = err.filename or target
+        raise UserError(f"{where}: cannot write results: {err.strerror or err}") from None
+    finally:
+        if reserved is not None:
+            with suppress(OSError):
+                reserved.rmdir()
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _parse_batch_entries(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> list[tuple[int, int]]:
+    """``--batch`` values (``QxC``, comma-separated and/or repeated) as (new, cached) pairs."""
+    entries: list[tuple[int, int]] = []
+    for value in values:
+        for item in value.split(","):
+            item = item.strip()
+            if not item:
+                continue
+            q_text, sep, c_text = item.lower().partition("x")
+            try:
+                if not sep:
+                    raise ValueError
+                q, c = int(q_text), int(c_text)
+            except ValueError:
+                raise click.BadParameter(
+                    f"{item!r} is not QxC (new tokens x cached tokens), e.g. 1x1000 or 512x0",
+                    ctx=ctx,
+                    param=param,
+                ) from None
+            if q < 1 or c < 0:
+                raise click.BadParameter(
+                    f"{item!r}: need new tokens >= 1 and cached tokens >= 0", ctx=ctx, param=param
+                )
+            entries.append((q, c))
+    return entries
+
+
+_SET_HELP = "Override a scenario field, e.g. --set scheduler.kind=sarathi (repeatable)."
+
+
+@click.group(cls=CbsimGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="cbsim")
+def cli() -> None:
+    """cbsim: simulate continuous-batching LLM serving with speculative decoding."""
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Result directory (replaced if it exists). Default: results/<name>/<run-id>/.",
+)
+@click.option("--seed", type=int, default=None, help="Replace the scenario's seed.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+@click.option(
+    "--quiet", "-q", is_flag=True, help="No progress or summary; print only the result directory."
+)
+def run(
+    scenario: Path, out: Path | None, seed: int | None, overrides: tuple[str, ...], quiet: bool
+) -> None:
+    """Simulate SCENARIO (a YAML file) and write its results."""
+    started = datetime.now(UTC)
+    loaded = load_scenario(scenario, overrides=list(overrides), seed=seed)
+    with progress_display(progress_enabled(quiet)) as callback:
+        results = simulate(loaded, progress=callback, source=str(scenario))
+    written = _write_results(results, out, run_id(loaded.seed, started))
+    if quiet:
+        click.echo(str(written))
+        return
+    console = Console()
+    console.print(summary_table(results))
+    console.print(f"results: {written}", highlight=False, soft_wrap=True)
+
+
+@cli.command()
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
+def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
+    """Check SCENARIO (a YAML file) without running it."""
+    loaded = load_scenario(scenario, overrides=list(overrides))
+    click.echo(f"OK: {scenario} ({loaded.name})")
+    click.echo(describe(loaded))
+
+
+@cli.command()
+@click.option("--model", "-m", required=True, help="Catalog model name or a config.json path.")
+@click.option("--gpu", "-g", required=True, help="Catalog GPU name, e.g. h100-sxm.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True
+)
+@click.option(
+    "--batch",
+    "batch",
+    multiple=True,
+    callback=_parse_batch_entries,
+    metavar="QxC[,QxC...]",
+    help="Batch entries: new tokens x cached tokens, e.g. 1x1000,1x2000,512x0 (repeatable).",
+)
+@click.option(
+    "--decode",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Add this many decode entries (1 new token each) at --context cached tokens.",
+)
+@click.option(
+    "--context", type=click.IntRange(min=0), default=None, help="Cached tokens of each --decode."
+)
+@click.option(
+    "--prefill",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="Add a prefill of this many tokens (repeatable).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print {op: seconds, ..., total_s} as JSON.")
+def cost(
+    model: str,
+    gpu: str,
+    tp: int,
+    dtype: str,
+    batch: list[tuple[int, int]],
+    decode: int | None,
+    context: int | None,
+    prefill: tuple[int, ...],
+    as_json: bool,
+) -> None:
+    """Per-op roofline cost of one iteration over a batch."""
+    entries = list(batch)
+    if decode is not None:
+        if context is None:
+            raise click.UsageError("--decode needs --context (cached tokens per decode)")
+        entries.extend([(1, context)] * decode)
+    elif context is not None:
+        raise click.UsageError("--context only applies with --decode")
+    entries.extend((p, 0) for p in prefill)
+    if not entries:
+        raise click.UsageError("give a batch: --batch QxC,..., --decode B --context C, --prefill P")
+    try:
+        model_shape = get_model(model)
+    except CbsimError as err:
+        raise err.located(field="--model") from None
+    try:
+        gpu_spec = get_gpu(gpu)
+    except CbsimError as err:
+        raise err.located(field="--gpu") from None
+    cost_model = CostModel(model=model_shape, gpu=gpu_spec, tp=tp, dtype=dtype)
+    breakdown = cost_model.breakdown(entries)
+    total = cost_model.iteration_time(entries)
+    if as_json:
+        click.echo(json.dumps({**breakdown, "total_s": total}, indent=2))
+        return
+    tokens = sum(q for q, _ in entries)
+    console = Console()
+    console.print(
+        f"{model_shape.name} on {gpu_spec.name}, tp={tp}, {dtype}: "
+        f"{len(entries)} request{'s' if len(entries) != 1 else ''}, {tokens} new tokens",
+        highlight=False,
+    )
+    table = Table()
+    table.add_column("op")
+    table.add_column("ms", justify="right")
+    table.add_column("%", justify="right")
+    for op, seconds in breakdown.items():
+        share = 100.0 * seconds / total if total > 0 else 0.0
+        table.add_row(op, f"{seconds * 1e3:.4f}", f"{share:.1f}")
+    table.add_section()
+    table.add_row("total", f"{total * 1e3:.4f}", "100.0")
+    console.print(table)
+    console.print(f"total iteration time: {total * 1e3:.4f} ms", highlight=False)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Console-script entry point: run the CLI and exit with its status.
+
+    0 success, 2 bad input or usage (one ``error:`` line, no traceback), 130 interrupted.
+    """
+    try:
+        rv = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="cbsim",
+            standalone_mode=False,
+        )
+    except click.ClickException as err:  # usage errors (2), UserError (2), Interrupted (130)
+        err.show()
+        sys.exit(err.exit_code)
+    except CbsimError as err:  # raised outside a command (should not happen; be safe)
+        UserError(str(err)).show()
+        sys.exit(EXIT_USER_ERROR)
+    except (click.Abort, KeyboardInterrupt):
+        Interrupted().show()
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # the reader went away (``cbsim ... | head``): silence the final flush and stop
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(1)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

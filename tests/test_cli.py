@@ -1,0 +1,401 @@
+"""The ``cbsim`` command line: run, validate, cost, exit codes and error messages."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+import cbsim
+import cbsim.cli as cli_module
+from cbsim.cli import cli, main, reserve_run_dir, run_id
+
+TINY = """\
+name: tiny
+seed: 1
+workload:
+  num_requests: 30
+  arrival: {kind: poisson, rate: 5}
+  prompt_tokens: {kind: fixed, value: 128}
+  output_tokens: {kind: fixed, value: 16}
+cluster: {model: llama-3-8b, gpu: h100-sxm}
+"""
+
+RESULT_FILES = (
+    "requests.parquet",
+    "iterations.parquet",
+    "timeseries.parquet",
+    "summary.json",
+    "scenario.yaml",
+)
+
+
+@pytest.fixture
+def scenario_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def invoke(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def assert_user_error(result: Result, *fragments: str) -> None:
+    """Exit 2, one ``error:`` line on stderr containing every fragment, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# --------------------------------------------------------------------------- run
+
+
+def test_run_writes_results_and_prints_only_the_directory_when_quiet(
+    scenario_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = invoke("run", scenario_file, "--out", out, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{out}\n"
+    assert result.stderr == ""
+    for name in RESULT_FILES:
+        assert (out / name).is_file(), name
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == 30
+    assert len(pd.read_parquet(out / "iterations.parquet")) > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed"] == 30
+    assert cbsim.load_scenario(out / "scenario.yaml").name == "tiny"
+
+
+def test_run_prints_a_summary_table(scenario_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = invoke("run", scenario_file, "--out", out)
+    assert result.exit_code == 0, result.output
+    for label in ("completed", "30 / 30", "throughput", "goodput", "TTFT", "TPOT", "E2E"):
+        assert label in result.stdout
+    assert "preemptions" in result.stdout and "wall time" in result.stdout
+    assert f"results: {out}" in result.stdout
+
+
+def test_set_overrides_reach_the_written_scenario(scenario_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = invoke(
+        "run",
+        scenario_file,
+        "--out",
+        out,
+        "-q",
+        "--set",
+        "scheduler.kind=sarathi",
+        "--set",
+        "scheduler.chunk_size=256",
+    )
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert written["scheduler"]["kind"] == "sarathi"
+    assert written["scheduler"]["chunk_size"] == 256
+
+
+def test_seed_changes_results_and_same_seed_repeats_them(
+    scenario_file: Path, tmp_path: Path
+) -> None:
+    frames = {}
+    for label, seed in (("a", "1"), ("b", "1"), ("c", "7")):
+        out = tmp_path / label
+        assert invoke("run", scenario_file, "--out", out, "-q", "--seed", seed).exit_code == 0
+        frames[label] = pd.read_parquet(out / "requests.parquet")
+    pd.testing.assert_frame_equal(frames["a"], frames["b"])
+    assert not frames["a"]["arrival_s"].equals(frames["c"]["arrival_s"])
+    assert json.loads((tmp_path / "c" / "summary.json").read_text())["seed"] == 7
+
+
+def test_default_output_directory_is_results_name_run_id(
+    scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = invoke("run", scenario_file, "-q", "--seed", "3")
+    assert result.exit_code == 0, result.output
+    written = Path(result.stdout.strip())
+    assert re.fullmatch(r"results/tiny/\d{8}-\d{6}-s3", written.as_posix())
+    assert (tmp_path / written / "summary.json").is_file()
+
+
+def test_run_id_and_collision_suffixes(tmp_path: Path) -> None:
+    rid = run_id(5, datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC))
+    assert rid == "20250304-050607-s5"
+    dirs = [reserve_run_dir(tmp_path / "results" / "x", rid) for _ in range(3)]
+    assert [d.name for d in dirs] == [rid, f"{rid}-2", f"{rid}-3"]
+
+
+def test_progress_callback_path(
+    scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_module, "progress_enabled", lambda quiet: True)
+    out = tmp_path / "out"
+    result = invoke("run", scenario_file, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "summary.json").is_file()
+
+
+def test_interrupt_exits_130_and_writes_nothing(
+    scenario_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "simulate", interrupted)
+    out = tmp_path / "out"
+    result = invoke("run", scenario_file, "--out", out)
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "interrupted"
+    assert not out.exists()
+    monkeypatch.chdir(tmp_path)
+    assert invoke("run", scenario_file).exit_code == 130
+    assert not (tmp_path / "results").exists()
+
+
+def test_out_that_is_a_file_is_a_usage_error(scenario_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "taken"
+    out.write_text("x")
+    result = invoke("run", scenario_file, "--out", out)
+    assert result.exit_code == 2
+    assert "is a file" in result.stderr and "Traceback" not in result.output
+    assert out.read_text() == "x"
+
+
+def test_out_may_replace_a_result_directory_but_not_other_data(
+    scenario_file: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    assert invoke("run", scenario_file, "--out", out, "-q").exit_code == 0
+    assert invoke("run", scenario_file, "--out", out, "-q", "--seed", "9").exit_code == 0
+    assert json.loads((out / "summary.json").read_text())["seed"] == 9
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("keep me")
+    assert_user_error(invoke("run", scenario_file, "--out", precious), "thesis.tex")
+    assert (precious / "thesis.tex").read_text() == "keep me"
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_validate_ok(scenario_file: Path) -> None:
+    result = invoke("validate", scenario_file)
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.strip().splitlines()
+    assert first == f"OK: {scenario_file} (tiny)"
+    for fragment in ("llama-3-8b", "h100-sxm", "tp=1", "1 replica", "vllm", "speculation off"):
+        assert fragment in second
+
+
+def test_validate_with_overrides(scenario_file: Path) -> None:
+    result = invoke(
+        "validate",
+        scenario_file,
+        "--set",
+        "speculative.enabled=true",
+        "--set",
+        "cluster.replicas=2",
+    )
+    assert result.exit_code == 0, result.output
+    assert "2 replicas" in result.stdout and "speculation on" in result.stdout
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_unknown_key_names_the_field(command: str, scenario_file: Path, tmp_path: Path) -> None:
+    extra = ["--out", str(tmp_path / "o")] if command == "run" else []
+    result = invoke(command, scenario_file, "--set", "scheduler.max_batch_sise=4", *extra)
+    assert_user_error(result, str(scenario_file), "scheduler.max_batch_sise", "unknown key")
+    assert not (tmp_path / "o").exists()
+
+
+def test_negative_rate_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "neg.yaml"
+    path.write_text(TINY.replace("rate: 5", "rate: -5"))
+    assert_user_error(invoke("run", path, "-q"), str(path), "workload.arrival.rate")
+
+
+def test_unknown_gpu_lists_known_ones(scenario_file: Path) -> None:
+    result = invoke("validate", scenario_file, "--set", "cluster.gpu=h100")
+    assert_user_error(result, "cluster.gpu", "'h100'", "h100-sxm", "a100-80gb", "mi300x")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert_user_error(invoke("run", missing), str(missing), "file not found")
+    assert_user_error(invoke("validate", missing), "file not found")
+
+
+def test_invalid_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: [unclosed\nworkload: {\n")
+    assert_user_error(invoke("validate", path), str(path), "invalid YAML")
+
+
+def test_malformed_override(scenario_file: Path) -> None:
+    assert_user_error(invoke("validate", scenario_file, "--set", "noequals"), "--set")
+
+
+def test_usage_errors_exit_2(scenario_file: Path) -> None:
+    assert invoke("run").exit_code == 2
+    assert invoke("frobnicate").exit_code == 2
+    assert invoke("run", scenario_file, "--seed", "many").exit_code == 2
+
+
+def test_version() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert cbsim.__version__ in result.stdout
+
+
+# --------------------------------------------------------------------------- cost
+
+
+def test_cost_table_prints_ops_and_total() -> None:
+    result = invoke(
+        "cost", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--batch", "1x1000,1x2000"
+    )
+    assert result.exit_code == 0, result.output
+    assert "mlp" in result.stdout and "lm_head" in result.stdout
+    assert re.search(r"total iteration time: \d+\.\d+ ms", result.stdout)
+
+
+def test_cost_json_sums_to_total_and_matches_the_cost_model() -> None:
+    result = invoke(
+        "cost",
+        "-m",
+        "llama-3-8b",
+        "-g",
+        "h100-sxm",
+        "--tp",
+        "2",
+        "--batch",
+        "1x1000,1x2000",
+        "--batch",
+        "512x0",
+        "--json",
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    total = data.pop("total_s")
+    assert total > 0
+    assert math.isclose(sum(data.values()), total, rel_tol=1e-9)
+    model = cbsim.cost.CostModel(model="llama-3-8b", gpu="h100-sxm", tp=2)
+    expected = model.iteration_time([(1, 1000), (1, 2000), (512, 0)])
+    assert math.isclose(total, expected, rel_tol=1e-12)
+
+
+def test_cost_decode_context_and_prefill_shorthands() -> None:
+    args = ["cost", "-m", "llama-3-8b", "-g", "h100-sxm", "--json"]
+    short = json.loads(invoke(*args, "--decode", "3", "--context", "500", "--prefill", "64").stdout)
+    long = json.loads(invoke(*args, "--batch", "1x500,1x500,1x500,64x0").stdout)
+    assert short == long
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--batch", "1y1000"],
+        ["--batch", "0x10"],
+        ["--decode", "4"],
+        ["--context", "100", "--prefill", "8"],
+        [],
+    ],
+)
+def test_cost_bad_batches_are_usage_errors(extra: list[str]) -> None:
+    result = invoke("cost", "-m", "llama-3-8b", "-g", "h100-sxm", *extra)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+
+
+def test_cost_unknown_gpu() -> None:
+    result = invoke("cost", "-m", "llama-3-8b", "-g", "h100", "--prefill", "8")
+    assert_user_error(result, "--gpu", "h100-sxm")
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def test_main_exit_codes(
+    scenario_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["validate", str(scenario_file)])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.startswith("OK: ")
+
+    with pytest.raises(SystemExit) as info:
+        main(["validate", str(tmp_path / "nope.yaml")])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "file not found" in err
+
+    with pytest.raises(SystemExit) as info:
+        main(["run"])
+    assert info.value.code == 2
+    assert "Missing argument" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+
+
+def test_main_interrupt(
+    scenario_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_module, "load_scenario", interrupted)
+    with pytest.raises(SystemExit) as info:
+        main(["validate", str(scenario_file)])
+    assert info.value.code == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_real_subprocess(scenario_file: Path, tmp_path: Path) -> None:
+    out = tmp_path / "sub"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    cmd = [sys.executable, "-m", "cbsim.cli"]
+    done = subprocess.run(
+        [*cmd, "run", str(scenario_file), "--out", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{out}\n"
+    assert (out / "requests.parquet").is_file()
+
+    bad = subprocess.run(
+        [*cmd, "run", str(scenario_file), "--set", "scheduler.max_batch_sise=1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stderr
+    assert bad.stderr.startswith("error: ") and "scheduler.max_batch_sise" in bad.stderr

@@ -25,7 +25,7 @@ Shipped traces (load by name; stored as parquet under ``cbsim/data/traces/``):
     ids mean a shared prompt prefix (what a prefix cache could reuse).
 
 The shipped files keep their source, licence and citation in the parquet key-value metadata, and
-the repository's ``DATA_LICENSES.md`` lists them with what was transformed.
+``cbsim/data/LICENSES.md`` (installed with the package) lists them with what was transformed.
 
 User trace files (``.parquet``, ``.csv``, or ``.jsonl``/``.json`` with one JSON object per line; a
 ``.json`` file holding one JSON array of objects also works) are recognised by these column names,

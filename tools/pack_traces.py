@@ -4,7 +4,7 @@ Usage::
 
     python tools/pack_traces.py SOURCE_DIR [--out cbsim/data/traces]
 
-``SOURCE_DIR`` holds the files as published upstream (see ``DATA_LICENSES.md``):
+``SOURCE_DIR`` holds the files as published upstream (see ``cbsim/data/LICENSES.md``):
 ``azure_llm_conv_2023.csv``, ``azure_llm_code_2023.csv`` and ``mooncake_conversation.jsonl``.
 Each is written as a zstd-compressed parquet file with columns ``arrival_s`` (float64, seconds since
 the first request), ``prompt_tokens`` and ``output_tokens`` (int32), plus ``prefix_hash_ids``

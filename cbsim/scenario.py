@@ -294,24 +294,165 @@ Proposer = Annotated[
 ]
 
 
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+DraftLength = Annotated[int, Field(ge=1, le=32)]
+
+
 class IidAcceptance(StrictModel):
     """Each draft token is accepted with conditional probability ``alpha`` given its prefix was."""
 
     kind: Literal["iid"] = "iid"
-    alpha: float = Field(default=0.7, ge=0.0, le=1.0)
+    alpha: Probability = 0.7
 
 
-Acceptance = Annotated[IidAcceptance, Field(discriminator="kind"), default_kind("iid")]
+class PositionalAcceptance(StrictModel):
+    """Conditional acceptance rate per draft position (the last rate repeats for later positions)."""
+
+    kind: Literal["positional"]
+    rates: list[Probability] = Field(
+        default_factory=lambda: [0.8, 0.75, 0.7, 0.65, 0.6], min_length=1
+    )
+
+
+class PerRequestAcceptance(StrictModel):
+    """Each request draws its own conditional α from a Beta(mean, concentration); optionally α
+    drifts by ``drift_per_1k_tokens`` for every thousand tokens of output (clamped to [0, 1])."""
+
+    kind: Literal["per_request"]
+    mean: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.7
+    concentration: PositiveFloat = 10.0
+    drift_per_1k_tokens: float = Field(default=0.0, ge=-1.0, le=1.0)
+
+
+class TraceAcceptance(StrictModel):
+    """Replay per-position oracle acceptance lengths from a CSV (request_id, prompt_len, output_len,
+    acc_len); its requests also supply the prompt and output lengths."""
+
+    kind: Literal["trace"]
+    path: str
+
+
+class TokenLevelAcceptance(StrictModel):
+    """Run the exact verifier on per-position draft/target distributions over a vocabulary, drawn
+    from a seeded process whose ``divergence`` sets how far the draft is from the target."""
+
+    kind: Literal["token_level"]
+    vocab_size: Annotated[int, Field(ge=2, le=100_000)] = 1000
+    divergence: Annotated[float, Field(ge=0.0)] = 0.5
+
+
+Acceptance = Annotated[
+    IidAcceptance
+    | PositionalAcceptance
+    | PerRequestAcceptance
+    | TraceAcceptance
+    | TokenLevelAcceptance,
+    Field(discriminator="kind"),
+    default_kind("iid"),
+]
 
 
 class FixedPolicy(StrictModel):
     """Always draft ``k`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    k: int = Field(default=4, ge=1, le=32)
+    k: DraftLength = 4
 
 
-KPolicy = Annotated[FixedPolicy, Field(discriminator="kind"), default_kind("fixed")]
+class ThresholdPolicy(StrictModel):
+    """k + 1 when a step's acceptance rate exceeds ``max_acceptance_rate``, k − 1 when it is below
+    ``min_acceptance_rate``, within [1, k_max]."""
+
+    kind: Literal["threshold"]
+    k: DraftLength = 4
+    k_max: DraftLength = 8
+    min_acceptance_rate: Probability = 0.5
+    max_acceptance_rate: Probability = 0.8
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ThresholdPolicy:
+        if self.k > self.k_max:
+            raise ValueError(f"k ({self.k}) must not exceed k_max ({self.k_max})")
+        if self.min_acceptance_rate > self.max_acceptance_rate:
+            raise ValueError("min_acceptance_rate must not exceed max_acceptance_rate")
+        return self
+
+
+class EwmaLookaheadPolicy(StrictModel):
+    """EWMA of accepted tokens per step s ← α·accepted + (1 − α)·s; k = clamp(round(s + 1)),
+    recomputed every ``cooldown_steps`` steps."""
+
+    kind: Literal["ewma_lookahead"]
+    initial: DraftLength = 5
+    k_min: DraftLength = 2
+    k_max: DraftLength = 12
+    alpha: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2
+    cooldown_steps: PositiveInt = 4
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EwmaLookaheadPolicy:
+        if not self.k_min <= self.initial <= self.k_max:
+            raise ValueError(
+                f"need k_min <= initial <= k_max, got {self.k_min}, {self.initial}, {self.k_max}"
+            )
+        return self
+
+
+class HeuristicPolicy(StrictModel):
+    """k + 2 when every draft was accepted, else max(1, k − 1), capped at k_max."""
+
+    kind: Literal["heuristic"]
+    k: DraftLength = 4
+    k_max: DraftLength = 8
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HeuristicPolicy:
+        if self.k > self.k_max:
+            raise ValueError(f"k ({self.k}) must not exceed k_max ({self.k_max})")
+        return self
+
+
+class BatchTablePolicy(StrictModel):
+    """k from a table of batch-size ranges [[min_batch, max_batch, k], ...]; k = 0 turns speculation
+    off; batch sizes outside every range use k = 0."""
+
+    kind: Literal["batch_table"]
+    table: list[tuple[PositiveInt, PositiveInt, Annotated[int, Field(ge=0, le=32)]]] = Field(
+        default_factory=lambda: [(1, 8, 4), (9, 32, 2), (33, 100_000, 0)], min_length=1
+    )
+
+    @model_validator(mode="after")
+    def _ranges(self) -> BatchTablePolicy:
+        spans = sorted(self.table)
+        for low, high, _ in spans:
+            if low > high:
+                raise ValueError(f"range [{low}, {high}]: min_batch must not exceed max_batch")
+        for (_, high, _), (low, _, _) in zip(spans, spans[1:], strict=False):
+            if low <= high:
+                raise ValueError(f"ranges overlap at batch size {low}")
+        return self
+
+
+class GoodputPolicy(StrictModel):
+    """Each iteration, the k in [0, k_max] maximising expected emitted tokens per second of the
+    predicted step time (draft + verify at this batch), from each request's running acceptance
+    estimate; per batch (one k for all) or per request."""
+
+    kind: Literal["goodput"]
+    k_max: DraftLength = 8
+    per_request: bool = False
+
+
+KPolicy = Annotated[
+    FixedPolicy
+    | ThresholdPolicy
+    | EwmaLookaheadPolicy
+    | HeuristicPolicy
+    | BatchTablePolicy
+    | GoodputPolicy,
+    Field(discriminator="kind"),
+    default_kind("fixed"),
+]
 
 
 class Speculative(StrictModel):
@@ -390,7 +531,8 @@ def _format_loc(loc: Sequence[int | str]) -> str:
 def _discriminator_tags() -> set[str]:
     return {
         "poisson", "gamma", "trace", "fixed", "uniform", "lognormal", "empirical",
-        "draft_model", "eagle", "ngram", "iid",
+        "draft_model", "eagle", "ngram", "iid", "positional", "per_request", "token_level",
+        "threshold", "ewma_lookahead", "heuristic", "batch_table", "goodput",
     }  # fmt: skip
 
 

@@ -71,7 +71,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the fast_forward=off runs")
     args = parser.parse_args()
-    header = f"{'case':<34}{'wall s':>9}{'req/wall s':>12}{'iterations':>12}{'sim s':>9}{'peak MiB':>10}"
+    header = (
+        f"{'case':<34}{'wall s':>9}{'req/wall s':>12}{'iterations':>12}{'sim s':>9}{'peak MiB':>10}"
+    )
     print(header)
     print("-" * len(header))
     for label, scenario in CASES.items():

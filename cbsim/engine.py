@@ -29,6 +29,7 @@ from cbsim.rng import stream
 from cbsim.router import make_router
 from cbsim.scenario import Scenario
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
+from cbsim.speculative.decoder import SpeculativeDecoding
 from cbsim.workload import RequestSpecs, build_workload
 
 # progress(requests_done, requests_total, simulated_seconds)
@@ -71,6 +72,9 @@ class Simulation:
             self.model, self.gpu, tp=cluster.tp, dtype=cluster.dtype, kv_dtype=cluster.kv_dtype
         )
         self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
+        self.spec: SpeculativeDecoding | None = None
+        if scenario.speculative.enabled:
+            self.spec = SpeculativeDecoding(scenario.speculative, self.cost, scenario.seed, source)
         self.specs: RequestSpecs = build_workload(scenario, source)
         self.env = simpy.Environment()
         self.replicas = [
@@ -83,7 +87,7 @@ class Simulation:
         self._progress = progress
         self._done = 0
         self._next_arrival = 0
-        self.fast_forward = scenario.fast_forward and not scenario.speculative.enabled
+        self.fast_forward = scenario.fast_forward and self.spec is None
 
     def _new_kv_cache(self) -> KVCache:
         cluster = self.scenario.cluster
@@ -97,6 +101,10 @@ class Simulation:
             block_size=sched.block_size,
             gpu_memory_utilization=cluster.gpu_memory_utilization,
             watermark=sched.watermark,
+            extra_weight_bytes=self.spec.proposer.weight_bytes_per_gpu() if self.spec else 0.0,
+            extra_kv_bytes_per_token=(
+                self.spec.proposer.kv_bytes_per_token_per_gpu() if self.spec else 0.0
+            ),
         )
 
     # ------------------------------------------------------------------ processes
@@ -139,11 +147,15 @@ class Simulation:
         record = self.recorder.record_iteration
         on_finish = self._on_finish
         index = replica.index
+        spec = self.spec
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
         arrival_s = self.specs.arrival_s
         total = len(arrival_s)
+        # The replica keeps its own clock: iteration ends are start + duration exactly, whether
+        # stepped or advanced in a decode run, even where SimPy's now + delay would round.
+        clock = env.now
         while True:
-            start = env.now
+            start = clock
             waiting = len(sched.waiting)
             stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
             if stop_on_finish is not None:
@@ -166,7 +178,8 @@ class Simulation:
                 )
                 if run is not None:
                     replica.run_outstanding = run.outstanding_at_last_start
-                    yield env.timeout(_exact_delay(start, run.end_s))
+                    yield env.timeout(_exact_delay(env.now, run.end_s))
+                    clock = run.end_s
                     replica.run_outstanding = None
                     sched.apply_decode_run(run, on_finish)
                     self.recorder.record_decode_run(index, run, waiting)
@@ -181,11 +194,21 @@ class Simulation:
                 else:
                     replica.wake = env.event()
                     yield replica.wake
+                    clock = env.now
                     continue
-            duration = cost.time_stats(batch.stats)
+            if spec is None:
+                duration = cost.time_stats(batch.stats)
+            else:
+                draft = spec.plan(batch, sched)
+                target = cost.time_stats(batch.stats)
+                duration = draft + target
             kv_used = sched.kv.used_blocks
-            yield env.timeout(duration)
-            emitted = sched.complete(batch, env.now, on_finish)
+            end = start + duration
+            yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
+            clock = end
+            if spec is not None:
+                spec.verify(batch, target)
+            emitted = sched.complete(batch, end, on_finish)
             record(index, start, duration, batch, emitted, kv_used, waiting)
 
     def _on_finish(self, req: Request) -> None:

@@ -71,9 +71,14 @@ class KVCache:
         block_size: int,
         gpu_memory_utilization: float,
         watermark: float,
+        extra_weight_bytes: float = 0.0,
+        extra_kv_bytes_per_token: float = 0.0,
     ) -> KVCache:
+        """The cache of one replica; ``extra_*`` account for a draft model's weights and own KV."""
         capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization)
-        block_bytes = block_size * kv_bytes_per_token_per_gpu(model, tp, kv_dtype)
+        capacity -= extra_weight_bytes
+        per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype) + extra_kv_bytes_per_token
+        block_bytes = block_size * per_token
         total = max(0, int(capacity // block_bytes))
         return cls(
             total_blocks=total, block_size=block_size, watermark_blocks=int(watermark * total)

@@ -69,6 +69,16 @@ class Recorder:
         self._emitted = array("q")
         self._kv_used = array("q")
         self._waiting = array("q")
+        # speculative columns, filled only when the scenario speculates (no decode runs then)
+        self.speculative = scenario.speculative.enabled
+        self._verify = array("q")
+        self._drafted = array("q")
+        self._accepted = array("q")
+        self._k_sum = array("q")
+        self._k_min = array("q")
+        self._k_max = array("q")
+        self._draft_s = array("d")
+        self._decoding = array("q")
         self.requests = pd.DataFrame(columns=REQUEST_COLUMNS)
         self.iterations = pd.DataFrame(columns=ITERATION_COLUMNS)
         self.end_s = 0.0
@@ -93,6 +103,21 @@ class Recorder:
         self._emitted.append(emitted)
         self._kv_used.append(kv_used)
         self._waiting.append(waiting)
+        if self.speculative:
+            self._record_speculation(batch)
+
+    def _record_speculation(self, batch: Batch) -> None:
+        ks = batch.ks or []
+        accepted = batch.accepted or []
+        decoding = [ks[i] for i in batch.decoding]
+        self._verify.append(sum(k + 1 for k in ks if k > 0))
+        self._drafted.append(sum(ks))
+        self._accepted.append(sum(accepted))
+        self._k_sum.append(sum(decoding))
+        self._k_min.append(min(decoding, default=0))
+        self._k_max.append(max(decoding, default=0))
+        self._draft_s.append(batch.draft_s)
+        self._decoding.append(len(decoding))
 
     def record_decode_run(self, replica: int, run: DecodeRun, waiting: int) -> None:
         """Record the iterations of a decode run (each its own row, as if stepped one by one)."""
@@ -118,7 +143,16 @@ class Recorder:
         self.preemptions = sum(r.scheduler.preemptions for r in replicas)
         self.requests = requests_frame(requests)
         n = len(self._start)
-        zeros = np.zeros(n, dtype=np.int64)
+
+        def spec_column(values: array[int] | array[float], dtype: type) -> np.ndarray:
+            if not self.speculative:
+                return np.zeros(n, dtype=dtype)
+            return np.frombuffer(values, dtype=dtype).copy()
+
+        decoding = spec_column(self._decoding, np.int64)
+        k_sum = spec_column(self._k_sum, np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_k = np.where(decoding > 0, k_sum / np.maximum(decoding, 1), 0.0)
         self.iterations = pd.DataFrame(
             {
                 "replica": np.frombuffer(self._replica, dtype=np.int64).copy(),
@@ -127,14 +161,17 @@ class Recorder:
                 "batch_size": np.frombuffer(self._batch, dtype=np.int64).copy(),
                 "prefill_tokens": np.frombuffer(self._prefill, dtype=np.int64).copy(),
                 "decode_tokens": np.frombuffer(self._decode, dtype=np.int64).copy(),
-                "verify_tokens": zeros,
-                "drafted_tokens": zeros,
-                "accepted_tokens": zeros,
+                "verify_tokens": spec_column(self._verify, np.int64),
+                "drafted_tokens": spec_column(self._drafted, np.int64),
+                "accepted_tokens": spec_column(self._accepted, np.int64),
                 "emitted_tokens": np.frombuffer(self._emitted, dtype=np.int64).copy(),
                 "kv_blocks_used": np.frombuffer(self._kv_used, dtype=np.int64).copy(),
                 "kv_blocks_total": np.full(n, self.kv_blocks_total, dtype=np.int64),
                 "waiting": np.frombuffer(self._waiting, dtype=np.int64).copy(),
-                "mean_k": np.zeros(n, dtype=np.float64),
+                "mean_k": mean_k,
+                "k_min": spec_column(self._k_min, np.int64),
+                "k_max": spec_column(self._k_max, np.int64),
+                "draft_s": spec_column(self._draft_s, np.float64),
             }
         )
         if n:
@@ -156,10 +193,19 @@ def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
     finish = col("finish_s", np.float64)
     outputs = col("output_tokens", np.int64)
     spec_steps = col("spec_steps", np.int64)
-    k_sum = col("k_sum", np.int64)
+    drafted = col("drafted_tokens", np.int64)
+    decode_steps = col("decode_steps", np.int64)
+    rejected_steps = np.fromiter(
+        (getattr(r.spec, "rejections", 0) for r in requests), dtype=np.int64, count=len(requests)
+    )
+    ema = np.fromiter(
+        (getattr(r.spec, "ema_acceptance", np.nan) for r in requests),
+        dtype=np.float64,
+        count=len(requests),
+    )
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
-        mean_k = np.where(spec_steps > 0, k_sum / np.maximum(spec_steps, 1), 0.0)
+        mean_k = np.where(decode_steps > 0, drafted / np.maximum(decode_steps, 1), 0.0)
     status = pd.Categorical(
         [Status(r.status).name.lower() for r in requests],
         categories=[s.name.lower() for s in Status],
@@ -179,9 +225,12 @@ def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
             "queue_s": col("first_scheduled_s", np.float64) - arrival,
             "preemptions": col("preemptions", np.int64),
             "spec_steps": spec_steps,
-            "drafted_tokens": col("drafted_tokens", np.int64),
+            "drafted_tokens": drafted,
             "accepted_tokens": col("accepted_tokens", np.int64),
             "mean_k": mean_k,
+            "decode_steps": decode_steps,
+            "rejected_steps": rejected_steps,
+            "ema_acceptance": ema,
             "status": status,
             "generated_tokens": col("generated", np.int64),
             "rejected_reason": [r.rejected_reason for r in requests],
@@ -242,13 +291,27 @@ def summarize(
     _percentiles(done["tpot_s"].to_numpy(dtype=float), "tpot", summary)
     _percentiles(done["e2e_s"].to_numpy(dtype=float), "e2e", summary)
     _percentiles(done["queue_s"].to_numpy(dtype=float), "queue", summary)
-    drafted = int(done["drafted_tokens"].sum())
-    accepted = int(done["accepted_tokens"].sum())
-    spec_steps = int(done["spec_steps"].sum())
+    drafted = int(requests["drafted_tokens"].sum())
+    accepted = int(requests["accepted_tokens"].sum())
+    spec_steps = int(requests["spec_steps"].sum())
+    decode_steps = int(requests["decode_steps"].sum())
+    rejections = int(requests["rejected_steps"].sum())
+    draft_s = float(iterations["draft_s"].sum())
     summary.update(
         {
+            # marginal: accepted / drafted (vLLM's draft_acceptance_rate)
             "acceptance_rate": accepted / drafted if drafted else math.nan,
-            "mean_k": float(drafted / spec_steps) if spec_steps else 0.0,
+            # conditional α: P(accept | every earlier draft accepted), maximum likelihood
+            "conditional_acceptance": accepted / (accepted + rejections)
+            if accepted + rejections
+            else math.nan,
+            "mean_acceptance_length": (accepted + spec_steps) / spec_steps
+            if spec_steps
+            else math.nan,
+            "mean_k": drafted / decode_steps if decode_steps else 0.0,
+            "spec_step_fraction": spec_steps / decode_steps if decode_steps else 0.0,
+            "draft_time_s": draft_s,
+            "target_time_s": busy - draft_s,
             "preemptions": preemptions,
             "iterations": len(iterations),
             "mean_batch_size": float(iterations["batch_size"].mean()) if len(iterations) else 0.0,

@@ -30,6 +30,7 @@ class Request:
         "admit_seq",
         "arrival_s",
         "blocks",
+        "decode_steps",
         "drafted_tokens",
         "finish_s",
         "first_scheduled_s",
@@ -44,6 +45,7 @@ class Request:
         "rejected_reason",
         "replica",
         "request_id",
+        "spec",
         "spec_steps",
         "status",
     )
@@ -70,6 +72,8 @@ class Request:
         self.drafted_tokens = 0
         self.accepted_tokens = 0
         self.k_sum = 0
+        self.decode_steps = 0
+        self.spec: object | None = None  # the request's speculative decoder, when speculating
         self.rejected_reason = ""
 
     @property

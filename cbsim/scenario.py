@@ -10,6 +10,7 @@ with dotted ``key=value`` pairs. Every error names the file, the dotted field pa
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ def default_kind(kind: str) -> BeforeValidator:
 class StrictModel(BaseModel):
     """Base for every scenario section: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- workload
@@ -166,14 +167,9 @@ class Workload(StrictModel):
     @model_validator(mode="after")
     def _complete(self) -> Workload:
         if self.trace is None:
-            missing = [
-                name
-                for name in ("arrival", "prompt_tokens", "output_tokens")
-                if getattr(self, name) is None
-            ]
-            if missing:
+            if self.arrival is None:
                 raise ValueError(
-                    f"without a trace the workload needs {', '.join(missing)} "
+                    "without a trace the workload needs arrival "
                     "(or give workload.trace to replay a real log)"
                 )
             if isinstance(self.arrival, TraceArrival):
@@ -338,7 +334,7 @@ class TokenLevelAcceptance(StrictModel):
 
     kind: Literal["token_level"]
     vocab_size: Annotated[int, Field(ge=2, le=100_000)] = 1000
-    divergence: Annotated[float, Field(ge=0.0)] = 0.5
+    divergence: Annotated[float, Field(ge=0.0)] = 0.15  # α ≈ 0.70 at vocab 1000
 
 
 Acceptance = Annotated[
@@ -427,7 +423,7 @@ class BatchTablePolicy(StrictModel):
         for low, high, _ in spans:
             if low > high:
                 raise ValueError(f"range [{low}, {high}]: min_batch must not exceed max_batch")
-        for (_, high, _), (low, _, _) in zip(spans, spans[1:], strict=False):
+        for (_, high, _), (low, _, _) in itertools.pairwise(spans):
             if low <= high:
                 raise ValueError(f"ranges overlap at batch size {low}")
         return self
@@ -508,9 +504,19 @@ class Scenario(StrictModel):
             raise ValueError("name must be a non-empty string without path separators")
         return name
 
+    def missing_lengths(self) -> list[str]:
+        """Length fields the workload lacks (lengths can come from a trace or acceptance trace)."""
+        wl = self.workload
+        from_acceptance_trace = self.speculative.enabled and isinstance(
+            self.speculative.acceptance, TraceAcceptance
+        )
+        if wl.trace is not None or from_acceptance_trace:
+            return []
+        return [n for n in ("prompt_tokens", "output_tokens") if getattr(wl, n) is None]
+
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain data (round-trips through :func:`load_scenario`)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        return self.model_dump(mode="json")
 
 
 # --------------------------------------------------------------------------- loading
@@ -528,6 +534,9 @@ def _format_loc(loc: Sequence[int | str]) -> str:
     return "".join(parts)
 
 
+TAGGED_SECTIONS = {"arrival", "prompt_tokens", "output_tokens", "proposer", "acceptance", "policy"}
+
+
 def _discriminator_tags() -> set[str]:
     return {
         "poisson", "gamma", "trace", "fixed", "uniform", "lognormal", "empirical",
@@ -540,8 +549,15 @@ def _error_from_validation(err: ValidationError, source: str | None) -> CbsimErr
     """The first validation problem as one clear line (field path without union tags)."""
     first = err.errors()[0]
     tags = _discriminator_tags()
-    loc = [p for p in first["loc"] if not (isinstance(p, str) and p in tags)]
-    loc = [p for p in loc if not (isinstance(p, str) and ("function-" in p or "[" in p))]
+    loc: list[int | str] = []
+    previous: int | str | None = None
+    for part in first["loc"]:
+        raw_previous, previous = previous, part
+        if isinstance(part, str) and ("function-" in part or "[" in part):
+            continue  # pydantic's names for validator wrappers
+        if isinstance(part, str) and part in tags and raw_previous in TAGGED_SECTIONS:
+            continue  # the union variant's tag, e.g. "poisson" in arrival.poisson.rate
+        loc.append(part)
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = "unknown key (check the spelling; unknown keys are errors)"
@@ -658,6 +674,8 @@ PATH_FIELDS = (
     ("workload", "prompt_tokens", "trace"),
     ("workload", "output_tokens", "trace"),
     ("cluster", "model"),
+    ("speculative", "acceptance", "path"),
+    ("speculative", "proposer", "model"),
 )
 
 
@@ -684,6 +702,18 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     from cbsim.traces import load_trace
 
     workload = scenario.workload
+    missing = scenario.missing_lengths()
+    if missing:
+        raise CbsimError(
+            f"workload needs {' and '.join(missing)} (or workload.trace to take lengths from a real log)",
+            source=source,
+            field=f"workload.{missing[0]}",
+        )
+    acceptance = scenario.speculative.acceptance
+    if scenario.speculative.enabled and isinstance(acceptance, TraceAcceptance):
+        from cbsim.speculative.acceptance_trace import load_acceptance_trace
+
+        load_acceptance_trace(acceptance.path, source=source)
     if workload.trace is not None:
         load_trace(workload.trace.path, source=source, field="workload.trace.path")
     for name in ("prompt_tokens", "output_tokens"):

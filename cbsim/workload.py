@@ -26,9 +26,11 @@ from cbsim.scenario import (
     LognormalLength,
     PoissonArrival,
     Scenario,
+    TraceAcceptance,
     TraceArrival,
     UniformLength,
 )
+from cbsim.speculative.acceptance_trace import load_acceptance_trace
 from cbsim.traces import load_trace
 
 
@@ -98,13 +100,22 @@ def build_workload(scenario: Scenario, source: str | None = None) -> RequestSpec
     seed = scenario.seed
     if wl.trace is not None:
         trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
-        return _from_trace(scenario, trace, source)
+        return _with_acceptance_trace_lengths(
+            scenario, _from_trace(scenario, trace, source), source
+        )
     assert wl.arrival is not None and not isinstance(wl.arrival, TraceArrival)
-    assert wl.prompt_tokens is not None and wl.output_tokens is not None
     arrivals = synthetic_arrivals(
         wl.arrival, wl.num_requests, wl.duration_s, stream(seed, "arrivals")
     )
     n = len(arrivals)
+    if _acceptance_trace(scenario) is not None:
+        placeholder = np.zeros(n, dtype=np.int64)
+        return _with_acceptance_trace_lengths(
+            scenario, RequestSpecs(arrivals, placeholder, placeholder), source
+        )
+    if wl.prompt_tokens is None or wl.output_tokens is None:
+        missing = scenario.missing_lengths()[0]
+        raise CbsimError("required field is missing", source=source, field=f"workload.{missing}")
     return RequestSpecs(
         arrival_s=arrivals,
         prompt_tokens=_lengths(scenario, wl.prompt_tokens, n, "workload.prompt_tokens", source),
@@ -164,3 +175,23 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
         prompt_tokens=prompts,
         output_tokens=outputs,
     )
+
+
+def _acceptance_trace(scenario: Scenario) -> TraceAcceptance | None:
+    acceptance = scenario.speculative.acceptance
+    if scenario.speculative.enabled and isinstance(acceptance, TraceAcceptance):
+        return acceptance
+    return None
+
+
+def _with_acceptance_trace_lengths(
+    scenario: Scenario, specs: RequestSpecs, source: str | None
+) -> RequestSpecs:
+    """With a speculative acceptance trace, its requests supply the lengths: request i replays
+    trace row i (cycling), so every request has an acceptance length for each output position."""
+    config = _acceptance_trace(scenario)
+    if config is None:
+        return specs
+    trace = load_acceptance_trace(config.path, source=source)
+    rows = np.arange(len(specs)) % len(trace.output_len)
+    return RequestSpecs(specs.arrival_s, trace.prompt_len[rows], trace.output_len[rows])

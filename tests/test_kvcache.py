@@ -21,8 +21,17 @@ LLAMA3_8B_PARAMS = 2 * 128256 * 4096 + 32 * (41_943_040 + 176_160_768 + 2 * 4096
 LLAMA3_8B_KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2
 
 
-def for_replica(model="llama-3-8b", gpu="h100-sxm", *, tp=1, dtype="bf16", kv_dtype="bf16",
-                block_size=16, util=0.9, watermark=0.01) -> KVCache:  # fmt: skip
+def for_replica(
+    model="llama-3-8b",
+    gpu="h100-sxm",
+    *,
+    tp=1,
+    dtype="bf16",
+    kv_dtype="bf16",
+    block_size=16,
+    util=0.9,
+    watermark=0.01,
+) -> KVCache:
     return KVCache.for_replica(
         get_model(model),
         get_gpu(gpu),
@@ -37,9 +46,20 @@ def for_replica(model="llama-3-8b", gpu="h100-sxm", *, tp=1, dtype="bf16", kv_dt
 
 @pytest.mark.parametrize(
     ("tokens", "block_size", "blocks"),
-    [(0, 16, 0), (1, 16, 1), (15, 16, 1), (16, 16, 1), (17, 16, 2), (32, 16, 2), (33, 16, 3),
-     (1000, 1, 1000), (1000, 32, 32), (1024, 32, 32), (1025, 32, 33)],
-)  # fmt: skip
+    [
+        (0, 16, 0),
+        (1, 16, 1),
+        (15, 16, 1),
+        (16, 16, 1),
+        (17, 16, 2),
+        (32, 16, 2),
+        (33, 16, 3),
+        (1000, 1, 1000),
+        (1000, 32, 32),
+        (1024, 32, 32),
+        (1025, 32, 33),
+    ],
+)
 def test_blocks_for_tokens(tokens: int, block_size: int, blocks: int):
     assert blocks_for_tokens(tokens, block_size) == blocks
 
@@ -54,7 +74,7 @@ def test_hand_numbers_match_the_model():
 def test_capacity_llama3_8b_h100_by_hand():
     weights = LLAMA3_8B_PARAMS * 2
     capacity = 80 * GiB * 0.9 - weights - 1.5 * GiB
-    assert ACTIVATION_RESERVE_BYTES == 1.5 * GiB
+    assert 1.5 * GiB == ACTIVATION_RESERVE_BYTES
     model, gpu = get_model("llama-3-8b"), get_gpu("h100-sxm")
     assert kv_capacity_bytes(model, gpu, 1, "bf16", 0.9) == pytest.approx(capacity, rel=1e-12)
     kv = for_replica()

@@ -21,10 +21,10 @@ class CostParams:
     gemm_compute_eff: float = 0.70
     gemm_memory_eff: float = 0.80
     gemm_floor_s: float = 4e-6
-    attn_prefill_compute_eff: float = 0.50
-    attn_prefill_memory_eff: float = 0.70
-    attn_decode_compute_eff: float = 0.30
-    attn_decode_memory_eff: float = 0.60
+    # one efficiency pair for both attention kernels, so that a request's attention never gets
+    # cheaper by growing from the decode kernel's size class into the prefill kernel's
+    attn_compute_eff: float = 0.50
+    attn_memory_eff: float = 0.65
     attn_floor_s: float = 6e-6
     elementwise_memory_eff: float = 0.70
     elementwise_floor_s: float = 2e-6

@@ -69,6 +69,25 @@ class BatchStats:
             self.prefill_kv_tokens += cached_tokens + new_tokens
             self.prefill_pairs += pairs
 
+    def add_many(self, count: int, new_tokens: int, cached_sum: int) -> None:
+        """Add ``count`` decode/verify entries of ``new_tokens`` each (all sampled) whose cached
+        tokens sum to ``cached_sum``; the same as ``count`` calls of :meth:`add`."""
+        if count <= 0:
+            return
+        tokens = count * new_tokens
+        self.num_requests += count
+        self.num_tokens += tokens
+        self.sampled_tokens += tokens
+        pairs = new_tokens * cached_sum + count * new_tokens * (new_tokens + 1) * 0.5
+        if new_tokens <= DECODE_QUERY_MAX:
+            self.decode_tokens += tokens
+            self.decode_kv_tokens += cached_sum + tokens
+            self.decode_pairs += pairs
+        else:
+            self.prefill_tokens += tokens
+            self.prefill_kv_tokens += cached_sum + tokens
+            self.prefill_pairs += pairs
+
     @classmethod
     def from_pairs(cls, batch: Iterable[Sequence[int]]) -> BatchStats:
         """Stats of a contract batch: (new_tokens, cached_tokens) pairs.
@@ -146,12 +165,8 @@ class CostModel:
         flops = 4.0 * pairs * self._q_heads * d
         kv_read = kv_tokens * 2 * self._kv_heads * d * self._kv_bytes
         q_and_out = 2 * tokens * self._q_heads * d * self._act_bytes
-        if decode:
-            c_eff, m_eff = p.attn_decode_compute_eff, p.attn_decode_memory_eff
-        else:
-            c_eff, m_eff = p.attn_prefill_compute_eff, p.attn_prefill_memory_eff
-        t_compute = flops / (self._attn_flops * c_eff)
-        t_memory = (kv_read + q_and_out) / (self.gpu.hbm_bandwidth * m_eff)
+        t_compute = flops / (self._attn_flops * p.attn_compute_eff)
+        t_memory = (kv_read + q_and_out) / (self.gpu.hbm_bandwidth * p.attn_memory_eff)
         return max(t_compute, t_memory) + p.attn_floor_s
 
     def elementwise_time(self, tokens: int) -> float:

@@ -32,6 +32,11 @@ class Batch:
     stats: BatchStats = field(default_factory=BatchStats)
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    # speculative decoding: draft length per entry (0 = none), accepted drafts, drafting seconds
+    ks: list[int] | None = None
+    decoding: list[int] = field(default_factory=list)  # indices of the decode/verify entries
+    accepted: list[int] | None = None
+    draft_s: float = 0.0
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -217,15 +222,23 @@ class SchedulerPolicy(ABC):
         """Apply a finished iteration; returns the output tokens it emitted."""
         emitted_total = 0
         any_finished = False
-        for req, q in zip(batch.requests, batch.new_tokens, strict=True):
+        accepted = batch.accepted
+        release = accepted is not None and not self.reserves_full_length
+        block_size = self.kv.block_size
+        for i, (req, q) in enumerate(zip(batch.requests, batch.new_tokens, strict=True)):
             if req.kv_tokens < req.prefill_target:
                 req.kv_tokens += q
                 if req.kv_tokens < req.prefill_target:
                     continue
                 emitted = 1
             else:
-                emitted = 1
+                emitted = 1 if accepted is None else 1 + accepted[i]
                 req.kv_tokens += emitted
+                if release:  # give back the blocks reserved for rejected drafts
+                    surplus = req.blocks - blocks_for_tokens(req.kv_tokens, block_size)
+                    if surplus > 0:
+                        self.kv.free(surplus)
+                        req.blocks -= surplus
             if req.generated == 0:
                 req.first_token_s = now
             req.generated += emitted

@@ -2,8 +2,9 @@
 
 Every iteration has a budget of ``chunk_size`` tokens. Running decodes come first (one token each,
 preempting the most recently admitted request when KV runs out), then requests part-way through
-their prefill continue with the next chunk, then waiting requests are admitted FCFS and start theirs,
-each chunk as large as the remaining budget allows. Prefills and decodes share the iteration, so
+their prefill continue with the next chunk, then waiting requests are admitted FCFS (with KV
+blocks for their whole prompt reserved, as vLLM does) and start theirs, each chunk as large as the
+remaining budget allows. Prefills and decodes share the iteration, so
 decodes never stall behind a long prompt: that is the point of stall-free batching.
 """
 
@@ -24,8 +25,7 @@ class SarathiScheduler(SchedulerPolicy):
         budget = self.config.chunk_size - len(self.running)
         if budget <= 0 or len(self.running) >= self.config.max_batch_size:
             return False
-        chunk = min(self.waiting[0].prefill_target, budget)
-        need = blocks_for_tokens(chunk, self.kv.block_size)
+        need = blocks_for_tokens(self.waiting[0].prefill_target, self.kv.block_size)
         return self.kv.can_allocate(need, keep_watermark=bool(self.running))
 
     def next_batch(self, now: float) -> Batch:
@@ -56,8 +56,13 @@ class SarathiScheduler(SchedulerPolicy):
         while budget > 0 and self.waiting and len(self.running) < cfg.max_batch_size:
             req = self.waiting[0]
             chunk = min(req.prefill_target, budget)
-            if not self._try_grow(req, chunk, keep_watermark=bool(self.running)):
+            # like vLLM, admission reserves blocks for the whole prompt, not just the first chunk:
+            # a prompt admitted chunk by chunk into a nearly full cache would preempt itself
+            need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
+            if not self.kv.can_allocate(need, keep_watermark=bool(self.running)):
                 break
+            self.kv.allocate(need)
+            req.blocks = need
             self.waiting.popleft()
             self._admit(req, now)
             self._add(batch, req, chunk)

@@ -26,9 +26,7 @@ def key_figures(path: Path) -> dict[str, float]:
 
 
 def main() -> None:
-    figures = {
-        path.name: key_figures(path) for path in sorted((ROOT / "scenarios").glob("*.yaml"))
-    }
+    figures = {path.name: key_figures(path) for path in sorted((ROOT / "scenarios").glob("*.yaml"))}
     GOLDEN.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     print(f"wrote {GOLDEN} ({len(figures)} scenarios)")
 

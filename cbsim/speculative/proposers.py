@@ -1,0 +1,131 @@
+"""Proposers: who drafts the k tokens, and what drafting costs.
+
+* ``draft_model``: a small catalog model (e.g. Llama-3.2-1B for Llama-3 targets) runs k sequential
+  decode steps for the batch on the same GPUs, each step over the requests still drafting. Its weights
+  and its own KV cache take GPU memory from the target's KV cache.
+* ``eagle``: an EAGLE-style head — one decoder layer plus the target's LM head, fed the target's
+  hidden state — so each draft token costs one layer, a fusion GEMM and the LM head.
+* ``ngram``: prompt lookup; proposing is a CPU string match, negligible next to a GPU step, and its
+  acceptance is usually low and bursty (pair it with a per-request or trace acceptance model).
+
+Every draft step is a separate forward pass with its own launch overhead; under CUDA graphs that is
+a fraction of the target step's engine overhead (``DRAFT_STEP_OVERHEAD_FRACTION``, an assumption
+until calibrated).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+
+from cbsim.cost import CostModel
+from cbsim.kvcache import DTYPE_BYTES, kv_bytes_per_token_per_gpu
+from cbsim.models import ModelShape, get_model
+from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
+
+DRAFT_STEP_OVERHEAD_FRACTION = 0.2
+NGRAM_SECONDS_PER_REQUEST = 5e-6
+
+
+def _draft_steps(ks: np.ndarray, contexts: np.ndarray) -> list[tuple[int, int]]:
+    """(requests, keys/values read) of each sequential draft step: step s runs the requests with
+    k > s, each at context c + s + 1."""
+    steps = []
+    for s in range(int(ks.max()) if len(ks) else 0):
+        active = ks > s
+        n = int(active.sum())
+        steps.append((n, int(contexts[active].sum()) + n * (s + 1)))
+    return steps
+
+
+class Proposer(ABC):
+    kind: ClassVar[str]
+
+    @abstractmethod
+    def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        """Seconds to draft ks[i] tokens for each request at KV context contexts[i]."""
+
+    def weight_bytes_per_gpu(self) -> float:
+        return 0.0
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return 0.0
+
+
+class _ModelProposer(Proposer):
+    """Drafts with a (small) transformer on the target's GPUs."""
+
+    def __init__(self, shape: ModelShape, target: CostModel) -> None:
+        params = target.params.with_updates(
+            overhead_s=target.params.overhead_s * DRAFT_STEP_OVERHEAD_FRACTION,
+            overhead_per_request_s=0.0,
+        )
+        self.shape = shape
+        self.tp = target.tp
+        self.dtype = target.dtype
+        self.kv_dtype = target.kv_dtype
+        self.cost = CostModel(
+            shape,
+            target.gpu,
+            tp=target.tp,
+            dtype=target.dtype,
+            kv_dtype=target.kv_dtype,
+            params=params,
+        )
+
+    def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        decode_time = self.cost.decode_time
+        return sum(decode_time(n, kv) for n, kv in _draft_steps(ks, contexts))
+
+    def weight_bytes_per_gpu(self) -> float:
+        return self.shape.weight_bytes(DTYPE_BYTES[self.dtype]) / self.tp
+
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        return kv_bytes_per_token_per_gpu(self.shape, self.tp, self.kv_dtype)
+
+
+class DraftModel(_ModelProposer):
+    kind = "draft_model"
+
+
+class EagleHead(_ModelProposer):
+    kind = "eagle"
+
+    def __init__(self, target: CostModel) -> None:
+        head = dataclasses.replace(
+            target.model, name=f"{target.model.name}-eagle-head", num_layers=1
+        )
+        super().__init__(head, target)
+        self._fusion_k = 2 * target.model.hidden_size
+
+    def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        total = 0.0
+        hidden = self.shape.hidden_size
+        for n, kv in _draft_steps(ks, contexts):
+            total += self.cost.decode_time(n, kv) + self.cost.gemm_time(n, hidden, self._fusion_k)
+        return total
+
+    def weight_bytes_per_gpu(self) -> float:
+        # one decoder layer and the fusion layer; embeddings and LM head are the target's own
+        layer = self.shape.layer_param_count() + self._fusion_k * self.shape.hidden_size
+        return layer * DTYPE_BYTES[self.dtype] / self.tp
+
+
+class Ngram(Proposer):
+    kind = "ngram"
+
+    def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        return NGRAM_SECONDS_PER_REQUEST * int((ks > 0).sum())
+
+
+def make_proposer(
+    config: DraftModelProposer | EagleProposer | NgramProposer, target: CostModel
+) -> Proposer:
+    if isinstance(config, DraftModelProposer):
+        return DraftModel(get_model(config.model), target)
+    if isinstance(config, EagleProposer):
+        return EagleHead(target)
+    return Ngram()

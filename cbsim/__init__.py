@@ -11,7 +11,7 @@ from __future__ import annotations
 from cbsim.errors import CbsimError
 from cbsim.results import Results
 from cbsim.scenario import Scenario, load_scenario
-from cbsim.simulate import simulate
+from cbsim.simulate import compare_no_spec, simulate
 
-__all__ = ["CbsimError", "Results", "Scenario", "load_scenario", "simulate"]
+__all__ = ["CbsimError", "Results", "Scenario", "compare_no_spec", "load_scenario", "simulate"]
 __version__ = "0.1.0"

@@ -44,6 +44,7 @@ from cbsim.hardware import get_gpu
 from cbsim.models import get_model
 from cbsim.results import RESULT_FILES, Results
 from cbsim.scenario import Scenario, load_scenario
+from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
 
 EXIT_USER_ERROR = 2
@@ -163,8 +164,15 @@ def summary_table(results: Results) -> Table:
     table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
     table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
     if results.scenario.speculative.enabled:
-        table.add_row("acceptance rate", _fmt(s.get("acceptance_rate"), ".3f"))
+        table.add_row("acceptance (accepted/drafted)", _fmt(s.get("acceptance_rate"), ".3f"))
+        table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
+        table.add_row("tokens per verify step", _fmt(s.get("mean_acceptance_length"), ".2f"))
         table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
+        if "speedup_tpot_mean" in s:
+            table.add_row("speedup vs no-spec (TPOT)", _fmt(s.get("speedup_tpot_mean"), ".3f", "x"))
+            table.add_row(
+                "speedup vs no-spec (tok/s)", _fmt(s.get("speedup_output_tokens_per_s"), ".3f", "x")
+            )
     table.add_row("preemptions", str(s.get("preemptions", "n/a")))
     table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
     table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))
@@ -326,14 +334,28 @@ def cli() -> None:
 @click.option(
     "--quiet", "-q", is_flag=True, help="No progress or summary; print only the result directory."
 )
+@click.option(
+    "--compare-no-spec",
+    is_flag=True,
+    help="Also run with speculation off and add the measured speedups to the summary.",
+)
 def run(
-    scenario: Path, out: Path | None, seed: int | None, overrides: tuple[str, ...], quiet: bool
+    scenario: Path,
+    out: Path | None,
+    seed: int | None,
+    overrides: tuple[str, ...],
+    quiet: bool,
+    compare_no_spec: bool,
 ) -> None:
     """Simulate SCENARIO (a YAML file) and write its results."""
     started = datetime.now(UTC)
     loaded = load_scenario(scenario, overrides=list(overrides), seed=seed)
+    if compare_no_spec and not loaded.speculative.enabled:
+        raise CbsimError("--compare-no-spec needs speculative.enabled: true", source=str(scenario))
     with progress_display(progress_enabled(quiet)) as callback:
         results = simulate(loaded, progress=callback, source=str(scenario))
+    if compare_no_spec:
+        compare_speculation(results, source=str(scenario))
     written = _write_results(results, out, run_id(loaded.seed, started))
     if quiet:
         click.echo(str(written))

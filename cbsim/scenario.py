@@ -364,6 +364,7 @@ class ThresholdPolicy(StrictModel):
     k_max: DraftLength = 8
     min_acceptance_rate: Probability = 0.5
     max_acceptance_rate: Probability = 0.8
+    adaptive: bool = True  # false: keep k fixed
 
     @model_validator(mode="after")
     def _ordered(self) -> ThresholdPolicy:
@@ -375,8 +376,8 @@ class ThresholdPolicy(StrictModel):
 
 
 class EwmaLookaheadPolicy(StrictModel):
-    """EWMA of accepted tokens per step s ← α·accepted + (1 − α)·s; k = clamp(round(s + 1)),
-    recomputed every ``cooldown_steps`` steps."""
+    """EWMA of accepted tokens per step s ← α·accepted + (1 − α)·s; k = clamp(round half up of
+    s + 1, k_min, k_max), recomputed every ``cooldown_steps`` steps."""
 
     kind: Literal["ewma_lookahead"]
     initial: DraftLength = 5

@@ -16,6 +16,7 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -115,8 +116,18 @@ class SpeculativeDecoding:
                     batch.new_tokens[i], req.kv_tokens, batch_sampled(req, batch.new_tokens[i])
                 )
 
+        context_sum = int(contexts.sum())
+        count = len(reqs)
+
         def step_time(ks: Sequence[int]) -> float:
-            return self.step_time(prefill, contexts, np.asarray(ks, dtype=np.int64))
+            k_low, k_high = min(ks), max(ks)
+            if k_low != k_high:
+                return self.step_time(prefill, contexts, np.asarray(ks, dtype=np.int64))
+            stats = copy.copy(prefill)
+            stats.add_many(count, k_high + 1, context_sum)
+            return self.proposer.draft_time_uniform(
+                count, k_high, context_sum
+            ) + self.target.time_stats(stats)
 
         view = BatchView(
             batch_size=len(batch.requests),
@@ -153,7 +164,7 @@ class SpeculativeDecoding:
     def step_time(self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray) -> float:
         """Predicted iteration seconds if the decoding requests draft ``ks`` (broadcast)."""
         ks = np.broadcast_to(ks, contexts.shape)
-        stats = BatchStats(**{f: getattr(prefill, f) for f in BatchStats.__slots__})
+        stats = copy.copy(prefill)
         for k in np.unique(ks):
             rows = ks == k
             stats.add_many(int(rows.sum()), int(k) + 1, int(contexts[rows].sum()))

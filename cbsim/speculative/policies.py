@@ -428,6 +428,8 @@ class ThresholdK(PerRequestPolicy):
 
     def controller(self) -> KController:
         c = self.threshold
+        if not c.adaptive:
+            return StaticController(c.k)
         return ThresholdController(c.k, c.k_max, c.min_acceptance_rate, c.max_acceptance_rate)
 
 

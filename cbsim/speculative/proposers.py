@@ -33,12 +33,22 @@ NGRAM_SECONDS_PER_REQUEST = 5e-6
 def _draft_steps(ks: np.ndarray, contexts: np.ndarray) -> list[tuple[int, int]]:
     """(requests, keys/values read) of each sequential draft step: step s runs the requests with
     k > s, each at context c + s + 1."""
+    if len(ks) == 0:
+        return []
+    k_low, k_high = int(ks.min()), int(ks.max())
+    if k_low == k_high:
+        return uniform_draft_steps(len(ks), k_high, int(contexts.sum()))
     steps = []
-    for s in range(int(ks.max()) if len(ks) else 0):
+    for s in range(k_high):
         active = ks > s
         n = int(active.sum())
         steps.append((n, int(contexts[active].sum()) + n * (s + 1)))
     return steps
+
+
+def uniform_draft_steps(count: int, k: int, context_sum: int) -> list[tuple[int, int]]:
+    """The draft steps when all ``count`` requests draft the same ``k``."""
+    return [(count, context_sum + count * (s + 1)) for s in range(k)] if count else []
 
 
 class Proposer(ABC):
@@ -47,6 +57,10 @@ class Proposer(ABC):
     @abstractmethod
     def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
         """Seconds to draft ks[i] tokens for each request at KV context contexts[i]."""
+
+    def draft_time_uniform(self, count: int, k: int, context_sum: int) -> float:
+        """:meth:`draft_time` when all ``count`` requests draft ``k``, from the contexts' sum."""
+        return self.draft_time(np.full(count, k), np.full(count, context_sum // max(count, 1)))
 
     def weight_bytes_per_gpu(self) -> float:
         return 0.0
@@ -77,8 +91,14 @@ class _ModelProposer(Proposer):
         )
 
     def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        return self._steps_time(_draft_steps(ks, contexts))
+
+    def draft_time_uniform(self, count: int, k: int, context_sum: int) -> float:
+        return self._steps_time(uniform_draft_steps(count, k, context_sum))
+
+    def _steps_time(self, steps: list[tuple[int, int]]) -> float:
         decode_time = self.cost.decode_time
-        return sum(decode_time(n, kv) for n, kv in _draft_steps(ks, contexts))
+        return sum(decode_time(n, kv) for n, kv in steps)
 
     def weight_bytes_per_gpu(self) -> float:
         return self.shape.weight_bytes(DTYPE_BYTES[self.dtype]) / self.tp
@@ -101,10 +121,10 @@ class EagleHead(_ModelProposer):
         super().__init__(head, target)
         self._fusion_k = 2 * target.model.hidden_size
 
-    def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+    def _steps_time(self, steps: list[tuple[int, int]]) -> float:
         total = 0.0
         hidden = self.shape.hidden_size
-        for n, kv in _draft_steps(ks, contexts):
+        for n, kv in steps:
             total += self.cost.decode_time(n, kv) + self.cost.gemm_time(n, hidden, self._fusion_k)
         return total
 
@@ -119,6 +139,9 @@ class Ngram(Proposer):
 
     def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
         return NGRAM_SECONDS_PER_REQUEST * int((ks > 0).sum())
+
+    def draft_time_uniform(self, count: int, k: int, context_sum: int) -> float:
+        return NGRAM_SECONDS_PER_REQUEST * count if k > 0 else 0.0
 
 
 def make_proposer(

@@ -18,6 +18,7 @@ from typing import Any
 
 import simpy
 
+from cbsim.calibration.profile import DEFAULT_PROFILE, load_engine_profile, load_profile
 from cbsim.cost import CostModel
 from cbsim.decode_run import plan_decode_run
 from cbsim.hardware import get_gpu
@@ -68,9 +69,7 @@ class Simulation:
         cluster = scenario.cluster
         self.model = get_model(cluster.model)
         self.gpu = get_gpu(cluster.gpu)
-        self.cost = CostModel(
-            self.model, self.gpu, tp=cluster.tp, dtype=cluster.dtype, kv_dtype=cluster.kv_dtype
-        )
+        self.cost = cost_model_for(scenario)
         self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
         self.spec: SpeculativeDecoding | None = None
         if scenario.speculative.enabled:
@@ -258,6 +257,20 @@ class Simulation:
             if horizon is not None:
                 target = min(target, horizon)
             env.run(until=target)
+
+
+def cost_model_for(scenario: Scenario) -> CostModel:
+    """The cluster's cost model with its calibration profile and serving-engine overhead."""
+    cluster = scenario.cluster
+    return CostModel(
+        get_model(cluster.model),
+        get_gpu(cluster.gpu),
+        tp=cluster.tp,
+        dtype=cluster.dtype,
+        kv_dtype=cluster.effective_kv_dtype,
+        calibration=load_profile(cluster.gpu, cluster.calibration or DEFAULT_PROFILE),
+        engine=load_engine_profile(cluster.engine),
+    )
 
 
 def _exact_delay(now: float, end: float) -> float:

@@ -195,7 +195,7 @@ class Cluster(StrictModel):
     replicas: PositiveInt = 1
     router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
     engine: str = "vllm"
-    calibration: str | None = None
+    calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     max_model_len: PositiveInt | None = None
 
@@ -702,6 +702,7 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     from cbsim.models import get_model
     from cbsim.traces import load_trace
 
+    _check_calibration(scenario.cluster, source)
     workload = scenario.workload
     missing = scenario.missing_lengths()
     if missing:
@@ -744,3 +745,31 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         )
     if not math.isfinite(scenario.workload.duration_s or 0.0):
         raise CbsimError("must be finite", source=source, field="workload.duration_s")
+
+
+def _check_calibration(cluster: Cluster, source: str | None) -> None:
+    """The calibration profile and the serving engine's overhead profile exist and parse."""
+    from cbsim.calibration.profile import (
+        DEFAULT_PROFILE,
+        engine_names,
+        load_engine_profile,
+        load_profile,
+    )
+
+    try:
+        load_profile(cluster.gpu, cluster.calibration or DEFAULT_PROFILE)
+    except CbsimError as err:
+        raise err.located(source=source, field="cluster.calibration") from None
+    known_engines = sorted({"vllm", *engine_names()})
+    is_file = cluster.engine.endswith(".json") or Path(cluster.engine).is_file()
+    if cluster.engine not in known_engines and not is_file:
+        raise CbsimError(
+            f"unknown engine {cluster.engine!r}; known: {', '.join(known_engines)} "
+            "(or a path to an engine profile JSON)",
+            source=source,
+            field="cluster.engine",
+        )
+    try:
+        load_engine_profile(cluster.engine)
+    except CbsimError as err:
+        raise err.located(source=source, field="cluster.engine") from None

@@ -145,8 +145,14 @@ def pack_vidur(source: Path, out: Path) -> None:
                 "latency_ms": raw["time_stats.all_reduce.median"].astype("float32"),
             }
         )
-        frame = frame.groupby(["num_workers", "size_bytes"], as_index=False).latency_ms.median()
-        write(frame, out / "vidur" / "network" / f"{csv.parent.name}.parquet", {**VIDUR_META})
+        medians = frame.groupby(["num_workers", "size_bytes"], as_index=False)[
+            "latency_ms"
+        ].median()
+        write(
+            pd.DataFrame(medians),
+            out / "vidur" / "network" / f"{csv.parent.name}.parquet",
+            {**VIDUR_META},
+        )
 
 
 def pack_argonne(source: Path, out: Path) -> None:
@@ -168,7 +174,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("source", type=Path)
     parser.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parents[1] / "cbsim" / "data" / "calibration"
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "cbsim" / "data" / "calibration",
     )
     args = parser.parse_args()
     pack_aiconfigurator(args.source, args.out)

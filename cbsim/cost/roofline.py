@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from cbsim.calibration.profile import CalibrationProfile, EngineProfile
 from cbsim.cost.params import CostParams
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
@@ -34,6 +35,26 @@ from cbsim.models import ModelShape, get_model
 DECODE_QUERY_MAX = 64
 
 ELEMENTWISE_KERNELS_PER_LAYER = 5  # 2 norms, rotary, activation, residual (partly fused)
+
+
+def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
+    """FLOPs and bytes of an (m × k)·(k × n) GEMM: weights and (fp8) inputs in ``dtype``, the
+    output in 16 bits. Calibration fits and predictions both use this one definition."""
+    in_bytes = DTYPE_BYTES[dtype]
+    return 2.0 * m * n * k, (k * n + m * k) * in_bytes + m * n * 2.0
+
+
+def attention_flops_bytes(
+    tokens: float, kv_tokens: float, pairs: float, q_heads: int, kv_heads: int, head_dim: int,
+    kv_bytes: float,
+) -> tuple[float, float]:  # fmt: skip
+    """FLOPs and bytes of one layer's attention over a group of requests on one GPU: QKᵀ and PV for
+    every causal (query, key) pair; every key and value read once, queries and outputs in 16 bits."""
+    flops = 4.0 * pairs * q_heads * head_dim
+    bytes_moved = (
+        kv_tokens * 2 * kv_heads * head_dim * kv_bytes + 2 * tokens * q_heads * head_dim * 2.0
+    )
+    return flops, bytes_moved
 
 
 @dataclass(slots=True)
@@ -50,9 +71,11 @@ class BatchStats:
     decode_tokens: int = 0
     decode_kv_tokens: int = 0
     decode_pairs: float = 0.0
+    decode_requests: int = 0
     prefill_tokens: int = 0
     prefill_kv_tokens: int = 0
     prefill_pairs: float = 0.0
+    prefill_requests: int = 0
 
     def add(self, new_tokens: int, cached_tokens: int, sampled: int) -> None:
         """Add one request's entry: q new tokens over c cached ones, ``sampled`` logits needed."""
@@ -64,10 +87,12 @@ class BatchStats:
             self.decode_tokens += new_tokens
             self.decode_kv_tokens += cached_tokens + new_tokens
             self.decode_pairs += pairs
+            self.decode_requests += 1
         else:
             self.prefill_tokens += new_tokens
             self.prefill_kv_tokens += cached_tokens + new_tokens
             self.prefill_pairs += pairs
+            self.prefill_requests += 1
 
     def add_many(self, count: int, new_tokens: int, cached_sum: int) -> None:
         """Add ``count`` decode/verify entries of ``new_tokens`` each (all sampled) whose cached
@@ -83,10 +108,12 @@ class BatchStats:
             self.decode_tokens += tokens
             self.decode_kv_tokens += cached_sum + tokens
             self.decode_pairs += pairs
+            self.decode_requests += count
         else:
             self.prefill_tokens += tokens
             self.prefill_kv_tokens += cached_sum + tokens
             self.prefill_pairs += pairs
+            self.prefill_requests += count
 
     @classmethod
     def from_pairs(cls, batch: Iterable[Sequence[int]]) -> BatchStats:
@@ -117,6 +144,8 @@ class CostModel:
         dtype: str = "bf16",
         kv_dtype: str | None = None,
         params: CostParams | None = None,
+        calibration: CalibrationProfile | None = None,
+        engine: EngineProfile | None = None,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -127,7 +156,17 @@ class CostModel:
         self.tp = tp
         self.dtype = dtype
         self.kv_dtype = kv_dtype or ("bf16" if dtype == "fp8" else dtype)
-        self.params = params or CostParams()
+        params = params or CostParams()
+        if engine is not None:
+            params = params.with_updates(
+                overhead_s=engine.overhead_s,
+                overhead_per_request_s=engine.overhead_per_request_s,
+                overhead_per_token_s=engine.overhead_per_token_s,
+                source=f"{params.source}; engine overhead {engine.engine}",
+            )
+        self.params = params
+        self.calibration = calibration
+        self.engine = engine
         self._peak_flops = self.gpu.peak_flops(dtype)
         self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
         self._w_bytes = DTYPE_BYTES[dtype]
@@ -139,6 +178,10 @@ class CostModel:
         self._qkv_n = (self._q_heads + 2 * self._kv_heads) * m.head_dim
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
+        cal = calibration
+        self._gemm_fit = cal.gemm.get(dtype) if cal is not None else None
+        self._decode_fit = cal.decode_attention.get(self.kv_dtype) if cal is not None else None
+        self._prefill_fit = cal.prefill_attention.get(self.kv_dtype) if cal is not None else None
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
@@ -149,24 +192,48 @@ class CostModel:
         """Seconds for an (m × k) · (k × n) GEMM in the model's dtype on one GPU."""
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
+        flops, bytes_moved = gemm_flops_bytes(m, n, k, self.dtype)
+        fit = self._gemm_fit
+        if fit is not None:
+            return fit.predict(
+                flops, bytes_moved, self._peak_flops, self.gpu.hbm_bandwidth, m, n, k
+            )
         p = self.params
-        flops = 2.0 * m * n * k
-        bytes_moved = k * n * self._w_bytes + (m * k + m * n) * self._act_bytes
         t_compute = flops / (self._peak_flops * p.gemm_compute_eff)
         t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.gemm_memory_eff)
         return max(t_compute, t_memory) + p.gemm_floor_s
 
-    def attention_time(self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool) -> float:
-        """Seconds for one layer's attention over a group of requests on one GPU."""
+    def attention_time(
+        self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool, requests: int = 1
+    ) -> float:
+        """Seconds for one layer's attention over a group of ``requests`` on one GPU."""
         if tokens <= 0:
             return 0.0
+        flops, bytes_moved = attention_flops_bytes(
+            tokens,
+            kv_tokens,
+            pairs,
+            self._q_heads,
+            self._kv_heads,
+            self.model.head_dim,
+            self._kv_bytes,
+        )
+        fit = self._decode_fit if decode else self._prefill_fit
+        if fit is not None:
+            batch = max(requests, 1)
+            # decode data is keyed by cached context, prefill data by input length
+            per_request = (kv_tokens - tokens) / batch if decode else tokens / batch
+            return fit.predict(
+                flops,
+                bytes_moved,
+                self._attn_flops,
+                self.gpu.hbm_bandwidth,
+                batch,
+                max(per_request, 1.0),
+            )
         p = self.params
-        d = self.model.head_dim
-        flops = 4.0 * pairs * self._q_heads * d
-        kv_read = kv_tokens * 2 * self._kv_heads * d * self._kv_bytes
-        q_and_out = 2 * tokens * self._q_heads * d * self._act_bytes
         t_compute = flops / (self._attn_flops * p.attn_compute_eff)
-        t_memory = (kv_read + q_and_out) / (self.gpu.hbm_bandwidth * p.attn_memory_eff)
+        t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.attn_memory_eff)
         return max(t_compute, t_memory) + p.attn_floor_s
 
     def elementwise_time(self, tokens: int) -> float:
@@ -182,6 +249,9 @@ class CostModel:
             + 2 * (self._q_heads + self._kv_heads) * m.head_dim  # rotary on q and k
         )
         bytes_moved = tokens * per_token * self._act_bytes
+        fit = self.calibration.elementwise if self.calibration is not None else None
+        if fit is not None:
+            return fit.predict(0.0, bytes_moved, self._peak_flops, self.gpu.hbm_bandwidth, tokens)
         p = self.params
         t = bytes_moved / (self.gpu.hbm_bandwidth * p.elementwise_memory_eff)
         return t + ELEMENTWISE_KERNELS_PER_LAYER * p.elementwise_floor_s
@@ -192,6 +262,10 @@ class CostModel:
             return 0.0
         p = self.params
         message = tokens * self.model.hidden_size * self._act_bytes
+        if self.calibration is not None:
+            measured = self.calibration.allreduce_time(self.tp, message)
+            if measured is not None:
+                return measured
         wire = 2.0 * (self.tp - 1) / self.tp * message
         return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
 
@@ -253,11 +327,19 @@ class CostModel:
             "overhead": self._overhead_time(stats.num_requests, stats.num_tokens),
             "attn_prefill": layers
             * self.attention_time(
-                stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
+                stats.prefill_tokens,
+                stats.prefill_kv_tokens,
+                stats.prefill_pairs,
+                decode=False,
+                requests=stats.prefill_requests,
             ),
             "attn_decode": layers
             * self.attention_time(
-                stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
+                stats.decode_tokens,
+                stats.decode_kv_tokens,
+                stats.decode_pairs,
+                decode=True,
+                requests=stats.decode_requests,
             ),
         }
 
@@ -289,11 +371,19 @@ class CostModel:
             self._token_time(stats.num_tokens, stats.num_requests, stats.sampled_tokens)
             + layers
             * self.attention_time(
-                stats.prefill_tokens, stats.prefill_kv_tokens, stats.prefill_pairs, decode=False
+                stats.prefill_tokens,
+                stats.prefill_kv_tokens,
+                stats.prefill_pairs,
+                decode=False,
+                requests=stats.prefill_requests,
             )
             + layers
             * self.attention_time(
-                stats.decode_tokens, stats.decode_kv_tokens, stats.decode_pairs, decode=True
+                stats.decode_tokens,
+                stats.decode_kv_tokens,
+                stats.decode_pairs,
+                decode=True,
+                requests=stats.decode_requests,
             )
         )
 

@@ -1,0 +1,149 @@
+"""Smooth corrections on a log grid: how calibration bends the roofline to measured timings.
+
+A roofline gets the scaling right but not the details: kernels reach different fractions of peak at
+different shapes (tile and wave quantisation, split-K, launch latency). Calibration models
+``log(measured / roofline)`` as a smooth function of the log2 of a few shape features (for a GEMM:
+m, n, k), stored as values on a regular grid of nodes and read by multilinear interpolation
+(clamped at the edges). It is fitted by regularised least squares: each measurement pulls on the
+nodes around it, and a penalty on second differences keeps the surface smooth, so shapes never
+measured — held out, or of a new model — get the correction of their neighbours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import lsqr
+
+
+@dataclass(frozen=True)
+class LogGrid:
+    """A correction surface: ``values`` on the product of ``axes`` (log2 nodes, ascending)."""
+
+    axes: tuple[np.ndarray, ...]
+    values: np.ndarray
+
+    @classmethod
+    def from_lists(cls, axes: Sequence[Sequence[float]], values: Sequence[float]) -> LogGrid:
+        arrays = tuple(np.asarray(a, dtype=np.float64) for a in axes)
+        shape = tuple(len(a) for a in arrays)
+        flat = np.asarray(values, dtype=np.float64)
+        if flat.size != int(np.prod(shape)):
+            raise ValueError(f"grid has {flat.size} values, axes need {int(np.prod(shape))}")
+        for axis in arrays:
+            if len(axis) < 2 or np.any(np.diff(axis) <= 0):
+                raise ValueError("each grid axis needs at least two ascending nodes")
+        return cls(arrays, flat.reshape(shape))
+
+    def to_lists(self) -> tuple[list[list[float]], list[float]]:
+        return [a.tolist() for a in self.axes], [round(float(v), 6) for v in self.values.ravel()]
+
+    def __call__(self, *features: float) -> float:
+        """The correction at one point (features in natural units, not log2)."""
+        if len(features) != len(self.axes):
+            raise ValueError(f"expected {len(self.axes)} features, got {len(features)}")
+        weights = _weights(self.axes, [np.array([max(f, 1e-30)]) for f in features])
+        total = 0.0
+        for index, weight in weights:
+            total += float(weight[0]) * float(self.values[tuple(int(i[0]) for i in index)])
+        return total
+
+    def evaluate(self, *features: np.ndarray) -> np.ndarray:
+        """The correction at many points."""
+        rows = interpolation_matrix(self.axes, [np.asarray(f, dtype=np.float64) for f in features])
+        result: np.ndarray = rows @ self.values.ravel()
+        return result
+
+
+def _weights(
+    axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> list[tuple[tuple[np.ndarray, ...], np.ndarray]]:
+    """Corner indices and multilinear weights of each point (features in natural units)."""
+    lower: list[np.ndarray] = []
+    frac: list[np.ndarray] = []
+    for axis, values in zip(axes, features, strict=True):
+        x = np.log2(np.maximum(values, 1e-30))
+        i = np.clip(np.searchsorted(axis, x, side="right") - 1, 0, len(axis) - 2)
+        w = np.clip((x - axis[i]) / (axis[i + 1] - axis[i]), 0.0, 1.0)
+        lower.append(i)
+        frac.append(w)
+    corners = []
+    for corner in range(2 ** len(axes)):
+        index = []
+        weight = np.ones_like(frac[0])
+        for d in range(len(axes)):
+            up = (corner >> d) & 1
+            index.append(lower[d] + up)
+            weight = weight * (frac[d] if up else 1.0 - frac[d])
+        corners.append((tuple(index), weight))
+    return corners
+
+
+def interpolation_matrix(
+    axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> sp.csr_matrix:
+    """Sparse (points × nodes) matrix of multilinear interpolation weights."""
+    shape = tuple(len(a) for a in axes)
+    n = len(features[0])
+    rows, cols, vals = [], [], []
+    for index, weight in _weights(axes, features):
+        rows.append(np.arange(n))
+        cols.append(np.ravel_multi_index(index, shape))
+        vals.append(weight)
+    return sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(n, int(np.prod(shape))),
+    )
+
+
+def _second_differences(shape: tuple[int, ...]) -> sp.csr_matrix:
+    count = int(np.prod(shape))
+    index = np.arange(count).reshape(shape)
+    blocks = []
+    for axis in range(len(shape)):
+        if shape[axis] < 3:
+            continue
+        moved = np.moveaxis(index, axis, 0)
+        a, b, c = moved[:-2].ravel(), moved[1:-1].ravel(), moved[2:].ravel()
+        m = len(a)
+        r = np.arange(m)
+        blocks.append(
+            sp.csr_matrix(
+                (
+                    np.concatenate([np.ones(m), -2.0 * np.ones(m), np.ones(m)]),
+                    (np.concatenate([r, r, r]), np.concatenate([a, b, c])),
+                ),
+                shape=(m, count),
+            )
+        )
+    return sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, count))
+
+
+def fit_log_grid(
+    axes: Sequence[Sequence[float]],
+    features: Sequence[np.ndarray],
+    target: np.ndarray,
+    *,
+    smoothness: float = 1.0,
+    ridge: float = 1e-3,
+) -> LogGrid:
+    """Least-squares fit of a grid to ``target`` (e.g. log(measured/roofline)) at ``features``."""
+    arrays = tuple(np.asarray(a, dtype=np.float64) for a in axes)
+    shape = tuple(len(a) for a in arrays)
+    design = interpolation_matrix(arrays, [np.asarray(f, dtype=np.float64) for f in features])
+    penalty = _second_differences(shape) * smoothness
+    shrink = sp.identity(int(np.prod(shape)), format="csr") * ridge
+    system = sp.vstack([design, penalty, shrink]).tocsr()
+    rhs = np.concatenate([target, np.zeros(penalty.shape[0] + shrink.shape[0])])
+    solution = lsqr(system, rhs, atol=1e-10, btol=1e-10, iter_lim=20000)[0]
+    return LogGrid(arrays, solution.reshape(shape))
+
+
+def log2_nodes(low: float, high: float, step: float = 1.0) -> list[float]:
+    """Grid nodes covering [log2 low, log2 high] every ``step`` octaves."""
+    start = np.floor(np.log2(low) / step) * step
+    stop = np.ceil(np.log2(high) / step) * step
+    return [float(x) for x in np.arange(start, stop + step / 2, step)]

@@ -1,0 +1,252 @@
+"""Calibration profiles: the fitted parameters a cost model reads, one JSON file per GPU and source.
+
+A profile holds, for one GPU and one measurement source (a serving engine and version, say), what
+calibration fitted: per GEMM dtype a floor, a compute and a memory efficiency and a smooth
+correction over (m, n, k); the same for decode and prefill attention per KV-cache dtype; all-reduce
+latency by message size per GPU count; element-wise kernel bandwidth. Engine profiles hold the
+serving engine's per-iteration overhead, which kernel tables do not contain and which applies on
+every GPU. Profiles ship in ``cbsim/data/profiles/`` and are written by ``cbsim calibrate fit``;
+simulation reads only these small files, never the measurement tables.
+
+Every file carries ``schema_version``; a file that does not parse or has another version is an
+error naming it — there is no silent fallback to defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cbsim.calibration.grid import LogGrid
+from cbsim.errors import CbsimError, unknown_name
+
+SCHEMA_VERSION = 1
+PROFILE_DIR = "profiles"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GridCorrection(_Strict):
+    """``log(measured / base)`` on a grid over log2 of the named features."""
+
+    features: list[str]
+    axes: list[list[float]]
+    values: list[float]
+
+    def grid(self) -> LogGrid:
+        return _grid(tuple(tuple(a) for a in self.axes), tuple(self.values))
+
+    def __call__(self, *features: float) -> float:
+        return self.grid()(*features)
+
+
+@lru_cache(maxsize=256)
+def _grid(axes: tuple[tuple[float, ...], ...], values: tuple[float, ...]) -> LogGrid:
+    return LogGrid.from_lists(axes, values)
+
+
+class RooflineFit(_Strict):
+    """``floor + max(FLOPs / (peak · compute_eff), bytes / (bandwidth · memory_eff))``, times
+    ``exp(correction(features))``."""
+
+    floor_s: float = Field(ge=0.0)
+    compute_eff: float = Field(gt=0.0, le=1.5)
+    memory_eff: float = Field(gt=0.0, le=1.5)
+    correction: GridCorrection | None = None
+
+    def base(self, flops: float, bytes_moved: float, peak: float, bandwidth: float) -> float:
+        return self.floor_s + max(
+            flops / (peak * self.compute_eff), bytes_moved / (bandwidth * self.memory_eff)
+        )
+
+    def predict(
+        self, flops: float, bytes_moved: float, peak: float, bandwidth: float, *features: float
+    ) -> float:
+        base = self.base(flops, bytes_moved, peak, bandwidth)
+        if self.correction is None:
+            return base
+        return base * math.exp(self.correction(*features))
+
+
+class CommFit(_Strict):
+    """All-reduce seconds by message size (bytes) for one GPU count, log-log interpolated;
+    beyond the largest size, extrapolated at ``bus_bandwidth``."""
+
+    sizes_bytes: list[float]
+    latency_s: list[float]
+    bus_bandwidth: float = Field(gt=0.0)
+
+    def __call__(self, size_bytes: float) -> float:
+        sizes = np.asarray(self.sizes_bytes)
+        times = np.asarray(self.latency_s)
+        if size_bytes <= sizes[0]:
+            return float(times[0])
+        if size_bytes >= sizes[-1]:
+            return float(times[-1] + (size_bytes - sizes[-1]) / self.bus_bandwidth)
+        return float(np.exp(np.interp(np.log(size_bytes), np.log(sizes), np.log(times))))
+
+
+class Measured(_Strict):
+    """Where a fit came from and how well it did (for reports; not used to predict)."""
+
+    source: str
+    rows: int = 0
+    holdout_median_ape: float | None = None
+    holdout_p90_ape: float | None = None
+
+
+class CalibrationProfile(_Strict):
+    schema_version: Literal[1] = 1
+    gpu: str
+    name: str
+    description: str = ""
+    gemm: dict[str, RooflineFit] = Field(default_factory=dict)
+    decode_attention: dict[str, RooflineFit] = Field(default_factory=dict)
+    prefill_attention: dict[str, RooflineFit] = Field(default_factory=dict)
+    allreduce: dict[str, CommFit] = Field(default_factory=dict)
+    elementwise: RooflineFit | None = None
+    provenance: dict[str, Measured] = Field(default_factory=dict)
+
+    def allreduce_time(self, num_gpus: int, size_bytes: float) -> float | None:
+        """Seconds for an all-reduce, or None when this GPU count was not measured."""
+        fit = self.allreduce.get(str(num_gpus))
+        return None if fit is None else fit(size_bytes)
+
+
+class EngineProfile(_Strict):
+    """A serving engine's per-iteration overhead: ``overhead_s + per_request · B + per_token · N``."""
+
+    schema_version: Literal[1] = 1
+    engine: str
+    description: str = ""
+    overhead_s: float = Field(ge=0.0)
+    overhead_per_request_s: float = Field(ge=0.0)
+    overhead_per_token_s: float = Field(ge=0.0)
+    provenance: dict[str, Measured] = Field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _read_json(path: Path | Any) -> dict[str, Any]:
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise CbsimError(
+            f"cannot read calibration file: {err.strerror or err}", source=name
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CbsimError(f"not valid JSON (line {err.lineno}): {err.msg}", source=name) from None
+    if not isinstance(data, dict):
+        raise CbsimError("a calibration file must hold a JSON object", source=name)
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise CbsimError(
+            f"schema_version {version!r} is not supported (this cbsim reads version "
+            f"{SCHEMA_VERSION}); refit with `cbsim calibrate fit`",
+            source=name,
+        )
+    return data
+
+
+def read_profile(path: Path | Any) -> CalibrationProfile:
+    data = _read_json(path)
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CbsimError(f"{where}: {first['msg']}", source=str(path)) from None
+
+
+def read_engine_profile(path: Path | Any) -> EngineProfile:
+    data = _read_json(path)
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CbsimError(f"{where}: {first['msg']}", source=str(path)) from None
+
+
+def write_json(model: BaseModel, path: Path) -> Path:
+    """Write a profile atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(model.model_dump(mode="json"), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _shipped_dir() -> Any:
+    return files("cbsim") / "data" / PROFILE_DIR
+
+
+DEFAULT_PROFILE = "default"
+UNCALIBRATED = "none"
+
+
+def profile_names(gpu: str) -> list[str]:
+    folder = _shipped_dir() / gpu
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+    )
+
+
+@lru_cache(maxsize=64)
+def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | None:
+    """A shipped profile by GPU and name, a JSON file path, or None for ``"none"``.
+
+    ``"default"`` is the GPU's documented default profile (``default.json`` naming it); a GPU with
+    no measurements of its own has a profile transferred from its architecture's efficiencies.
+    """
+    if name == UNCALIBRATED:
+        return None
+    if name.endswith(".json") or Path(name).is_file():
+        return read_profile(Path(name))
+    folder = _shipped_dir() / gpu
+    if name == DEFAULT_PROFILE:
+        pointer = folder / "default.txt"
+        if not pointer.is_file():
+            return None
+        name = pointer.read_text(encoding="utf-8").strip()
+    path = folder / f"{name}.json"
+    if not path.is_file():
+        raise unknown_name(
+            f"calibration profile for {gpu}", name, [*profile_names(gpu), UNCALIBRATED]
+        )
+    return read_profile(path)
+
+
+@lru_cache(maxsize=16)
+def load_engine_profile(engine: str) -> EngineProfile | None:
+    """The shipped overhead profile of a serving engine (None if none is shipped)."""
+    if engine.endswith(".json") or Path(engine).is_file():
+        return read_engine_profile(Path(engine))
+    path = _shipped_dir() / "engines" / f"{engine}.json"
+    if not path.is_file():
+        return None
+    return read_engine_profile(path)
+
+
+def engine_names() -> list[str]:
+    folder = _shipped_dir() / "engines"
+    if not folder.is_dir():
+        return []
+    return sorted(
+        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+    )

@@ -1,0 +1,122 @@
+"""Measured timing tables: the shipped copy or a user's own, validated.
+
+Calibration reads tables in one schema (the shipped copy in ``cbsim/data/calibration`` follows it;
+``cbsim calibrate measure`` writes it; ``tools/pack_calibration.py`` converts NVIDIA AI
+Configurator's and Vidur's originals to it). A user's own data is a folder holding any of
+``gemm``, ``decode_attention``, ``prefill_attention`` and ``nccl`` as ``.parquet`` or ``.csv``:
+
+* gemm: ``m, n, k, dtype (bf16|fp8), latency_ms``
+* decode_attention / prefill_attention: ``batch_size, tokens, num_heads, num_kv_heads, head_dim,
+  kv_dtype, latency_ms`` (decode: ``tokens`` = cached context; prefill: input length), optional
+  ``kernel``
+* nccl: ``op (all_reduce, ...), num_gpus, message_elements (fp16 elements), latency_ms``
+
+Missing columns, non-positive or non-finite timings are errors naming the file and the column.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.errors import CbsimError, unknown_name
+
+SCHEMAS: dict[str, tuple[str, ...]] = {
+    "gemm": ("m", "n", "k", "dtype", "latency_ms"),
+    "decode_attention": (
+        "batch_size", "tokens", "num_heads", "num_kv_heads", "head_dim", "kv_dtype", "latency_ms",
+    ),
+    "prefill_attention": (
+        "batch_size", "tokens", "num_heads", "num_kv_heads", "head_dim", "kv_dtype", "latency_ms",
+    ),
+    "nccl": ("op", "num_gpus", "message_elements", "latency_ms"),
+}  # fmt: skip
+
+
+def shipped_root() -> Any:
+    return files("cbsim") / "data" / "calibration"
+
+
+def measured_gpus() -> list[str]:
+    """GPUs with shipped kernel measurements."""
+    folder = shipped_root() / "aiconfigurator"
+    return sorted(p.name for p in folder.iterdir() if p.is_dir())
+
+
+def _read(path: Any) -> pd.DataFrame:
+    name = str(path)
+    try:
+        if name.endswith(".csv"):
+            return pd.read_csv(path)
+        with path.open("rb") as handle:
+            return pd.read_parquet(handle)
+    except (OSError, ValueError) as err:
+        raise CbsimError(f"cannot read measurements: {err}", source=name) from None
+
+
+def validate(frame: pd.DataFrame, table: str, source: str) -> pd.DataFrame:
+    """Check a table against its schema; return it with a ``latency_s`` column added."""
+    missing = [c for c in SCHEMAS[table] if c not in frame.columns]
+    if missing:
+        raise CbsimError(
+            f"missing column(s) {', '.join(missing)} for a {table} table "
+            f"(need {', '.join(SCHEMAS[table])})",
+            source=source,
+        )
+    if frame.empty:
+        raise CbsimError(f"the {table} table has no rows", source=source)
+    latency = pd.to_numeric(frame["latency_ms"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(latency) | (latency <= 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise CbsimError(
+            f"latency_ms must be positive and finite; row {row + 1} has {frame['latency_ms'].iloc[row]!r}",
+            source=source,
+        )
+    out = frame.copy()
+    out["latency_s"] = latency / 1e3
+    return out
+
+
+def load_table(table: str, gpu: str, data_dir: str | Path | None = None) -> pd.DataFrame:
+    """One measured table for a GPU: from ``data_dir`` if given, else the shipped copy."""
+    if table not in SCHEMAS:
+        raise unknown_name("measurement table", table, list(SCHEMAS))
+    if data_dir is not None:
+        folder = Path(data_dir)
+        for suffix in (".parquet", ".csv"):
+            path = folder / f"{table}{suffix}"
+            if path.is_file():
+                return validate(_read(path), table, str(path))
+        raise CbsimError(f"no {table}.parquet or {table}.csv in {folder}", source=str(folder))
+    folder = shipped_root() / "aiconfigurator" / gpu
+    if not folder.is_dir():
+        raise unknown_name("GPU with shipped measurements", gpu, measured_gpus())
+    path = folder / f"{table}.parquet"
+    return validate(_read(path), table, f"{gpu}/{table}.parquet (shipped)")
+
+
+def vidur_tables(gpu: str) -> dict[str, pd.DataFrame]:
+    """Vidur's per-layer operator medians (ms) for a GPU, by model name."""
+    folder = shipped_root() / "vidur" / gpu
+    if not folder.is_dir():
+        return {}
+    return {
+        p.name.removesuffix(".parquet"): _read(p)
+        for p in sorted(folder.iterdir(), key=lambda p: p.name)
+        if p.name.endswith(".parquet")
+    }
+
+
+def vidur_network(node: str) -> pd.DataFrame:
+    """Vidur's all-reduce medians (ms) for a node type (``h100_dgx``, ``a100_dgx``, ...)."""
+    return _read(shipped_root() / "vidur" / "network" / f"{node}.parquet")
+
+
+def argonne_static_batches() -> pd.DataFrame:
+    """LLM-Inference-Bench's end-to-end static-batch latencies on A100."""
+    return _read(shipped_root() / "e2e" / "argonne_a100_static_batch.parquet")

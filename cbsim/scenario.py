@@ -68,6 +68,12 @@ class GammaArrival(StrictModel):
     cv: PositiveFloat = 1.0
 
 
+class OfflineArrival(StrictModel):
+    """Every request arrives at time 0: offline batch inference (a benchmark's static batch)."""
+
+    kind: Literal["offline"]
+
+
 class TraceArrival(StrictModel):
     """Arrival times replayed from ``workload.trace``."""
 
@@ -75,7 +81,7 @@ class TraceArrival(StrictModel):
 
 
 Arrival = Annotated[
-    PoissonArrival | GammaArrival | TraceArrival,
+    PoissonArrival | GammaArrival | OfflineArrival | TraceArrival,
     Field(discriminator="kind"),
     default_kind("poisson"),
 ]
@@ -176,6 +182,8 @@ class Workload(StrictModel):
                 raise ValueError("arrival kind 'trace' needs workload.trace")
             if self.num_requests is None and self.duration_s is None:
                 raise ValueError("give num_requests or duration_s (or a trace)")
+        if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
+            raise ValueError("arrival kind 'offline' needs num_requests")
         return self
 
 
@@ -540,7 +548,7 @@ TAGGED_SECTIONS = {"arrival", "prompt_tokens", "output_tokens", "proposer", "acc
 
 def _discriminator_tags() -> set[str]:
     return {
-        "poisson", "gamma", "trace", "fixed", "uniform", "lognormal", "empirical",
+        "poisson", "gamma", "offline", "trace", "fixed", "uniform", "lognormal", "empirical",
         "draft_model", "eagle", "ngram", "iid", "positional", "per_request", "token_level",
         "threshold", "ewma_lookahead", "heuristic", "batch_table", "goodput",
     }  # fmt: skip

@@ -24,6 +24,7 @@ from cbsim.scenario import (
     GammaArrival,
     Length,
     LognormalLength,
+    OfflineArrival,
     PoissonArrival,
     Scenario,
     TraceAcceptance,
@@ -54,12 +55,16 @@ def _gaps(arrival: PoissonArrival | GammaArrival, n: int, rng: np.random.Generat
 
 
 def synthetic_arrivals(
-    arrival: PoissonArrival | GammaArrival,
+    arrival: PoissonArrival | GammaArrival | OfflineArrival,
     num_requests: int | None,
     duration_s: float | None,
     rng: np.random.Generator,
 ) -> np.ndarray:
-    """Arrival times of a renewal process, the first gap included, cut at a count and/or duration."""
+    """Arrival times of a renewal process, the first gap included, cut at a count and/or duration;
+    all zeros for an offline batch."""
+    if isinstance(arrival, OfflineArrival):
+        assert num_requests is not None
+        return np.zeros(num_requests)
     if num_requests is not None:
         times = np.cumsum(_gaps(arrival, num_requests, rng))
     else:
@@ -143,7 +148,7 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
             field="workload.trace.path",
         )
     if synthetic:
-        assert isinstance(wl.arrival, PoissonArrival | GammaArrival)
+        assert isinstance(wl.arrival, PoissonArrival | GammaArrival | OfflineArrival)
         count = wl.num_requests if wl.num_requests is not None else len(trace)
         arrivals = synthetic_arrivals(
             wl.arrival, count, wl.duration_s, stream(scenario.seed, "arrivals")

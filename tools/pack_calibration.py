@@ -11,7 +11,8 @@ milliseconds, categorical strings), with the source and licence in each file's m
 * ``aiconfigurator/<gpu>/{decode,prefill}_attention.parquet``: batch_size, tokens (decode: the
   cached context ``step``; prefill: the input length ``isl``), num_heads, num_kv_heads, head_dim,
   kv_dtype, kernel, latency_ms (full attention only, window_size 0).
-* ``aiconfigurator/<gpu>/nccl.parquet``: op, num_gpus, message_elements (fp16), latency_ms.
+* ``aiconfigurator/<gpu>/nccl.parquet``: op, dtype (half | int8 sweep), num_gpus, message_elements,
+  latency_ms.
 * ``vidur/<gpu>/<model>.parquet``: model shape, num_tokens, tp and the median per-op time (ms).
 * ``vidur/network/<node>.parquet``: all-reduce median time (ms) by size (bytes) and workers.
 * ``e2e/argonne_a100_static_batch.parquet``: the LLM-Inference-Bench A100 rows, renamed columns.
@@ -106,6 +107,7 @@ def pack_aiconfigurator(source: Path, out: Path) -> None:
         frame = pd.DataFrame(
             {
                 "op": nccl.op_name.astype("category"),
+                "dtype": nccl.nccl_dtype.astype("category"),
                 "num_gpus": nccl.num_gpus.astype("int16"),
                 "message_elements": nccl.message_size.astype("int64"),
                 "latency_ms": nccl.latency.astype("float32"),

@@ -11,8 +11,10 @@ measured — held out, or of a new model — get the correction of their neighbo
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,6 +27,20 @@ class LogGrid:
 
     axes: tuple[np.ndarray, ...]
     values: np.ndarray
+    # plain-Python copies for the scalar hot path (a cost model evaluates one point per call)
+    _axes_lists: tuple[list[float], ...] = field(init=False, repr=False, compare=False)
+    _flat: list[float] = field(init=False, repr=False, compare=False)
+    _strides: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_axes_lists", tuple(a.tolist() for a in self.axes))
+        object.__setattr__(self, "_flat", self.values.ravel().tolist())
+        strides = []
+        step = 1
+        for axis in reversed(self.axes):
+            strides.append(step)
+            step *= len(axis)
+        object.__setattr__(self, "_strides", tuple(reversed(strides)))
 
     @classmethod
     def from_lists(cls, axes: Sequence[Sequence[float]], values: Sequence[float]) -> LogGrid:
@@ -42,14 +58,26 @@ class LogGrid:
         return [a.tolist() for a in self.axes], [round(float(v), 6) for v in self.values.ravel()]
 
     def __call__(self, *features: float) -> float:
-        """The correction at one point (features in natural units, not log2)."""
-        if len(features) != len(self.axes):
-            raise ValueError(f"expected {len(self.axes)} features, got {len(features)}")
-        weights = _weights(self.axes, [np.array([max(f, 1e-30)]) for f in features])
-        total = 0.0
-        for index, weight in weights:
-            total += float(weight[0]) * float(self.values[tuple(int(i[0]) for i in index)])
-        return total
+        """The correction at one point (features in natural units, not log2); pure Python, fast."""
+        axes = self._axes_lists
+        if len(features) != len(axes):
+            raise ValueError(f"expected {len(axes)} features, got {len(features)}")
+        base = 0
+        corners: list[tuple[int, float]] = [(0, 1.0)]
+        for axis, stride, value in zip(axes, self._strides, features, strict=True):
+            x = math.log2(value) if value > 1e-30 else -100.0
+            i = bisect.bisect_right(axis, x) - 1
+            i = 0 if i < 0 else (len(axis) - 2 if i > len(axis) - 2 else i)
+            w = (x - axis[i]) / (axis[i + 1] - axis[i])
+            w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
+            base += i * stride
+            corners = [
+                pair
+                for offset, weight in corners
+                for pair in ((offset, weight * (1.0 - w)), (offset + stride, weight * w))
+            ]
+        flat = self._flat
+        return sum(weight * flat[base + offset] for offset, weight in corners)
 
     def evaluate(self, *features: np.ndarray) -> np.ndarray:
         """The correction at many points."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from cbsim.calibration.grid import LogGrid
 from cbsim.errors import CbsimError, unknown_name
@@ -41,17 +41,15 @@ class GridCorrection(_Strict):
     features: list[str]
     axes: list[list[float]]
     values: list[float]
+    _grid: LogGrid | None = PrivateAttr(default=None)
 
     def grid(self) -> LogGrid:
-        return _grid(tuple(tuple(a) for a in self.axes), tuple(self.values))
+        if self._grid is None:
+            self._grid = LogGrid.from_lists(self.axes, self.values)
+        return self._grid
 
     def __call__(self, *features: float) -> float:
         return self.grid()(*features)
-
-
-@lru_cache(maxsize=256)
-def _grid(axes: tuple[tuple[float, ...], ...], values: tuple[float, ...]) -> LogGrid:
-    return LogGrid.from_lists(axes, values)
 
 
 class RooflineFit(_Strict):
@@ -79,7 +77,8 @@ class RooflineFit(_Strict):
 
 class CommFit(_Strict):
     """All-reduce seconds by message size (bytes) for one GPU count, log-log interpolated;
-    beyond the largest size, extrapolated at ``bus_bandwidth``."""
+    beyond the largest size, extrapolated linearly at ``bus_bandwidth`` message bytes per second
+    (the algorithm bandwidth; NCCL's "bus bandwidth" is this × 2(n − 1)/n)."""
 
     sizes_bytes: list[float]
     latency_s: list[float]

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cbsim.calibration.profile import CalibrationProfile, EngineProfile
+from cbsim.calibration.profile import CalibrationProfile, EngineProfile, RooflineFit
 from cbsim.cost.params import CostParams
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
@@ -133,6 +133,14 @@ class BatchStats:
         return stats
 
 
+def _fit_for(fits: dict[str, RooflineFit], dtype: str) -> RooflineFit | None:
+    """The fit for a dtype; fp16 and bf16 run the same tensor-core paths, so either serves both."""
+    if dtype in fits:
+        return fits[dtype]
+    twin = {"fp16": "bf16", "bf16": "fp16"}.get(dtype)
+    return fits.get(twin) if twin else None
+
+
 class CostModel:
     """Iteration time of a batch of (new_tokens, cached_tokens) pairs on one replica."""
 
@@ -179,9 +187,13 @@ class CostModel:
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
         cal = calibration
-        self._gemm_fit = cal.gemm.get(dtype) if cal is not None else None
-        self._decode_fit = cal.decode_attention.get(self.kv_dtype) if cal is not None else None
-        self._prefill_fit = cal.prefill_attention.get(self.kv_dtype) if cal is not None else None
+        self._gemm_fit = _fit_for(cal.gemm, dtype) if cal is not None else None
+        self._decode_fit = (
+            _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
+        )
+        self._prefill_fit = (
+            _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
+        )
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}

@@ -1,0 +1,311 @@
+"""All-reduce calibration: how long tensor parallelism's two all-reduces per layer take.
+
+With tensor parallelism each decoder layer ends its attention and its MLP with an all-reduce of the
+N × hidden activations (N tokens in the iteration, 16-bit values) across the TP group. Its time is
+a latency floor for small messages (kernel launch, NCCL protocol handshakes) that turns into a
+bandwidth term for large ones. Rather than a two-parameter formula, calibration keeps the measured
+curve: per GPU count, latency by message size, read by log-log interpolation
+(:class:`~cbsim.calibration.profile.CommFit`), and beyond the largest measured message a straight
+line at the marginal rate the largest messages reach.
+
+Measurements are noisy (two adjacent sizes can swap order by a few microseconds, and Vidur's
+profiles are bimodal at small sizes), while true all-reduce time can only grow with the message.
+So each curve is de-noised: (for dense sweeps) medians over log-spaced size bins, then an isotonic
+(pool-adjacent-violators) fit in log time, then a running maximum, which leaves it monotone
+non-decreasing.
+
+Sources:
+
+* NVIDIA AI Configurator's NCCL tables (``load_table("nccl", gpu)``: ``message_elements`` are fp16
+  elements, so bytes = 2 · elements). The original files hold two sweeps per GPU count, ``half``
+  and ``int8``; the int8 sweep's element counts are bytes. Only the half sweep is used: with a
+  ``dtype`` (or ``nccl_dtype``) column it is selected by name, otherwise by position (each sweep
+  restarts at the smallest size) and confirmed by timing (at equal element counts the half sweep
+  moves twice the bytes, so it is the slower one at large sizes).
+* Vidur's NCCL profiles (``vidur_network(node)``: bytes and milliseconds), for the Vidur profile
+  and as an independent second measurement to compare against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cbsim.calibration.data import vidur_network
+from cbsim.calibration.profile import CommFit
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+
+ALLREDUCE_OP = "all_reduce"
+FP16_BYTES = 2
+HALF_DTYPES = frozenset({"half", "fp16", "float16", "bf16", "bfloat16"})
+# Vidur's network profile of the node each catalog GPU sits in (DGX: NVSwitch, all-to-all NVLink).
+VIDUR_NODES: dict[str, str] = {"h100-sxm": "h100_dgx", "a100-80gb": "a100_dgx"}
+TAIL_POINTS = 3  # largest sizes the extrapolation slope is fitted on
+
+
+# --------------------------------------------------------------------------- de-noising
+
+
+def by_count(frame: pd.DataFrame, column: str) -> list[tuple[int, pd.DataFrame]]:
+    """The rows of ``frame`` per distinct integer value of ``column`` (GPU count), ascending."""
+    values = frame[column].to_numpy(np.int64)
+    return [(int(v), frame[values == v]) for v in np.unique(values)]
+
+
+def _isotonic(values: np.ndarray) -> np.ndarray:
+    """Least-squares non-decreasing fit (pool adjacent violators, equal weights)."""
+    means: list[float] = []
+    counts: list[int] = []
+    for value in values.astype(np.float64):
+        means.append(float(value))
+        counts.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            total = means[-1] * counts[-1] + means[-2] * counts[-2]
+            count = counts[-1] + counts[-2]
+            means.pop()
+            counts.pop()
+            means[-1] = total / count
+            counts[-1] = count
+    return np.repeat(np.asarray(means), np.asarray(counts))
+
+
+def _bin_medians(
+    sizes: np.ndarray, latency: np.ndarray, bins_per_octave: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Median size and latency per log-spaced size bin (for dense, noisy sweeps)."""
+    octave = np.floor(np.log2(sizes) * bins_per_octave)
+    frame = pd.DataFrame({"bin": octave, "size": sizes, "latency": latency})
+    grouped = frame.groupby("bin", sort=True).median()
+    return grouped["size"].to_numpy(np.float64), grouped["latency"].to_numpy(np.float64)
+
+
+def _tail_rate(sizes: np.ndarray, latency: np.ndarray, points: int = TAIL_POINTS) -> float:
+    """Message bytes per second the largest messages add: the slope of t = a + size / rate."""
+    tail_s = sizes[-points:]
+    tail_t = latency[-points:]
+    if len(tail_s) >= 2:
+        slope = float(np.polyfit(tail_s, tail_t, 1)[0])
+        if slope > 0.0:
+            return 1.0 / slope
+    return float(sizes[-1] / latency[-1])
+
+
+def fit_comm_curve(
+    sizes_bytes: np.ndarray | list[float],
+    latency_s: np.ndarray | list[float],
+    *,
+    bins_per_octave: float | None = None,
+) -> CommFit:
+    """A de-noised, monotone all-reduce curve from (size, latency) measurements of one GPU count.
+
+    Repeated sizes are merged by their median; ``bins_per_octave`` first merges a dense sweep into
+    log-spaced bins. ``bus_bandwidth`` is the marginal rate of the largest messages (message bytes
+    per second, what :class:`CommFit` extrapolates with; NCCL's "bus bandwidth" is this times
+    2·(n − 1)/n).
+    """
+    sizes = np.asarray(sizes_bytes, dtype=np.float64)
+    times = np.asarray(latency_s, dtype=np.float64)
+    keep = np.isfinite(sizes) & np.isfinite(times) & (sizes > 0) & (times > 0)
+    sizes, times = sizes[keep], times[keep]
+    if bins_per_octave is not None:
+        sizes, times = _bin_medians(sizes, times, bins_per_octave)
+    else:
+        frame = pd.DataFrame({"size": sizes, "latency": times})
+        merged = frame.groupby("size", sort=True)["latency"].median()
+        sizes = merged.index.to_numpy(np.float64)
+        times = merged.to_numpy(np.float64)
+    if len(sizes) < 2:
+        raise CbsimError("an all-reduce curve needs at least two message sizes")
+    smooth = np.exp(_isotonic(np.log(times)))
+    smooth = np.maximum.accumulate(smooth)
+    return CommFit(
+        sizes_bytes=[float(s) for s in sizes],
+        latency_s=[float(t) for t in smooth],
+        bus_bandwidth=_tail_rate(sizes, smooth),
+    )
+
+
+# --------------------------------------------------------------------------- aiconfigurator NCCL
+
+
+def _half_sweep(group: pd.DataFrame) -> pd.DataFrame:
+    """The fp16 sweep of one GPU count's all-reduce rows (see the module docstring)."""
+    for column in ("dtype", "nccl_dtype"):
+        if column in group.columns:
+            return group[group[column].astype(str).str.lower().isin(HALF_DTYPES)]
+    elements = group["message_elements"].to_numpy(np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], np.diff(elements) <= 0]))
+    sweeps = [group.iloc[a:b] for a, b in zip(starts, [*starts[1:], len(group)], strict=True)]
+    if len(sweeps) == 1:
+        return sweeps[0]
+
+    # at an element count every sweep measured, the half sweep (twice the bytes) is the slowest
+    def slowest_at_common_size(sweep: pd.DataFrame) -> float:
+        common = set.intersection(*(set(s["message_elements"].tolist()) for s in sweeps))
+        size = max(common) if common else int(sweep["message_elements"].max())
+        rows = sweep[sweep["message_elements"] == size]
+        return float(rows["latency_s"].median()) if len(rows) else 0.0
+
+    return max(sweeps, key=slowest_at_common_size)
+
+
+def allreduce_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The fp16 all-reduce measurements of an NCCL table: num_gpus, size_bytes, latency_s."""
+    rows = table[table["op"].astype(str) == ALLREDUCE_OP]
+    if rows.empty:
+        raise CbsimError(f"the nccl table has no {ALLREDUCE_OP} rows")
+    parts = []
+    for num_gpus, group in by_count(rows, "num_gpus"):
+        half = _half_sweep(group)
+        parts.append(
+            pd.DataFrame(
+                {
+                    "num_gpus": num_gpus,
+                    "size_bytes": half["message_elements"].to_numpy(np.float64) * FP16_BYTES,
+                    "latency_s": half["latency_s"].to_numpy(np.float64),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def fit_allreduce(table: pd.DataFrame, gpu: str) -> dict[str, CommFit]:
+    """All-reduce curves per GPU count (keys "2", "4", "8") from an NCCL table of ``gpu``."""
+    get_gpu(gpu)  # an unknown GPU is an error here, not a silently mislabelled profile
+    rows = allreduce_rows(table)
+    return {
+        str(num_gpus): fit_comm_curve(
+            group["size_bytes"].to_numpy(np.float64), group["latency_s"].to_numpy(np.float64)
+        )
+        for num_gpus, group in by_count(rows, "num_gpus")
+    }
+
+
+def holdout_sizes(table: pd.DataFrame) -> pd.DataFrame:
+    """Leave-one-size-out error: each interior message size, predicted from a curve fitted
+    without it (so interpolated between its neighbours), against its raw measurement.
+
+    Columns: num_gpus, size_bytes, measured_s, predicted_s, ape.
+    """
+    rows = allreduce_rows(table)
+    out: list[dict[str, float]] = []
+    for num_gpus, group in by_count(rows, "num_gpus"):
+        merged = group.groupby("size_bytes", sort=True)["latency_s"].median()
+        sizes = merged.index.to_numpy(np.float64)
+        times = merged.to_numpy(np.float64)
+        for i in range(1, len(sizes) - 1):
+            keep = np.arange(len(sizes)) != i
+            fit = fit_comm_curve(sizes[keep], times[keep])
+            predicted = fit(float(sizes[i]))
+            out.append(
+                {
+                    "num_gpus": float(num_gpus),
+                    "size_bytes": float(sizes[i]),
+                    "measured_s": float(times[i]),
+                    "predicted_s": predicted,
+                    "ape": abs(predicted / float(times[i]) - 1.0),
+                }
+            )
+    frame = pd.DataFrame(out)
+    frame["num_gpus"] = frame["num_gpus"].astype(int)
+    return frame
+
+
+def error_summary(frame: pd.DataFrame, by: str = "num_gpus") -> pd.DataFrame:
+    """Median and P90 of the ``ape`` column (fractions) and the point count, per ``by``."""
+    return (
+        frame.groupby(by, sort=True)["ape"]
+        .agg(
+            median_ape="median",
+            p90_ape=lambda a: float(np.percentile(a, 90)),
+            points="size",
+        )
+        .reset_index()
+    )
+
+
+# --------------------------------------------------------------------------- Vidur network
+
+
+def fit_vidur_allreduce(node: str, *, bins_per_octave: float = 2.0) -> dict[str, CommFit]:
+    """All-reduce curves per GPU count from Vidur's network profile of ``node`` (``h100_dgx``...).
+
+    Vidur sweeps sizes densely and its small-message timings are bimodal, so sizes are merged into
+    half-octave bins (median) before the monotone fit.
+    """
+    frame = vidur_network(node)
+    return {
+        str(workers): fit_comm_curve(
+            group["size_bytes"].to_numpy(np.float64),
+            group["latency_ms"].to_numpy(np.float64) / 1e3,
+            bins_per_octave=bins_per_octave,
+        )
+        for workers, group in by_count(frame, "num_workers")
+    }
+
+
+def compare_vidur_network(gpu: str, table: pd.DataFrame, node: str | None = None) -> pd.DataFrame:
+    """Vidur's measured all-reduce times against the curve fitted to ``table`` (AI Configurator's
+    NCCL table of ``gpu``) at Vidur's sizes inside the fitted range, for GPU counts both have.
+
+    Columns: num_gpus, size_bytes, vidur_s, fitted_s, ratio (vidur / fitted), ape.
+    """
+    node = node or VIDUR_NODES.get(gpu)
+    if node is None:
+        raise CbsimError(f"no Vidur network profile for {gpu}", field="gpu")
+    fits = fit_allreduce(table, gpu)
+    vidur = vidur_network(node)
+    parts = []
+    for workers, group in by_count(vidur, "num_workers"):
+        fit = fits.get(str(workers))
+        if fit is None:
+            continue
+        sizes = group["size_bytes"].to_numpy(np.float64)
+        inside = (sizes >= fit.sizes_bytes[0]) & (sizes <= fit.sizes_bytes[-1])
+        measured = group["latency_ms"].to_numpy(np.float64)[inside] / 1e3
+        predicted = np.array([fit(float(s)) for s in sizes[inside]])
+        parts.append(
+            pd.DataFrame(
+                {
+                    "num_gpus": workers,
+                    "size_bytes": sizes[inside],
+                    "vidur_s": measured,
+                    "fitted_s": predicted,
+                    "ratio": measured / predicted,
+                    "ape": np.abs(measured / predicted - 1.0),
+                }
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+SIZE_CLASSES: tuple[tuple[str, float, float], ...] = (
+    ("<64KiB", 0.0, 2.0**16),
+    ("64KiB-1MiB", 2.0**16, 2.0**20),
+    ("1-16MiB", 2.0**20, 2.0**24),
+    (">=16MiB", 2.0**24, float("inf")),
+)
+
+
+def disagreement_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per GPU count and message-size class (latency-bound small messages to bandwidth-bound
+    large ones; Vidur's sweep is linear in bytes, so an overall median would only speak for the
+    large sizes): median ratio, median and P90 APE of a :func:`compare_vidur_network` frame."""
+    rows = []
+    for num_gpus, group in by_count(frame, "num_gpus"):
+        for label, low, high in SIZE_CLASSES:
+            part = group[(group["size_bytes"] >= low) & (group["size_bytes"] < high)]
+            if part.empty:
+                continue
+            rows.append(
+                {
+                    "num_gpus": num_gpus,
+                    "sizes": label,
+                    "median_ratio": float(part["ratio"].median()),
+                    "median_ape": float(part["ape"].median()),
+                    "p90_ape": float(np.percentile(part["ape"], 90)),
+                    "points": len(part),
+                }
+            )
+    return pd.DataFrame(rows)

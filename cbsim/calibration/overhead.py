@@ -115,17 +115,22 @@ def features(engine: str, calibration: CalibrationProfile | None) -> pd.DataFram
     data = argonne_static_batches()
     data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
     rows = []
-    for row in data.itertuples(index=False):
-        run = simulate_static_batch(
-            MODELS[str(row.model)], int(row.tp), int(row.length), int(row.batch_size), calibration
-        )
+    for model_id, tp, length, batch, latency in zip(
+        data["model"].astype(str),
+        data["tp"].astype(int),
+        data["length"].astype(int),
+        data["batch_size"].astype(int),
+        data["latency_s"].astype(float),
+        strict=True,
+    ):
+        run = simulate_static_batch(MODELS[model_id], tp, length, batch, calibration)
         rows.append(
             {
-                "model": MODELS[str(row.model)],
-                "tp": int(row.tp),
-                "length": int(row.length),
-                "batch_size": int(row.batch_size),
-                "measured_s": float(row.latency_s),
+                "model": MODELS[model_id],
+                "tp": tp,
+                "length": length,
+                "batch_size": batch,
+                "measured_s": latency,
                 "kernel_s": run.kernel_s,
                 "iterations": run.iterations,
                 "request_steps": run.request_steps,

@@ -47,8 +47,16 @@ AcceptanceConfig = (
 # --------------------------------------------------------------------------- conversions
 
 
+def _check_alpha_k(alpha: float, k: int) -> None:
+    if not 0.0 <= alpha <= 1.0:  # also rejects NaN
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+
+
 def expected_emitted(alpha: float, k: int) -> float:
     """E[tokens emitted per step] = (1 − α^(k+1)) / (1 − α) under i.i.d. conditional α."""
+    _check_alpha_k(alpha, k)
     if alpha >= 1.0:
         return float(k + 1)
     return float((1.0 - alpha ** (k + 1)) / (1.0 - alpha))
@@ -86,12 +94,16 @@ def alpha_from_marginal(rate: float, k: int) -> float:
 
 def alpha_from_acceptance_length(length: float, k: int) -> float:
     """Conditional α from a mean acceptance length (tokens per step, in [1, k + 1]) at draft length k."""
+    if k < 1:
+        raise ValueError("k must be >= 1 (with no drafts every α emits one token per step)")
     return _invert(length, lambda a: expected_emitted(a, k), "mean acceptance length")
 
 
 def alpha_mle(accepted: int, rejections: int) -> float:
     """Maximum-likelihood conditional α from observed steps: each step contributes its accepted
     drafts as successes and, when it stopped short of k, one rejection."""
+    if accepted < 0 or rejections < 0:
+        raise ValueError("accepted and rejections must be non-negative counts")
     total = accepted + rejections
     return accepted / total if total else float("nan")
 

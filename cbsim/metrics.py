@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -324,6 +324,39 @@ def summarize(
     return summary
 
 
+def _window_overlap(
+    start: np.ndarray, duration: np.ndarray, window_s: float, windows: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """A function integrating per-iteration values over fixed windows, splitting each iteration's
+    duration across the windows it overlaps (most lie within one; the rest are split exactly)."""
+    end = start + duration
+    first = np.minimum((start // window_s).astype(np.int64), windows - 1)
+    last = np.minimum((end // window_s).astype(np.int64), windows - 1)
+    inside = first == last
+    crossing = np.flatnonzero(~inside)
+    pieces: list[tuple[int, int, float]] = []  # (iteration, window, seconds in it)
+    for i in crossing:
+        for w in range(int(first[i]), int(last[i]) + 1):
+            lo = max(float(start[i]), w * window_s)
+            hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
+            if hi > lo:
+                pieces.append((int(i), w, hi - lo))
+    rows = np.array([p[0] for p in pieces], dtype=np.int64)
+    cols = np.array([p[1] for p in pieces], dtype=np.int64)
+    secs = np.array([p[2] for p in pieces], dtype=np.float64)
+
+    def integrate(values: np.ndarray) -> np.ndarray:
+        out = np.bincount(
+            first[inside], weights=values[inside] * duration[inside], minlength=windows
+        )
+        if len(rows):
+            out = out + np.bincount(cols, weights=values[rows] * secs, minlength=windows)
+        result: np.ndarray = out[:windows]
+        return result
+
+    return integrate
+
+
 def timeseries(
     requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
 ) -> pd.DataFrame:
@@ -347,12 +380,18 @@ def timeseries(
     kv_frac = iterations["kv_blocks_used"].to_numpy(dtype=float) / np.maximum(
         iterations["kv_blocks_total"].to_numpy(dtype=float), 1.0
     )
-    busy = total(start, duration)
+    time_in = _window_overlap(start, duration, window_s, windows)
+
+    def integral(values: np.ndarray) -> np.ndarray:
+        """Σ value × time spent in each window (an iteration's time split across windows)."""
+        return time_in(values)
+
+    busy = integral(np.ones_like(start))
     finished = requests["finish_s"].to_numpy(dtype=float)
     finished = finished[~np.isnan(finished)]
     drafted = total(start, iterations["drafted_tokens"].to_numpy(dtype=float))
     accepted = total(start, iterations["accepted_tokens"].to_numpy(dtype=float))
-    k_weight = total(start, iterations["mean_k"].to_numpy(dtype=float) * duration)
+    k_weight = integral(iterations["mean_k"].to_numpy(dtype=float))
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
@@ -363,10 +402,9 @@ def timeseries(
                 / window_s,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": total(start, iterations["waiting"].to_numpy(dtype=float) * duration)
-                / window_s,
-                "kv_utilization": total(start, kv_frac * duration) / (window_s * replicas),
-                "batch_size": np.where(busy > 0, total(start, batch * duration) / busy, 0.0),
+                "waiting": integral(iterations["waiting"].to_numpy(dtype=float)) / window_s,
+                "kv_utilization": integral(kv_frac) / (window_s * replicas),
+                "batch_size": np.where(busy > 0, integral(batch) / busy, 0.0),
                 "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
             }

@@ -145,6 +145,8 @@ def check_invariants(data: dict[str, Any], results: cbsim.Results) -> None:
         assert (it["kv_blocks_total"] == total).all()
         assert (it["kv_blocks_used"] >= 0).all()
         assert (it["kv_blocks_used"] <= it["kv_blocks_total"]).all()
+        # window averages split iterations across windows, so utilisation stays a fraction
+        assert (results.timeseries["kv_utilization"] <= 1.0 + 1e-9).all()
         assert (it["duration_s"] > 0).all()
         assert (it["batch_size"] >= 1).all()
         assert (it["batch_size"] <= sched.max_batch_size).all()

@@ -1,0 +1,657 @@
+"""Plots of results and sweeps: one function per figure, usable from notebooks and reports.
+
+Every plotting function takes a :class:`~cbsim.results.Results` (or the DataFrame it needs, or a
+sweep-like DataFrame with one row per point), optionally the axes to draw on, and returns the
+matplotlib :class:`~matplotlib.figure.Figure`. Without axes it creates a new figure through pyplot
+(so a notebook displays it); with axes it draws on them and leaves the figure's layout alone. Inputs
+are never mutated. Nothing here calls ``plt.show``; pyplot is imported only when a figure is created,
+so importing this module does not pick a backend (headless runs fall back to Agg).
+
+* :func:`throughput_and_queue` — output tokens/s and waiting requests over time (twin axes).
+* :func:`latency_cdfs` — TTFT, TPOT and E2E empirical CDFs of one or several runs, with SLO lines.
+* :func:`batch_kv_k_over_time` — batch size, KV cache utilisation and mean draft length k over time.
+* :func:`acceptance_per_request` — per-request draft acceptance rate: histogram and vs output length.
+* :func:`latency_vs_load` — a latency metric against load from a sweep: mean over seeds, min–max band.
+* :func:`cost_vs_slo_frontier` — alternatives by cost and latency with the Pareto frontier marked
+  (:func:`pareto_front` computes it).
+* :func:`save` writes a PNG atomically; :func:`to_png_bytes` returns PNG bytes (for HTML reports).
+
+Time series are drawn as steps: a window's value holds from its start ``t_s`` to the next window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.results import Results
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "DPI",
+    "acceptance_per_request",
+    "batch_kv_k_over_time",
+    "cost_vs_slo_frontier",
+    "label_for",
+    "latency_cdfs",
+    "latency_vs_load",
+    "pareto_front",
+    "save",
+    "throughput_and_queue",
+    "to_png_bytes",
+]
+
+DPI = 110
+"""Resolution of the PNGs :func:`save` and :func:`to_png_bytes` write."""
+
+NO_SPECULATION = "no speculation in this run\n(no drafted tokens)"
+
+_LABELS: dict[str, str] = {
+    "rate": "arrival rate (req/s)",
+    "workload.arrival.rate": "arrival rate (req/s)",
+    "throughput_rps": "throughput (req/s)",
+    "goodput_rps": "goodput (req/s)",
+    "output_tokens_per_s": "output throughput (tokens/s)",
+    "slo_attainment": "SLO attainment (fraction)",
+    "acceptance_rate": "draft acceptance rate (accepted / drafted)",
+    "mean_k": "mean draft length k (tokens)",
+    "mean_batch_size": "mean batch size (requests)",
+    "cost_per_million_output_tokens": "cost per million output tokens ($)",
+    "replicas": "replicas",
+    "cluster.replicas": "replicas",
+}
+
+_METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency", "queue": "queueing delay"}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def label_for(column: str) -> str:
+    """A human axis label with units for a results or sweep column name.
+
+    ``ttft_p99_s`` becomes ``"TTFT p99 (s)"``, ``throughput_rps`` ``"throughput (req/s)"``; unknown
+    names are returned with their unit suffix turned into a unit.
+    """
+    if column in _LABELS:
+        return _LABELS[column]
+    parts = column.split("_")
+    if len(parts) == 3 and parts[0] in _METRIC_NAMES and parts[2] == "s":
+        return f"{_METRIC_NAMES[parts[0]]} {parts[1]} (s)"
+    for suffix, unit in (("_per_s", "/s"), ("_rps", "req/s"), ("_s", "s"), ("_bytes", "bytes")):
+        if column.endswith(suffix) and len(column) > len(suffix):
+            return f"{column[: -len(suffix)].replace('_', ' ')} ({unit})"
+    return column.replace("_", " ")
+
+
+def _pyplot() -> Any:
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _new_axes(nrows: int, ncols: int, figsize: tuple[float, float], **kw: Any) -> list[Axes]:
+    fig, axes = _pyplot().subplots(
+        nrows, ncols, figsize=figsize, layout="constrained", squeeze=False, **kw
+    )
+    del fig
+    return list(np.asarray(axes).ravel())
+
+
+def _figure_of(ax: Axes) -> Figure:
+    fig = ax.get_figure(root=True)
+    if fig is None:  # pragma: no cover - axes always belong to a figure here
+        raise ValueError("the axes do not belong to a figure")
+    return fig
+
+
+def _axes(
+    given: Axes | Sequence[Axes] | None,
+    shape: tuple[int, int],
+    figsize: tuple[float, float],
+    **kw: Any,
+) -> list[Axes]:
+    """The axes to draw on: the given ones (as many as ``shape`` holds) or a new figure's."""
+    count = shape[0] * shape[1]
+    if given is None:
+        return _new_axes(shape[0], shape[1], figsize, **kw)
+    if isinstance(given, np.ndarray):  # what plt.subplots returns
+        axes = list(given.ravel())
+    else:
+        axes = list(given) if isinstance(given, Sequence) else [given]
+    if len(axes) != count:
+        raise ValueError(f"expected {count} axes, got {len(axes)}")
+    return axes
+
+
+def _message(ax: Axes, text: str) -> None:
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=11,
+        color="0.35",
+    )
+
+
+def _timeseries(source: Results | pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
+    """The timeseries frame and its window width (``None`` where it cannot be known)."""
+    if isinstance(source, Results):
+        return source.timeseries, float(source.scenario.output.timeseries_window_s)
+    if not isinstance(source, pd.DataFrame):
+        raise TypeError(f"expected Results or a timeseries DataFrame, got {type(source).__name__}")
+    t = source["t_s"].to_numpy(dtype=float)
+    steps = np.diff(t)
+    return source, (float(np.median(steps)) if len(steps) else None)
+
+
+def _step(ax: Axes, t: np.ndarray, y: np.ndarray, window: float | None, **kw: Any) -> None:
+    """Draw a windowed series as steps, the last window extended to its end."""
+    if window is None or len(t) == 0:
+        ax.plot(t, y, marker="o", **kw)
+        return
+    x = np.append(t, t[-1] + window)
+    ax.plot(x, np.append(y, y[-1]), drawstyle="steps-post", **kw)
+
+
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    return frame[name].to_numpy(dtype=float)
+
+
+def _time_limits(ax: Axes, t: np.ndarray, window: float | None) -> None:
+    if len(t):
+        ax.set_xlim(float(t[0]), float(t[-1] + (window or 0.0)) or 1.0)
+
+
+# --------------------------------------------------------------------------- time series
+
+
+def throughput_and_queue(
+    results: Results | pd.DataFrame, *, ax: Axes | None = None, title: str | None = None
+) -> Figure:
+    """Output tokens/s (left axis) and waiting requests (right axis) over time.
+
+    ``results`` is a :class:`Results` or its ``timeseries`` frame. Draws on ``ax`` (and a twin of
+    it) when given. The figure has two axes: the throughput axes and its twin.
+    """
+    ts, window = _timeseries(results)
+    (left,) = _axes(ax, (1, 1), (8.0, 4.0))
+    right = left.twinx()
+    t = _column(ts, "t_s")
+    _step(left, t, _column(ts, "output_tokens_per_s"), window, color="C0", label="output tokens/s")
+    _step(right, t, _column(ts, "waiting"), window, color="C3", label="waiting requests")
+    left.set_xlabel("time (s)")
+    left.set_ylabel("output throughput (tokens/s)", color="C0")
+    right.set_ylabel("waiting requests (time average)", color="C3")
+    left.set_ylim(bottom=0)
+    right.set_ylim(bottom=0)
+    _time_limits(left, t, window)
+    left.set_title(title or "Throughput and queue over time")
+    handles = left.get_lines() + right.get_lines()
+    left.legend(handles, [str(h.get_label()) for h in handles], loc="upper left", fontsize=8)
+    return _figure_of(left)
+
+
+def batch_kv_k_over_time(
+    results: Results | pd.DataFrame,
+    *,
+    axes: Sequence[Axes] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Batch size, KV cache utilisation and mean draft length k over time, in three panels.
+
+    ``results`` is a :class:`Results` or its ``timeseries`` frame; ``axes`` three axes to draw on.
+    The k panel says so when the run did not speculate.
+    """
+    ts, window = _timeseries(results)
+    panels = _axes(axes, (3, 1), (8.0, 7.5), sharex=True)
+    t = _column(ts, "t_s")
+    batch_ax, kv_ax, k_ax = panels
+    _step(batch_ax, t, _column(ts, "batch_size"), window, color="C0")
+    batch_ax.set_ylabel("batch size (requests)")
+    batch_ax.set_title("Mean batch size")
+    kv_percent = 100.0 * _column(ts, "kv_utilization")
+    _step(kv_ax, t, kv_percent, window, color="C2")
+    kv_ax.set_ylabel("KV cache used (%)")
+    peak = float(np.nanmax(kv_percent)) if len(kv_percent) else 0.0
+    # windows hold the iterations that start in them, so a window can read a little over 100 %
+    kv_ax.set_ylim(0.0, max(105.0, 1.05 * peak) if peak > 50.0 else max(1.0, 1.2 * peak))
+    kv_ax.set_title("KV cache utilisation")
+    mean_k = _column(ts, "mean_k")
+    _step(k_ax, t, mean_k, window, color="C1")
+    k_ax.set_ylabel("mean k (draft tokens)")
+    k_ax.set_title("Mean draft length k")
+    if not np.any(mean_k > 0):
+        _message(k_ax, NO_SPECULATION)
+    for panel in (batch_ax, k_ax):
+        panel.set_ylim(bottom=0)
+    for panel in panels:
+        _time_limits(panel, t, window)
+    k_ax.set_xlabel("time (s)")
+    fig = _figure_of(batch_ax)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- latency
+
+
+def _requests(source: Results | pd.DataFrame) -> pd.DataFrame:
+    if isinstance(source, Results):
+        return source.requests
+    if isinstance(source, pd.DataFrame):
+        return source
+    raise TypeError(f"expected Results or a requests DataFrame, got {type(source).__name__}")
+
+
+def _finished(requests: pd.DataFrame) -> pd.DataFrame:
+    if "status" in requests.columns:
+        return requests[requests["status"] == "finished"]
+    return requests
+
+
+def _ecdf(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    x = np.sort(values)
+    return x, np.arange(1, len(x) + 1, dtype=float) / len(x)
+
+
+def _readable_log_ticks(ax: Axes, low: float, high: float) -> None:
+    """Plain decimal tick labels on a log x axis; minor labels (2, 5) when it spans < 2 decades."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    ax.xaxis.set_major_formatter(plain)
+    if high < 100.0 * low:
+        ax.xaxis.set_minor_locator(LogLocator(base=10.0, subs=(2.0, 5.0)))
+        ax.xaxis.set_minor_formatter(plain)
+    else:
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def _slo_lines(ax: Axes, targets: Sequence[float], low: float | None, high: float | None) -> None:
+    """SLO targets as dashed vertical lines; one far outside the data (more than a factor 2 beyond
+    it) is named at the edge it lies beyond instead, so the distribution stays readable."""
+    for index, target in enumerate(targets):
+        label = f"SLO {target:g} s"
+        if low is None or high is None or low / 2.0 <= target <= 2.0 * high:
+            ax.axvline(target, color="C3", linestyle="--", linewidth=1.2, label=label)
+            continue
+        right = target > high
+        ax.text(
+            0.98 if right else 0.02,
+            0.55 - 0.08 * index,
+            f"{label} →" if right else f"← {label}",
+            transform=ax.transAxes,
+            ha="right" if right else "left",
+            va="center",
+            color="C3",
+            fontsize=8,
+        )
+
+
+def latency_cdfs(
+    results: Results | pd.DataFrame | Sequence[tuple[str, Results | pd.DataFrame]],
+    *,
+    axes: Sequence[Axes] | None = None,
+    slo: Mapping[str, float | None] | None = None,
+    log_x: bool | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Empirical CDFs of TTFT, TPOT and E2E latency of finished requests, in three panels.
+
+    ``results`` is one :class:`Results` (or requests frame) or a list of ``(label, results)`` to
+    compare. SLO targets come from ``slo`` (keys ``ttft_s``, ``tpot_s``, ``e2e_s``) or else from
+    the runs' ``scenario.slo``, drawn as dashed vertical lines. ``log_x`` forces a scale; by default
+    a panel is logarithmic when its values span more than a decade.
+    """
+    if isinstance(results, Results | pd.DataFrame):
+        runs: list[tuple[str | None, Results | pd.DataFrame]] = [(None, results)]
+    else:
+        runs = [(str(label), run) for label, run in results]
+        if not runs:
+            raise ValueError("no runs to plot")
+    targets: dict[str, list[float]] = {"ttft_s": [], "tpot_s": [], "e2e_s": []}
+    if slo is not None:
+        for key in targets:
+            value = slo.get(key)
+            if value is not None:
+                targets[key].append(float(value))
+    else:
+        for _, run in runs:
+            if isinstance(run, Results):
+                for key, known in targets.items():
+                    value = getattr(run.scenario.slo, key)
+                    if value is not None and float(value) not in known:
+                        known.append(float(value))
+    panels = _axes(axes, (1, 3), (13.0, 4.0))
+    metrics = (
+        ("ttft_s", "TTFT", "time to first token (s)"),
+        ("tpot_s", "TPOT", "time per output token (s)"),
+        ("e2e_s", "E2E latency", "end-to-end latency (s)"),
+    )
+    for panel, (column, name, xlabel) in zip(panels, metrics, strict=True):
+        series: list[tuple[str | None, np.ndarray]] = []
+        for label, run in runs:
+            values = _column(_finished(_requests(run)), column)
+            series.append((label, values[np.isfinite(values)]))
+        drawn = [values for _, values in series if len(values)]
+        if not drawn:
+            _message(panel, "no finished requests" if column != "tpot_s" else "no TPOT data")
+        for index, (label, values) in enumerate(series):
+            if len(values):
+                x, y = _ecdf(values)
+                panel.plot(
+                    x, y, drawstyle="steps-post", color=f"C{index}", label=label or "requests"
+                )
+        if drawn:
+            everything = np.concatenate(drawn)
+            positive = everything[everything > 0]
+            use_log = log_x
+            if use_log is None:
+                use_log = len(positive) > 0 and positive.max() > 10.0 * positive.min()
+            if use_log and len(positive):
+                panel.set_xscale("log")
+                _readable_log_ticks(panel, float(positive.min()), float(positive.max()))
+            _slo_lines(panel, targets[column], float(everything.min()), float(everything.max()))
+        else:
+            _slo_lines(panel, targets[column], None, None)
+        panel.set_ylim(0.0, 1.02)
+        panel.set_xlabel(xlabel + (" — log scale" if panel.get_xscale() == "log" else ""))
+        panel.set_ylabel("fraction of requests")
+        panel.set_title(f"{name} CDF")
+        panel.grid(True, which="major", alpha=0.3)
+        labels = panel.get_legend_handles_labels()[1]
+        if len(runs) > 1 or any(text.startswith("SLO") for text in labels):
+            panel.legend(loc="lower right", fontsize=8)
+    fig = _figure_of(panels[0])
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+# --------------------------------------------------------------------------- speculation
+
+
+def acceptance_per_request(
+    results: Results | pd.DataFrame,
+    *,
+    axes: Sequence[Axes] | None = None,
+    bins: int = 20,
+    title: str | None = None,
+) -> Figure:
+    """Per-request draft acceptance rate (accepted / drafted, requests with drafted > 0).
+
+    Left: histogram of the rates; right: rate against output length. The run's overall rate
+    (Σ accepted / Σ drafted, the summary's ``acceptance_rate``) is drawn as a dashed line. When the
+    run did not speculate both panels say so instead.
+    """
+    requests = _requests(results)
+    panels = _axes(axes, (1, 2), (11.0, 4.0))
+    hist_ax, scatter_ax = panels
+    drafted = _column(requests, "drafted_tokens")
+    accepted = _column(requests, "accepted_tokens")
+    spoke = drafted > 0
+    hist_ax.set_title("Acceptance rate per request")
+    hist_ax.set_xlabel("acceptance rate (accepted / drafted)")
+    hist_ax.set_ylabel("requests")
+    scatter_ax.set_title("Acceptance rate vs output length")
+    scatter_ax.set_xlabel("output length (tokens)")
+    scatter_ax.set_ylabel("acceptance rate (accepted / drafted)")
+    fig = _figure_of(hist_ax)
+    if title:
+        fig.suptitle(title)
+    if not spoke.any():
+        for panel in panels:
+            _message(panel, NO_SPECULATION)
+            panel.set_xticks([])
+            panel.set_yticks([])
+        return fig
+    rate = accepted[spoke] / drafted[spoke]
+    overall = float(accepted[spoke].sum() / drafted[spoke].sum())
+    hist_ax.hist(rate, bins=np.linspace(0.0, 1.0, bins + 1).tolist(), color="C0", edgecolor="white")
+    hist_ax.axvline(
+        overall, color="C3", linestyle="--", label=f"overall {overall:.2f} (Σ accepted / Σ drafted)"
+    )
+    hist_ax.set_xlim(0.0, 1.0)
+    hist_ax.legend(loc="upper left", fontsize=8)
+    outputs = _column(requests, "output_tokens")[spoke]
+    scatter_ax.scatter(outputs, rate, s=14, alpha=0.7, color="C0", label="request")
+    scatter_ax.axhline(overall, color="C3", linestyle="--", label="overall")
+    scatter_ax.set_ylim(-0.02, 1.02)
+    scatter_ax.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+# --------------------------------------------------------------------------- sweeps
+
+
+def _slo_label(column: str, value: float) -> str:
+    return f"SLO {value:g} s" if column.endswith("_s") else f"SLO {value:g}"
+
+
+def _resolve(frame: pd.DataFrame, column: str) -> str:
+    """``column`` itself, or the single dotted column ending in ``.column`` (``rate`` →
+    ``workload.arrival.rate``)."""
+    if column in frame.columns:
+        return column
+    matches = [c for c in frame.columns if isinstance(c, str) and c.endswith("." + column)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise KeyError(f"column {column!r} is ambiguous: {', '.join(matches)}")
+    raise KeyError(f"no column {column!r}; the frame has {', '.join(map(str, frame.columns))}")
+
+
+def latency_vs_load(
+    frame: pd.DataFrame,
+    x: str = "rate",
+    y: str = "ttft_p99_s",
+    hue: str | None = None,
+    slo: float | None = None,
+    *,
+    ax: Axes | None = None,
+    log_y: bool = False,
+    title: str | None = None,
+) -> Figure:
+    """A metric against load from a sweep frame (one row per point and seed).
+
+    Rows are grouped by ``hue`` (one line per value) and by ``x``; each line is the mean of ``y``
+    over the rows at that ``x`` (the seeds) with a band from their minimum to their maximum.
+    ``x``, ``y`` and ``hue`` may name a column or the last part of a dotted one (``rate`` finds
+    ``workload.arrival.rate``). ``slo`` draws a horizontal target line. NaN values are skipped.
+    """
+    x_col, y_col = _resolve(frame, x), _resolve(frame, y)
+    hue_col = _resolve(frame, hue) if hue is not None else None
+    columns = [x_col, y_col] + ([hue_col] if hue_col is not None else [])
+    data = frame.loc[:, list(dict.fromkeys(columns))].copy()
+    try:
+        data[x_col] = pd.to_numeric(data[x_col], errors="raise")
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"x column {x_col!r} must be numeric ({error})") from None
+    data[y_col] = pd.to_numeric(data[y_col], errors="coerce")
+    data = data[np.isfinite(data[y_col].to_numpy(dtype=float))]
+    (axis,) = _axes(ax, (1, 1), (7.5, 4.5))
+    if hue_col is None:
+        groups: list[tuple[str | None, pd.DataFrame]] = [(None, data)]
+    else:
+        keys = list(data[hue_col].unique())
+        with contextlib.suppress(TypeError):
+            keys = sorted(keys)
+        groups = [
+            (
+                f"{hue_col}={key}",
+                data[data[hue_col].isna() if pd.isna(key) else data[hue_col] == key],
+            )
+            for key in keys
+        ]
+    for index, (label, group) in enumerate(groups):
+        stats = group.groupby(x_col, sort=True)[y_col].agg(["mean", "min", "max", "count"])
+        xs = stats.index.to_numpy(dtype=float)
+        color = f"C{index % 10}"
+        axis.plot(
+            xs, stats["mean"].to_numpy(dtype=float), marker="o", color=color, label=label or y_col
+        )
+        if (stats["count"] > 1).any():
+            axis.fill_between(
+                xs,
+                stats["min"].to_numpy(dtype=float),
+                stats["max"].to_numpy(dtype=float),
+                color=color,
+                alpha=0.2,
+                linewidth=0,
+            )
+    if not len(data):
+        _message(axis, f"no finite {y_col} values")
+    if slo is not None:
+        axis.axhline(slo, color="C3", linestyle="--", linewidth=1.2, label=_slo_label(y_col, slo))
+    if log_y:
+        axis.set_yscale("log")
+    else:
+        axis.set_ylim(bottom=0)
+    axis.set_xlabel(label_for(x_col))
+    axis.set_ylabel(label_for(y_col))
+    name = label_for(y_col).split(" (")[0]
+    axis.set_title(title or f"{name} vs load (mean over seeds, band min–max)")
+    axis.grid(True, alpha=0.3)
+    if hue_col is not None or slo is not None:
+        axis.legend(fontsize=8)
+    return _figure_of(axis)
+
+
+def pareto_front(frame: pd.DataFrame, cost: str, latency: str) -> pd.Series[bool]:
+    """Which rows are Pareto-optimal when lower ``cost`` and lower ``latency`` are both better.
+
+    A row is on the front when no other row is at least as good in both and strictly better in
+    one; identical rows are all on it. Rows with a missing value are never on it. The mask has the
+    frame's index.
+    """
+    c = pd.to_numeric(frame[cost], errors="coerce").to_numpy(dtype=float)
+    lat = pd.to_numeric(frame[latency], errors="coerce").to_numpy(dtype=float)
+    valid = np.isfinite(c) & np.isfinite(lat)
+    front = valid.copy()
+    for i in np.flatnonzero(valid):
+        others = valid & (c <= c[i]) & (lat <= lat[i]) & ((c < c[i]) | (lat < lat[i]))
+        front[i] = not others.any()
+    return pd.Series(front, index=frame.index, name="pareto")
+
+
+def cost_vs_slo_frontier(
+    frame: pd.DataFrame,
+    cost: str = "cost_per_million_output_tokens",
+    slo_metric: str = "ttft_p99_s",
+    label: str = "alternative",
+    *,
+    slo: float | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Alternatives by latency (x) and cost (y) with the Pareto frontier highlighted and labelled.
+
+    One point per row, or per ``label`` value when labels repeat (e.g. one row per seed: the mean
+    of both metrics is used). Frontier points (see :func:`pareto_front`) are joined by a staircase
+    and labelled; other points are labelled too when there are at most 15. ``slo`` draws the
+    latency target as a vertical line. Rows without ``label`` are named by their index.
+    """
+    cost_col, lat_col = _resolve(frame, cost), _resolve(frame, slo_metric)
+    if label in frame.columns:
+        names = frame[label].astype(str)
+    else:
+        names = pd.Series(frame.index.astype(str), index=frame.index)
+    points = pd.DataFrame(
+        {
+            "name": names.to_numpy(),
+            "cost": pd.to_numeric(frame[cost_col], errors="coerce").to_numpy(dtype=float),
+            "latency": pd.to_numeric(frame[lat_col], errors="coerce").to_numpy(dtype=float),
+        }
+    )
+    if points["name"].duplicated().any():
+        points = points.groupby("name", sort=False, as_index=False)[["cost", "latency"]].mean()
+    points = points[np.isfinite(points["cost"]) & np.isfinite(points["latency"])]
+    front = pareto_front(points, "cost", "latency").to_numpy(dtype=bool)
+    (axis,) = _axes(ax, (1, 1), (7.5, 5.0))
+    rest = points[~front]
+    best = points[front].sort_values(["latency", "cost"])
+    axis.scatter(rest["latency"], rest["cost"], s=30, color="0.6", label="dominated", zorder=2)
+    if len(best):
+        axis.scatter(
+            best["latency"],
+            best["cost"],
+            s=60,
+            color="C0",
+            edgecolor="black",
+            label="Pareto frontier",
+            zorder=3,
+        )
+        axis.plot(
+            best["latency"], best["cost"], drawstyle="steps-post", color="C0", alpha=0.7, zorder=1
+        )
+    else:
+        _message(axis, "no alternatives with both metrics")
+    for row in best.itertuples(index=False):
+        axis.annotate(
+            str(row.name),
+            (float(row.latency), float(row.cost)),
+            xytext=(5, 5),
+            textcoords="offset points",
+            fontsize=9,
+            fontweight="bold",
+        )
+    if len(points) <= 15:
+        for row in rest.itertuples(index=False):
+            axis.annotate(
+                str(row.name),
+                (float(row.latency), float(row.cost)),
+                xytext=(5, -10),
+                textcoords="offset points",
+                fontsize=8,
+                color="0.45",
+            )
+    if slo is not None:
+        axis.axvline(slo, color="C3", linestyle="--", linewidth=1.2, label=_slo_label(lat_col, slo))
+    axis.set_xlabel(label_for(lat_col))
+    axis.set_ylabel(label_for(cost_col))
+    axis.set_title(title or "Cost vs latency: Pareto frontier (lower-left is better)")
+    axis.grid(True, alpha=0.3)
+    axis.legend(fontsize=8)
+    return _figure_of(axis)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def to_png_bytes(fig: Figure, *, dpi: int = DPI) -> bytes:
+    """The figure as PNG bytes (e.g. to embed base64-encoded in an HTML report)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def save(fig: Figure, path: str | Path, *, dpi: int = DPI) -> Path:
+    """Write the figure as a PNG at ``path`` atomically (temporary file, then rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(to_png_bytes(fig, dpi=dpi))
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return target

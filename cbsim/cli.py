@@ -462,6 +462,18 @@ def cost(
     console.print(f"total iteration time: {total * 1e3:.4f} ms", highlight=False)
 
 
+# --------------------------------------------------------------------------- other commands
+
+
+def _register_commands() -> None:
+    from cbsim.sweep import sweep_command
+
+    cli.add_command(sweep_command)
+
+
+_register_commands()
+
+
 # --------------------------------------------------------------------------- entry point
 
 

@@ -466,9 +466,11 @@ def cost(
 
 
 def _register_commands() -> None:
+    from cbsim.capacity import capacity_command
     from cbsim.sweep import sweep_command
 
     cli.add_command(sweep_command)
+    cli.add_command(capacity_command)
 
 
 _register_commands()

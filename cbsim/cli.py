@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import click
+import pandas as pd
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -465,12 +466,122 @@ def cost(
 # --------------------------------------------------------------------------- other commands
 
 
+@cli.group()
+def calibrate() -> None:
+    """Fit the cost model to measured GPU timings, report its error, or measure your own GPU."""
+
+
+def _error_table(frame: pd.DataFrame, title: str) -> Table:
+    table = Table(title=title)
+    for column in ("gpu", "family", "method", "median APE %", "P90 APE %", "points"):
+        table.add_column(column, justify="right" if "%" in column or column == "points" else "left")
+    for row in frame.itertuples(index=False):
+        table.add_row(
+            str(row.gpu),
+            str(row.family),
+            str(row.method),
+            f"{row.median_ape_pct:.1f}",
+            f"{row.p90_ape_pct:.1f}",
+            f"{row.points:,}",
+        )
+    return table
+
+
+@calibrate.command("fit")
+@click.option("--gpu", "-g", required=True, help="Catalog GPU name the measurements are from.")
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of your own measurements (gemm.parquet, ...); default: the shipped tables.",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Profile name (default aiconfigurator-vllm, or 'custom' with --data).",
+)
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Profile JSON to write (default results/calibration/<gpu>/<name>.json).",
+)
+@click.option("--no-validate", is_flag=True, help="Skip the held-out cross-validation.")
+def calibrate_fit(
+    gpu: str, data: Path | None, name: str | None, out: Path | None, no_validate: bool
+) -> None:
+    """Fit a calibration profile for GPU and print its held-out error per op family."""
+    from cbsim.calibration.fit import DEFAULT_NAME, fit_profile, percent_table
+    from cbsim.calibration.profile import write_json
+
+    get_gpu(gpu)
+    profile_name = name or (DEFAULT_NAME if data is None else "custom")
+    profile, errors, _ = fit_profile(gpu, data, name=profile_name, validate=not no_validate)
+    target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
+    write_json(profile, target)
+    if not errors.empty:
+        Console().print(_error_table(percent_table(errors), f"{gpu}: held-out error"))
+    click.echo(f"profile: {target}  (use it with cluster.calibration: {target})")
+
+
+@calibrate.command("report")
+@click.option("--gpu", "-g", required=True, help="Catalog GPU name.")
+@click.option(
+    "--data", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Folder of your own measurements; default: the shipped tables.",
+)  # fmt: skip
+@click.option(
+    "--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+    help="Folder for errors.csv, report.md and predicted_vs_measured.png.",
+)  # fmt: skip
+def calibrate_report(gpu: str, data: Path | None, out: Path | None) -> None:
+    """Held-out error per op family of GPU's calibration, with a predicted-vs-measured plot."""
+    from cbsim.calibration.fit import (
+        TRANSFER_SOURCE,
+        fit_profile,
+        leave_one_gpu_out,
+        percent_table,
+        plot_predicted_vs_measured,
+    )
+    from cbsim.plots import save
+
+    get_gpu(gpu)
+    if gpu in TRANSFER_SOURCE and data is None:
+        raise CbsimError(
+            f"{gpu} has no measurements to report on (its profile is transferred from "
+            f"{TRANSFER_SOURCE[gpu]}); give --data with your own",
+            field="--gpu",
+        )
+    _, errors, points = fit_profile(gpu, data)
+    frames = [errors]
+    if gpu == "h200" and data is None:
+        frames.append(leave_one_gpu_out("h100-sxm", "h200"))
+    table = percent_table(pd.concat(frames, ignore_index=True))
+    folder = out or Path("results") / "calibration" / gpu
+    folder.mkdir(parents=True, exist_ok=True)
+    table.to_csv(folder / "errors.csv", index=False)
+    (folder / "report.md").write_text(
+        f"# Calibration of {gpu}: error on held-out data\n\n"
+        + table.to_markdown(index=False)
+        + "\n"
+    )
+    figure = plot_predicted_vs_measured(points, f"{gpu}: held-out predictions vs measurements")
+    save(figure, folder / "predicted_vs_measured.png")  # type: ignore[arg-type]
+    Console().print(_error_table(table, f"{gpu}: held-out error"))
+    click.echo(f"report: {folder}")
+
+
 def _register_commands() -> None:
+    from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
+    from cbsim.report import report_command
     from cbsim.sweep import sweep_command
 
     cli.add_command(sweep_command)
     cli.add_command(capacity_command)
+    cli.add_command(report_command)
+    calibrate.add_command(measure_command)
 
 
 _register_commands()

@@ -1,0 +1,318 @@
+"""Fitting a whole calibration profile for a GPU, and the report of its error on held-out data.
+
+``fit_profile`` runs every op family's fit on one GPU's measurements (the shipped tables, or a
+user's own in the same schema): GEMMs per dtype, decode and prefill attention per KV-cache dtype,
+all-reduce per GPU count, element-wise kernels (from Vidur's operator tables where the GPU has them,
+else transferred from the same architecture). Each family is also cross-validated on data its fit
+never saw (whole GEMM weight shapes, whole attention head configurations, whole message sizes held
+out) and compared with two references: the uncalibrated roofline (efficiency 1) and one constant
+efficiency pair fitted on the same data. ``transfer_profile`` carries a profile's dimensionless
+efficiencies and corrections to a GPU with no measurements, which is how H200 is predicted from
+H100 in the leave-one-GPU-out check and how B200 and MI300X get profiles at all.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cbsim.calibration import attention, comm, gemm, vidur
+from cbsim.calibration.data import load_table, vidur_tables
+from cbsim.calibration.errors import summarize
+from cbsim.calibration.profile import CalibrationProfile, Measured, RooflineFit
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+
+DEFAULT_NAME = "aiconfigurator-vllm"
+# where a GPU without Vidur operator tables takes its element-wise fit from (same architecture,
+# or the nearest one measured)
+ELEMENTWISE_SOURCE = {
+    "h200": "h100-sxm",
+    "l40s": "a100-80gb",
+    "b200": "h100-sxm",
+    "mi300x": "h100-sxm",
+}
+# GPUs without kernel measurements: profile transferred from this measured GPU
+TRANSFER_SOURCE = {"b200": "h200", "mi300x": "h100-sxm"}
+
+
+def _stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
+    return summarize(predicted, measured)
+
+
+def _points(family: str, measured: np.ndarray, predicted: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"family": family, "measured_s": measured, "predicted_s": predicted})
+
+
+def _optional_table(table: str, gpu: str, data_dir: str | Path | None) -> pd.DataFrame | None:
+    try:
+        return load_table(table, gpu, data_dir)
+    except CbsimError:
+        if data_dir is None:
+            return None
+        folder = Path(data_dir)
+        if any((folder / f"{table}{suffix}").is_file() for suffix in (".parquet", ".csv")):
+            raise  # the file exists but is bad: say so
+        return None
+
+
+def _gemm_family(
+    table: pd.DataFrame,
+    gpu: str,
+    rows: list[dict[str, object]],
+    points: list[pd.DataFrame],
+    validate: bool,
+) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
+    spec = get_gpu(gpu)
+    fits: dict[str, RooflineFit] = {}
+    provenance: dict[str, Measured] = {}
+    for dtype in sorted(set(table["dtype"].astype(str)) & {"bf16", "fp8"}):
+        fits[dtype] = gemm.fit_gemm(table, spec, dtype)
+        if not validate:
+            continue
+        cv = gemm.holdout_shapes(table, spec, dtype)
+        refs = gemm.baselines(table, spec, dtype)
+        measured = cv["measured_s"].to_numpy()
+        calibrated = _stats(cv["predicted_s"].to_numpy(), measured)
+        points.append(_points(f"gemm {dtype}", measured, cv["predicted_s"].to_numpy()))
+        for method, predicted in (
+            ("calibrated", cv["predicted_s"].to_numpy()),
+            ("constant", refs["constant"]),
+            ("uncalibrated", refs["uncalibrated"]),
+        ):
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "family": f"gemm {dtype}",
+                    "method": method,
+                    **_stats(predicted, measured),
+                }
+            )
+        provenance[f"gemm_{dtype}"] = Measured(
+            source="held-out weight shapes (5-fold)",
+            rows=len(cv),
+            holdout_median_ape=calibrated["median_ape"],
+            holdout_p90_ape=calibrated["p90_ape"],
+        )
+    return fits, provenance
+
+
+def _attention_family(
+    table: pd.DataFrame,
+    gpu: str,
+    phase: str,
+    rows: list[dict[str, object]],
+    points: list[pd.DataFrame],
+    validate: bool,
+) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
+    spec = get_gpu(gpu)
+    fits: dict[str, RooflineFit] = {}
+    provenance: dict[str, Measured] = {}
+    for kv_dtype in sorted(set(table["kv_dtype"].astype(str)) & {"bf16", "fp8"}):
+        fits[kv_dtype] = attention.fit_attention(table, spec, phase, kv_dtype)
+        if not validate:
+            continue
+        cv = attention.holdout_heads(table, spec, phase, kv_dtype)
+        refs = attention.baselines(table, spec, phase, kv_dtype)
+        frames = pd.concat([cv, refs], ignore_index=True)
+        for method, group in frames.groupby("method", sort=False):
+            stats = _stats(group["predicted_s"].to_numpy(), group["latency_s"].to_numpy())
+            label = "calibrated" if method not in ("constant", "uncalibrated") else str(method)
+            rows.append(
+                {"gpu": gpu, "family": f"{phase} attention kv {kv_dtype}", "method": label, **stats}
+            )
+            if label == "calibrated":
+                points.append(
+                    _points(
+                        f"{phase} attention kv {kv_dtype}",
+                        group["latency_s"].to_numpy(),
+                        group["predicted_s"].to_numpy(),
+                    )
+                )
+                provenance[f"{phase}_attention_{kv_dtype}"] = Measured(
+                    source="held-out head configurations (5-fold)",
+                    rows=len(group),
+                    holdout_median_ape=stats["median_ape"],
+                    holdout_p90_ape=stats["p90_ape"],
+                )
+    return fits, provenance
+
+
+def fit_profile(
+    gpu: str,
+    data_dir: str | Path | None = None,
+    *,
+    name: str = DEFAULT_NAME,
+    validate: bool = True,
+) -> tuple[CalibrationProfile, pd.DataFrame, pd.DataFrame]:
+    """Fit every op family of one GPU; returns the profile, the held-out error table and the
+    held-out predictions (family, measured_s, predicted_s) behind it."""
+    spec = get_gpu(gpu)
+    rows: list[dict[str, object]] = []
+    points: list[pd.DataFrame] = []
+    provenance: dict[str, Measured] = {}
+    gemm_table = _optional_table("gemm", gpu, data_dir)
+    if gemm_table is None:
+        raise CbsimError(
+            f"no GEMM measurements for {gpu}: give --data DIR with gemm.parquet "
+            "(see `cbsim calibrate measure`)",
+            field="--gpu",
+        )
+    gemm_fits, found = _gemm_family(gemm_table, gpu, rows, points, validate)
+    provenance.update(found)
+    attention_fits: dict[str, dict[str, RooflineFit]] = {}
+    for phase in ("decode", "prefill"):
+        table = _optional_table(f"{phase}_attention", gpu, data_dir)
+        fits: dict[str, RooflineFit] = {}
+        if table is not None:
+            fits, found = _attention_family(table, gpu, phase, rows, points, validate)
+            provenance.update(found)
+        attention_fits[phase] = fits
+    allreduce = {}
+    nccl = _optional_table("nccl", gpu, data_dir)
+    if nccl is not None:
+        allreduce = comm.fit_allreduce(nccl, gpu)
+        if validate:
+            held = comm.holdout_sizes(nccl)
+            stats = _stats(held["predicted_s"].to_numpy(), held["measured_s"].to_numpy())
+            points.append(
+                _points("all-reduce", held["measured_s"].to_numpy(), held["predicted_s"].to_numpy())
+            )
+            rows.append({"gpu": gpu, "family": "all-reduce", "method": "calibrated", **stats})
+            provenance["allreduce"] = Measured(
+                source="held-out message sizes",
+                rows=len(held),
+                holdout_median_ape=stats["median_ape"],
+                holdout_p90_ape=stats["p90_ape"],
+            )
+    elementwise_gpu = gpu if vidur_tables(gpu) else ELEMENTWISE_SOURCE.get(gpu)
+    elementwise = vidur.elementwise_fit(elementwise_gpu) if elementwise_gpu else None
+    if elementwise is not None:
+        provenance["elementwise"] = Measured(
+            source=f"Vidur operator tables of {elementwise_gpu} (MIT)",
+        )
+    profile = CalibrationProfile(
+        gpu=gpu,
+        name=name,
+        description=(
+            f"{spec.name}: GEMM, attention and all-reduce fitted to "
+            + (
+                "the measurements in " + str(data_dir)
+                if data_dir
+                else "NVIDIA AI Configurator's vLLM kernel timings"
+            )
+            + f"; element-wise kernels from {elementwise_gpu or 'defaults'}."
+        ),
+        gemm=gemm_fits,
+        decode_attention=attention_fits["decode"],
+        prefill_attention=attention_fits["prefill"],
+        allreduce=allreduce,
+        elementwise=elementwise,
+        provenance=provenance,
+    )
+    held_out = (
+        pd.concat(points, ignore_index=True) if points else _points("", np.array([]), np.array([]))
+    )
+    return profile, pd.DataFrame(rows), held_out
+
+
+def transfer_profile(
+    source: CalibrationProfile, target_gpu: str, *, name: str | None = None
+) -> CalibrationProfile:
+    """A profile for a GPU without measurements: the source's dimensionless efficiencies, floors
+    and corrections applied to the target's spec sheet (its peak FLOP/s and bandwidth)."""
+    spec = get_gpu(target_gpu)
+    return source.model_copy(
+        update={
+            "gpu": spec.name,
+            "name": name or f"transfer-{source.gpu}",
+            "description": (
+                f"{spec.name} has no kernel measurements here: {source.gpu}'s fitted efficiencies "
+                f"and corrections ({source.name}) applied to the {spec.name} spec sheet. Untested "
+                "against measurements of this GPU; all-reduce curves are the source's."
+            ),
+            "provenance": {"transfer": Measured(source=f"{source.gpu}/{source.name}")},
+        }
+    )
+
+
+def leave_one_gpu_out(source_gpu: str = "h100-sxm", target_gpu: str = "h200") -> pd.DataFrame:
+    """Fit on one GPU, predict another from its spec sheet: held-out error per op family."""
+    rows: list[dict[str, object]] = []
+    frame = gemm.leave_one_gpu_out(source_gpu, target_gpu, "bf16")
+    measured = frame["measured_s"].to_numpy()
+    for method, column in (
+        ("calibrated", "predicted_s"),
+        ("constant", "constant_s"),
+        ("uncalibrated", "uncalibrated_s"),
+    ):
+        rows.append(
+            {
+                "gpu": f"{target_gpu} from {source_gpu}",
+                "family": "gemm bf16",
+                "method": method,
+                **_stats(frame[column].to_numpy(), measured),
+            }
+        )
+    source_spec, target_spec = get_gpu(source_gpu), get_gpu(target_gpu)
+    for phase in ("decode", "prefill"):
+        source = load_table(f"{phase}_attention", source_gpu)
+        target = load_table(f"{phase}_attention", target_gpu)
+        moved = attention.transfer(source, source_spec, target, target_spec, phase, "bf16")
+        stats = _stats(moved["predicted_s"].to_numpy(), moved["latency_s"].to_numpy())
+        rows.append(
+            {
+                "gpu": f"{target_gpu} from {source_gpu}",
+                "family": f"{phase} attention kv bf16",
+                "method": "calibrated",
+                **stats,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def percent_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """An error table with median/P90 APE in percent, one row per gpu × family × method."""
+    out = frame.copy()
+    out["median_ape_pct"] = (100 * out.pop("median_ape")).round(1)
+    out["p90_ape_pct"] = (100 * out.pop("p90_ape")).round(1)
+    out["points"] = out["points"].astype(int)
+    return out
+
+
+def plot_predicted_vs_measured(points: pd.DataFrame, title: str) -> object:
+    """Log-log scatter of held-out predictions against measurements, one panel per op family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families = list(dict.fromkeys(points["family"]))
+    columns = min(3, max(1, len(families)))
+    rows = -(-len(families) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.8 * rows), squeeze=False)
+    for ax, family in zip(axes.ravel(), families, strict=False):
+        group = points[points["family"] == family]
+        measured = group["measured_s"].to_numpy() * 1e3
+        predicted = group["predicted_s"].to_numpy() * 1e3
+        ax.scatter(measured, predicted, s=2, alpha=0.25, rasterized=True)
+        low, high = (
+            float(min(measured.min(), predicted.min())),
+            float(max(measured.max(), predicted.max())),
+        )
+        ax.plot([low, high], [low, high], color="black", linewidth=0.8)
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="measured (ms)",
+            ylabel="predicted (ms)",
+            title=family,
+        )
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes.ravel()[len(families) :]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

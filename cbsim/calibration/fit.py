@@ -111,10 +111,11 @@ def _attention_family(
     fits: dict[str, RooflineFit] = {}
     provenance: dict[str, Measured] = {}
     for kv_dtype in sorted(set(table["kv_dtype"].astype(str)) & {"bf16", "fp8"}):
-        fits[kv_dtype] = attention.fit_attention(table, spec, phase, kv_dtype)
+        features = attention.EXTENDED_FEATURES
+        fits[kv_dtype] = attention.fit_attention(table, spec, phase, kv_dtype, features=features)
         if not validate:
             continue
-        cv = attention.holdout_heads(table, spec, phase, kv_dtype)
+        cv = attention.holdout_heads(table, spec, phase, kv_dtype, features=features)
         refs = attention.baselines(table, spec, phase, kv_dtype)
         frames = pd.concat([cv, refs], ignore_index=True)
         for method, group in frames.groupby("method", sort=False):
@@ -260,7 +261,15 @@ def leave_one_gpu_out(source_gpu: str = "h100-sxm", target_gpu: str = "h200") ->
     for phase in ("decode", "prefill"):
         source = load_table(f"{phase}_attention", source_gpu)
         target = load_table(f"{phase}_attention", target_gpu)
-        moved = attention.transfer(source, source_spec, target, target_spec, phase, "bf16")
+        moved = attention.transfer(
+            source,
+            source_spec,
+            target,
+            target_spec,
+            phase,
+            "bf16",
+            features=attention.EXTENDED_FEATURES,
+        )
         stats = _stats(moved["predicted_s"].to_numpy(), moved["latency_s"].to_numpy())
         rows.append(
             {

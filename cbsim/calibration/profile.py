@@ -51,6 +51,28 @@ class GridCorrection(_Strict):
     def __call__(self, *features: float) -> float:
         return self.grid()(*features)
 
+    def restrict(self, fixed: dict[str, float]) -> GridCorrection:
+        """The correction with some features held at given values (exact for multilinear grids)."""
+        keep = [i for i, name in enumerate(self.features) if name not in fixed]
+        if len(keep) == len(self.features):
+            return self
+        mesh = np.meshgrid(*[np.exp2(np.asarray(self.axes[i])) for i in keep], indexing="ij")
+        count = mesh[0].size
+        columns = []
+        position = 0
+        for name in self.features:
+            if name in fixed:
+                columns.append(np.full(count, fixed[name], dtype=np.float64))
+            else:
+                columns.append(mesh[position].ravel())
+                position += 1
+        values = self.grid().evaluate(*columns)
+        return GridCorrection(
+            features=[self.features[i] for i in keep],
+            axes=[self.axes[i] for i in keep],
+            values=[float(v) for v in values],
+        )
+
 
 class RooflineFit(_Strict):
     """``floor + max(FLOPs / (peak · compute_eff), bytes / (bandwidth · memory_eff))``, times
@@ -65,6 +87,12 @@ class RooflineFit(_Strict):
         return self.floor_s + max(
             flops / (peak * self.compute_eff), bytes_moved / (bandwidth * self.memory_eff)
         )
+
+    def specialize(self, fixed: dict[str, float]) -> RooflineFit:
+        """This fit with the correction's features named in ``fixed`` held at those values."""
+        if self.correction is None or not set(fixed) & set(self.correction.features):
+            return self
+        return self.model_copy(update={"correction": self.correction.restrict(fixed)})
 
     def predict(
         self, flops: float, bytes_moved: float, peak: float, bandwidth: float, *features: float

@@ -188,12 +188,17 @@ class CostModel:
         self._vocab_shard = -(-m.vocab_size // tp)
         cal = calibration
         self._gemm_fit = _fit_for(cal.gemm, dtype) if cal is not None else None
-        self._decode_fit = (
-            _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
-        )
-        self._prefill_fit = (
-            _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
-        )
+        # attention corrections may also depend on the head layout, fixed for this model and tp:
+        # specialise them once to the two features that vary per batch (batch, tokens)
+        heads = {
+            "kv_heads": float(self._kv_heads),
+            "group": self._q_heads / self._kv_heads,
+            "head_dim": float(m.head_dim),
+        }
+        decode = _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
+        prefill = _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
+        self._decode_fit = decode.specialize(heads) if decode is not None else None
+        self._prefill_fit = prefill.specialize(heads) if prefill is not None else None
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
@@ -406,7 +411,10 @@ class CostModel:
         return (
             self._token_time(num_requests, num_requests, num_requests)
             + layers * 0.0
-            + layers * self.attention_time(num_requests, kv_tokens, float(kv_tokens), decode=True)
+            + layers
+            * self.attention_time(
+                num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
+            )
         )
 
     # ------------------------------------------------------------------ contract API

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim.cost import CostModel
+from cbsim.engine import cost_model_for
 from cbsim.models import get_model
 from cbsim.speculative.acceptance import expected_emitted
 from cbsim.speculative.proposers import DraftModel
@@ -87,7 +87,8 @@ def test_wall_clock_speedup_matches_leviathan(batch_one):
     measured = plain.summary["tpot_mean_s"] / spec.summary["tpot_mean_s"]
     # c: one draft-model decode step over one target decode step, from the cost model, at the
     # requests' mean decode context
-    target = CostModel("llama-3-8b", "h100-sxm")
+    # the same calibrated cost model (profile and engine overhead) the simulation used
+    target = cost_model_for(spec.scenario)
     draft = DraftModel(get_model("llama-3.2-1b"), target)
     context = 512 + 200
     c = draft.draft_time(np.array([1]), np.array([context])) / target.decode_time(1, context + 1)

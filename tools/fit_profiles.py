@@ -42,7 +42,10 @@ def main() -> None:
     parser.add_argument("--no-validate", action="store_true")
     args = parser.parse_args()
     validate = not args.no_validate
-    sections: list[str] = ["# Calibration: error on held-out data\n", "Regenerate: `python tools/fit_profiles.py`.\n"]
+    sections: list[str] = [
+        "# Calibration: error on held-out data\n",
+        "Regenerate: `python tools/fit_profiles.py`.\n",
+    ]
     errors = []
     fitted = {}
     for gpu in measured_gpus():
@@ -61,7 +64,9 @@ def main() -> None:
     load_profile.cache_clear()
     if validate:
         table = percent_table(pd.concat(errors, ignore_index=True))
-        sections.append("## Per GPU and op family (5-fold, whole shapes / head configurations held out)\n")
+        sections.append(
+            "## Per GPU and op family (5-fold, whole shapes / head configurations held out)\n"
+        )
         sections.append(markdown(table) + "\n")
         transfer = percent_table(leave_one_gpu_out("h100-sxm", "h200"))
         sections.append("## H200 predicted from H100's fit and H200's spec sheet\n")
@@ -69,27 +74,36 @@ def main() -> None:
         layer_rows = []
         for gpu, held in (("a100-80gb", "Llama-2-7b-hf"), ("a100-80gb", "Meta-Llama-3-8B")):
             profile = vidur.fit_vidur_profile(gpu, holdout_model=held)
-            report = vidur.error_report(vidur.layer_totals(gpu, profile, holdout=vidur.Holdout(model=held)))
+            report = vidur.error_report(
+                vidur.layer_totals(gpu, profile, holdout=vidur.Holdout(model=held))
+            )
             layer_rows.append({"gpu": gpu, "profile": f"vidur, {held} held out", **report})
             report = vidur.error_report(vidur.layer_totals(gpu, load_profile(gpu)))
             layer_rows.append({"gpu": gpu, "profile": DEFAULT_NAME, **report})
-        sections.append("## Per-layer totals (linear layers + norms) against Vidur's operator tables\n")
-        sections.append(markdown(percent_table(pd.DataFrame(layer_rows).assign(family="layer", method="-"))) + "\n")
+        sections.append(
+            "## Per-layer totals (linear layers + norms) against Vidur's operator tables\n"
+        )
+        sections.append(
+            markdown(percent_table(pd.DataFrame(layer_rows).assign(family="layer", method="-")))
+            + "\n"
+        )
         disagreement = vidur.gemm_disagreement_summary(vidur.gemm_disagreement("h100-sxm"))
-        sections.append("## Cross-source floor: Vidur vs AI Configurator on the same H100 GEMM shapes\n")
+        sections.append(
+            "## Cross-source floor: Vidur vs AI Configurator on the same H100 GEMM shapes\n"
+        )
         sections.append(markdown(disagreement) + "\n")
     engine_rows = []
     for engine in ENGINES.values():
-        profile, validated = fit_engine_profile(engine)
-        write_json(profile, PROFILES / "engines" / f"{engine}.json")
-        stats = profile.provenance["e2e"]
+        engine_profile, _ = fit_engine_profile(engine)
+        write_json(engine_profile, PROFILES / "engines" / f"{engine}.json")
+        stats = engine_profile.provenance["e2e"]
         engine_rows.append(
             {
                 "engine": engine,
                 "batches": stats.rows,
-                "overhead_ms": 1e3 * profile.overhead_s,
-                "per_request_us": 1e6 * profile.overhead_per_request_s,
-                "per_token_us": 1e6 * profile.overhead_per_token_s,
+                "overhead_ms": 1e3 * engine_profile.overhead_s,
+                "per_request_us": 1e6 * engine_profile.overhead_per_request_s,
+                "per_token_us": 1e6 * engine_profile.overhead_per_token_s,
                 "median_ape_pct": 100 * (stats.holdout_median_ape or float("nan")),
                 "p90_ape_pct": 100 * (stats.holdout_p90_ape or float("nan")),
             }

@@ -225,6 +225,24 @@ def transfer_profile(
     """A profile for a GPU without measurements: the source's dimensionless efficiencies, floors
     and corrections applied to the target's spec sheet (its peak FLOP/s and bandwidth)."""
     spec = get_gpu(target_gpu)
+    return CalibrationProfile(
+        gpu=spec.name,
+        name=name or f"transfer-{source.gpu}",
+        description=(
+            f"{spec.name} has no kernel measurements here: {source.gpu}'s fitted efficiencies "
+            f"and corrections ({source.name}) applied to the {spec.name} spec sheet. Untested "
+            "against measurements of this GPU; all-reduce curves are the source's."
+        ),
+        provenance={"transfer": Measured(source=f"{source.gpu}/{source.name}")},
+        based_on=f"{source.gpu}/{source.name}",
+    )
+
+
+def transfer_copy(
+    source: CalibrationProfile, target_gpu: str, *, name: str | None = None
+) -> CalibrationProfile:
+    """:func:`transfer_profile` with the fits copied in (for evaluation in memory)."""
+    spec = get_gpu(target_gpu)
     return source.model_copy(
         update={
             "gpu": spec.name,

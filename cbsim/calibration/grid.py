@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import lsqr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LogGrid:
     """A correction surface: ``values`` on the product of ``axes`` (log2 nodes, ascending)."""
 

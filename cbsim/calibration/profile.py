@@ -142,6 +142,8 @@ class CalibrationProfile(_Strict):
     allreduce: dict[str, CommFit] = Field(default_factory=dict)
     elementwise: RooflineFit | None = None
     provenance: dict[str, Measured] = Field(default_factory=dict)
+    # "gpu/name" of a profile whose fits this one reuses (a transfer to a GPU with no measurements)
+    based_on: str | None = None
 
     def allreduce_time(self, num_gpus: int, size_bytes: float) -> float | None:
         """Seconds for an all-reduce, or None when this GPU count was not measured."""
@@ -212,9 +214,23 @@ def write_json(model: BaseModel, path: Path) -> Path:
     """Write a profile atomically (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(model.model_dump(mode="json"), indent=1) + "\n", encoding="utf-8")
+    tmp.write_text(
+        json.dumps(_rounded(model.model_dump(mode="json")), separators=(",", ":")) + "\n",
+        encoding="utf-8",
+    )
     tmp.replace(path)
     return path
+
+
+def _rounded(value: Any) -> Any:
+    """Grid corrections are logs of ratios: 5 decimals (0.001 %) is far below measurement noise."""
+    if isinstance(value, float):
+        return round(value, 5) if abs(value) >= 1e-3 else float(f"{value:.6g}")
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    return value
 
 
 def _shipped_dir() -> Any:
@@ -256,7 +272,22 @@ def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | 
         raise unknown_name(
             f"calibration profile for {gpu}", name, [*profile_names(gpu), UNCALIBRATED]
         )
-    return read_profile(path)
+    profile = read_profile(path)
+    if profile.based_on:
+        base_gpu, _, base_name = profile.based_on.partition("/")
+        base = load_profile(base_gpu, base_name)
+        if base is None:
+            raise CbsimError(f"based_on {profile.based_on!r} is not a profile", source=str(path))
+        profile = base.model_copy(
+            update={
+                "gpu": profile.gpu,
+                "name": profile.name,
+                "description": profile.description,
+                "provenance": profile.provenance,
+                "based_on": profile.based_on,
+            }
+        )
+    return profile
 
 
 @lru_cache(maxsize=16)

@@ -407,6 +407,15 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     help="Add a prefill of this many tokens (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {op: seconds, ..., total_s} as JSON.")
+@click.option(
+    "--calibration",
+    default="default",
+    show_default=True,
+    help="Calibration profile of the GPU (a name, a JSON path, or 'none' for the raw roofline).",
+)
+@click.option(
+    "--engine", default="vllm", show_default=True, help="Serving-engine overhead profile."
+)
 def cost(
     model: str,
     gpu: str,
@@ -417,6 +426,8 @@ def cost(
     context: int | None,
     prefill: tuple[int, ...],
     as_json: bool,
+    calibration: str,
+    engine: str,
 ) -> None:
     """Per-op roofline cost of one iteration over a batch."""
     entries = list(batch)
@@ -437,7 +448,19 @@ def cost(
         gpu_spec = get_gpu(gpu)
     except CbsimError as err:
         raise err.located(field="--gpu") from None
-    cost_model = CostModel(model=model_shape, gpu=gpu_spec, tp=tp, dtype=dtype)
+    from cbsim.calibration.profile import load_engine_profile, load_profile
+
+    try:
+        profile = load_profile(gpu_spec.name, calibration)
+    except CbsimError as err:
+        raise err.located(field="--calibration") from None
+    try:
+        overhead = load_engine_profile(engine)
+    except CbsimError as err:
+        raise err.located(field="--engine") from None
+    cost_model = CostModel(
+        model=model_shape, gpu=gpu_spec, tp=tp, dtype=dtype, calibration=profile, engine=overhead
+    )
     breakdown = cost_model.breakdown(entries)
     total = cost_model.iteration_time(entries)
     if as_json:

@@ -18,6 +18,7 @@ from click.testing import CliRunner, Result
 
 import cbsim
 import cbsim.cli as cli_module
+from cbsim.calibration.profile import load_engine_profile, load_profile
 from cbsim.cli import cli, main, reserve_run_dir, run_id
 
 TINY = """\
@@ -301,7 +302,14 @@ def test_cost_json_sums_to_total_and_matches_the_cost_model() -> None:
     total = data.pop("total_s")
     assert total > 0
     assert math.isclose(sum(data.values()), total, rel_tol=1e-9)
-    model = cbsim.cost.CostModel(model="llama-3-8b", gpu="h100-sxm", tp=2)
+    # the command prices with the GPU's default calibration profile and vLLM's overhead profile
+    model = cbsim.cost.CostModel(
+        model="llama-3-8b",
+        gpu="h100-sxm",
+        tp=2,
+        calibration=load_profile("h100-sxm"),
+        engine=load_engine_profile("vllm"),
+    )
     expected = model.iteration_time([(1, 1000), (1, 2000), (512, 0)])
     assert math.isclose(total, expected, rel_tol=1e-12)
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.cost import CostModel
+from cbsim.engine import cost_model_for
 from cbsim.results import RESULT_FILES, Results
 from tests.conftest import small_scenario, summaries_equal
 
@@ -168,7 +168,7 @@ def test_goodput_counts_only_requests_within_the_slo():
 
 
 def test_ttft_at_low_load_is_one_prefill(low_load: cbsim.Results):
-    cost = CostModel("llama-3-8b", "h100-sxm")
+    cost = cost_model_for(low_load.scenario)
     prefill = cost.iteration_time([(512, 0)])
     ttft = low_load.requests["ttft_s"]
     assert (ttft > 0).all()
@@ -179,7 +179,7 @@ def test_ttft_at_low_load_is_one_prefill(low_load: cbsim.Results):
 
 
 def test_tpot_at_low_load_is_one_decode_iteration(low_load: cbsim.Results):
-    cost = CostModel("llama-3-8b", "h100-sxm")
+    cost = cost_model_for(low_load.scenario)
     decode = cost.iteration_time([(1, 512 + 32)])
     tpot = low_load.requests["tpot_s"]
     assert tpot.median() == pytest.approx(decode, rel=0.02)

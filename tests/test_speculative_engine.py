@@ -97,7 +97,8 @@ def test_wall_clock_speedup_matches_leviathan(batch_one):
     verify = target.iteration_time([(K + 1, context)]) / target.iteration_time([(1, context)])
     exact = expected_emitted(ALPHA, K) / (K * c + verify)
     assert measured == pytest.approx(exact, rel=0.02)
-    assert measured == pytest.approx(leviathan, rel=0.03)
+    # Leviathan et al. price the verify step like a plain step; here it costs a little more
+    assert measured == pytest.approx(leviathan, rel=0.05)
     assert 1.2 < measured < 3.0  # a 1B draft for an 8B target: c ≈ 0.2
 
 

@@ -222,14 +222,17 @@ def write_json(model: BaseModel, path: Path) -> Path:
     return path
 
 
-def _rounded(value: Any) -> Any:
-    """Grid corrections are logs of ratios: 5 decimals (0.001 %) is far below measurement noise."""
+def _rounded(value: Any, key: str = "") -> Any:
+    """Grid corrections are logs of ratios: 5 decimals (0.001 %) is far below measurement noise.
+    Grid axes keep full precision (nodes one m apart, log2 4096 and 4097, sit 0.00035 apart)."""
+    if key == "axes":
+        return value
     if isinstance(value, float):
         return round(value, 5) if abs(value) >= 1e-3 else float(f"{value:.6g}")
     if isinstance(value, list):
-        return [_rounded(v) for v in value]
+        return [_rounded(v, key) for v in value]
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
+        return {k: _rounded(v, k) for k, v in value.items()}
     return value
 
 

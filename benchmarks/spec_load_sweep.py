@@ -33,7 +33,11 @@ POLICIES: dict[str, dict[str, Any]] = {
 }
 
 
-def scenario(rate: float, policy: str, requests: int) -> dict[str, Any]:
+def scenario(
+    rate: float, policy: str, requests: int, calibration: str = "default"
+) -> dict[str, Any]:
+    """One sweep point; ``calibration="none"`` prices it on the raw roofline with the cost model's
+    default overheads instead of the calibrated H100 profile and fitted vLLM overhead."""
     speculative = {
         "proposer": {"kind": "eagle"},
         "acceptance": {"kind": "per_request", "mean": 0.6, "concentration": 8},
@@ -48,15 +52,23 @@ def scenario(rate: float, policy: str, requests: int) -> dict[str, Any]:
             "prompt_tokens": {"kind": "lognormal", "mean": 300, "sigma": 0.8, "max": 2048},
             "output_tokens": {"kind": "lognormal", "mean": 300, "sigma": 0.6, "max": 1024},
         },
-        "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
+        "cluster": {
+            "model": "llama-3-8b",
+            "gpu": "h100-sxm",
+            "calibration": calibration,
+            "engine": "none" if calibration == "none" else "vllm",
+        },
         "scheduler": {"kind": "vllm"},
         "speculative": speculative,
     }
 
 
-def run_point(args: tuple[float, str, int]) -> dict[str, Any]:
-    rate, policy, requests = args
-    summary = cbsim.simulate(cbsim.load_scenario(scenario(rate, policy, requests))).summary
+def run_point(args: tuple[float, str, int] | tuple[float, str, int, str]) -> dict[str, Any]:
+    rate, policy, requests, *rest = args
+    calibration = rest[0] if rest else "default"
+    summary = cbsim.simulate(
+        cbsim.load_scenario(scenario(rate, policy, requests, calibration))
+    ).summary
     return {
         "rate_rps": rate,
         "policy": policy,
@@ -70,8 +82,8 @@ def run_point(args: tuple[float, str, int]) -> dict[str, Any]:
     }
 
 
-def sweep(requests: int, workers: int = 2) -> pd.DataFrame:
-    points = [(rate, policy, requests) for rate in RATES for policy in POLICIES]
+def sweep(requests: int, workers: int = 2, calibration: str = "default") -> pd.DataFrame:
+    points = [(rate, policy, requests, calibration) for rate in RATES for policy in POLICIES]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         rows = list(pool.map(run_point, points))
     return pd.DataFrame(rows)
@@ -128,9 +140,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=1500)
     parser.add_argument("--out", type=Path, default=Path("results/spec-load-sweep"))
+    parser.add_argument(
+        "--calibration",
+        default="default",
+        help="'default' (calibrated H100 + fitted vLLM overhead) or 'none' (raw roofline)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    frame = sweep(args.requests)
+    frame = sweep(args.requests, calibration=args.calibration)
     frame.to_csv(args.out / "sweep.csv", index=False)
     tpot = frame.pivot(index="rate_rps", columns="policy", values="tpot_mean_ms")[list(POLICIES)]
     tput = frame.pivot(index="rate_rps", columns="policy", values="output_tokens_per_s")[

@@ -768,7 +768,7 @@ def _check_calibration(cluster: Cluster, source: str | None) -> None:
         load_profile(cluster.gpu, cluster.calibration or DEFAULT_PROFILE)
     except CbsimError as err:
         raise err.located(source=source, field="cluster.calibration") from None
-    known_engines = sorted({"vllm", *engine_names()})
+    known_engines = sorted({"vllm", "none", *engine_names()})
     is_file = cluster.engine.endswith(".json") or Path(cluster.engine).is_file()
     if cluster.engine not in known_engines and not is_file:
         raise CbsimError(

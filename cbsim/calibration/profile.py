@@ -295,7 +295,10 @@ def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | 
 
 @lru_cache(maxsize=16)
 def load_engine_profile(engine: str) -> EngineProfile | None:
-    """The shipped overhead profile of a serving engine (None if none is shipped)."""
+    """The shipped overhead profile of a serving engine (None if none is shipped, or for "none":
+    then the cost model keeps its default overhead parameters)."""
+    if engine == "none":
+        return None
     if engine.endswith(".json") or Path(engine).is_file():
         return read_engine_profile(Path(engine))
     path = _shipped_dir() / "engines" / f"{engine}.json"

@@ -72,7 +72,7 @@ from scipy.optimize import least_squares
 from scipy.sparse.linalg import spsolve
 
 from cbsim.calibration.errors import ape, summarize
-from cbsim.calibration.grid import interpolation_matrix, log2_nodes
+from cbsim.calibration.grid import interpolation_matrix, log2_nodes, second_differences
 from cbsim.calibration.profile import GridCorrection, RooflineFit
 from cbsim.cost.roofline import DECODE_QUERY_MAX, attention_flops_bytes
 from cbsim.errors import CbsimError
@@ -369,29 +369,6 @@ def _fit_base(
     return best
 
 
-def _second_differences(shape: tuple[int, ...]) -> sp.csr_matrix:
-    """Rows ``v[i-1] − 2 v[i] + v[i+1]`` along every axis of a grid of ``shape`` (≥ 3 nodes)."""
-    count = int(np.prod(shape))
-    index = np.arange(count).reshape(shape)
-    blocks = []
-    for axis in range(len(shape)):
-        if shape[axis] < 3:
-            continue
-        moved = np.moveaxis(index, axis, 0)
-        a, b, c = moved[:-2].ravel(), moved[1:-1].ravel(), moved[2:].ravel()
-        r = np.arange(len(a))
-        blocks.append(
-            sp.csr_matrix(
-                (
-                    np.concatenate([np.ones(len(a)), -2.0 * np.ones(len(a)), np.ones(len(a))]),
-                    (np.concatenate([r, r, r]), np.concatenate([a, b, c])),
-                ),
-                shape=(len(a), count),
-            )
-        )
-    return sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, count))
-
-
 def _fit_grid(
     axes: list[np.ndarray],
     features: list[np.ndarray],
@@ -404,7 +381,7 @@ def _fit_grid(
     five-feature grids)."""
     shape = tuple(len(a) for a in axes)
     design = interpolation_matrix(axes, features)
-    penalty = _second_differences(shape)
+    penalty = second_differences(shape)
     normal = (
         design.T @ design
         + (smoothness**2) * (penalty.T @ penalty)

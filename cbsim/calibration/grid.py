@@ -127,7 +127,7 @@ def interpolation_matrix(
     )
 
 
-def _second_differences(shape: tuple[int, ...]) -> sp.csr_matrix:
+def second_differences(shape: tuple[int, ...]) -> sp.csr_matrix:
     count = int(np.prod(shape))
     index = np.arange(count).reshape(shape)
     blocks = []
@@ -162,7 +162,7 @@ def fit_log_grid(
     arrays = tuple(np.asarray(a, dtype=np.float64) for a in axes)
     shape = tuple(len(a) for a in arrays)
     design = interpolation_matrix(arrays, [np.asarray(f, dtype=np.float64) for f in features])
-    penalty = _second_differences(shape) * smoothness
+    penalty = second_differences(shape) * smoothness
     shrink = sp.identity(int(np.prod(shape)), format="csr") * ridge
     system = sp.vstack([design, penalty, shrink]).tocsr()
     rhs = np.concatenate([target, np.zeros(penalty.shape[0] + shrink.shape[0])])

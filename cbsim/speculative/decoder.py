@@ -29,7 +29,14 @@ from cbsim.request import Request
 from cbsim.rng import stream
 from cbsim.scenario import Speculative
 from cbsim.speculative.acceptance import AcceptanceModel, make_acceptance_model
-from cbsim.speculative.policies import BatchView, KController, KPolicy, StepOutcome, make_policy
+from cbsim.speculative.policies import (
+    AlphaEstimator,
+    BatchView,
+    KController,
+    KPolicy,
+    StepOutcome,
+    make_policy,
+)
 from cbsim.speculative.proposers import Proposer, make_proposer
 
 if TYPE_CHECKING:
@@ -42,14 +49,19 @@ PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a reque
 class SpecState:
     """One request's speculative decoder."""
 
-    __slots__ = ("accepted", "controller", "ema_acceptance", "model_alpha", "rejections")
+    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha")
 
     def __init__(self, controller: KController, model_alpha: float) -> None:
         self.controller = controller
         self.model_alpha = model_alpha
-        self.accepted = 0
-        self.rejections = 0
+        # running α estimate; its prior mean is the cluster-wide estimate at each use
+        self.alpha = AlphaEstimator(weight=PRIOR_STRENGTH)
         self.ema_acceptance = math.nan
+
+    @property
+    def rejections(self) -> int:
+        """Verification steps that stopped at a rejected draft."""
+        return self.alpha.rejected
 
 
 class SpeculativeDecoding:
@@ -64,8 +76,8 @@ class SpeculativeDecoding:
         self.target = target
         self._draw_rng = stream(seed, "acceptance")
         self._request_rng = stream(seed, "acceptance:requests")
-        self._accepted = 0
-        self._rejections = 0
+        # cluster-wide α: maximum likelihood over every step so far, the model's prior before any
+        self._cluster_alpha = AlphaEstimator(prior=self.acceptance.prior_alpha(), weight=0.0)
         self.draft_s = 0.0
         self.target_s = 0.0
 
@@ -83,15 +95,10 @@ class SpeculativeDecoding:
 
     def prior_alpha(self) -> float:
         """Cluster-wide conditional acceptance so far (the model's prior before any step)."""
-        total = self._accepted + self._rejections
-        if total == 0:
-            return self.acceptance.prior_alpha()
-        return self._accepted / total
+        return self._cluster_alpha.value
 
     def alpha_estimate(self, spec: SpecState, prior: float) -> float:
-        return (spec.accepted + prior * PRIOR_STRENGTH) / (
-            spec.accepted + spec.rejections + PRIOR_STRENGTH
-        )
+        return spec.alpha.estimate(prior)
 
     # ------------------------------------------------------------------ per iteration
 
@@ -191,18 +198,16 @@ class SpeculativeDecoding:
         for j, i in enumerate(rows):
             req, spec, k, a = reqs[j], states[j], int(ks[j]), int(accepted[j])
             accepted_all[i] = a
-            rejection = 1 if a < k else 0
-            spec.accepted += a
-            spec.rejections += rejection
-            self._accepted += a
-            self._rejections += rejection
+            outcome = StepOutcome(drafted=k, accepted=a)
+            spec.alpha.observe(outcome)
+            self._cluster_alpha.observe(outcome)
             rate = a / k
             spec.ema_acceptance = (
                 rate
                 if math.isnan(spec.ema_acceptance)
                 else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * spec.ema_acceptance
             )
-            spec.controller.observe(StepOutcome(drafted=k, accepted=a))
+            spec.controller.observe(outcome)
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a

@@ -177,10 +177,24 @@ class AlphaEstimator:
     @property
     def value(self) -> float:
         """The current estimate of α in [0, 1] (the prior before any step)."""
+        return self.estimate(self.prior)
+
+    def estimate(self, prior: float) -> float:
+        """The posterior mean under a prior mean other than ``self.prior`` (same weight)."""
         denominator = self._accepted + self._rejected + self.weight
         if denominator == 0:
-            return self.prior
-        return (self._accepted + self.prior * self.weight) / denominator
+            return prior
+        return (self._accepted + prior * self.weight) / denominator
+
+    @property
+    def accepted(self) -> int:
+        """Accepted draft tokens observed."""
+        return self._accepted
+
+    @property
+    def rejected(self) -> int:
+        """Steps that stopped at a rejected draft."""
+        return self._rejected
 
 
 # --------------------------------------------------------------------------- controllers

@@ -62,7 +62,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import click
 import numpy as np
@@ -71,7 +71,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.results import Results
 from cbsim.scenario import (
@@ -1107,16 +1107,6 @@ def _json_safe(value: Any) -> Any:
 # --------------------------------------------------------------------------- command line
 
 
-class CapacityUsageError(click.ClickException):
-    """A user error as one ``error:`` line on stderr, exit status 2 (as the rest of the CLI)."""
-
-    exit_code = 2
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        message = " ".join(self.format_message().splitlines())
-        click.echo(f"error: {message}", file=file, err=file is None)
-
-
 def _describe_overrides(overrides: Mapping[str, Any]) -> str:
     if not overrides:
         return "scenario"
@@ -1319,7 +1309,7 @@ def capacity_command(
         stop()
         if err.source is None and err.field is not None and not err.field.startswith("-"):
             err = CbsimError(err.message, source=str(scenario), field=err.field)
-        raise CapacityUsageError(str(err)) from None
+        raise UserError(str(err)) from None
     stop()
     if as_json:
         click.echo(json.dumps(result, indent=2, allow_nan=False))

@@ -40,7 +40,7 @@ from rich.table import Table
 from cbsim import __version__
 from cbsim.cost import CostModel
 from cbsim.engine import ProgressCallback
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
 from cbsim.results import RESULT_FILES, Results
@@ -53,16 +53,6 @@ EXIT_INTERRUPTED = 130
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class UserError(click.ClickException):
-    """A :class:`CbsimError` (or another problem with user input) as one ``error:`` line, exit 2."""
-
-    exit_code = EXIT_USER_ERROR
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        message = " ".join(self.format_message().splitlines())
-        click.echo(f"error: {message}", file=file, err=file is None)
 
 
 class Interrupted(click.ClickException):

@@ -8,6 +8,10 @@ exceptions with tracebacks.
 
 from __future__ import annotations
 
+from typing import IO, Any
+
+import click
+
 
 class CbsimError(Exception):
     """A problem with user input, stated as ``source: field: reason``."""
@@ -33,3 +37,15 @@ class CbsimError(Exception):
 def unknown_name(kind: str, name: str, known: list[str] | tuple[str, ...]) -> CbsimError:
     """Error for a name missing from a catalog or registry, listing the valid names."""
     return CbsimError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+
+
+class UserError(click.ClickException):
+    """On the command line: a :class:`CbsimError` (or another problem with user input) as one
+    ``error:`` line on stderr, exit status 2. Every command raises this, so each behaves the same
+    on its own (as tests call it) and inside the ``cbsim`` group."""
+
+    exit_code = 2
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        message = " ".join(self.format_message().splitlines())
+        click.echo(f"error: {message}", file=file, err=file is None)

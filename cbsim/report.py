@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 import click
@@ -55,7 +55,7 @@ import pandas as pd
 import yaml
 
 from cbsim import plots
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, UserError
 from cbsim.results import Results
 
 if TYPE_CHECKING:
@@ -1497,22 +1497,12 @@ def write_report(
 # --------------------------------------------------------------------------- command line
 
 
-class _UserError(click.ClickException):
-    """A problem with the input or output path: one ``error:`` line, exit status 2."""
-
-    exit_code = 2
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        message = " ".join(self.format_message().splitlines())
-        click.echo(f"error: {message}", file=file, err=file is None)
-
-
 @contextlib.contextmanager
 def _user_errors() -> Iterator[None]:
     try:
         yield
     except CbsimError as err:
-        raise _UserError(str(err)) from None
+        raise UserError(str(err)) from None
 
 
 @click.command("report", context_settings={"help_option_names": ["-h", "--help"]})

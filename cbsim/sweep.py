@@ -57,7 +57,7 @@ import traceback
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import click
 import pandas as pd
@@ -70,7 +70,7 @@ from pydantic import (
     field_validator,
 )
 
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, UserError
 from cbsim.results import Results
 from cbsim.scenario import (
     Scenario,
@@ -785,16 +785,6 @@ def run_sweep(
 # --------------------------------------------------------------------------- command line
 
 
-class _UserError(click.ClickException):
-    """A problem with the sweep file or options: one ``error:`` line, exit status 2."""
-
-    exit_code = 2
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        message = " ".join(self.format_message().splitlines())
-        click.echo(f"error: {message}", file=file, err=file is None)
-
-
 def _progress_enabled(quiet: bool) -> bool:
     if quiet:
         return False
@@ -891,8 +881,8 @@ def sweep_command(
             )
     except CbsimError as err:
         if err.field in ("backend", "workers", "address") and err.source is None:
-            raise _UserError(f"--{err.field}: {err.message}") from None
-        raise _UserError(str(err)) from None
+            raise UserError(f"--{err.field}: {err.message}") from None
+        raise UserError(str(err)) from None
     for failure in report.failures:
         click.echo(f"failed: {failure.describe()}", err=True)
     if quiet:

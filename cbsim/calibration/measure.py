@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import pandas as pd
 
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, UserError
 from cbsim.models import ModelShape, get_model
 
 if TYPE_CHECKING:  # torch is optional: mypy sees it only where it is installed
@@ -790,16 +790,6 @@ def measure(
     return written
 
 
-class _MeasureError(click.ClickException):
-    """A :class:`CbsimError` as one ``error:`` line on stderr, exit status 2 (as the CLI does)."""
-
-    exit_code = 2
-
-    def show(self, file: Any = None) -> None:
-        message = " ".join(self.format_message().splitlines())
-        click.echo(f"error: {message}", file=file, err=file is None)
-
-
 @click.command("measure")
 @click.option("--model", "-m", required=True, help="Catalog model name or a config.json path.")
 @click.option("--device", "-d", default="cuda", show_default=True, help="cuda, cuda:N or cpu.")
@@ -860,5 +850,5 @@ def measure_command(
             log=lambda line: click.echo(line, err=True),
         )
     except CbsimError as err:
-        raise _MeasureError(str(err)) from None
+        raise UserError(str(err)) from None
     click.echo(str(written))

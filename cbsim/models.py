@@ -44,6 +44,8 @@ class ModelShape:
             is a plain two-matrix MLP.
         max_position_embeddings: longest context the model supports, prompt plus output.
         qkv_bias: the q, k and v projections carry a bias (Qwen2/2.5).
+        qk_norm: an RMSNorm over each query and key head before rotary embedding (Qwen3), with
+            ``head_dim`` weights each for q and k per layer.
     """
 
     name: str
@@ -58,6 +60,7 @@ class ModelShape:
     gated_mlp: bool = True
     max_position_embeddings: int = 4096
     qkv_bias: bool = False
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for field in (
@@ -103,8 +106,12 @@ class ModelShape:
         return matrices * self.hidden_size * self.intermediate_size
 
     def layer_param_count(self) -> int:
-        """Parameters of one decoder layer: attention, MLP and its two RMSNorm weights."""
-        return self.attention_param_count() + self.mlp_param_count() + 2 * self.hidden_size
+        """Parameters of one decoder layer: attention, MLP, its two RMSNorm weights and the
+        per-head q/k norms where the model has them."""
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return (
+            self.attention_param_count() + self.mlp_param_count() + 2 * self.hidden_size + qk_norm
+        )
 
     def embedding_param_count(self) -> int:
         """Parameters of the token embedding (also of the LM head, when it is not tied)."""
@@ -142,6 +149,7 @@ def _llama(
     tied: bool = False,
     head_dim: int | None = None,
     qkv_bias: bool = False,
+    qk_norm: bool = False,
 ) -> ModelShape:
     return ModelShape(
         name=name,
@@ -155,6 +163,7 @@ def _llama(
         tie_word_embeddings=tied,
         max_position_embeddings=max_pos,
         qkv_bias=qkv_bias,
+        qk_norm=qk_norm,
     )
 
 
@@ -181,6 +190,10 @@ _CATALOG: dict[str, ModelShape] = {
         # Qwen/Qwen2.5-{7B,72B}
         _llama("qwen2.5-7b", 28, 3584, 28, 4, 18944, 152064, max_pos=131072, qkv_bias=True),
         _llama("qwen2.5-72b", 80, 8192, 64, 8, 29568, 152064, max_pos=131072, qkv_bias=True),
+        # Qwen/Qwen3-32B (explicit head_dim 128 > hidden/heads; per-head q/k RMSNorm)
+        _llama(
+            "qwen3-32b", 64, 5120, 64, 8, 25600, 151936, max_pos=40960, head_dim=128, qk_norm=True
+        ),
     )
 }
 
@@ -196,6 +209,8 @@ _REQUIRED_KEYS = (
 
 # model_type values whose architecture puts a bias on q/k/v even without attention_bias.
 _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+# model_type values whose attention normalises each query and key head (RMSNorm) before rotary.
+_QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
 
 
 def _int_key(config: Mapping[str, Any], key: str) -> int:
@@ -265,6 +280,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
         tie_word_embeddings=bool(tied) if tied is not None else False,
         max_position_embeddings=max_pos,
         qkv_bias=qkv_bias,
+        qk_norm=config.get("model_type") in _QK_NORM_MODEL_TYPES,
     )
 
 

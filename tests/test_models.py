@@ -21,6 +21,7 @@ CATALOG = (
     "mistral-7b",
     "qwen2.5-7b",
     "qwen2.5-72b",
+    "qwen3-32b",
 )
 
 # Published parameter counts (model cards / safetensors metadata).
@@ -34,6 +35,7 @@ PUBLISHED_PARAMS = {
     "mistral-7b": 7.24e9,
     "qwen2.5-7b": 7.6e9,
     "qwen2.5-72b": 72.7e9,
+    "qwen3-32b": 32.8e9,
 }
 
 LLAMA_3_8B_CONFIG = {
@@ -163,3 +165,23 @@ def test_config_bad_value_names_key() -> None:
         model_from_hf_config({**LLAMA_3_8B_CONFIG, "num_hidden_layers": "32"}, "x")
     with pytest.raises(CbsimError, match="num_kv_heads"):
         model_from_hf_config({**LLAMA_3_8B_CONFIG, "num_key_value_heads": 5}, "x")
+
+
+def test_qwen3_config_reads_its_per_head_qk_norm() -> None:
+    config = {
+        "model_type": "qwen3",
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "tie_word_embeddings": False,
+    }
+    shape = model_from_hf_config(config, "qwen3")
+    assert shape.qk_norm and not shape.qkv_bias
+    assert shape.param_count() == get_model("qwen3-32b").param_count()
+    plain = model_from_hf_config({**config, "model_type": "llama"}, "plain")
+    assert shape.param_count() - plain.param_count() == 64 * 2 * 128

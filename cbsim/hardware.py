@@ -4,9 +4,9 @@ A serving iteration is bounded either by arithmetic (tensor-core FLOP/s, for big
 large verify batches) or by memory traffic (HBM bytes/s, for reading weights and KV cache during
 decode). Tensor parallelism adds GPU-to-GPU all-reduces bounded by the interconnect. So a GPU is,
 for cbsim, a handful of spec-sheet numbers: HBM capacity (what fits: weights + KV cache), HBM
-bandwidth, dense peak FLOP/s per datatype, per-GPU interconnect bandwidth, GPUs per node (the
-largest tensor-parallel group without going across nodes) and a price per GPU-hour (for cost per
-token and capacity planning).
+bandwidth, dense peak FLOP/s per datatype (bf16, fp8 and, on Blackwell, fp4), per-GPU interconnect
+bandwidth, GPUs per node (the largest tensor-parallel group without going across nodes) and a price
+per GPU-hour (for cost per token and capacity planning).
 
 All numbers are *peak* spec-sheet figures, dense (no 2:4 sparsity), in SI units: bytes, bytes/s,
 FLOP/s. Achievable fractions of these peaks are not guessed here: the cost model fits them from
@@ -42,7 +42,11 @@ _DTYPE_ALIASES: dict[str, str] = {
     "float16": "fp16",
     "half": "fp16",
     "fp8": "fp8",
+    "fp4": "fp4",
+    "nvfp4": "fp4",
 }
+FP4_GPUS_HINT = "b200"
+"""Catalog GPUs with FP4 tensor cores, for error messages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +65,9 @@ class GPU:
             (NVLink, Infinity Fabric, or PCIe where the GPU has no peer link).
         gpus_per_node: GPUs in one server; the largest tensor-parallel group inside a node.
         price_per_hour: default on-demand price in USD per GPU-hour.
+        fp4_flops: dense fp4 tensor-core peak in FLOP/s (NVFP4, Blackwell); 0 on a GPU without FP4
+            tensor cores, where fp4 weights are an error rather than silently priced at another
+            precision's rate (no serving engine runs NVFP4 GEMMs there).
     """
 
     name: str
@@ -71,6 +78,7 @@ class GPU:
     nvlink_bandwidth: float
     gpus_per_node: int
     price_per_hour: float
+    fp4_flops: float = 0.0
 
     def __post_init__(self) -> None:
         for field in (
@@ -86,12 +94,28 @@ class GPU:
             raise CbsimError(f"must be >= 1, got {self.gpus_per_node!r}", field="gpus_per_node")
         if self.price_per_hour < 0:
             raise CbsimError(f"must be >= 0, got {self.price_per_hour!r}", field="price_per_hour")
+        if not self.fp4_flops >= 0:
+            raise CbsimError(f"must be >= 0, got {self.fp4_flops!r}", field="fp4_flops")
+
+    @property
+    def has_fp4(self) -> bool:
+        """Whether the GPU has FP4 tensor cores (runs NVFP4 weights)."""
+        return self.fp4_flops > 0
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense tensor-core peak in FLOP/s for ``dtype`` (``bf16``, ``fp16`` or ``fp8``)."""
+        """Dense tensor-core peak in FLOP/s for ``dtype`` (``bf16``, ``fp16``, ``fp8`` or ``fp4``);
+        ``fp4`` on a GPU without FP4 tensor cores is an error."""
         kind = _DTYPE_ALIASES.get(dtype.lower())
         if kind is None:
-            raise CbsimError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp8", field="dtype")
+            raise CbsimError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp8, fp4", field="dtype")
+        if kind == "fp4":
+            if not self.has_fp4:
+                raise CbsimError(
+                    f"{self.name} has no FP4 tensor cores; fp4 (NVFP4) weights need a Blackwell "
+                    f"GPU ({FP4_GPUS_HINT})",
+                    field="dtype",
+                )
+            return self.fp4_flops
         return self.fp8_flops if kind == "fp8" else self.bf16_flops
 
     @property
@@ -159,8 +183,9 @@ _CATALOG: dict[str, GPU] = {
         # NVIDIA B200 (HGX/DGX B200). Datasheet: 8 TB/s HBM3e; DGX B200 lists 1,440 GB for 8
         # GPUs = 180 GB each, which like other HBM "GB" figures is GiB-sized (nvidia-smi shows
         # ~179 GiB; the 192 GB announced is the raw stack capacity). HGX B200 per-GPU peaks
-        # quoted with sparsity (4.5 PFLOP/s bf16, 9 fp8) halved for dense: 2.25 / 4.5 PFLOP/s.
-        # NVLink5 1.8 TB/s total = 900 GB/s per direction.
+        # quoted with sparsity (4.5 PFLOP/s bf16, 9 fp8) halved for dense: 2.25 / 4.5 PFLOP/s;
+        # dense fp4 (NVFP4) 9 PFLOP/s, aiconfigurator b200_sxm.yaml fp4_tc_flops (datasheet: 18
+        # with sparsity). NVLink5 1.8 TB/s total = 900 GB/s per direction.
         GPU(
             name="b200",
             memory_bytes=180 * GiB,
@@ -170,6 +195,7 @@ _CATALOG: dict[str, GPU] = {
             nvlink_bandwidth=900 * GB,
             gpus_per_node=8,
             price_per_hour=5.50,
+            fp4_flops=9000 * TFLOPS,
         ),
         # AMD Instinct MI300X OAM. AMD datasheet: 192 GB HBM3 (rocm-smi shows ~192 GiB),
         # 5.3 TB/s, 1307.4 TFLOP/s dense bf16, 2614.9 TFLOP/s dense fp8. Infinity Fabric: 7

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from cbsim.hardware import GPU
 from cbsim.models import ModelShape
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    # NVFP4: 4-bit e2m1 values plus one fp8 (e4m3) scale per block of 16 (the per-tensor fp32
+    # global scale is negligible): 0.5 + 1/16 bytes per element
+    "fp4": 0.5 + 1.0 / 16.0,
+}
+"""Bytes per element of each storage precision, block scales included."""
 
 # Activations, CUDA graphs, NCCL buffers and the allocator's fragmentation take a slice of memory
 # that vLLM's profiler finds before sizing the KV cache; about 1.5 GiB per GPU for dense 7-70B models.

@@ -69,7 +69,7 @@ def held_out(
 
 def test_flops_bytes_equal_the_cost_models_definition():
     rng = np.random.default_rng(0)
-    for dtype in ("bf16", "fp8"):
+    for dtype in ("bf16", "fp8", "fp4"):
         shapes = rng.integers(1, 70000, size=(50, 3))
         m, n, k = shapes.T.astype(np.float64)
         flops, moved = gemm.flops_bytes(m, n, k, dtype)

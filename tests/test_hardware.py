@@ -47,6 +47,24 @@ def test_peak_flops_by_dtype() -> None:
         h100.peak_flops("int4")
 
 
+def test_fp4_peak_only_on_blackwell() -> None:
+    b200 = get_gpu("b200")
+    # aiconfigurator b200_sxm.yaml fp4_tc_flops: 9000 TFLOP/s dense, twice the fp8 peak
+    assert b200.fp4_flops == 9000e12
+    assert b200.peak_flops("fp4") == b200.peak_flops("nvfp4") == 2 * b200.peak_flops("fp8")
+    assert b200.has_fp4
+    for name in CATALOG:
+        gpu = get_gpu(name)
+        if name == "b200":
+            continue
+        assert gpu.fp4_flops == 0 and not gpu.has_fp4
+        with pytest.raises(CbsimError) as info:
+            gpu.peak_flops("fp4")
+        message = str(info.value)
+        assert f"{name} has no FP4 tensor cores" in message and "b200" in message
+        assert info.value.field == "dtype"
+
+
 def test_spec_numbers_match_aiconfigurator_systems() -> None:
     h100 = get_gpu("h100-sxm")
     assert h100.hbm_bandwidth == pytest.approx(3350e9)
@@ -71,3 +89,5 @@ def test_gpu_is_frozen_and_price_overridable() -> None:
 def test_invalid_gpu_numbers_rejected() -> None:
     with pytest.raises(CbsimError, match="hbm_bandwidth"):
         dataclasses.replace(get_gpu("h100-sxm"), hbm_bandwidth=0.0)
+    with pytest.raises(CbsimError, match="fp4_flops"):
+        dataclasses.replace(get_gpu("b200"), fp4_flops=-1.0)

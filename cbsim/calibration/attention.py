@@ -32,11 +32,16 @@ Which rows. One kernel per GPU, phase and KV dtype: the one the tables sweep ful
 (``vllm_flash_attn_fa3``) on H100 and H200 for bf16 and fp8 KV (the FA4 rows cover five head
 configurations), FlashAttention 2 on A100 (``vllm_flash_attn``) and L40S (``vllm_flash_attn_fa2``)
 for bf16, FlashInfer on L40S for fp8 KV (``vllm_flashinfer_fidecode``,
-``vllm_flashinfer_fiprefill``). A100 has no fp8 KV rows. Of those, the shapes a served model runs:
-head widths 64 and 128 (Llama, Mistral, Qwen; the tables also hold 192, 256 and 512: MLA and Gemma
-shapes), query heads a multiple of KV heads, batch and tokens ≥ 1, and for prefill queries longer
-than :data:`~cbsim.cost.roofline.DECODE_QUERY_MAX` tokens — the cost model sends shorter ones to the
-decode fit, so the prefill fit is never asked about them.
+``vllm_flashinfer_fiprefill``), FlashInfer's TensorRT-LLM-generated kernels on B200
+(``vllm_flashinfer_trtllmdecode``, ``vllm_flashinfer_trtllmprefill``). A100 has no fp8 KV rows. The
+other engines' tables (``load_table(..., engine=...)``) are fitted the same way: TensorRT-LLM has
+one kernel path (``torch_flow``: its own decode kernels and context FMHA, the latter in fp8 over an
+fp8 KV cache), SGLang FlashAttention 3 (``fa3``; its Triton rows cover only head width 512). Of
+those, the shapes a served model runs: head widths 64 and 128 (Llama, Mistral, Qwen; the tables
+also hold 192, 256 and 512: MLA and Gemma shapes), query heads a multiple of KV heads, batch and
+tokens ≥ 1, and for prefill queries longer than :data:`~cbsim.cost.roofline.DECODE_QUERY_MAX`
+tokens — the cost model sends shorter ones to the decode fit, so the prefill fit is never asked
+about them.
 
 Checking. :func:`holdout_heads` cross-validates holding out whole head configurations (num_heads,
 num_kv_heads, head_dim) — a new model's shape — never random rows, which would leak a held-out

@@ -10,9 +10,20 @@ line at the marginal rate the largest messages reach.
 
 Measurements are noisy (two adjacent sizes can swap order by a few microseconds, and Vidur's
 profiles are bimodal at small sizes), while true all-reduce time can only grow with the message.
-So each curve is de-noised: (for dense sweeps) medians over log-spaced size bins, then an isotonic
-(pool-adjacent-violators) fit in log time, then a running maximum, which leaves it monotone
-non-decreasing.
+So each curve is de-noised: (for dense sweeps) medians over log-spaced size bins, glitches left out
+(a size timed more than :data:`GLITCH_FACTOR` times slower than both its neighbours: SGLang's
+8-GPU H100 sweep has 38 µs at 512 elements between 3.3 and 3.5 µs, which an isotonic fit would
+otherwise spread over the six sizes after it), then an isotonic (pool-adjacent-violators) fit in
+log time, then a running maximum, which leaves it monotone non-decreasing.
+
+Which kernel. vLLM's profile uses NCCL's all-reduce (the AI Configurator tables hold no vLLM
+custom all-reduce). TensorRT-LLM and SGLang run their own all-reduce kernels (one-shot / two-shot
+over NVLink, falling back to NCCL where they do not pay), and AI Configurator measured those as
+each engine runs them: :func:`engine_allreduce_rows` takes the engine's ``custom_allreduce`` table
+at every message size it measured (per GPU count) and NCCL's measurements beyond the largest of
+them or for GPU counts the custom table lacks. On H100 and H200 the custom tables span 128 to 2^29
+elements at 2, 4 and 8 GPUs, wider than NCCL's sweep (256 to 2^28), so NCCL only fills GPU counts
+they lack; small messages are where the engines differ (8 GPUs, 1 KiB: 3–4 µs custom, 16 µs NCCL).
 
 Sources:
 
@@ -42,6 +53,8 @@ HALF_DTYPES = frozenset({"half", "fp16", "float16", "bf16", "bfloat16"})
 # Vidur's network profile of the node each catalog GPU sits in (DGX: NVSwitch, all-to-all NVLink).
 VIDUR_NODES: dict[str, str] = {"h100-sxm": "h100_dgx", "a100-80gb": "a100_dgx"}
 TAIL_POINTS = 3  # largest sizes the extrapolation slope is fitted on
+GLITCH_FACTOR = 2.0
+"""A message size timed this many times slower than both neighbours is a glitch, not a kernel."""
 
 
 # --------------------------------------------------------------------------- de-noising
@@ -80,6 +93,16 @@ def _bin_medians(
     return grouped["size"].to_numpy(np.float64), grouped["latency"].to_numpy(np.float64)
 
 
+def glitches(times: np.ndarray, factor: float = GLITCH_FACTOR) -> np.ndarray:
+    """Interior points of a curve (sorted by size) more than ``factor`` times slower than both
+    their neighbours."""
+    out = np.zeros(len(times), dtype=bool)
+    if len(times) >= 3:
+        middle = times[1:-1]
+        out[1:-1] = (middle > factor * times[:-2]) & (middle > factor * times[2:])
+    return out
+
+
 def _tail_rate(sizes: np.ndarray, latency: np.ndarray, points: int = TAIL_POINTS) -> float:
     """Message bytes per second the largest messages add: the slope of t = a + size / rate."""
     tail_s = sizes[-points:]
@@ -115,6 +138,8 @@ def fit_comm_curve(
         merged = frame.groupby("size", sort=True)["latency"].median()
         sizes = merged.index.to_numpy(np.float64)
         times = merged.to_numpy(np.float64)
+    keep = ~glitches(times)
+    sizes, times = sizes[keep], times[keep]
     if len(sizes) < 2:
         raise CbsimError("an all-reduce curve needs at least two message sizes")
     smooth = np.exp(_isotonic(np.log(times)))
@@ -170,10 +195,48 @@ def allreduce_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def fit_allreduce(table: pd.DataFrame, gpu: str) -> dict[str, CommFit]:
-    """All-reduce curves per GPU count (keys "2", "4", "8") from an NCCL table of ``gpu``."""
-    get_gpu(gpu)  # an unknown GPU is an error here, not a silently mislabelled profile
-    rows = allreduce_rows(table)
+def custom_allreduce_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """An engine's own all-reduce measurements (``custom_allreduce`` table: 16-bit elements) as
+    num_gpus, size_bytes, latency_s."""
+    return pd.DataFrame(
+        {
+            "num_gpus": table["num_gpus"].to_numpy(np.int64),
+            "size_bytes": table["message_elements"].to_numpy(np.float64) * FP16_BYTES,
+            "latency_s": table["latency_s"].to_numpy(np.float64),
+        }
+    )
+
+
+def engine_allreduce_rows(custom: pd.DataFrame, nccl: pd.DataFrame | None) -> pd.DataFrame:
+    """The all-reduce a serving engine runs: its own kernel (``custom``, a ``custom_allreduce``
+    table) at every message size up to the largest that table measured for a GPU count, NCCL
+    (``nccl``, an NCCL table) beyond it and for GPU counts the custom table lacks. (Below the
+    smallest custom size the curve stays at its first point: a one-shot kernel does not get slower
+    for a smaller message, while NCCL's small messages cost several times more.)
+
+    Columns: num_gpus, size_bytes, latency_s, source ("custom" or "nccl").
+    """
+    own = custom_allreduce_rows(custom).assign(source="custom")
+    if nccl is None:
+        return own
+    fallback = allreduce_rows(nccl).assign(source="nccl")
+    parts = [own]
+    for num_gpus, group in by_count(fallback, "num_gpus"):
+        measured = own[own["num_gpus"] == num_gpus]["size_bytes"]
+        if measured.empty:
+            parts.append(group)
+            continue
+        parts.append(group[group["size_bytes"] > measured.max()])
+    return (
+        pd.concat(parts, ignore_index=True)
+        .sort_values(["num_gpus", "size_bytes"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def fit_allreduce_rows(rows: pd.DataFrame) -> dict[str, CommFit]:
+    """All-reduce curves per GPU count (keys "2", "4", "8") from num_gpus, size_bytes, latency_s
+    rows (:func:`allreduce_rows`, :func:`engine_allreduce_rows`)."""
     return {
         str(num_gpus): fit_comm_curve(
             group["size_bytes"].to_numpy(np.float64), group["latency_s"].to_numpy(np.float64)
@@ -182,13 +245,23 @@ def fit_allreduce(table: pd.DataFrame, gpu: str) -> dict[str, CommFit]:
     }
 
 
+def fit_allreduce(table: pd.DataFrame, gpu: str) -> dict[str, CommFit]:
+    """All-reduce curves per GPU count (keys "2", "4", "8") from an NCCL table of ``gpu``."""
+    get_gpu(gpu)  # an unknown GPU is an error here, not a silently mislabelled profile
+    return fit_allreduce_rows(allreduce_rows(table))
+
+
 def holdout_sizes(table: pd.DataFrame) -> pd.DataFrame:
     """Leave-one-size-out error: each interior message size, predicted from a curve fitted
     without it (so interpolated between its neighbours), against its raw measurement.
 
     Columns: num_gpus, size_bytes, measured_s, predicted_s, ape.
     """
-    rows = allreduce_rows(table)
+    return holdout_rows(allreduce_rows(table))
+
+
+def holdout_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """:func:`holdout_sizes` on num_gpus, size_bytes, latency_s rows."""
     out: list[dict[str, float]] = []
     for num_gpus, group in by_count(rows, "num_gpus"):
         merged = group.groupby("size_bytes", sort=True)["latency_s"].median()

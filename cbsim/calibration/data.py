@@ -3,13 +3,26 @@
 Calibration reads tables in one schema (the shipped copy in ``cbsim/data/calibration`` follows it;
 ``cbsim calibrate measure`` writes it; ``tools/pack_calibration.py`` converts NVIDIA AI
 Configurator's and Vidur's originals to it). A user's own data is a folder holding any of
-``gemm``, ``decode_attention``, ``prefill_attention`` and ``nccl`` as ``.parquet`` or ``.csv``:
+``gemm``, ``decode_attention``, ``prefill_attention``, ``nccl`` and ``custom_allreduce`` as
+``.parquet`` or ``.csv``:
 
-* gemm: ``m, n, k, dtype (bf16|fp8), latency_ms``
+* gemm: ``m, n, k, dtype (bf16|fp8|fp4), latency_ms``
 * decode_attention / prefill_attention: ``batch_size, tokens, num_heads, num_kv_heads, head_dim,
   kv_dtype, latency_ms`` (decode: ``tokens`` = cached context; prefill: input length), optional
   ``kernel``
 * nccl: ``op (all_reduce, ...), num_gpus, message_elements (fp16 elements), latency_ms``
+* custom_allreduce: ``num_gpus, message_elements (16-bit elements), latency_ms`` — a serving
+  engine's own all-reduce kernel (TensorRT-LLM's and SGLang's replace NCCL for the message sizes
+  they measure)
+
+Kernel sources. The same kernel is not the same on every serving engine: each ships its own GEMM
+dispatch, attention kernels and all-reduce, so the shipped tables are kept per engine (the
+*source* of a measurement) and :func:`load_table` takes ``engine=``: ``"vllm"`` (the default; every
+measured GPU), ``"trtllm"`` (TensorRT-LLM 1.3.0rc20) and ``"sglang"`` (SGLang 0.5.14) on
+``h100-sxm`` and ``h200``. On disk vLLM's tables sit in ``aiconfigurator/<gpu>/`` and another
+engine's in ``aiconfigurator/<gpu>/<engine>/``; NCCL does not depend on the engine, so ``nccl`` is
+read from ``aiconfigurator/<gpu>/`` whatever the engine. A user's ``data_dir`` holds one source, so
+``engine`` does not change what is read from it.
 
 Missing columns, non-positive or non-finite timings are errors naming the file and the column.
 """
@@ -34,7 +47,15 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
         "batch_size", "tokens", "num_heads", "num_kv_heads", "head_dim", "kv_dtype", "latency_ms",
     ),
     "nccl": ("op", "num_gpus", "message_elements", "latency_ms"),
+    "custom_allreduce": ("num_gpus", "message_elements", "latency_ms"),
 }  # fmt: skip
+
+DEFAULT_ENGINE = "vllm"
+ENGINES: tuple[str, ...] = ("vllm", "trtllm", "sglang")
+"""Kernel sources the shipped tables can come from, by their folder name."""
+ENGINE_ALIASES: dict[str, str] = {"tensorrt-llm": "trtllm", "tensorrt_llm": "trtllm"}
+ENGINE_INDEPENDENT: frozenset[str] = frozenset({"nccl"})
+"""Tables that do not depend on the serving engine (one per GPU, in its own folder)."""
 
 
 def shipped_root() -> Any:
@@ -42,9 +63,27 @@ def shipped_root() -> Any:
 
 
 def measured_gpus() -> list[str]:
-    """GPUs with shipped kernel measurements."""
+    """GPUs with shipped kernel measurements (vLLM's, at least)."""
     folder = shipped_root() / "aiconfigurator"
     return sorted(p.name for p in folder.iterdir() if p.is_dir())
+
+
+def engine_name(engine: str) -> str:
+    """The kernel-source name for ``engine`` (``"tensorrt-llm"`` is ``"trtllm"``); an error naming
+    the known ones otherwise."""
+    name = ENGINE_ALIASES.get(engine, engine)
+    if name not in ENGINES:
+        raise unknown_name("kernel source (serving engine)", engine, list(ENGINES))
+    return name
+
+
+def measured_engines(gpu: str) -> list[str]:
+    """Serving engines with shipped kernel tables for ``gpu`` (vLLM first), [] for none."""
+    folder = shipped_root() / "aiconfigurator" / gpu
+    if not folder.is_dir():
+        return []
+    others = {p.name for p in folder.iterdir() if p.is_dir()}
+    return [DEFAULT_ENGINE, *(e for e in ENGINES if e in others)]
 
 
 def _read(path: Any) -> pd.DataFrame:
@@ -82,10 +121,14 @@ def validate(frame: pd.DataFrame, table: str, source: str) -> pd.DataFrame:
     return out
 
 
-def load_table(table: str, gpu: str, data_dir: str | Path | None = None) -> pd.DataFrame:
-    """One measured table for a GPU: from ``data_dir`` if given, else the shipped copy."""
+def load_table(
+    table: str, gpu: str, data_dir: str | Path | None = None, *, engine: str = DEFAULT_ENGINE
+) -> pd.DataFrame:
+    """One measured table for a GPU: from ``data_dir`` if given, else the shipped copy measured
+    under ``engine`` (``"vllm"``, ``"trtllm"``, ``"sglang"``; see the module docstring)."""
     if table not in SCHEMAS:
         raise unknown_name("measurement table", table, list(SCHEMAS))
+    source = engine_name(engine)
     if data_dir is not None:
         folder = Path(data_dir)
         for suffix in (".parquet", ".csv"):
@@ -96,8 +139,20 @@ def load_table(table: str, gpu: str, data_dir: str | Path | None = None) -> pd.D
     folder = shipped_root() / "aiconfigurator" / gpu
     if not folder.is_dir():
         raise unknown_name("GPU with shipped measurements", gpu, measured_gpus())
+    where = gpu
+    if source != DEFAULT_ENGINE and table not in ENGINE_INDEPENDENT:
+        folder = folder / source
+        where = f"{gpu}/{source}"
+        if not folder.is_dir():
+            raise CbsimError(
+                f"no {source} kernel tables are shipped for {gpu} "
+                f"(engines measured there: {', '.join(measured_engines(gpu))})",
+                field="engine",
+            )
     path = folder / f"{table}.parquet"
-    return validate(_read(path), table, f"{gpu}/{table}.parquet (shipped)")
+    if not path.is_file():
+        raise CbsimError(f"no shipped {table} table for {where}", field="table")
+    return validate(_read(path), table, f"{where}/{table}.parquet (shipped)")
 
 
 def vidur_tables(gpu: str) -> dict[str, pd.DataFrame]:
@@ -120,3 +175,10 @@ def vidur_network(node: str) -> pd.DataFrame:
 def argonne_static_batches() -> pd.DataFrame:
     """LLM-Inference-Bench's end-to-end static-batch latencies on A100."""
     return _read(shipped_root() / "e2e" / "argonne_a100_static_batch.parquet")
+
+
+def aiconfigurator_silicon_h100() -> pd.DataFrame:
+    """NVIDIA AI Configurator's measured serving benchmarks on H100 SXM (917 rows: vLLM,
+    TensorRT-LLM and SGLang; closed-loop ``concurrency`` clients, fixed ``isl``/``osl``, measured
+    ``silicon_ttft_ms`` and ``silicon_tpot_ms``), with the original CSV's column names."""
+    return _read(shipped_root() / "e2e" / "aiconfigurator_silicon_h100.parquet")

@@ -3,12 +3,16 @@
 ``fit_profile`` runs every op family's fit on one GPU's measurements (the shipped tables, or a
 user's own in the same schema): GEMMs per dtype, decode and prefill attention per KV-cache dtype,
 all-reduce per GPU count, element-wise kernels (from Vidur's operator tables where the GPU has them,
-else transferred from the same architecture). Each family is also cross-validated on data its fit
-never saw (whole GEMM weight shapes, whole attention head configurations, whole message sizes held
-out) and compared with two references: the uncalibrated roofline (efficiency 1) and one constant
-efficiency pair fitted on the same data. ``transfer_profile`` carries a profile's dimensionless
-efficiencies and corrections to a GPU with no measurements, which is how H200 is predicted from
-H100 in the leave-one-GPU-out check and how B200 and MI300X get profiles at all.
+else transferred from the same architecture). ``engine=`` picks whose kernel tables: vLLM's (the
+default, every measured GPU: profile ``aiconfigurator-vllm``), TensorRT-LLM's or SGLang's (H100,
+H200: ``aiconfigurator-trtllm``, ``aiconfigurator-sglang``), whose all-reduce is the engine's own
+kernel where it was measured and NCCL beyond (:func:`cbsim.calibration.comm.engine_allreduce_rows`).
+Each family is also cross-validated on data its fit never saw (whole GEMM weight shapes, whole
+attention head configurations, whole message sizes held out) and compared with two references: the
+uncalibrated roofline (efficiency 1) and one constant efficiency pair fitted on the same data.
+``transfer_profile`` carries a profile's dimensionless efficiencies and corrections to a GPU with
+no measurements, which is how H200 is predicted from H100 in the leave-one-GPU-out check and how
+MI300X gets a profile at all (B200 has its own vLLM measurements, fp4 GEMMs included).
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ import numpy as np
 import pandas as pd
 
 from cbsim.calibration import attention, comm, gemm, vidur
-from cbsim.calibration.data import load_table, vidur_tables
+from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.profile import CalibrationProfile, Measured, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
 DEFAULT_NAME = "aiconfigurator-vllm"
+ENGINE_LABELS = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
 # where a GPU without Vidur operator tables takes its element-wise fit from (same architecture,
 # or the nearest one measured)
 ELEMENTWISE_SOURCE = {
@@ -35,7 +40,13 @@ ELEMENTWISE_SOURCE = {
     "mi300x": "h100-sxm",
 }
 # GPUs without kernel measurements: profile transferred from this measured GPU
-TRANSFER_SOURCE = {"b200": "h200", "mi300x": "h100-sxm"}
+TRANSFER_SOURCE = {"mi300x": "h100-sxm"}
+GEMM_DTYPES = frozenset({"bf16", "fp8", "fp4"})
+
+
+def profile_name(engine: str = DEFAULT_ENGINE) -> str:
+    """The shipped profile name of an engine's kernel calibration: ``aiconfigurator-<engine>``."""
+    return f"aiconfigurator-{engine_name(engine)}"
 
 
 def _stats(predicted: np.ndarray, measured: np.ndarray) -> dict[str, float]:
@@ -46,9 +57,11 @@ def _points(family: str, measured: np.ndarray, predicted: np.ndarray) -> pd.Data
     return pd.DataFrame({"family": family, "measured_s": measured, "predicted_s": predicted})
 
 
-def _optional_table(table: str, gpu: str, data_dir: str | Path | None) -> pd.DataFrame | None:
+def _optional_table(
+    table: str, gpu: str, data_dir: str | Path | None, engine: str = DEFAULT_ENGINE
+) -> pd.DataFrame | None:
     try:
-        return load_table(table, gpu, data_dir)
+        return load_table(table, gpu, data_dir, engine=engine)
     except CbsimError:
         if data_dir is None:
             return None
@@ -64,11 +77,12 @@ def _gemm_family(
     rows: list[dict[str, object]],
     points: list[pd.DataFrame],
     validate: bool,
+    engine: str = DEFAULT_ENGINE,
 ) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
     spec = get_gpu(gpu)
     fits: dict[str, RooflineFit] = {}
     provenance: dict[str, Measured] = {}
-    for dtype in sorted(set(table["dtype"].astype(str)) & {"bf16", "fp8"}):
+    for dtype in sorted(set(table["dtype"].astype(str)) & GEMM_DTYPES):
         fits[dtype] = gemm.fit_gemm(table, spec, dtype)
         if not validate:
             continue
@@ -85,6 +99,7 @@ def _gemm_family(
             rows.append(
                 {
                     "gpu": gpu,
+                    "engine": engine,
                     "family": f"gemm {dtype}",
                     "method": method,
                     **_stats(predicted, measured),
@@ -106,6 +121,7 @@ def _attention_family(
     rows: list[dict[str, object]],
     points: list[pd.DataFrame],
     validate: bool,
+    engine: str = DEFAULT_ENGINE,
 ) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
     spec = get_gpu(gpu)
     fits: dict[str, RooflineFit] = {}
@@ -122,7 +138,13 @@ def _attention_family(
             stats = _stats(group["predicted_s"].to_numpy(), group["latency_s"].to_numpy())
             label = "calibrated" if method not in ("constant", "uncalibrated") else str(method)
             rows.append(
-                {"gpu": gpu, "family": f"{phase} attention kv {kv_dtype}", "method": label, **stats}
+                {
+                    "gpu": gpu,
+                    "engine": engine,
+                    "family": f"{phase} attention kv {kv_dtype}",
+                    "method": label,
+                    **stats,
+                }
             )
             if label == "calibrated":
                 points.append(
@@ -141,49 +163,77 @@ def _attention_family(
     return fits, provenance
 
 
+def _allreduce_rows(
+    gpu: str, data_dir: str | Path | None, engine: str
+) -> tuple[pd.DataFrame | None, str]:
+    """The all-reduce measurements a profile is fitted on, and where they come from: the engine's
+    own kernel where its table measured the message size, NCCL beyond; NCCL alone without one."""
+    nccl = _optional_table("nccl", gpu, data_dir, engine)
+    custom = _optional_table("custom_allreduce", gpu, data_dir, engine)
+    if custom is not None:
+        return comm.engine_allreduce_rows(custom, nccl), "custom all-reduce + NCCL beyond"
+    if nccl is not None:
+        return comm.allreduce_rows(nccl), "NCCL"
+    return None, ""
+
+
 def fit_profile(
     gpu: str,
     data_dir: str | Path | None = None,
     *,
-    name: str = DEFAULT_NAME,
+    name: str | None = None,
     validate: bool = True,
+    engine: str = DEFAULT_ENGINE,
 ) -> tuple[CalibrationProfile, pd.DataFrame, pd.DataFrame]:
     """Fit every op family of one GPU; returns the profile, the held-out error table and the
-    held-out predictions (family, measured_s, predicted_s) behind it."""
+    held-out predictions (family, measured_s, predicted_s) behind it. ``engine`` names whose
+    shipped kernel tables to fit (``vllm``, ``trtllm``, ``sglang``); ``name`` defaults to
+    :func:`profile_name` of it."""
     spec = get_gpu(gpu)
+    engine = engine_name(engine)
+    name = name or profile_name(engine)
     rows: list[dict[str, object]] = []
     points: list[pd.DataFrame] = []
     provenance: dict[str, Measured] = {}
-    gemm_table = _optional_table("gemm", gpu, data_dir)
+    gemm_table = _optional_table("gemm", gpu, data_dir, engine)
     if gemm_table is None:
         raise CbsimError(
-            f"no GEMM measurements for {gpu}: give --data DIR with gemm.parquet "
-            "(see `cbsim calibrate measure`)",
+            f"no GEMM measurements for {gpu}"
+            + (f" under {engine}" if engine != DEFAULT_ENGINE and data_dir is None else "")
+            + ": give --data DIR with gemm.parquet (see `cbsim calibrate measure`)",
             field="--gpu",
         )
-    gemm_fits, found = _gemm_family(gemm_table, gpu, rows, points, validate)
+    gemm_fits, found = _gemm_family(gemm_table, gpu, rows, points, validate, engine)
     provenance.update(found)
     attention_fits: dict[str, dict[str, RooflineFit]] = {}
     for phase in ("decode", "prefill"):
-        table = _optional_table(f"{phase}_attention", gpu, data_dir)
+        table = _optional_table(f"{phase}_attention", gpu, data_dir, engine)
         fits: dict[str, RooflineFit] = {}
         if table is not None:
-            fits, found = _attention_family(table, gpu, phase, rows, points, validate)
+            fits, found = _attention_family(table, gpu, phase, rows, points, validate, engine)
             provenance.update(found)
         attention_fits[phase] = fits
     allreduce = {}
-    nccl = _optional_table("nccl", gpu, data_dir)
-    if nccl is not None:
-        allreduce = comm.fit_allreduce(nccl, gpu)
+    comm_rows, comm_source = _allreduce_rows(gpu, data_dir, engine)
+    if comm_rows is not None:
+        allreduce = comm.fit_allreduce_rows(comm_rows)
         if validate:
-            held = comm.holdout_sizes(nccl)
+            held = comm.holdout_rows(comm_rows)
             stats = _stats(held["predicted_s"].to_numpy(), held["measured_s"].to_numpy())
             points.append(
                 _points("all-reduce", held["measured_s"].to_numpy(), held["predicted_s"].to_numpy())
             )
-            rows.append({"gpu": gpu, "family": "all-reduce", "method": "calibrated", **stats})
+            rows.append(
+                {
+                    "gpu": gpu,
+                    "engine": engine,
+                    "family": "all-reduce",
+                    "method": "calibrated",
+                    **stats,
+                }
+            )
             provenance["allreduce"] = Measured(
-                source="held-out message sizes",
+                source=f"held-out message sizes ({comm_source})",
                 rows=len(held),
                 holdout_median_ape=stats["median_ape"],
                 holdout_p90_ape=stats["p90_ape"],
@@ -194,17 +244,18 @@ def fit_profile(
         provenance["elementwise"] = Measured(
             source=f"Vidur operator tables of {elementwise_gpu} (MIT)",
         )
+    label = ENGINE_LABELS[engine]
+    measured_by = (
+        f"the measurements in {data_dir}"
+        if data_dir
+        else f"NVIDIA AI Configurator's {label} kernel timings"
+    )
     profile = CalibrationProfile(
         gpu=gpu,
         name=name,
         description=(
-            f"{spec.name}: GEMM, attention and all-reduce fitted to "
-            + (
-                "the measurements in " + str(data_dir)
-                if data_dir
-                else "NVIDIA AI Configurator's vLLM kernel timings"
-            )
-            + f"; element-wise kernels from {elementwise_gpu or 'defaults'}."
+            f"{spec.name}: GEMM, attention and all-reduce ({comm_source or 'none measured'}) "
+            f"fitted to {measured_by}; element-wise kernels from {elementwise_gpu or 'defaults'}."
         ),
         gemm=gemm_fits,
         decode_attention=attention_fits["decode"],
@@ -257,46 +308,83 @@ def transfer_copy(
     )
 
 
-def leave_one_gpu_out(source_gpu: str = "h100-sxm", target_gpu: str = "h200") -> pd.DataFrame:
-    """Fit on one GPU, predict another from its spec sheet: held-out error per op family."""
+def leave_one_gpu_out(
+    source_gpu: str = "h100-sxm",
+    target_gpu: str = "h200",
+    *,
+    engine: str = DEFAULT_ENGINE,
+    gemm_dtypes: tuple[str, ...] = ("bf16",),
+    kv_dtypes: tuple[str, ...] = ("bf16",),
+    allreduce: bool = False,
+) -> pd.DataFrame:
+    """Fit on one GPU, predict another from its spec sheet: held-out error per op family, both
+    GPUs measured under ``engine``. With ``allreduce`` the source's all-reduce curve is also
+    scored on the target's measurements (a transfer carries it over unchanged)."""
+    engine = engine_name(engine)
+    label = f"{target_gpu} from {source_gpu}"
     rows: list[dict[str, object]] = []
-    frame = gemm.leave_one_gpu_out(source_gpu, target_gpu, "bf16")
-    measured = frame["measured_s"].to_numpy()
-    for method, column in (
-        ("calibrated", "predicted_s"),
-        ("constant", "constant_s"),
-        ("uncalibrated", "uncalibrated_s"),
-    ):
-        rows.append(
-            {
-                "gpu": f"{target_gpu} from {source_gpu}",
-                "family": "gemm bf16",
-                "method": method,
-                **_stats(frame[column].to_numpy(), measured),
-            }
-        )
+    for dtype in gemm_dtypes:
+        frame = gemm.leave_one_gpu_out(source_gpu, target_gpu, dtype, engine=engine)
+        measured = frame["measured_s"].to_numpy()
+        for method, column in (
+            ("calibrated", "predicted_s"),
+            ("constant", "constant_s"),
+            ("uncalibrated", "uncalibrated_s"),
+        ):
+            rows.append(
+                {
+                    "gpu": label,
+                    "engine": engine,
+                    "family": f"gemm {dtype}",
+                    "method": method,
+                    **_stats(frame[column].to_numpy(), measured),
+                }
+            )
     source_spec, target_spec = get_gpu(source_gpu), get_gpu(target_gpu)
     for phase in ("decode", "prefill"):
-        source = load_table(f"{phase}_attention", source_gpu)
-        target = load_table(f"{phase}_attention", target_gpu)
-        moved = attention.transfer(
-            source,
-            source_spec,
-            target,
-            target_spec,
-            phase,
-            "bf16",
-            features=attention.EXTENDED_FEATURES,
-        )
-        stats = _stats(moved["predicted_s"].to_numpy(), moved["latency_s"].to_numpy())
-        rows.append(
-            {
-                "gpu": f"{target_gpu} from {source_gpu}",
-                "family": f"{phase} attention kv bf16",
-                "method": "calibrated",
-                **stats,
-            }
-        )
+        source = load_table(f"{phase}_attention", source_gpu, engine=engine)
+        target = load_table(f"{phase}_attention", target_gpu, engine=engine)
+        for kv_dtype in kv_dtypes:
+            moved = attention.transfer(
+                source,
+                source_spec,
+                target,
+                target_spec,
+                phase,
+                kv_dtype,
+                features=attention.EXTENDED_FEATURES,
+            )
+            stats = _stats(moved["predicted_s"].to_numpy(), moved["latency_s"].to_numpy())
+            rows.append(
+                {
+                    "gpu": label,
+                    "engine": engine,
+                    "family": f"{phase} attention kv {kv_dtype}",
+                    "method": "calibrated",
+                    **stats,
+                }
+            )
+    if allreduce:
+        source_rows, _ = _allreduce_rows(source_gpu, None, engine)
+        target_rows, _ = _allreduce_rows(target_gpu, None, engine)
+        if source_rows is not None and target_rows is not None:
+            curves = comm.fit_allreduce_rows(source_rows)
+            known = target_rows[target_rows["num_gpus"].astype(str).isin(list(curves))]
+            predicted = np.array(
+                [
+                    curves[str(n)](float(size))
+                    for n, size in zip(known["num_gpus"], known["size_bytes"], strict=True)
+                ]
+            )
+            rows.append(
+                {
+                    "gpu": label,
+                    "engine": engine,
+                    "family": "all-reduce",
+                    "method": "calibrated",
+                    **_stats(predicted, known["latency_s"].to_numpy()),
+                }
+            )
     return pd.DataFrame(rows)
 
 

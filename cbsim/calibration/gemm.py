@@ -2,10 +2,15 @@
 
 What is measured. The GEMM tables (NVIDIA AI Configurator's sweeps of the cuBLAS/CUTLASS kernels a
 serving engine runs) time one ``(m × k) · (k × n)`` product: ``m`` rows of activations (the tokens
-of an iteration) times a ``k × n`` weight (a linear layer's shard), in bf16, or in fp8 with 16-bit
-outputs. The shipped tables cover weight shapes on a full lattice of ``n`` and ``k`` (32 … 65536,
-21–22 values each) and, for every shape, ``m`` from 1 to 8192 (A100) or 32768 (Hopper, L40S),
-including pairs such as 256 / 257 that straddle a tile boundary. A100 has no fp8 rows.
+of an iteration) times a ``k × n`` weight (a linear layer's shard), in bf16, in fp8 with 16-bit
+outputs, or (B200) in NVFP4 (``fp4``: 4-bit weights and activations with block scales; the layer
+quantises its 16-bit input first, which :func:`~cbsim.cost.roofline.gemm_flops_bytes` counts). Each
+serving engine runs its own GEMM kernels (vLLM and SGLang call cuBLAS through PyTorch for bf16 but
+different CUTLASS kernels for fp8; TensorRT-LLM its own), so a profile is fitted per engine on that
+engine's tables (``load_table("gemm", gpu, engine=...)``). The shipped tables cover weight shapes
+on a full lattice of ``n`` and ``k`` (32 … 65536, 21–22 values each) and, for every shape, ``m``
+from 1 to 8192 (A100) or 32768 (Hopper, L40S, B200), including pairs such as 256 / 257 that
+straddle a tile boundary. A100 has no fp8 rows; only B200 has fp4 ones.
 
 The model. A GEMM is bounded by its tensor-core arithmetic or by the bytes it moves (the weight,
 read once whatever ``m`` is, plus activations in and out), and costs at least a launch and pipeline
@@ -66,6 +71,9 @@ l40s       bf16   4.7 / 19.3   14.1 / 65   34 / 76
 h100-sxm   fp8    2.1 / 8.4    27 / 66     75 / 98
 h200       fp8    1.4 / 9.2    32 / 72     80 / 99
 l40s       fp8    2.7 / 11.4   29 / 73     65 / 94
+b200       bf16   3.4 / 10.5   11 / 38     51 / 95
+b200       fp8    5.1 / 21.6   34 / 68     86 / 99
+b200       fp4    2.5 / 8.9    11 / 31     79 / 99
 =========  =====  ===========  ==========  ============
 
 H200 predicted from the H100 fit and the H200 spec sheet: 5.1 / 14.1 % (bf16), 5.8 / 20.4 % (fp8);
@@ -100,7 +108,7 @@ from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES
 
 FEATURES: tuple[str, ...] = ("m", "n", "k")
-DTYPES: tuple[str, ...] = ("bf16", "fp8")
+DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp4")
 
 Layout = Literal["measured", "compact"]
 """Where the correction's nodes go. ``"measured"``: at every distinct measured m, n and k (the
@@ -152,9 +160,13 @@ def flops_bytes(
     m: np.ndarray, n: np.ndarray, k: np.ndarray, dtype: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`cbsim.cost.roofline.gemm_flops_bytes` over arrays: the same operations in the same
-    order, so every element equals what the cost model computes for that shape."""
+    order, so every element equals what the cost model computes for that shape (fp4 adds the
+    activation quantisation pass, as there)."""
     in_bytes = DTYPE_BYTES[dtype]
-    return 2.0 * m * n * k, (k * n + m * k) * in_bytes + m * n * 2.0
+    bytes_moved = (k * n + m * k) * in_bytes + m * n * 2.0
+    if dtype == "fp4":
+        bytes_moved = bytes_moved + m * k * (2.0 + in_bytes)
+    return 2.0 * m * n * k, bytes_moved
 
 
 def _base(
@@ -525,16 +537,21 @@ def baselines(
 
 
 def leave_one_gpu_out(
-    source_gpu: str = "h100-sxm", target_gpu: str = "h200", dtype: str = "bf16"
+    source_gpu: str = "h100-sxm",
+    target_gpu: str = "h200",
+    dtype: str = "bf16",
+    *,
+    engine: str = "vllm",
 ) -> pd.DataFrame:
-    """Fit on the source GPU's measurements, predict the target GPU's from its spec sheet alone.
+    """Fit on the source GPU's measurements, predict the target GPU's from its spec sheet alone
+    (both measured under ``engine``).
 
     Columns m, n, k, measured_s (target), predicted_s (the transferred fit), and the baselines on
     the target: uncalibrated_s (raw roofline) and constant_s (the source's constant-efficiency fit).
     """
     source, target = get_gpu(source_gpu), get_gpu(target_gpu)
-    source_rows = gemm_rows(load_table("gemm", source_gpu), dtype)
-    target_rows = gemm_rows(load_table("gemm", target_gpu), dtype)
+    source_rows = gemm_rows(load_table("gemm", source_gpu, engine=engine), dtype)
+    target_rows = gemm_rows(load_table("gemm", target_gpu, engine=engine), dtype)
     fit = transfer(fit_gemm(source_rows, source, dtype))
     constant = transfer(_constant_fit(source_rows, source, dtype))
     return pd.DataFrame(

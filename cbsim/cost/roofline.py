@@ -38,10 +38,20 @@ ELEMENTWISE_KERNELS_PER_LAYER = 5  # 2 norms, rotary, activation, residual (part
 
 
 def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
-    """FLOPs and bytes of an (m × k)·(k × n) GEMM: weights and (fp8) inputs in ``dtype``, the
-    output in 16 bits. Calibration fits and predictions both use this one definition."""
+    """FLOPs and bytes of an (m × k)·(k × n) GEMM: weights and (fp8, fp4) inputs in ``dtype``, the
+    output in 16 bits. Calibration fits and predictions both use this one definition.
+
+    fp4 is NVFP4 (W4A4): weights and activations are 4-bit values with an fp8 scale per 16
+    (``DTYPE_BYTES["fp4"]`` = 0.5625 bytes each), and the layer first quantises its 16-bit
+    activations to NVFP4 (vLLM's ``scaled_fp4_quant``, part of every measured fp4 layer): m × k
+    read at 2 bytes and written at 0.5625 before the GEMM reads them, so those bytes count too.
+    (On B200 this traffic is what separates fp4 from bf16 at large m and small n: 0.15 against
+    0.09 ms at m = 32768, n = 128, k = 8192.)"""
     in_bytes = DTYPE_BYTES[dtype]
-    return 2.0 * m * n * k, (k * n + m * k) * in_bytes + m * n * 2.0
+    bytes_moved = (k * n + m * k) * in_bytes + m * n * 2.0
+    if dtype == "fp4":
+        bytes_moved += m * k * (2.0 + in_bytes)
+    return 2.0 * m * n * k, bytes_moved
 
 
 def attention_flops_bytes(

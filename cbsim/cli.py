@@ -46,7 +46,7 @@ from cbsim.models import get_model
 from cbsim.results import RESULT_FILES, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
-from cbsim.simulate import simulate
+from cbsim.simulate import scenario_warnings, simulate
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -124,17 +124,22 @@ def format_duration(seconds: float) -> str:
 
 
 def describe(scenario: Scenario) -> str:
-    """One line: model, GPU, tensor parallelism, replicas, scheduler, speculation."""
+    """One line: model, GPU, tensor parallelism, precisions, replicas, engine, scheduler and its
+    budget, speculation (with the engine's defaults filled in)."""
     cluster = scenario.cluster
+    sched = scenario.scheduler
     spec = scenario.speculative
     if spec.enabled:
         speculation = f"speculation on ({spec.proposer.kind}, k policy {spec.policy.kind})"
     else:
         speculation = "speculation off"
     replicas = f"{cluster.replicas} replica{'s' if cluster.replicas != 1 else ''}"
+    budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
     return (
-        f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}, {cluster.dtype}, {replicas}, "
-        f"scheduler {scenario.scheduler.kind}, {speculation}"
+        f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}, {cluster.dtype} weights, "
+        f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
+        f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
+        f"blocks of {sched.block_size}), {speculation}"
     )
 
 
@@ -154,6 +159,7 @@ def summary_table(results: Results) -> Table:
     table.add_row("TTFT p50 / p90 / p99", _fmt_latencies(s, "ttft"))
     table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
     table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
+    table.add_row("ITL p50 / p90 / p99", _fmt_latencies(s, "itl"))
     if results.scenario.speculative.enabled:
         table.add_row("acceptance (accepted/drafted)", _fmt(s.get("acceptance_rate"), ".3f"))
         table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
@@ -348,12 +354,21 @@ def run(
     if compare_no_spec:
         compare_speculation(results, source=str(scenario))
     written = _write_results(results, out, run_id(loaded.seed, started))
+    _print_warnings(results.summary.get("warnings", ""))
     if quiet:
         click.echo(str(written))
         return
     console = Console()
     console.print(summary_table(results))
     console.print(f"results: {written}", highlight=False, soft_wrap=True)
+
+
+def _print_warnings(warnings: str | list[str]) -> None:
+    """Each warning as one ``warning:`` line on stderr."""
+    items = warnings.split("; ") if isinstance(warnings, str) else warnings
+    for item in items:
+        if item:
+            click.echo(f"warning: {item}", err=True)
 
 
 @cli.command()
@@ -364,6 +379,7 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     loaded = load_scenario(scenario, overrides=list(overrides))
     click.echo(f"OK: {scenario} ({loaded.name})")
     click.echo(describe(loaded))
+    _print_warnings(scenario_warnings(loaded, source=str(scenario)))
 
 
 @cli.command()
@@ -371,7 +387,17 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--gpu", "-g", required=True, help="Catalog GPU name, e.g. h100-sxm.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
-    "--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True
+    "--dtype",
+    type=click.Choice(["bf16", "fp16", "fp8", "fp4"]),
+    default="bf16",
+    show_default=True,
+    help="Weight precision (fp4: NVFP4, Blackwell GPUs only).",
+)
+@click.option(
+    "--kv-dtype",
+    type=click.Choice(["bf16", "fp16", "fp8"]),
+    default=None,
+    help="KV-cache precision (default: what the engine keeps for --dtype weights).",
 )
 @click.option(
     "--batch",
@@ -401,16 +427,21 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     "--calibration",
     default="default",
     show_default=True,
-    help="Calibration profile of the GPU (a name, a JSON path, or 'none' for the raw roofline).",
+    help="Calibration profile of the GPU (a name, a JSON path, or 'none' for the raw roofline); "
+    "default: the engine's own kernels on this GPU where it has them.",
 )
 @click.option(
-    "--engine", default="vllm", show_default=True, help="Serving-engine overhead profile."
+    "--engine",
+    default="vllm",
+    show_default=True,
+    help="Serving engine (vllm, sglang, tensorrt-llm, none = bare roofline, or a profile JSON).",
 )
 def cost(
     model: str,
     gpu: str,
     tp: int,
     dtype: str,
+    kv_dtype: str | None,
     batch: list[tuple[int, int]],
     decode: int | None,
     context: int | None,
@@ -438,19 +469,34 @@ def cost(
         gpu_spec = get_gpu(gpu)
     except CbsimError as err:
         raise err.located(field="--gpu") from None
-    from cbsim.calibration.profile import load_engine_profile, load_profile
+    from cbsim.cost.engine_profile import load_engine_profile
 
     try:
-        profile = load_profile(gpu_spec.name, calibration)
-    except CbsimError as err:
-        raise err.located(field="--calibration") from None
-    try:
-        overhead = load_engine_profile(engine)
+        engine_profile = load_engine_profile(engine)
     except CbsimError as err:
         raise err.located(field="--engine") from None
-    cost_model = CostModel(
-        model=model_shape, gpu=gpu_spec, tp=tp, dtype=dtype, calibration=profile, engine=overhead
-    )
+    try:
+        gpu_spec.peak_flops(dtype)
+    except CbsimError as err:
+        raise CbsimError(err.message, field="--dtype") from None
+    if tp & (tp - 1) or tp > gpu_spec.gpus_per_node:
+        raise CbsimError(
+            f"tp must be a power of two up to the {gpu_spec.gpus_per_node} GPUs of one "
+            f"{gpu_spec.name} node, got {tp}",
+            field="--tp",
+        )
+    try:
+        cost_model = CostModel(
+            model=model_shape,
+            gpu=gpu_spec,
+            tp=tp,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            calibration=calibration,
+            engine=engine_profile,
+        )
+    except CbsimError as err:
+        raise err.located(field="--calibration") from None
     breakdown = cost_model.breakdown(entries)
     total = cost_model.iteration_time(entries)
     if as_json:
@@ -459,7 +505,8 @@ def cost(
     tokens = sum(q for q, _ in entries)
     console = Console()
     console.print(
-        f"{model_shape.name} on {gpu_spec.name}, tp={tp}, {dtype}: "
+        f"{model_shape.name} on {gpu_spec.name}, tp={tp}, {dtype} weights, "
+        f"{cost_model.kv_dtype} KV, engine {engine_profile.engine}: "
         f"{len(entries)} request{'s' if len(entries) != 1 else ''}, {tokens} new tokens",
         highlight=False,
     )
@@ -539,7 +586,12 @@ def calibrate_fit(
 
 
 @calibrate.command("report")
-@click.option("--gpu", "-g", required=True, help="Catalog GPU name.")
+@click.option("--gpu", "-g", default=None, help="Catalog GPU name (kernel calibration report).")
+@click.option(
+    "--e2e", "end_to_end", is_flag=True,
+    help="Instead: each engine's predicted vs measured TTFT, TPOT and throughput on the shipped "
+    "H100 benchmarks, leave-one-model-out (several minutes).",
+)  # fmt: skip
 @click.option(
     "--data", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Folder of your own measurements; default: the shipped tables.",
@@ -548,8 +600,20 @@ def calibrate_fit(
     "--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Folder for errors.csv, report.md and predicted_vs_measured.png.",
 )  # fmt: skip
-def calibrate_report(gpu: str, data: Path | None, out: Path | None) -> None:
-    """Held-out error per op family of GPU's calibration, with a predicted-vs-measured plot."""
+def calibrate_report(
+    gpu: str | None, end_to_end: bool, data: Path | None, out: Path | None
+) -> None:
+    """Held-out error per op family of GPU's calibration, with a predicted-vs-measured plot; or,
+    with --e2e, the engine profiles against measured serving benchmarks."""
+    if end_to_end:
+        from cbsim.calibration.e2e_report import print_shared_report, shared_report
+
+        folder = out or Path("results") / "calibration" / "e2e"
+        print_shared_report(shared_report(folder, progress=lambda m: click.echo(m, err=True)))
+        click.echo(f"report: {folder}")
+        return
+    if gpu is None:
+        raise click.UsageError("give --gpu (or --e2e)")
     from cbsim.calibration.fit import (
         TRANSFER_SOURCE,
         fit_profile,
@@ -586,6 +650,7 @@ def calibrate_report(gpu: str, data: Path | None, out: Path | None) -> None:
 
 
 def _register_commands() -> None:
+    from cbsim.calibration.e2e_report import e2e_command
     from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
     from cbsim.report import report_command
@@ -595,6 +660,7 @@ def _register_commands() -> None:
     cli.add_command(capacity_command)
     cli.add_command(report_command)
     calibrate.add_command(measure_command)
+    calibrate.add_command(e2e_command)
 
 
 _register_commands()

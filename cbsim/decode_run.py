@@ -39,7 +39,9 @@ class DecodeRun:
     kv_used: list[int]
     end_s: float
     kv_used_after: int
-    outstanding_at_last_start: int
+    # running requests whose previous token came before the replica's previous iteration (set
+    # when the run is applied; their first token in the run has a gap of its own)
+    paused_at_start: int = 0
 
     @property
     def iterations(self) -> int:
@@ -124,8 +126,6 @@ def plan_decode_run(
             break
     if not durations:
         return None
-    last = len(durations) - 1
-    outstanding = int(np.maximum(rem - last, 0).sum())
     return DecodeRun(
         starts=starts,
         durations=durations,
@@ -133,5 +133,4 @@ def plan_decode_run(
         kv_used=kv_used,
         end_s=now,
         kv_used_after=used,
-        outstanding_at_last_start=outstanding,
     )

@@ -7,20 +7,34 @@ was idle. A replica process loops: ask the scheduler for a batch, ask the cost m
 takes, ``yield env.timeout(duration)``, hand the finished batch back to the scheduler and record the
 iteration. That is one SimPy event per iteration per replica plus one per arrival, never one per
 token or per request step, which keeps a day of traffic simulable in minutes.
+
+Requests are *sent* by clients, routed to a replica at once, and reach its scheduler after that
+replica's front end (HTTP, tokenisation) has handled them; tokens reach the client when the front
+end has streamed them (see :class:`cbsim.cost.engine_profile.Frontend`). In a closed loop the clients have no clock: a
+client sends its next request when it has received the last token of its previous one (plus its
+think time), so a finish makes the next arrival. When such an arrival lands on a replica in the
+middle of a fast-forwarded decode run, the replica is poked and cuts the run at the arrival, as
+stepping would have.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
-from cbsim.calibration.profile import DEFAULT_PROFILE, load_engine_profile, load_profile
+from cbsim.calibration.profile import DEFAULT_PROFILE
 from cbsim.cost import CostModel
-from cbsim.decode_run import plan_decode_run
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.decode_run import DecodeRun, plan_decode_run
+from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import KVCache
 from cbsim.metrics import Recorder
@@ -31,7 +45,7 @@ from cbsim.router import make_router
 from cbsim.scenario import Scenario
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
 from cbsim.speculative.decoder import SpeculativeDecoding
-from cbsim.workload import RequestSpecs, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
 # progress(requests_done, requests_total, simulated_seconds)
 ProgressCallback = Callable[[int, int, float], None]
@@ -44,15 +58,37 @@ class Replica:
 
     index: int
     scheduler: SchedulerPolicy
+    env: simpy.Environment
     wake: simpy.Event | None = None
-    # while a decode run is in flight: the running requests' outstanding tokens at the start of
-    # its last iteration (the state a step-by-step replica would show an arrival in it)
-    run_outstanding: int | None = None
+    # while a decode run is in flight: its iterations' ends and the running requests' outputs
+    # still to come when it started (the state a step-by-step replica would show at any time)
+    run_ends: list[float] | None = None
+    run_remaining: np.ndarray | None = None
+    # while a decode run is in flight: triggered when an arrival lands here (closed loop)
+    poke: simpy.Event | None = None
+    last_row: int = -1  # the recorder row of this replica's latest iteration
+    delivered_s: float = 0.0  # when its front end has streamed every token emitted so far
+    inbound_tokens: int = 0  # outstanding tokens of requests still in its front end
 
     def outstanding_tokens(self) -> int:
-        if self.run_outstanding is None:
-            return self.scheduler.outstanding_tokens()
-        return self.run_outstanding + sum(r.outstanding_tokens for r in self.scheduler.waiting)
+        """Tokens still to process for the requests this replica holds, as a step-by-step replica
+        would show them now (mid-run: the iterations that ended before now are done)."""
+        if self.run_ends is None or self.run_remaining is None:
+            return self.scheduler.outstanding_tokens() + self.inbound_tokens
+        done = bisect.bisect_left(self.run_ends, self.env.now)
+        running = int(np.maximum(self.run_remaining - done, 0).sum())
+        waiting = sum(r.outstanding_tokens for r in self.scheduler.waiting)
+        return running + waiting + self.inbound_tokens
+
+    def start_run(self, run: DecodeRun) -> None:
+        self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+        self.run_remaining = np.fromiter(
+            (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
+        )
+
+    def end_run(self) -> None:
+        self.run_ends = None
+        self.run_remaining = None
 
 
 class Simulation:
@@ -70,23 +106,40 @@ class Simulation:
         self.model = get_model(cluster.model)
         self.gpu = get_gpu(cluster.gpu)
         self.cost = cost_model_for(scenario)
+        self.frontend = self.cost.engine.frontend
         self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
         self.spec: SpeculativeDecoding | None = None
         if scenario.speculative.enabled:
             self.spec = SpeculativeDecoding(scenario.speculative, self.cost, scenario.seed, source)
-        self.specs: RequestSpecs = build_workload(scenario, source)
+        workload = build_workload(scenario, source)
+        self.closed: ClosedLoopWorkload | None = None
+        self.specs: RequestSpecs | None = None
+        if isinstance(workload, ClosedLoopWorkload):
+            self.closed = workload
+        else:
+            self.specs = workload
         self.env = simpy.Environment()
         self.replicas = [
-            Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()))
+            Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()), self.env)
             for i in range(cluster.replicas)
         ]
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
+        self.recorder.frontend = self.frontend
         self.requests: list[Request] = []
         self._progress = progress
         self._done = 0
         self._next_arrival = 0
+        self._finished: list[Request] = []
+        # closed loop: server arrivals scheduled but not yet happened (a heap of times)
+        self._pending: list[float] = []
+        self._sends_now = (-1.0, 0)  # (time, sends at that time): catches a loop of rejections
+        self._outbox: deque[tuple[int, float]] = deque()
+        self._jitter = stream(scenario.seed, "frontend")
+        self._clients = stream(scenario.seed, "clients")
+        self._sending = False
         self.fast_forward = scenario.fast_forward and self.spec is None
+        self.total_requests = len(workload)
 
     def _new_kv_cache(self) -> KVCache:
         cluster = self.scenario.cluster
@@ -96,7 +149,7 @@ class Simulation:
             self.gpu,
             tp=cluster.tp,
             dtype=cluster.dtype,
-            kv_dtype=cluster.effective_kv_dtype,
+            kv_dtype=self.cost.kv_dtype,
             block_size=sched.block_size,
             gpu_memory_utilization=cluster.gpu_memory_utilization,
             watermark=sched.watermark,
@@ -106,31 +159,73 @@ class Simulation:
             ),
         )
 
-    # ------------------------------------------------------------------ processes
+    # ------------------------------------------------------------------ arrivals
 
     def _arrivals(self) -> Generator[simpy.Event, Any, None]:
+        """Open loop: every request is sent at its time and goes through the front end."""
         env = self.env
         specs = self.specs
+        assert specs is not None
         arrival_s = specs.arrival_s.tolist()
         prompts = specs.prompt_tokens.tolist()
         outputs = specs.output_tokens.tolist()
-        for i, t in enumerate(arrival_s):
-            if t > env.now:
-                yield env.timeout(t - env.now)
+        for i, sent in enumerate(arrival_s):
+            if sent > env.now:
+                yield env.timeout(sent - env.now)
             self._next_arrival = i + 1
-            req = Request(i, t, prompts[i], outputs[i])
+            req = Request(i, sent, prompts[i], outputs[i], sent_s=sent)
             self.requests.append(req)
-            reason = self._rejection_reason(req)
-            if reason:
-                req.status = Status.REJECTED
-                req.rejected_reason = reason
-                continue
-            replica = self.replicas[self.router.route(self.replicas)]
-            req.replica = replica.index
-            replica.scheduler.enqueue(req)
-            if replica.wake is not None:
-                wake, replica.wake = replica.wake, None
-                wake.succeed()
+            self._dispatch(req)
+
+    def next_arrival_s(self) -> float:
+        """The earliest time a request may next reach a replica's scheduler (inf: none known)."""
+        pending = self._pending[0] if self._pending else math.inf
+        if self.specs is not None and self._next_arrival < len(self.specs):
+            sent = float(self.specs.arrival_s[self._next_arrival])
+            return sent if sent < pending else pending
+        return pending
+
+    def _dispatch(self, req: Request) -> None:
+        """A request leaves its client now: routed to a replica, and through that replica's front
+        end (``request_s + prompt_token_s · P``, plus jitter) to its scheduler. With no front-end
+        terms it reaches the scheduler at once."""
+        replica = self.replicas[self.router.route(self.replicas)]
+        req.replica = replica.index
+        frontend = self.frontend
+        if not frontend.delays_requests:
+            self._arrive(replica, req)
+            return
+        now = self.env.now
+        arrival = now + frontend.request_delay(req.prompt_tokens)
+        if frontend.request_jitter_s > 0.0:
+            arrival += float(self._jitter.exponential(frontend.request_jitter_s))
+        req.arrival_s = arrival
+        replica.inbound_tokens += req.outstanding_tokens
+        heapq.heappush(self._pending, arrival)
+        event = self.env.timeout(arrival - now)
+        event.callbacks.append(lambda _: self._arrive_pending(replica, req))
+
+    def _arrive_pending(self, replica: Replica, req: Request) -> None:
+        heapq.heappop(self._pending)
+        replica.inbound_tokens -= req.outstanding_tokens
+        self._arrive(replica, req)
+
+    def _arrive(self, replica: Replica, req: Request) -> None:
+        """A request reaches a replica's scheduler: rejected, or queued there (waking or poking
+        the replica)."""
+        reason = self._rejection_reason(req)
+        if reason:
+            req.status = Status.REJECTED
+            req.rejected_reason = reason
+            if self.closed is not None:
+                self._send(req.client, self.env.now + self._think_time())
+            return
+        replica.scheduler.enqueue(req)
+        if replica.wake is not None:
+            wake, replica.wake = replica.wake, None
+            wake.succeed()
+        elif replica.poke is not None and not replica.poke.triggered:
+            replica.poke.succeed()
 
     def _rejection_reason(self, req: Request) -> str:
         if req.prompt_tokens + req.output_tokens > self.max_model_len:
@@ -139,17 +234,114 @@ class Simulation:
             return "kv_capacity"
         return ""
 
+    # ------------------------------------------------------------------ closed loop
+
+    def _start_clients(self) -> None:
+        closed = self.closed
+        assert closed is not None
+        if closed.ramp_s > 0.0:
+            starts = self._clients.uniform(0.0, closed.ramp_s, closed.concurrency)
+        else:
+            starts = np.zeros(closed.concurrency)
+        for client in np.argsort(starts, kind="stable").tolist():
+            self._send(client, float(starts[client]))
+
+    def _send(self, client: int, sent: float) -> None:
+        """Client ``client`` sends its next request at ``sent`` (now or later), if it may. Sends
+        that a send causes (a rejection lets its client send again) queue up, never recurse."""
+        self._outbox.append((client, sent))
+        if self._sending:
+            return
+        self._sending = True
+        try:
+            while self._outbox:
+                self._send_one(*self._outbox.popleft())
+        finally:
+            self._sending = False
+
+    def _send_one(self, client: int, sent: float) -> None:
+        closed = self.closed
+        assert closed is not None
+        index = len(self.requests)
+        if closed.max_requests is not None and index >= closed.max_requests:
+            return
+        if closed.duration_s is not None and sent > closed.duration_s:
+            return
+        self._check_progress(sent)
+        prompt, output = closed.lengths[index]
+        req = Request(index, sent, prompt, output, sent_s=sent, client=client)
+        self.requests.append(req)
+        if sent <= self.env.now:
+            self._dispatch(req)
+            return
+        heapq.heappush(self._pending, sent)
+        event = self.env.timeout(sent - self.env.now)
+        event.callbacks.append(lambda _: self._dispatch_pending(req))
+
+    def _dispatch_pending(self, req: Request) -> None:
+        heapq.heappop(self._pending)
+        self._dispatch(req)
+
+    def _check_progress(self, sent: float) -> None:
+        """A closed loop whose every request is rejected at once would send forever at one time."""
+        when, count = self._sends_now
+        count = count + 1 if when == sent else 1
+        self._sends_now = (sent, count)
+        assert self.closed is not None
+        if count > 100 * self.closed.concurrency + 1000:
+            raise CbsimError(
+                f"closed loop: {count} requests sent at t = {sent:.6g} s without time passing "
+                "(each one rejected at once?); check the lengths against the model's context "
+                "and KV capacity, or set think_time_s",
+                field="workload.arrival",
+            )
+
+    def _release(self, deliveries: list[float] | None, first_row: int) -> None:
+        """After an iteration (or a run of them, rows from ``first_row``): count the finished
+        requests and, closed-loop, let their clients send their next requests once the last
+        token has reached them."""
+        finished, self._finished = self._finished, []
+        self._done += len(finished)
+        closed = self.closed
+        if closed is None:
+            return
+        for req in finished:
+            delivered = req.finish_s if deliveries is None else deliveries[req.last_row - first_row]
+            self._send(req.client, delivered + self._think_time())
+
+    def _think_time(self) -> float:
+        closed = self.closed
+        assert closed is not None
+        if closed.think_time_random and closed.think_time_s > 0.0:
+            return float(self._clients.exponential(closed.think_time_s))
+        return closed.think_time_s
+
+    def _deliveries(self, replica: Replica, ends: list[float], emitted: list[int]) -> list[float]:
+        """When the front end has streamed each iteration's tokens: it handles tokens in order,
+        ``output_token_s`` each, starting no earlier than the iteration's end."""
+        per_token = self.frontend.output_token_s
+        free = replica.delivered_s
+        out = []
+        for end, tokens in zip(ends, emitted, strict=True):
+            free = (free if free > end else end) + per_token * tokens
+            out.append(free)
+        replica.delivered_s = free
+        return out
+
+    # ------------------------------------------------------------------ replicas
+
     def _replica_loop(self, replica: Replica) -> Generator[simpy.Event, Any, None]:
         env = self.env
         sched = replica.scheduler
         cost = self.cost
-        record = self.recorder.record_iteration
+        recorder = self.recorder
+        record = recorder.record_iteration
         on_finish = self._on_finish
         index = replica.index
         spec = self.spec
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
-        arrival_s = self.specs.arrival_s
-        total = len(arrival_s)
+        streams = self.frontend.output_token_s > 0.0
+        closed = self.closed is not None
         # The replica keeps its own clock: iteration ends are start + duration exactly, whether
         # stepped or advanced in a decode run, even where SimPy's now + delay would round.
         clock = env.now
@@ -158,30 +350,35 @@ class Simulation:
             waiting = len(sched.waiting)
             stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
             if stop_on_finish is not None:
-                kv = sched.kv
-                run = plan_decode_run(
-                    sched.running,
-                    cost=cost,
-                    start_s=start,
-                    block_size=kv.block_size,
-                    used_blocks=kv.used_blocks,
-                    total_blocks=kv.total_blocks,
-                    grows_kv=not sched.reserves_full_length,
-                    stop_on_finish=stop_on_finish,
-                    next_arrival_s=(
-                        float(arrival_s[self._next_arrival])
-                        if self._next_arrival < total
-                        else math.inf
-                    ),
-                    horizon_s=horizon,
-                )
+                run = self._plan_run(sched, start, stop_on_finish or closed, horizon)
                 if run is not None:
-                    replica.run_outstanding = run.outstanding_at_last_start
-                    yield env.timeout(_exact_delay(env.now, run.end_s))
+                    replica.start_run(run)
+                    replica.poke = env.event()
+                    done = env.timeout(_exact_delay(env.now, run.end_s))
+                    yield done | replica.poke
+                    if not done.processed and replica.poke.triggered:
+                        # an arrival landed mid-run: stop where stepping would have seen it
+                        cut = self._plan_run(
+                            sched, start, stop_on_finish or closed, horizon, arrival=env.now
+                        )
+                        assert cut is not None
+                        run = cut
+                        replica.start_run(run)
+                        replica.poke = None
+                        if run.end_s > env.now:
+                            yield env.timeout(_exact_delay(env.now, run.end_s))
+                    replica.poke = None
                     clock = run.end_s
-                    replica.run_outstanding = None
-                    sched.apply_decode_run(run, on_finish)
-                    self.recorder.record_decode_run(index, run, waiting)
+                    replica.end_run()
+                    first_row = recorder.rows
+                    sched.apply_decode_run(run, on_finish, first_row, replica.last_row)
+                    deliveries = None
+                    if streams:
+                        ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+                        deliveries = self._deliveries(replica, ends, run.batch_sizes)
+                    recorder.record_decode_run(index, run, waiting, deliveries)
+                    replica.last_row = recorder.rows - 1
+                    self._release(deliveries, first_row)
                     continue
             batch = sched.next_batch(start)
             if not batch.requests:
@@ -207,23 +404,59 @@ class Simulation:
             clock = end
             if spec is not None:
                 spec.verify(batch, target)
-            emitted = sched.complete(batch, end, on_finish)
-            record(index, start, duration, batch, emitted, kv_used, waiting)
+            row = recorder.rows
+            emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
+            delivered = self._deliveries(replica, [end], [emitted]) if streams else None
+            record(index, start, duration, batch, emitted, kv_used, waiting, delivered)
+            replica.last_row = row
+            self._release(delivered, row)
+
+    def _plan_run(
+        self,
+        sched: SchedulerPolicy,
+        start: float,
+        stop_on_finish: bool,
+        horizon: float,
+        arrival: float | None = None,
+    ) -> DecodeRun | None:
+        kv = sched.kv
+        return plan_decode_run(
+            sched.running,
+            cost=self.cost,
+            start_s=start,
+            block_size=kv.block_size,
+            used_blocks=kv.used_blocks,
+            total_blocks=kv.total_blocks,
+            grows_kv=not sched.reserves_full_length,
+            stop_on_finish=stop_on_finish,
+            next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
+            horizon_s=horizon,
+        )
+
+    def prompt_lengths(self) -> np.ndarray:
+        """The prompt lengths of the requests this run sends (so far, closed-loop)."""
+        if self.specs is not None:
+            return self.specs.prompt_tokens
+        return np.fromiter((r.prompt_tokens for r in self.requests), dtype=np.int64)
 
     def _on_finish(self, req: Request) -> None:
-        self._done += 1
+        self._finished.append(req)
 
     def _report_progress(self) -> Generator[simpy.Event, Any, None]:
         assert self._progress is not None
-        total = len(self.specs)
-        step = max(1.0, float(self.specs.arrival_s[-1]) / 200.0) if total else 1.0
+        total = self.total_requests
+        last = float(self.specs.arrival_s[-1]) if self.specs is not None and total else 0.0
+        step = max(1.0, last / 200.0)
         while True:
             self._progress(self._done, total, self.env.now)
             yield self.env.timeout(step)
 
     def run(self) -> Recorder:
         env = self.env
-        env.process(self._arrivals())
+        if self.closed is not None:
+            self._start_clients()
+        else:
+            env.process(self._arrivals())
         for replica in self.replicas:
             env.process(self._replica_loop(replica))
         horizon = self.scenario.horizon_s
@@ -231,10 +464,10 @@ class Simulation:
             env.process(self._report_progress())
             # the progress ticker never ends by itself: stop when the real work does
             self._run_until_drained(horizon)
-            self._progress(self._done, len(self.specs), env.now)
+            self._progress(self._done, self.total_requests or self._done, env.now)
         else:
             env.run(until=horizon)
-        self.recorder.finish(self.requests, self.specs, self._last_event_s(), self.replicas)
+        self.recorder.finish(self.requests, self._last_event_s(), self.replicas)
         return self.recorder
 
     def _last_event_s(self) -> float:
@@ -245,13 +478,17 @@ class Simulation:
                 last = req.finish_s
         return last
 
+    def _all_sent(self) -> bool:
+        if self.closed is not None:
+            return not self._pending and not any(r.scheduler.has_work for r in self.replicas)
+        return len(self.requests) == self.total_requests
+
     def _run_until_drained(self, horizon: float | None) -> None:
         env = self.env
-        total = len(self.specs)
         while True:
             if horizon is not None and env.now >= horizon:
                 return
-            if len(self.requests) == total and not any(r.scheduler.has_work for r in self.replicas):
+            if self._all_sent() and not any(r.scheduler.has_work for r in self.replicas):
                 return
             target = env.now + 1.0
             if horizon is not None:
@@ -260,7 +497,8 @@ class Simulation:
 
 
 def cost_model_for(scenario: Scenario) -> CostModel:
-    """The cluster's cost model with its calibration profile and serving-engine overhead."""
+    """The cluster's cost model: the engine's kernels on this GPU (or the named calibration
+    profile) and the engine's step overhead."""
     cluster = scenario.cluster
     return CostModel(
         get_model(cluster.model),
@@ -268,7 +506,7 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         tp=cluster.tp,
         dtype=cluster.dtype,
         kv_dtype=cluster.effective_kv_dtype,
-        calibration=load_profile(cluster.gpu, cluster.calibration or DEFAULT_PROFILE),
+        calibration=cluster.calibration or DEFAULT_PROFILE,
         engine=load_engine_profile(cluster.engine),
     )
 

@@ -6,7 +6,15 @@ follow common serving benchmarks (vLLM, Vidur):
 
 * TTFT = first token time − arrival; TPOT = (finish − first token) / (output tokens − 1), the mean
   time per output token after the first (NaN for one-token outputs); E2E = finish − arrival;
-  queue = first admission − arrival.
+  queue = first admission − the engine's receipt. These are what a *client* measures: arrival is
+  when the client sent the request, first token and finish when the front end delivered them
+  (:class:`~cbsim.cost.engine_profile.Frontend`). The engine's own view is kept beside them as
+  ``server_arrival_s``, ``server_first_token_s``, ``server_finish_s`` and ``server_ttft_s``,
+  ``server_tpot_s``, ``server_e2e_s``; with no front-end terms (``engine: none``) both agree.
+* Inter-token latency (``itl_p50_s``, ...) is every output token's gap to the previous token of its
+  request as the client receives it, computed exactly from the iterations: tokens of consecutive
+  steps are one step apart, a token after a pause (preemption, a budget that left the request out)
+  has the whole pause, and drafts accepted together in one speculative step arrive with gap 0.
 * Throughput counts completed requests over the makespan (first arrival to last finish); goodput
   counts only those meeting every SLO target given.
 * Timeseries use fixed windows; an iteration belongs to the window its start falls in. ``waiting``
@@ -29,14 +37,15 @@ from cbsim.request import Request, Status
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
+    from cbsim.cost.engine_profile import Frontend
     from cbsim.decode_run import DecodeRun
     from cbsim.scheduler.base import Batch
-    from cbsim.workload import RequestSpecs
 
 REQUEST_COLUMNS = [
-    "request_id", "replica", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
+    "request_id", "replica", "client", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
     "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions", "spec_steps",
-    "drafted_tokens", "accepted_tokens", "mean_k", "status",
+    "drafted_tokens", "accepted_tokens", "mean_k", "status", "server_arrival_s",
+    "server_first_token_s", "server_finish_s", "server_ttft_s", "server_tpot_s", "server_e2e_s",
 ]  # fmt: skip
 
 ITERATION_COLUMNS = [
@@ -69,6 +78,10 @@ class Recorder:
         self._emitted = array("q")
         self._kv_used = array("q")
         self._waiting = array("q")
+        self._gap_tokens = array("q")
+        self._delivered = array("d")  # front-end delivery times, only when the front end streams
+        self.frontend: Frontend | None = None
+        self.itl: dict[str, float] = {}
         # speculative columns, filled only when the scenario speculates (no decode runs then)
         self.speculative = scenario.speculative.enabled
         self._verify = array("q")
@@ -93,6 +106,7 @@ class Recorder:
         emitted: int,
         kv_used: int,
         waiting: int,
+        delivered: list[float] | None = None,
     ) -> None:
         self._replica.append(replica)
         self._start.append(start)
@@ -103,6 +117,9 @@ class Recorder:
         self._emitted.append(emitted)
         self._kv_used.append(kv_used)
         self._waiting.append(waiting)
+        self._gap_tokens.append(batch.gap_tokens)
+        if delivered is not None:
+            self._delivered.extend(delivered)
         if self.speculative:
             self._record_speculation(batch)
 
@@ -119,7 +136,14 @@ class Recorder:
         self._draft_s.append(batch.draft_s)
         self._decoding.append(len(decoding))
 
-    def record_decode_run(self, replica: int, run: DecodeRun, waiting: int) -> None:
+    @property
+    def rows(self) -> int:
+        """Iterations recorded so far (the row the next one gets)."""
+        return len(self._start)
+
+    def record_decode_run(
+        self, replica: int, run: DecodeRun, waiting: int, delivered: list[float] | None = None
+    ) -> None:
         """Record the iterations of a decode run (each its own row, as if stepped one by one)."""
         n = run.iterations
         self._replica.extend([replica] * n)
@@ -131,18 +155,29 @@ class Recorder:
         self._emitted.extend(run.batch_sizes)
         self._kv_used.extend(run.kv_used)
         self._waiting.extend([waiting] * n)
+        self._gap_tokens.extend(run.batch_sizes)
+        self._gap_tokens[len(self._gap_tokens) - n] -= run.paused_at_start
+        if delivered is not None:
+            self._delivered.extend(delivered)
 
-    def finish(
-        self,
-        requests: Sequence[Request],
-        specs: RequestSpecs,
-        end_s: float,
-        replicas: Sequence[Any],
-    ) -> None:
+    def finish(self, requests: Sequence[Request], end_s: float, replicas: Sequence[Any]) -> None:
         self.end_s = end_s
         self.preemptions = sum(r.scheduler.preemptions for r in replicas)
-        self.requests = requests_frame(requests)
         n = len(self._start)
+        starts = np.frombuffer(self._start, dtype=np.float64)
+        durations = np.frombuffer(self._duration, dtype=np.float64)
+        if len(self._delivered):
+            delivered = np.frombuffer(self._delivered, dtype=np.float64).copy()
+        else:
+            delivered = starts + durations
+        self.requests = requests_frame(requests, delivered if len(self._delivered) else None)
+        self.itl = inter_token_latency(
+            delivered,
+            np.frombuffer(self._replica, dtype=np.int64),
+            np.frombuffer(self._gap_tokens, dtype=np.int64),
+            np.asarray([p for r in replicas for p in r.scheduler.gap_pairs], dtype=np.int64),
+            sum(r.scheduler.zero_gaps for r in replicas),
+        )
 
         def spec_column(values: array[int] | array[float], dtype: type) -> np.ndarray:
             if not self.speculative:
@@ -172,6 +207,7 @@ class Recorder:
                 "k_min": spec_column(self._k_min, np.int64),
                 "k_max": spec_column(self._k_max, np.int64),
                 "draft_s": spec_column(self._draft_s, np.float64),
+                "delivered_s": delivered,
             }
         )
         if n:
@@ -182,15 +218,28 @@ class Recorder:
             self.iterations = self.iterations.iloc[order].reset_index(drop=True)
 
 
-def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
-    """One row per request that arrived, in arrival order, with derived latencies."""
+def requests_frame(
+    requests: Sequence[Request], delivered: np.ndarray | None = None
+) -> pd.DataFrame:
+    """One row per request that arrived, in sending order, with derived latencies.
+
+    ``delivered``: per iteration row, when the front end streamed its tokens; None when tokens
+    reach the client as the step that made them ends."""
 
     def col(name: str, dtype: Any) -> np.ndarray:
         return np.fromiter((getattr(r, name) for r in requests), dtype=dtype, count=len(requests))
 
+    sent = col("sent_s", np.float64)
     arrival = col("arrival_s", np.float64)
     first = col("first_token_s", np.float64)
     finish = col("finish_s", np.float64)
+    client_first, client_finish = first, finish
+    if delivered is not None and len(requests):
+        first_row = col("first_row", np.int64)
+        last_row = col("last_row", np.int64)
+        client_first = np.where(first_row >= 0, delivered[np.maximum(first_row, 0)], np.nan)
+        done = ~np.isnan(finish)
+        client_finish = np.where(done, delivered[np.maximum(last_row, 0)], np.nan)
     outputs = col("output_tokens", np.int64)
     spec_steps = col("spec_steps", np.int64)
     drafted = col("drafted_tokens", np.int64)
@@ -204,7 +253,8 @@ def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
         count=len(requests),
     )
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
+        tpot = np.where(outputs > 1, (client_finish - client_first) / (outputs - 1), np.nan)
+        server_tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
         mean_k = np.where(decode_steps > 0, drafted / np.maximum(decode_steps, 1), 0.0)
     status = pd.Categorical(
         [Status(r.status).name.lower() for r in requests],
@@ -214,14 +264,15 @@ def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
         {
             "request_id": col("request_id", np.int64),
             "replica": col("replica", np.int64),
-            "arrival_s": arrival,
-            "first_token_s": first,
-            "finish_s": finish,
+            "client": col("client", np.int64),
+            "arrival_s": sent,
+            "first_token_s": client_first,
+            "finish_s": client_finish,
             "prompt_tokens": col("prompt_tokens", np.int64),
             "output_tokens": outputs,
-            "ttft_s": first - arrival,
+            "ttft_s": client_first - sent,
             "tpot_s": tpot,
-            "e2e_s": finish - arrival,
+            "e2e_s": client_finish - sent,
             "queue_s": col("first_scheduled_s", np.float64) - arrival,
             "preemptions": col("preemptions", np.int64),
             "spec_steps": spec_steps,
@@ -234,8 +285,70 @@ def requests_frame(requests: Sequence[Request]) -> pd.DataFrame:
             "status": status,
             "generated_tokens": col("generated", np.int64),
             "rejected_reason": [r.rejected_reason for r in requests],
+            "server_arrival_s": arrival,
+            "server_first_token_s": first,
+            "server_finish_s": finish,
+            "server_ttft_s": first - arrival,
+            "server_tpot_s": server_tpot,
+            "server_e2e_s": finish - arrival,
         }
     )
+
+
+def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:
+    """``np.percentile(np.repeat(values, counts), q)`` (linear interpolation) without repeating."""
+    keep = counts > 0
+    values, counts = values[keep], counts[keep]
+    total = int(counts.sum())
+    if total == 0:
+        return math.nan
+    order = np.argsort(values, kind="stable")
+    values, cumulative = values[order], np.cumsum(counts[order])
+    position = q / 100.0 * (total - 1)
+    low = math.floor(position)
+    high = min(low + 1, total - 1)
+    value_low = float(values[np.searchsorted(cumulative, low, side="right")])
+    value_high = float(values[np.searchsorted(cumulative, high, side="right")])
+    return value_low + (value_high - value_low) * (position - low)
+
+
+def inter_token_latency(
+    delivered: np.ndarray,
+    replica: np.ndarray,
+    gap_tokens: np.ndarray,
+    gap_pairs: np.ndarray,
+    zero_gaps: int,
+) -> dict[str, float]:
+    """Percentiles and mean of every output token's gap to its request's previous token.
+
+    ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order):
+    ``gap_tokens`` tokens of a row came one step after their previous token, so their gap is the
+    time between this row's delivery and the previous row of the same replica. ``gap_pairs`` are
+    flat (row, row of the previous token) pairs of tokens after a pause; ``zero_gaps`` tokens
+    arrived together with the one before them."""
+    n = len(delivered)
+    previous = np.full(n, -1, dtype=np.int64)
+    if n:
+        order = np.lexsort((np.arange(n), replica))
+        same = replica[order][1:] == replica[order][:-1]
+        previous[order[1:][same]] = order[:-1][same]
+    common = (previous >= 0) & (gap_tokens > 0)
+    values = [delivered[common] - delivered[previous[common]]]
+    counts = [gap_tokens[common]]
+    if len(gap_pairs):
+        pairs = gap_pairs.reshape(-1, 2)
+        values.append(delivered[pairs[:, 0]] - delivered[pairs[:, 1]])
+        counts.append(np.ones(len(pairs), dtype=np.int64))
+    values.append(np.zeros(1))
+    counts.append(np.asarray([zero_gaps], dtype=np.int64))
+    all_values = np.concatenate(values)
+    all_counts = np.concatenate(counts)
+    total = int(all_counts.sum())
+    out = {f"itl_p{p}_s": weighted_percentile(all_values, all_counts, p) for p in PERCENTILES}
+    order = np.lexsort((all_counts, all_values))  # a sum independent of the logging order
+    weighted = (all_values[order] * all_counts[order]).sum()
+    out["itl_mean_s"] = float(weighted / total) if total else math.nan
+    return out
 
 
 def _percentiles(values: np.ndarray, prefix: str, out: dict[str, float]) -> None:
@@ -260,9 +373,18 @@ def meets_slo(requests: pd.DataFrame, scenario: Scenario) -> np.ndarray:
 
 
 def summarize(
-    requests: pd.DataFrame, iterations: pd.DataFrame, scenario: Scenario, preemptions: int
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    scenario: Scenario,
+    preemptions: int,
+    itl: dict[str, float] | None = None,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The run's key figures (JSON-serialisable, deterministic for a scenario and seed)."""
+    """The run's key figures (JSON-serialisable, deterministic for a scenario and seed).
+
+    ``warnings`` (joined into one string, empty when none) says where the run's settings or load
+    make its figures doubtful: a token budget that can never batch a prompt beside running
+    decodes, batches far outside the range the engine's overhead was fitted on."""
     status = requests["status"]
     done = requests[status == "finished"]
     completed = len(done)
@@ -291,6 +413,13 @@ def summarize(
     _percentiles(done["tpot_s"].to_numpy(dtype=float), "tpot", summary)
     _percentiles(done["e2e_s"].to_numpy(dtype=float), "e2e", summary)
     _percentiles(done["queue_s"].to_numpy(dtype=float), "queue", summary)
+    if itl:
+        summary.update(itl)
+    for metric in ("ttft", "tpot", "e2e"):
+        if f"server_{metric}_s" in done:
+            _percentiles(
+                done[f"server_{metric}_s"].to_numpy(dtype=float), f"server_{metric}", summary
+            )
     drafted = int(requests["drafted_tokens"].sum())
     accepted = int(requests["accepted_tokens"].sum())
     spec_steps = int(requests["spec_steps"].sum())
@@ -319,6 +448,8 @@ def summarize(
             if completed and makespan > 0
             else math.nan,
             "kv_blocks_total": int(iterations["kv_blocks_total"].iloc[0]) if len(iterations) else 0,
+            "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else 0,
+            "warnings": "; ".join(warnings),
         }
     )
     return summary

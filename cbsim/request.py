@@ -7,6 +7,12 @@ prefill completes; every decode step feeds the last sampled token and samples th
 KV cache holds ``P + generated − 1`` tokens. A preempted request loses its KV cache and, when
 readmitted, re-prefills its prompt *and* the tokens it had generated (recompute), which samples its
 next token. ``prefill_target`` is how many tokens the current prefill must reach.
+
+Times here are the engine's (server-side): ``arrival_s`` is when the engine receives the request,
+``first_token_s`` and ``finish_s`` when its first and last tokens leave an engine step. A client
+sent it at ``sent_s`` (earlier by the front end's request delay) and sees its tokens when the front
+end delivers them: the recorder derives those times from ``first_row`` and ``last_row``, the rows of
+the iterations (in the iterations table) that emitted its first and latest token.
 """
 
 from __future__ import annotations
@@ -30,14 +36,17 @@ class Request:
         "admit_seq",
         "arrival_s",
         "blocks",
+        "client",
         "decode_steps",
         "drafted_tokens",
         "finish_s",
+        "first_row",
         "first_scheduled_s",
         "first_token_s",
         "generated",
         "k_sum",
         "kv_tokens",
+        "last_row",
         "output_tokens",
         "preemptions",
         "prefill_target",
@@ -45,16 +54,28 @@ class Request:
         "rejected_reason",
         "replica",
         "request_id",
+        "sent_s",
         "spec",
         "spec_steps",
         "status",
     )
 
     def __init__(
-        self, request_id: int, arrival_s: float, prompt_tokens: int, output_tokens: int
+        self,
+        request_id: int,
+        arrival_s: float,
+        prompt_tokens: int,
+        output_tokens: int,
+        *,
+        sent_s: float | None = None,
+        client: int = -1,
     ) -> None:
         self.request_id = request_id
         self.arrival_s = arrival_s
+        self.sent_s = arrival_s if sent_s is None else sent_s
+        self.client = client
+        self.first_row = -1
+        self.last_row = -1
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.replica = -1

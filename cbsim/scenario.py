@@ -14,7 +14,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
 from pydantic import (
@@ -31,6 +31,8 @@ from pydantic import (
 )
 
 from cbsim.errors import CbsimError
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def default_kind(kind: str) -> BeforeValidator:
@@ -80,8 +82,32 @@ class TraceArrival(StrictModel):
     kind: Literal["trace"]
 
 
+MAX_CLIENTS = 1_000_000
+
+
+class ClosedLoopArrival(StrictModel):
+    """``concurrency`` clients, each sending its next request once its previous one has finished
+    and ``think_time_s`` has passed: the load of vLLM's ``bench serve --max-concurrency``,
+    genai-perf/aiperf and trtllm-bench. Arrival times come out of the simulation (a finish
+    releases the next request), never more than ``concurrency`` requests are in flight, and
+    requests gain a ``client`` column.
+
+    All clients send their first request at time 0, or, with ``ramp_s``, each at a uniformly
+    random time in ``[0, ramp_s)`` (the scenario's ``clients`` stream): with fixed lengths,
+    clients that start together finish together and stay in lockstep, while real benchmark
+    clients drift apart; a ramp of about one request's duration starts them spread out.
+    ``think_time: exponential`` makes each think time random with mean ``think_time_s`` (the
+    ``clients`` stream), which also lets clients drift apart."""
+
+    kind: Literal["closed_loop"]
+    concurrency: Annotated[int, Field(ge=1, le=MAX_CLIENTS)]
+    think_time_s: Annotated[float, Field(ge=0.0)] = 0.0
+    think_time: Literal["fixed", "exponential"] = "fixed"
+    ramp_s: Annotated[float, Field(ge=0.0)] = 0.0
+
+
 Arrival = Annotated[
-    PoissonArrival | GammaArrival | OfflineArrival | TraceArrival,
+    PoissonArrival | GammaArrival | OfflineArrival | TraceArrival | ClosedLoopArrival,
     Field(discriminator="kind"),
     default_kind("poisson"),
 ]
@@ -186,20 +212,34 @@ class Workload(StrictModel):
             raise ValueError("arrival kind 'offline' needs num_requests")
         return self
 
+    @property
+    def closed_loop(self) -> ClosedLoopArrival | None:
+        """The closed-loop client population, when the load is closed-loop."""
+        return self.arrival if isinstance(self.arrival, ClosedLoopArrival) else None
+
 
 # --------------------------------------------------------------------------- cluster
 
-DType = Literal["bf16", "fp16", "fp8"]
+DType = Literal["bf16", "fp16", "fp8", "fp4"]
+KvDType = Literal["bf16", "fp16", "fp8"]
 
 
 class Cluster(StrictModel):
-    """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each."""
+    """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each, run by
+    the serving ``engine`` (``vllm``, ``sglang``, ``tensorrt-llm``, ``none`` for the bare roofline,
+    or an engine profile JSON; see :mod:`cbsim.cost.engine_profile`).
+
+    ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only); ``kv_dtype`` the KV
+    cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
+    checkpoint; TensorRT-LLM: fp8). Keys left unset here and in ``scheduler`` take the engine's
+    defaults for this GPU (see :func:`apply_engine_defaults`).
+    """
 
     model: str = "llama-3-8b"
     gpu: str = "h100-sxm"
     tp: PositiveInt = 1
     dtype: DType = "bf16"
-    kv_dtype: DType | None = None
+    kv_dtype: KvDType | None = None
     replicas: PositiveInt = 1
     router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
     engine: str = "vllm"
@@ -237,11 +277,12 @@ class Cluster(StrictModel):
         return model
 
     @property
-    def effective_kv_dtype(self) -> DType:
-        """KV cache precision: as given, else the weights' precision (bf16 for fp8 weights)."""
+    def effective_kv_dtype(self) -> KvDType:
+        """KV cache precision: as given (or resolved from the engine), else the weights' 16-bit
+        precision (bf16 for fp8 and fp4 weights)."""
         if self.kv_dtype is not None:
             return self.kv_dtype
-        return "bf16" if self.dtype == "fp8" else self.dtype
+        return "fp16" if self.dtype == "fp16" else "bf16"
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -548,7 +589,7 @@ TAGGED_SECTIONS = {"arrival", "prompt_tokens", "output_tokens", "proposer", "acc
 
 def _discriminator_tags() -> set[str]:
     return {
-        "poisson", "gamma", "offline", "trace", "fixed", "uniform", "lognormal", "empirical",
+        "poisson", "gamma", "offline", "trace", "closed_loop", "fixed", "uniform", "lognormal", "empirical",
         "draft_model", "eagle", "ngram", "iid", "positional", "per_request", "token_level",
         "threshold", "ewma_lookahead", "heuristic", "batch_table", "goodput",
     }  # fmt: skip
@@ -672,8 +713,74 @@ def load_scenario(
         scenario = Scenario.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err, source) from None
+    _check_calibration(scenario.cluster, source)
+    scenario = apply_engine_defaults(scenario)
     _check_feasible(scenario, source)
     return scenario
+
+
+def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
+    """A copy with ``updates`` applied that still reports only the user's keys as set, so a dump
+    with ``exclude_unset`` (what sweeps and capacity searches vary) leaves resolved defaults out."""
+    if not updates:
+        return model
+    copied = model.model_copy(update=dict(updates))
+    copied.__pydantic_fields_set__ = set(model.model_fields_set)
+    return copied
+
+
+def apply_engine_defaults(scenario: Scenario) -> Scenario:
+    """The scenario with every key it leaves unset filled from its engine's defaults for its GPU:
+    scheduler kind, token budget, batch cap and block size, the KV-cache precision for its weights,
+    the GPU memory the engine takes. Keys the scenario sets win. Idempotent; the returned scenario
+    still reports only the user's keys as set (see :func:`_keeping_fields_set`)."""
+    from cbsim.cost.engine_profile import load_engine_profile
+    from cbsim.cost.roofline import default_kv_dtype
+
+    cluster = scenario.cluster
+    profile = load_engine_profile(cluster.engine)
+    defaults = profile.defaults_for(cluster.gpu)
+    scheduler_set = scenario.scheduler.model_fields_set
+    scheduler_updates = {
+        key: value for key, value in defaults.scheduler.values().items() if key not in scheduler_set
+    }
+    cluster_updates: dict[str, Any] = {}
+    if cluster.kv_dtype is None:
+        cluster_updates["kv_dtype"] = default_kv_dtype(profile, cluster.gpu, cluster.dtype)
+    if (
+        "gpu_memory_utilization" not in cluster.model_fields_set
+        and defaults.memory_fraction is not None
+    ):
+        cluster_updates["gpu_memory_utilization"] = _memory_utilization(
+            cluster, defaults.memory_fraction, defaults.memory_basis or "total"
+        )
+    if not scheduler_updates and not cluster_updates:
+        return scenario
+    return _keeping_fields_set(
+        scenario,
+        {
+            "scheduler": _keeping_fields_set(scenario.scheduler, scheduler_updates),
+            "cluster": _keeping_fields_set(cluster, cluster_updates),
+        },
+    )
+
+
+def _memory_utilization(cluster: Cluster, fraction: float, basis: str) -> float:
+    """``gpu_memory_utilization`` (a fraction of all GPU memory for weights, activations and KV
+    cache) equivalent to an engine taking ``fraction`` of ``basis`` memory: all of it, or what is
+    free after weights and activations (TensorRT-LLM's ``free_gpu_memory_fraction``)."""
+    if basis == "total":
+        return fraction
+    from cbsim.hardware import get_gpu
+    from cbsim.kvcache import kv_capacity_bytes
+    from cbsim.models import get_model
+
+    gpu = get_gpu(cluster.gpu)
+    free = kv_capacity_bytes(get_model(cluster.model), gpu, cluster.tp, cluster.dtype, 1.0)
+    if free <= 0:
+        return 1.0  # the weights do not fit: the feasibility check says so
+    used = gpu.memory_bytes - free
+    return min(1.0, (used + fraction * free) / gpu.memory_bytes)
 
 
 # Fields that may hold a file path; a relative path is taken relative to the scenario file when
@@ -710,7 +817,6 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     from cbsim.models import get_model
     from cbsim.traces import load_trace
 
-    _check_calibration(scenario.cluster, source)
     workload = scenario.workload
     missing = scenario.missing_lengths()
     if missing:
@@ -756,28 +862,24 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
 
 
 def _check_calibration(cluster: Cluster, source: str | None) -> None:
-    """The calibration profile and the serving engine's overhead profile exist and parse."""
-    from cbsim.calibration.profile import (
-        DEFAULT_PROFILE,
-        engine_names,
-        load_engine_profile,
-        load_profile,
-    )
+    """The serving engine's profile and the calibration profile exist and parse, and the GPU can
+    run the weights' precision."""
+    from cbsim.calibration.profile import DEFAULT_PROFILE, load_profile
+    from cbsim.cost.engine_profile import load_engine_profile
+    from cbsim.hardware import get_gpu
 
     try:
-        load_profile(cluster.gpu, cluster.calibration or DEFAULT_PROFILE)
-    except CbsimError as err:
-        raise err.located(source=source, field="cluster.calibration") from None
-    known_engines = sorted({"vllm", "none", *engine_names()})
-    is_file = cluster.engine.endswith(".json") or Path(cluster.engine).is_file()
-    if cluster.engine not in known_engines and not is_file:
-        raise CbsimError(
-            f"unknown engine {cluster.engine!r}; known: {', '.join(known_engines)} "
-            "(or a path to an engine profile JSON)",
-            source=source,
-            field="cluster.engine",
-        )
-    try:
-        load_engine_profile(cluster.engine)
+        engine = load_engine_profile(cluster.engine)
     except CbsimError as err:
         raise err.located(source=source, field="cluster.engine") from None
+    try:
+        get_gpu(cluster.gpu).peak_flops(cluster.dtype)
+    except CbsimError as err:
+        raise CbsimError(err.message, source=source, field="cluster.dtype") from None
+    name = cluster.calibration or DEFAULT_PROFILE
+    if name == DEFAULT_PROFILE:
+        name = engine.kernel_profile(cluster.gpu) or DEFAULT_PROFILE
+    try:
+        load_profile(cluster.gpu, name)
+    except CbsimError as err:
+        raise err.located(source=source, field="cluster.calibration") from None

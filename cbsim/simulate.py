@@ -6,10 +6,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from cbsim.engine import ProgressCallback, Simulation
 from cbsim.metrics import summarize, timeseries
 from cbsim.results import Results
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
+from cbsim.scheduler.warnings import scheduler_warnings
+from cbsim.workload import ClosedLoopWorkload, build_workload
 
 
 def simulate(
@@ -23,8 +28,10 @@ def simulate(
         if isinstance(scenario, str | Path):
             source = str(scenario)
         scenario = load_scenario(scenario)
+    scenario = apply_engine_defaults(scenario)
     wall_start = time.perf_counter()
-    recorder = Simulation(scenario, source=source, progress=progress).run()
+    simulation = Simulation(scenario, source=source, progress=progress)
+    recorder = simulation.run()
     wall = time.perf_counter() - wall_start
     requests = recorder.requests
     iterations = recorder.iterations
@@ -35,9 +42,38 @@ def simulate(
         timeseries=timeseries(
             requests, iterations, scenario.output.timeseries_window_s, scenario.cluster.replicas
         ),
-        summary=summarize(requests, iterations, scenario, recorder.preemptions),
+        summary=summarize(
+            requests,
+            iterations,
+            scenario,
+            recorder.preemptions,
+            itl=recorder.itl,
+            warnings=run_warnings(scenario, simulation, iterations),
+        ),
         run_info={"wall_s": wall, "simulated_s": recorder.end_s},
     )
+
+
+def run_warnings(scenario: Scenario, simulation: Simulation, iterations: pd.DataFrame) -> list[str]:
+    """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
+    batches far beyond what the engine's overhead was fitted on."""
+    warnings = scheduler_warnings(scenario.scheduler, simulation.prompt_lengths())
+    max_batch = int(iterations["batch_size"].max()) if len(iterations) else 0
+    outside = simulation.cost.engine.outside_fitted_range(max_batch)
+    if outside:
+        warnings.append(outside)
+    return warnings
+
+
+def scenario_warnings(scenario: Scenario, source: str | None = None) -> list[str]:
+    """The scheduler warnings of a scenario before it runs (closed loop: its first requests)."""
+    workload = build_workload(scenario, source)
+    if isinstance(workload, ClosedLoopWorkload):
+        count = workload.max_requests or max(1024, workload.concurrency)
+        prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
+    else:
+        prompts = workload.prompt_tokens
+    return scheduler_warnings(scenario.scheduler, prompts)
 
 
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:

@@ -1,8 +1,10 @@
 """Workloads: when requests arrive and how long their prompts and outputs are.
 
-A workload is materialised up front as three arrays — arrival times (seconds), prompt lengths and
-output lengths (tokens) — because arrivals do not depend on the simulation: an open-loop load, as
-real traffic is. Arrivals are Poisson (exponential gaps), gamma (gaps with a chosen coefficient of
+An open-loop workload is materialised up front as three arrays — arrival times (seconds), prompt
+lengths and output lengths (tokens) — because its arrivals do not depend on the simulation, as real
+traffic's do not. A closed-loop load (``closed_loop``: C clients, each sending its next request when
+its last one finished) has no arrival times until the simulation makes them: it is a
+:class:`ClosedLoopWorkload`, whose i-th request sent gets the i-th lengths drawn. Arrivals are Poisson (exponential gaps), gamma (gaps with a chosen coefficient of
 variation, bursty above 1) or replayed from a real trace with a time scale; lengths are fixed,
 uniform, lognormal (arithmetic mean, log-space sigma, clipped) or resampled from a trace. Each draws
 from its own named random stream, so changing one never changes the others.
@@ -11,7 +13,8 @@ from its own named random stream, so changing one never changes the others.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -19,6 +22,7 @@ import pandas as pd
 from cbsim.errors import CbsimError
 from cbsim.rng import stream
 from cbsim.scenario import (
+    ClosedLoopArrival,
     EmpiricalLength,
     FixedLength,
     GammaArrival,
@@ -45,6 +49,45 @@ class RequestSpecs:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+
+LENGTH_CHUNK = 1024
+
+
+@dataclass
+class ClosedLoopLengths:
+    """Prompt and output lengths in sending order: request i gets the i-th pair, whatever the
+    timing. They are drawn in chunks from the same named streams, so a run that sends more
+    requests extends the sequence and never changes its start."""
+
+    draw: Callable[[int], tuple[np.ndarray, np.ndarray]]
+    _prompts: list[int] = field(default_factory=list)
+    _outputs: list[int] = field(default_factory=list)
+
+    def __getitem__(self, index: int) -> tuple[int, int]:
+        while index >= len(self._prompts):
+            prompts, outputs = self.draw(LENGTH_CHUNK)
+            self._prompts.extend(prompts.tolist())
+            self._outputs.extend(outputs.tolist())
+        return self._prompts[index], self._outputs[index]
+
+
+@dataclass
+class ClosedLoopWorkload:
+    """A closed-loop load: ``concurrency`` clients sending until ``max_requests`` have been sent
+    or, with ``duration_s``, until that time has passed (no request is sent after it)."""
+
+    concurrency: int
+    think_time_s: float
+    think_time_random: bool
+    ramp_s: float
+    max_requests: int | None
+    duration_s: float | None
+    lengths: ClosedLoopLengths
+
+    def __len__(self) -> int:
+        """Requests it will send, when that is known in advance (0 when only a duration is)."""
+        return self.max_requests or 0
 
 
 def _gaps(arrival: PoissonArrival | GammaArrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -99,16 +142,38 @@ def sample_lengths(
     return trace[column].to_numpy(dtype=np.int64)[rows]
 
 
-def build_workload(scenario: Scenario, source: str | None = None) -> RequestSpecs:
-    """Materialise the scenario's requests."""
+def build_workload(
+    scenario: Scenario, source: str | None = None
+) -> RequestSpecs | ClosedLoopWorkload:
+    """Materialise the scenario's requests (or, closed-loop, the source of their lengths)."""
     wl = scenario.workload
     seed = scenario.seed
+    closed = wl.closed_loop
+    if closed is not None:
+        max_requests = wl.num_requests
+        if max_requests is None and wl.duration_s is None:
+            config = _acceptance_trace(scenario)
+            if config is not None:
+                max_requests = len(load_acceptance_trace(config.path, source=source).output_len)
+            else:
+                assert wl.trace is not None  # validated: a count, a duration or a trace
+                trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+                max_requests = len(trace)
+        return ClosedLoopWorkload(
+            concurrency=closed.concurrency,
+            think_time_s=closed.think_time_s,
+            think_time_random=closed.think_time == "exponential",
+            ramp_s=closed.ramp_s,
+            max_requests=max_requests,
+            duration_s=wl.duration_s,
+            lengths=ClosedLoopLengths(_closed_loop_draw(scenario, closed, source)),
+        )
     if wl.trace is not None:
         trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
         return _with_acceptance_trace_lengths(
             scenario, _from_trace(scenario, trace, source), source
         )
-    assert wl.arrival is not None and not isinstance(wl.arrival, TraceArrival)
+    assert wl.arrival is not None and not isinstance(wl.arrival, TraceArrival | ClosedLoopArrival)
     arrivals = synthetic_arrivals(
         wl.arrival, wl.num_requests, wl.duration_s, stream(seed, "arrivals")
     )
@@ -180,6 +245,53 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
         prompt_tokens=prompts,
         output_tokens=outputs,
     )
+
+
+def _closed_loop_draw(
+    scenario: Scenario, closed: ClosedLoopArrival, source: str | None
+) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+    """Where a closed loop's lengths come from: an acceptance trace's or a replayed trace's rows in
+    order (cycling), else the length distributions, each from its own continuing stream."""
+    wl = scenario.workload
+    rows: tuple[np.ndarray, np.ndarray] | None = None
+    config = _acceptance_trace(scenario)
+    if config is not None:
+        trace = load_acceptance_trace(config.path, source=source)
+        rows = (trace.prompt_len, trace.output_len)
+    elif wl.trace is not None:
+        frame = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+        rows = (
+            frame["prompt_tokens"].to_numpy(dtype=np.int64),
+            frame["output_tokens"].to_numpy(dtype=np.int64),
+        )
+    samplers: dict[str, Callable[[int], np.ndarray]] = {}
+    for name in ("prompt_tokens", "output_tokens"):
+        spec = getattr(wl, name)
+        if spec is not None and config is None:
+            samplers[name] = _length_sampler(scenario, spec, f"workload.{name}", source)
+    position = [0]
+
+    def draw(count: int) -> tuple[np.ndarray, np.ndarray]:
+        index = (np.arange(count) + position[0]) % len(rows[0]) if rows is not None else None
+        position[0] += count
+        columns = []
+        for column, name in enumerate(("prompt_tokens", "output_tokens")):
+            if name in samplers:
+                columns.append(samplers[name](count))
+            else:
+                assert rows is not None and index is not None
+                columns.append(rows[column][index])
+        return columns[0], columns[1]
+
+    return draw
+
+
+def _length_sampler(
+    scenario: Scenario, spec: Length, field: str, source: str | None
+) -> Callable[[int], np.ndarray]:
+    name = f"lengths:{spec.trace}" if isinstance(spec, EmpiricalLength) else field
+    rng = stream(scenario.seed, name)
+    return lambda count: sample_lengths(spec, count, rng, field=field, source=source)
 
 
 def _acceptance_trace(scenario: Scenario) -> TraceAcceptance | None:

@@ -18,7 +18,6 @@ from click.testing import CliRunner, Result
 
 import cbsim
 import cbsim.cli as cli_module
-from cbsim.calibration.profile import load_engine_profile, load_profile
 from cbsim.cli import cli, main, reserve_run_dir, run_id
 
 TINY = """\
@@ -302,14 +301,8 @@ def test_cost_json_sums_to_total_and_matches_the_cost_model() -> None:
     total = data.pop("total_s")
     assert total > 0
     assert math.isclose(sum(data.values()), total, rel_tol=1e-9)
-    # the command prices with the GPU's default calibration profile and vLLM's overhead profile
-    model = cbsim.cost.CostModel(
-        model="llama-3-8b",
-        gpu="h100-sxm",
-        tp=2,
-        calibration=load_profile("h100-sxm"),
-        engine=load_engine_profile("vllm"),
-    )
+    # the command prices like the Python API's default: vLLM's kernels and overhead on this GPU
+    model = cbsim.cost.CostModel(model="llama-3-8b", gpu="h100-sxm", tp=2)
     expected = model.iteration_time([(1, 1000), (1, 2000), (512, 0)])
     assert math.isclose(total, expected, rel_tol=1e-12)
 
@@ -407,3 +400,83 @@ def test_real_subprocess(scenario_file: Path, tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "Traceback" not in bad.stderr
     assert bad.stderr.startswith("error: ") and "scheduler.max_batch_sise" in bad.stderr
+
+
+# --------------------------------------------------------------------------- engines in the CLI
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        (["--engine", "tensorrt_llm"], "--engine"),
+        (["--dtype", "fp4"], "--dtype"),
+        (["--tp", "3"], "--tp"),
+    ],
+)
+def test_cost_rejects_bad_engine_dtype_and_tp(extra: list[str], field: str) -> None:
+    result = invoke("cost", "-m", "llama-3-8b", "-g", "h100-sxm", "--decode", "4", "--context",
+                    "100", *extra)  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert field in result.output and "Traceback" not in result.output
+    if extra[0] == "--engine":
+        assert "tensorrt-llm" in result.output  # the known names are listed
+
+
+def test_cost_kv_dtype_and_fp4_on_blackwell() -> None:
+    args = ["cost", "-m", "llama-3.1-8b", "--decode", "64", "--context", "2000", "--json"]
+    bf16 = json.loads(invoke(*args, "-g", "h100-sxm", "--dtype", "fp8").stdout)
+    fp8 = json.loads(invoke(*args, "-g", "h100-sxm", "--dtype", "fp8", "--kv-dtype", "fp8").stdout)
+    assert fp8["attn_decode"] < bf16["attn_decode"]
+    fp4 = invoke(*args, "-g", "b200", "--dtype", "fp4")
+    assert fp4.exit_code == 0, fp4.output
+    fp8_b200 = json.loads(invoke(*args, "-g", "b200", "--dtype", "fp8").stdout)
+    assert json.loads(fp4.stdout)["mlp"] < fp8_b200["mlp"]
+
+
+def test_cost_engine_none_has_no_overhead() -> None:
+    data = json.loads(
+        invoke(
+            "cost",
+            "-m",
+            "llama-3-8b",
+            "-g",
+            "h100-sxm",
+            "--decode",
+            "8",
+            "--context",
+            "100",
+            "--engine",
+            "none",
+            "--json",
+        ).stdout
+    )
+    assert data["overhead"] == 0.0
+
+
+def test_run_and_validate_print_scheduler_warnings(tmp_path: Path) -> None:
+    path = tmp_path / "tight.yaml"
+    path.write_text(
+        "name: tight\nworkload:\n  num_requests: 10\n  arrival: {kind: poisson, rate: 5}\n"
+        "  prompt_tokens: {kind: fixed, value: 512}\n  output_tokens: {kind: fixed, value: 8}\n"
+        "scheduler: {kind: orca, max_batched_tokens: 512}\n"
+    )
+    checked = invoke("validate", path)
+    assert checked.exit_code == 0
+    assert "warning: scheduler.max_batched_tokens (512) leaves no room" in checked.stderr
+    ran = invoke("run", path, "--out", tmp_path / "out", "--quiet")
+    assert ran.exit_code == 0
+    assert "warning:" in ran.stderr
+
+
+def test_fp4_scenario_needs_blackwell(tmp_path: Path) -> None:
+    path = tmp_path / "fp4.yaml"
+    path.write_text(
+        "workload:\n  num_requests: 4\n  arrival: {kind: poisson, rate: 5}\n"
+        "  prompt_tokens: {kind: fixed, value: 64}\n  output_tokens: {kind: fixed, value: 8}\n"
+        "cluster: {model: llama-3.1-8b, gpu: h100-sxm, dtype: fp4}\n"
+    )
+    result = invoke("validate", path)
+    assert result.exit_code == 2
+    assert "cluster.dtype" in result.output and "FP4" in result.output
+    ok = invoke("validate", path, "--set", "cluster.gpu=b200")
+    assert ok.exit_code == 0, ok.output

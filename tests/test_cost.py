@@ -1,4 +1,9 @@
-"""Tests for cbsim.cost: the roofline cost model pinned by hand-computed cases."""
+"""Tests for cbsim.cost: the roofline cost model pinned by hand-computed cases.
+
+The hand-computed cases use the bare roofline (``CostModel.bare_roofline``: the uncalibrated
+efficiencies of :class:`CostParams`, no engine overhead); the ordering properties hold for the
+calibrated default too.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from itertools import pairwise
 import pytest
 
 from cbsim.cost import BatchStats, CostModel, CostParams
+from cbsim.cost.engine_profile import EngineProfile, StepOverhead
 from cbsim.cost.roofline import DECODE_QUERY_MAX
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
@@ -18,7 +24,7 @@ LINEAR_OPS = ("qkv_proj", "o_proj", "mlp", "lm_head")
 
 @pytest.fixture(scope="module")
 def h100() -> CostModel:
-    return CostModel(model="llama-3-8b", gpu="h100-sxm", tp=1, dtype="bf16")
+    return CostModel.bare_roofline(model="llama-3-8b", gpu="h100-sxm", tp=1, dtype="bf16")
 
 
 def linear_weight_bytes(model_name: str, bytes_per_param: float) -> float:
@@ -165,8 +171,8 @@ def test_gemm_degenerate_shapes(h100: CostModel):
 
 def test_tp2_adds_allreduce_tp1_has_none():
     batch = [(1, 500)] * 8
-    one = CostModel("llama-3-8b", "h100-sxm", tp=1).breakdown(batch)
-    two = CostModel("llama-3-8b", "h100-sxm", tp=2).breakdown(batch)
+    one = CostModel.bare_roofline("llama-3-8b", "h100-sxm", tp=1).breakdown(batch)
+    two = CostModel.bare_roofline("llama-3-8b", "h100-sxm", tp=2).breakdown(batch)
     assert one.get("allreduce", 0.0) == 0.0
     assert two["allreduce"] > 0.0
     # by hand: 2 all-reduces per layer, each latency + ring traffic 2(tp-1)/tp * N*h*2 bytes
@@ -207,14 +213,14 @@ def test_lm_head_runs_for_every_verify_token_but_once_per_prefill(h100: CostMode
     assert verify > decode
 
 
-def test_overhead_terms(h100: CostModel):
-    p = h100.params
-    assert h100.breakdown([(1, 0)])["overhead"] == pytest.approx(
-        p.overhead_s + p.overhead_per_request_s + p.overhead_per_token_s
+def test_overhead_terms():
+    profile = EngineProfile(
+        engine="test",
+        overhead=StepOverhead(cpu_s=1e-3, cpu_per_request_s=2e-5, cpu_per_token_s=1e-6),
     )
-    assert h100.breakdown([(1, 0)] * 10)["overhead"] == pytest.approx(
-        p.overhead_s + 10 * p.overhead_per_request_s + 10 * p.overhead_per_token_s
-    )
+    cost = CostModel("llama-3-8b", "h100-sxm", engine=profile)
+    assert cost.breakdown([(1, 0)])["overhead"] == pytest.approx(1e-3 + 2e-5 + 1e-6)
+    assert cost.breakdown([(1, 0)] * 10)["overhead"] == pytest.approx(1e-3 + 10 * 2e-5 + 10e-6)
 
 
 def test_from_pairs_counts():
@@ -254,9 +260,9 @@ def test_cost_params_validation():
     with pytest.raises(ValueError):
         CostParams(gemm_memory_eff=1.5)
     with pytest.raises(ValueError):
-        CostParams(overhead_s=-1e-3)
-    faster = CostParams().with_updates(overhead_s=0.0)
-    base = CostModel().iteration_time([(1, 0)])
-    assert CostModel(params=faster).iteration_time([(1, 0)]) == pytest.approx(
-        base - CostParams().overhead_s, rel=1e-12
+        CostParams(gemm_floor_s=-1e-6)
+    faster = CostParams().with_updates(gemm_floor_s=0.0)
+    base = CostModel.bare_roofline().gemm_time(1, 4096, 4096)
+    assert CostModel.bare_roofline(params=faster).gemm_time(1, 4096, 4096) == pytest.approx(
+        base - CostParams().gemm_floor_s, rel=1e-12
     )

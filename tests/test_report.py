@@ -315,7 +315,7 @@ def test_run_html_is_self_contained_with_summary_and_figures(
     titles = section_titles(text)
     for title in ("Overview", "Summary", "Latency", "Speculative decoding", "Scenario"):
         assert title in titles
-    assert "max_batch_size: 256" in text  # the scenario YAML
+    assert "max_batch_size: 1024" in text  # the scenario YAML (vLLM's default on an H100)
     assert sorted(p.name for p in run_html.parent.iterdir()) == ["run.html"]  # no temporaries
 
 

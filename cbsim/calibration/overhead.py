@@ -21,13 +21,15 @@ from scipy.optimize import nnls
 
 from cbsim.calibration.data import argonne_static_batches
 from cbsim.calibration.errors import summarize
-from cbsim.calibration.profile import CalibrationProfile, EngineProfile, Measured, load_profile
+from cbsim.calibration.profile import CalibrationProfile, load_profile
 from cbsim.cost import CostModel
+from cbsim.cost.engine_profile import EngineProfile, StepOverhead
+from cbsim.cost.engine_profile import Measured as EngineMeasured
 from cbsim.engine import Simulation
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
-from cbsim.scenario import load_scenario
+from cbsim.scenario import Scenario, load_scenario
 
 # LLM-Inference-Bench model ids → catalog shapes (Qwen2-7B has Qwen2.5-7B's shape); MoE and
 # DeciLM rows are left out (cbsim models dense decoders only).
@@ -46,6 +48,9 @@ ENGINES = {
     "llama.cpp": "llama.cpp",
 }
 GPU = "a100-80gb"
+# engines whose profiles come from these static batches alone (vLLM, SGLang and TensorRT-LLM are
+# fitted to closed-loop serving benchmarks instead: cbsim.calibration.e2e)
+STATIC_BATCH_ENGINES = ("deepspeed-mii", "llama.cpp")
 
 
 @dataclass(frozen=True)
@@ -59,11 +64,11 @@ class BatchRun:
     completed: bool
 
 
-def simulate_static_batch(
-    model: str, tp: int, length: int, batch: int, calibration: CalibrationProfile | None
-) -> BatchRun:
-    """Simulate B requests of L prompt tokens generating L tokens, all at once, statically batched."""
-    scenario = load_scenario(
+def static_batch_scenario(
+    model: str, tp: int, length: int, batch: int, cluster: dict[str, object]
+) -> Scenario:
+    """B requests of L prompt tokens generating L tokens, all sent at once, on the A100 (fp16)."""
+    return load_scenario(
         {
             "name": "static-batch",
             "workload": {
@@ -72,26 +77,30 @@ def simulate_static_batch(
                 "prompt_tokens": {"kind": "fixed", "value": length},
                 "output_tokens": {"kind": "fixed", "value": length},
             },
-            "cluster": {
-                "model": model,
-                "gpu": GPU,
-                "tp": tp,
-                "dtype": "fp16",
-                "calibration": "none",
-            },
-            "scheduler": {
-                "kind": "static",
-                "max_batch_size": batch,
-                "max_batched_tokens": batch * length,
-            },
+            "cluster": {"model": model, "gpu": GPU, "tp": tp, "dtype": "fp16", **cluster},
+        }
+    )
+
+
+def simulate_static_batch(
+    model: str, tp: int, length: int, batch: int, calibration: CalibrationProfile | None
+) -> BatchRun:
+    """Simulate B requests of L prompt tokens generating L tokens, all at once, statically batched."""
+    scenario = static_batch_scenario(model, tp, length, batch, {"calibration": "none"})
+    scenario = scenario.model_copy(
+        update={
+            "scheduler": scenario.scheduler.model_copy(
+                update={
+                    "kind": "static",
+                    "max_batch_size": batch,
+                    "max_batched_tokens": batch * length,
+                }
+            )
         }
     )
     simulation = Simulation(scenario)
-    zero = EngineProfile(
-        engine="none", overhead_s=0.0, overhead_per_request_s=0.0, overhead_per_token_s=0.0
-    )
     simulation.cost = CostModel(
-        get_model(model), get_gpu(GPU), tp=tp, dtype="fp16", calibration=calibration, engine=zero
+        get_model(model), get_gpu(GPU), tp=tp, dtype="fp16", calibration=calibration, engine=None
     )
     recorder = simulation.run()
     iterations = recorder.iterations
@@ -191,11 +200,13 @@ def fit_engine_profile(engine: str = "vllm") -> tuple[EngineProfile, pd.DataFram
             f"{calibration.name if calibration else 'uncalibrated'} A100 profile; leave-one-model-out "
             f"median APE {100 * stats['median_ape']:.1f}%, P90 {100 * stats['p90_ape']:.1f}%."
         ),
-        overhead_s=round(float(terms[0]), 9),
-        overhead_per_request_s=round(float(terms[1]), 9),
-        overhead_per_token_s=round(float(terms[2]), 12),
+        overhead=StepOverhead(
+            cpu_s=round(float(terms[0]), 9),
+            cpu_per_request_s=round(float(terms[1]), 9),
+            cpu_per_token_s=round(float(terms[2]), 12),
+        ),
         provenance={
-            "e2e": Measured(
+            "e2e": EngineMeasured(
                 source="argonne-lcf/LLM-Inference-Bench (BSD-3-Clause), A100 static batches",
                 rows=len(frame),
                 holdout_median_ape=stats["median_ape"],

@@ -3,10 +3,10 @@
 A profile holds, for one GPU and one measurement source (a serving engine and version, say), what
 calibration fitted: per GEMM dtype a floor, a compute and a memory efficiency and a smooth
 correction over (m, n, k); the same for decode and prefill attention per KV-cache dtype; all-reduce
-latency by message size per GPU count; element-wise kernel bandwidth. Engine profiles hold the
-serving engine's per-iteration overhead, which kernel tables do not contain and which applies on
-every GPU. Profiles ship in ``cbsim/data/profiles/`` and are written by ``cbsim calibrate fit``;
-simulation reads only these small files, never the measurement tables.
+latency by message size per GPU count; element-wise kernel bandwidth. What a serving engine adds
+beyond its kernels lives in engine profiles (:mod:`cbsim.cost.engine_profile`). Profiles ship in
+``cbsim/data/profiles/`` and are written by ``cbsim calibrate fit``; simulation reads only these
+small files, never the measurement tables.
 
 Every file carries ``schema_version``; a file that does not parse or has another version is an
 error naming it — there is no silent fallback to defaults.
@@ -151,18 +151,6 @@ class CalibrationProfile(_Strict):
         return None if fit is None else fit(size_bytes)
 
 
-class EngineProfile(_Strict):
-    """A serving engine's per-iteration overhead: ``overhead_s + per_request · B + per_token · N``."""
-
-    schema_version: Literal[1] = 1
-    engine: str
-    description: str = ""
-    overhead_s: float = Field(ge=0.0)
-    overhead_per_request_s: float = Field(ge=0.0)
-    overhead_per_token_s: float = Field(ge=0.0)
-    provenance: dict[str, Measured] = Field(default_factory=dict)
-
-
 # --------------------------------------------------------------------------- files
 
 
@@ -194,16 +182,6 @@ def read_profile(path: Path | Any) -> CalibrationProfile:
     data = _read_json(path)
     try:
         return CalibrationProfile.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CbsimError(f"{where}: {first['msg']}", source=str(path)) from None
-
-
-def read_engine_profile(path: Path | Any) -> EngineProfile:
-    data = _read_json(path)
-    try:
-        return EngineProfile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -291,26 +269,3 @@ def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | 
             }
         )
     return profile
-
-
-@lru_cache(maxsize=16)
-def load_engine_profile(engine: str) -> EngineProfile | None:
-    """The shipped overhead profile of a serving engine (None if none is shipped, or for "none":
-    then the cost model keeps its default overhead parameters)."""
-    if engine == "none":
-        return None
-    if engine.endswith(".json") or Path(engine).is_file():
-        return read_engine_profile(Path(engine))
-    path = _shipped_dir() / "engines" / f"{engine}.json"
-    if not path.is_file():
-        return None
-    return read_engine_profile(path)
-
-
-def engine_names() -> list[str]:
-    folder = _shipped_dir() / "engines"
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
-    )

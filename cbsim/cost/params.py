@@ -1,11 +1,11 @@
 """The replaceable parameters of the roofline cost model.
 
 The roofline says how long an operation takes if it ran at the GPU's peak compute or peak memory
-bandwidth. Real kernels reach a fraction of either (an *efficiency*), pay a fixed launch/latency
-*floor*, and a serving engine adds per-iteration framework time (scheduling, input preparation,
-sampling, launch gaps). Every such number lives here, named, so that calibration can replace them
-with values fitted to measured GPU timings. The defaults are typical published values for dense
-bf16 transformers on data-centre GPUs under vLLM; they are *uncalibrated* until fitted.
+bandwidth. Real kernels reach a fraction of either (an *efficiency*) and pay a fixed
+launch/latency *floor*. Every such number of the *uncalibrated* roofline lives here, named; a
+calibration profile replaces them with values fitted to measured kernel timings. The serving
+engine's own time per step is not a kernel: it lives in the engine profile
+(:mod:`cbsim.cost.engine_profile`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class CostParams:
-    """Efficiencies (fractions of peak), floors (seconds) and overheads (seconds)."""
+    """Efficiencies (fractions of peak) and floors (seconds) of the uncalibrated roofline."""
 
     gemm_compute_eff: float = 0.70
     gemm_memory_eff: float = 0.80
@@ -30,9 +30,6 @@ class CostParams:
     elementwise_floor_s: float = 2e-6
     allreduce_latency_s: float = 8e-6
     allreduce_bw_eff: float = 0.70
-    overhead_s: float = 1.5e-3
-    overhead_per_request_s: float = 1.0e-5
-    overhead_per_token_s: float = 0.0
     source: str = "uncalibrated defaults"
 
     def __post_init__(self) -> None:

@@ -12,9 +12,16 @@ Per layer and per tensor-parallel shard it runs
 * with tp > 1, two all-reduces of the N × hidden activations.
 
 Then the LM head turns every sampled position (each decode/verify token and each finishing prefill)
-into logits. Each op takes ``max(FLOPs / (peak · η_c), bytes / (bandwidth · η_m)) + floor`` and the
-serving engine adds a fixed per-iteration overhead plus small per-request and per-token terms. The
-efficiencies, floors and overheads are :class:`~cbsim.cost.params.CostParams`, fitted by calibration.
+into logits. Each op takes ``max(FLOPs / (peak · η_c), bytes / (bandwidth · η_m)) + floor``, with
+efficiencies, floors and corrections from a calibration profile fitted to measured kernel timings
+(:mod:`cbsim.calibration.profile`; :class:`~cbsim.cost.params.CostParams` for the raw roofline).
+The serving engine's CPU-side work per step comes on top, overlapped with the kernels where the
+engine overlaps them (:mod:`cbsim.cost.engine_profile`).
+
+``CostModel(model, gpu, tp, dtype)`` prices an iteration the way ``cbsim run`` of that cluster
+does: the GPU's calibrated kernels as the serving engine runs them (``engine="vllm"`` by default)
+plus that engine's step overhead. :meth:`CostModel.bare_roofline` (or ``calibration="none",
+engine="none"``) is the uncalibrated roofline without any engine overhead.
 """
 
 from __future__ import annotations
@@ -22,12 +29,22 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cbsim.calibration.profile import CalibrationProfile, EngineProfile, RooflineFit
+from cbsim.calibration.profile import (
+    DEFAULT_PROFILE,
+    UNCALIBRATED,
+    CalibrationProfile,
+    RooflineFit,
+    load_profile,
+)
+from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
 from cbsim.cost.params import CostParams
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard
 from cbsim.models import ModelShape, get_model
+
+DEFAULT_ENGINE = "vllm"
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 
 # Batch entries with at most this many new tokens run in the bandwidth-bound decode attention
 # kernel (decode steps, speculative verification, the tail chunk of a prefill); larger ones run the
@@ -151,8 +168,66 @@ def _fit_for(fits: dict[str, RooflineFit], dtype: str) -> RooflineFit | None:
     return fits.get(twin) if twin else None
 
 
+def _engine_profile(engine: EngineProfile | str | None) -> EngineProfile:
+    if engine is None:
+        return bare_profile()
+    if isinstance(engine, str):
+        return load_engine_profile(engine)
+    return engine
+
+
+def _calibration_profile(
+    calibration: CalibrationProfile | str | None, gpu: str, engine: EngineProfile
+) -> CalibrationProfile | None:
+    """The kernel profile a cost model reads: the engine's own on this GPU for ``"default"``."""
+    if calibration is None or isinstance(calibration, CalibrationProfile):
+        return calibration
+    if calibration == UNCALIBRATED:
+        return None
+    if calibration == DEFAULT_PROFILE:
+        own = engine.kernel_profile(gpu)
+        if own is not None:
+            return load_profile(gpu, own)
+    return load_profile(gpu, calibration)
+
+
+def _transfer_models(
+    model: ModelShape, gpu: str, tp: int, dtype: str, kv_dtype: str, engine: EngineProfile
+) -> tuple[CostModel, CostModel] | None:
+    """Bare cost models of the engine's and the reference's kernels on the engine's transfer GPU,
+    when this GPU has no kernel profile of the engine's own (see ``KernelTransfer``)."""
+    transfer = engine.kernel_transfer
+    if transfer is None or gpu in engine.kernels or gpu == transfer.gpu:
+        return None
+    try:
+        get_gpu(transfer.gpu).peak_flops(dtype)
+    except CbsimError:
+        return None  # e.g. fp4 weights: the reference GPU cannot run them
+    pair = tuple(
+        CostModel(model, transfer.gpu, tp, dtype, kv_dtype, calibration=name, engine=None)
+        for name in (transfer.profile, transfer.reference)
+    )
+    return pair[0], pair[1]
+
+
+def default_kv_dtype(engine: EngineProfile, gpu: str, dtype: str) -> str:
+    """The KV-cache precision an engine keeps for ``dtype`` weights on ``gpu`` when not told:
+    the profile's choice, else the weights' own 16-bit precision (bf16 for fp8 and fp4 weights)."""
+    chosen = engine.defaults_for(gpu).kv_dtype.get(dtype)
+    if chosen is not None:
+        return chosen
+    return dtype if dtype in ("bf16", "fp16") else "bf16"
+
+
 class CostModel:
-    """Iteration time of a batch of (new_tokens, cached_tokens) pairs on one replica."""
+    """Iteration time of a batch of (new_tokens, cached_tokens) pairs on one replica.
+
+    ``calibration``: ``"default"`` (the engine's own kernel profile for this GPU where it has one,
+    else the GPU's default profile), a profile name or JSON path, a :class:`CalibrationProfile`,
+    or ``"none"``/None for the raw roofline with ``params``' efficiencies. ``engine``: a shipped
+    engine name, a profile JSON path, an :class:`EngineProfile`, or ``"none"``/None for no engine
+    overhead. ``kv_dtype`` defaults to what the engine keeps for ``dtype`` weights.
+    """
 
     def __init__(
         self,
@@ -162,29 +237,34 @@ class CostModel:
         dtype: str = "bf16",
         kv_dtype: str | None = None,
         params: CostParams | None = None,
-        calibration: CalibrationProfile | None = None,
-        engine: EngineProfile | None = None,
+        calibration: CalibrationProfile | str | None = DEFAULT_PROFILE,
+        engine: EngineProfile | str | None = DEFAULT_ENGINE,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
         if tp < 1:
             raise CbsimError(f"tp must be >= 1, got {tp}", field="tp")
-        if dtype not in ("bf16", "fp16", "fp8"):
-            raise CbsimError(f"dtype must be bf16, fp16 or fp8, got {dtype!r}", field="dtype")
+        if dtype not in WEIGHT_DTYPES:
+            raise CbsimError(
+                f"dtype must be one of {', '.join(WEIGHT_DTYPES)}, got {dtype!r}", field="dtype"
+            )
         self.tp = tp
         self.dtype = dtype
-        self.kv_dtype = kv_dtype or ("bf16" if dtype == "fp8" else dtype)
-        params = params or CostParams()
-        if engine is not None:
-            params = params.with_updates(
-                overhead_s=engine.overhead_s,
-                overhead_per_request_s=engine.overhead_per_request_s,
-                overhead_per_token_s=engine.overhead_per_token_s,
-                source=f"{params.source}; engine overhead {engine.engine}",
+        self.engine = _engine_profile(engine)
+        self.kv_dtype = kv_dtype or default_kv_dtype(self.engine, self.gpu.name, dtype)
+        if self.kv_dtype not in ("bf16", "fp16", "fp8"):
+            raise CbsimError(
+                f"kv_dtype must be bf16, fp16 or fp8, got {self.kv_dtype!r}", field="kv_dtype"
             )
-        self.params = params
-        self.calibration = calibration
-        self.engine = engine
+        self.params = params or CostParams()
+        self.calibration = _calibration_profile(calibration, self.gpu.name, self.engine)
+        self._transfer = (
+            _transfer_models(self.model, self.gpu.name, tp, dtype, self.kv_dtype, self.engine)
+            if calibration == DEFAULT_PROFILE
+            else None
+        )
+        self.overhead = self.engine.overhead
+        self._overhead_zero = self.overhead.is_zero
         self._peak_flops = self.gpu.peak_flops(dtype)
         self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
         self._w_bytes = DTYPE_BYTES[dtype]
@@ -196,8 +276,11 @@ class CostModel:
         self._qkv_n = (self._q_heads + 2 * self._kv_heads) * m.head_dim
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
-        cal = calibration
+        cal = self.calibration
         self._gemm_fit = _fit_for(cal.gemm, dtype) if cal is not None else None
+        self._head_dtype = dtype if dtype in ("bf16", "fp16") else "bf16"
+        self._head_fit = _fit_for(cal.gemm, self._head_dtype) if cal is not None else None
+        self._head_peak = self.gpu.peak_flops(self._head_dtype)
         # attention corrections may also depend on the head layout, fixed for this model and tp:
         # specialise them once to the two features that vary per batch (batch, tokens)
         heads = {
@@ -210,23 +293,29 @@ class CostModel:
         self._decode_fit = decode.specialize(heads) if decode is not None else None
         self._prefill_fit = prefill.specialize(heads) if prefill is not None else None
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
-        self._token_cache: dict[tuple[int, int, int], float] = {}
+        self._token_cache: dict[tuple[int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
 
     # ------------------------------------------------------------------ primitives
 
     def gemm_time(self, m: int, n: int, k: int) -> float:
         """Seconds for an (m × k) · (k × n) GEMM in the model's dtype on one GPU."""
+        t = self._gemm(m, n, k, self.dtype, self._gemm_fit, self._peak_flops)
+        if self._transfer is not None and t > 0.0:
+            engine, reference = self._transfer
+            t *= engine.gemm_time(m, n, k) / reference.gemm_time(m, n, k)
+        return t
+
+    def _gemm(
+        self, m: int, n: int, k: int, dtype: str, fit: RooflineFit | None, peak: float
+    ) -> float:
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
-        flops, bytes_moved = gemm_flops_bytes(m, n, k, self.dtype)
-        fit = self._gemm_fit
+        flops, bytes_moved = gemm_flops_bytes(m, n, k, dtype)
         if fit is not None:
-            return fit.predict(
-                flops, bytes_moved, self._peak_flops, self.gpu.hbm_bandwidth, m, n, k
-            )
+            return fit.predict(flops, bytes_moved, peak, self.gpu.hbm_bandwidth, m, n, k)
         p = self.params
-        t_compute = flops / (self._peak_flops * p.gemm_compute_eff)
+        t_compute = flops / (peak * p.gemm_compute_eff)
         t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.gemm_memory_eff)
         return max(t_compute, t_memory) + p.gemm_floor_s
 
@@ -250,7 +339,7 @@ class CostModel:
             batch = max(requests, 1)
             # decode data is keyed by cached context, prefill data by input length
             per_request = (kv_tokens - tokens) / batch if decode else tokens / batch
-            return fit.predict(
+            fitted = fit.predict(
                 flops,
                 bytes_moved,
                 self._attn_flops,
@@ -258,6 +347,17 @@ class CostModel:
                 batch,
                 max(per_request, 1.0),
             )
+            # beyond the measured batches and contexts a correction can extrapolate past the
+            # speed of light; no kernel reads its keys and values faster than the HBM delivers
+            light = bytes_moved / self.gpu.hbm_bandwidth
+            if self._transfer is not None:
+                engine, reference = self._transfer
+                fitted *= engine.attention_time(
+                    tokens, kv_tokens, pairs, decode=decode, requests=requests
+                ) / reference.attention_time(
+                    tokens, kv_tokens, pairs, decode=decode, requests=requests
+                )
+            return fitted if fitted > light else light
         p = self.params
         t_compute = flops / (self._attn_flops * p.attn_compute_eff)
         t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.attn_memory_eff)
@@ -292,6 +392,11 @@ class CostModel:
         if self.calibration is not None:
             measured = self.calibration.allreduce_time(self.tp, message)
             if measured is not None:
+                if self._transfer is not None:
+                    engine, reference = self._transfer
+                    mine, theirs = engine.allreduce_time(tokens), reference.allreduce_time(tokens)
+                    if mine > 0.0 and theirs > 0.0:
+                        measured *= mine / theirs
                 return measured
         wire = 2.0 * (self.tp - 1) / self.tp * message
         return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
@@ -325,33 +430,33 @@ class CostModel:
     def _lm_head_time(self, sampled: int) -> float:
         cached = self._lm_head_cache.get(sampled)
         if cached is None:
-            cached = self.gemm_time(sampled, self._vocab_shard, self.model.hidden_size)
+            # quantised checkpoints keep the LM head in 16 bits
+            cached = self._gemm(
+                sampled,
+                self._vocab_shard,
+                self.model.hidden_size,
+                self._head_dtype,
+                self._head_fit,
+                self._head_peak,
+            )
             if len(self._lm_head_cache) < 65536:
                 self._lm_head_cache[sampled] = cached
         return cached
 
-    def _overhead_time(self, num_requests: int, num_tokens: int) -> float:
-        p = self.params
-        return (
-            p.overhead_s
-            + p.overhead_per_request_s * num_requests
-            + p.overhead_per_token_s * num_tokens
-        )
-
     def breakdown_stats(self, stats: BatchStats) -> dict[str, float]:
-        """Seconds per op family for a batch given by its stats; values sum to the iteration time."""
+        """Seconds per op family for a batch given by its stats; values sum to the iteration time.
+        ``overhead`` is what the engine's CPU-side work adds beyond the kernels."""
         if stats.num_tokens <= 0:
             return {}
         layers = self.model.num_layers
         qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
-        return {
+        parts = {
             "qkv_proj": qkv,
             "o_proj": o_proj,
             "mlp": mlp,
             "elementwise": elementwise,
             "allreduce": allreduce,
             "lm_head": self._lm_head_time(stats.sampled_tokens),
-            "overhead": self._overhead_time(stats.num_requests, stats.num_tokens),
             "attn_prefill": layers
             * self.attention_time(
                 stats.prefill_tokens,
@@ -369,33 +474,35 @@ class CostModel:
                 requests=stats.decode_requests,
             ),
         }
+        gpu = sum(parts.values())
+        parts["overhead"] = self.overhead.added_time(gpu, stats.num_requests, stats.num_tokens)
+        return parts
 
-    def _token_time(self, num_tokens: int, num_requests: int, sampled: int) -> float:
-        """Everything but attention: depends only on the batch's counts, so it is memoised."""
-        key = (num_tokens, num_requests, sampled)
+    def step_time(self, gpu_s: float, num_requests: int, num_tokens: int) -> float:
+        """An engine step whose kernels take ``gpu_s``: the engine's CPU work added, overlapped
+        with the kernels where the engine overlaps them."""
+        if self._overhead_zero:
+            return gpu_s
+        return self.overhead.step_time(gpu_s, num_requests, num_tokens)
+
+    def _token_time(self, num_tokens: int, sampled: int) -> float:
+        """Kernels other than attention: they depend only on the batch's counts (memoised)."""
+        key = (num_tokens, sampled)
         cached = self._token_cache.get(key)
         if cached is None:
             qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(num_tokens)
-            cached = (
-                qkv
-                + o_proj
-                + mlp
-                + elementwise
-                + allreduce
-                + self._lm_head_time(sampled)
-                + self._overhead_time(num_requests, num_tokens)
-            )
+            cached = qkv + o_proj + mlp + elementwise + allreduce + self._lm_head_time(sampled)
             if len(self._token_cache) < 262144:
                 self._token_cache[key] = cached
         return cached
 
-    def time_stats(self, stats: BatchStats) -> float:
-        """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`)."""
+    def gpu_time_stats(self, stats: BatchStats) -> float:
+        """Kernel seconds of a batch given by its stats (no engine overhead)."""
         if stats.num_tokens <= 0:
             return 0.0
         layers = self.model.num_layers
         return (
-            self._token_time(stats.num_tokens, stats.num_requests, stats.sampled_tokens)
+            self._token_time(stats.num_tokens, stats.sampled_tokens)
             + layers
             * self.attention_time(
                 stats.prefill_tokens,
@@ -414,18 +521,23 @@ class CostModel:
             )
         )
 
+    def time_stats(self, stats: BatchStats) -> float:
+        """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`)."""
+        if stats.num_tokens <= 0:
+            return 0.0
+        return self.step_time(self.gpu_time_stats(stats), stats.num_requests, stats.num_tokens)
+
     def decode_time(self, num_requests: int, kv_tokens: int) -> float:
         """Iteration seconds of a pure decode batch: ``num_requests`` single-token steps reading
         ``kv_tokens`` keys/values in all (cached + new). Equal to :meth:`time_stats` of that batch."""
-        layers = self.model.num_layers
-        return (
-            self._token_time(num_requests, num_requests, num_requests)
-            + layers * 0.0
-            + layers
-            * self.attention_time(
+        gpu = self._token_time(num_requests, num_requests) + self.model.num_layers * (
+            self.attention_time(
                 num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
             )
         )
+        if self._overhead_zero:
+            return gpu
+        return self.overhead.step_time(gpu, num_requests, num_requests)
 
     # ------------------------------------------------------------------ contract API
 
@@ -440,3 +552,19 @@ class CostModel:
     def weight_read_time(self) -> float:
         """The physical lower bound of a decode step: all weights of a shard over peak bandwidth."""
         return self.model.weight_bytes(self._w_bytes) / self.tp / self.gpu.hbm_bandwidth
+
+    @classmethod
+    def bare_roofline(
+        cls,
+        model: str | ModelShape = "llama-3-8b",
+        gpu: str | GPU = "h100-sxm",
+        tp: int = 1,
+        dtype: str = "bf16",
+        kv_dtype: str | None = None,
+        params: CostParams | None = None,
+    ) -> CostModel:
+        """The uncalibrated roofline (``params``' efficiencies) with no engine overhead."""
+        return cls(
+            model, gpu, tp=tp, dtype=dtype, kv_dtype=kv_dtype, params=params,
+            calibration=UNCALIBRATED, engine=None,
+        )  # fmt: skip

@@ -5,6 +5,13 @@ KV cache. Each iteration the engine asks it for a :class:`Batch` — which reque
 new tokens each processes — and, when the iteration's time has passed, hands the batch back with
 :meth:`SchedulerPolicy.complete`, which advances every request and frees the KV of finished ones.
 The scheduler never computes time; policies differ only in how they form batches.
+
+Applying an iteration also logs what the inter-token latency needs, exactly and cheaply: a token a
+request emits in the iteration right after its previous one (on its replica) has that iteration's
+gap, so only a count is kept (``Batch.gap_tokens``); a token after a pause (preempted, left out by
+a token budget) logs the pair (this iteration's row, the row of its previous token) in
+``gap_pairs``; drafts accepted in one speculative step arrive together with a gap of zero
+(``zero_gaps``). Rows are the iterations' rows in the recorder.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ class Batch:
     decoding: list[int] = field(default_factory=list)  # indices of the decode/verify entries
     accepted: list[int] | None = None
     draft_s: float = 0.0
+    gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -84,6 +92,8 @@ class SchedulerPolicy(ABC):
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
+        self.gap_pairs: list[int] = []  # flat (row, row of the previous token) pairs
+        self.zero_gaps = 0
 
     # ------------------------------------------------------------------ queue interface
 
@@ -130,19 +140,29 @@ class SchedulerPolicy(ABC):
         """Whether the first waiting request could be admitted into the next batch."""
         return True
 
-    def apply_decode_run(self, run: DecodeRun, on_finish: FinishCallback) -> None:
-        """Advance every running request through a planned decode run."""
+    def apply_decode_run(
+        self, run: DecodeRun, on_finish: FinishCallback, first_row: int = -1, prev_row: int = -1
+    ) -> None:
+        """Advance every running request through a planned decode run whose iterations take rows
+        ``first_row`` on; ``prev_row`` is the row of this replica's iteration before the run."""
         iterations = run.iterations
         ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
         block_size = self.kv.block_size
         grows = not self.reserves_full_length
         still_running = []
+        paused = 0
+        gap_pairs = self.gap_pairs
         for req in self.running:
+            if req.last_row != prev_row:
+                gap_pairs.append(first_row)
+                gap_pairs.append(req.last_row)
+                paused += 1
             steps = req.output_tokens - req.generated
             if steps > iterations:
                 steps = iterations
             req.kv_tokens += steps
             req.generated += steps
+            req.last_row = first_row + steps - 1
             if grows:
                 needed = -(-req.kv_tokens // block_size)
                 if needed > req.blocks:
@@ -154,6 +174,7 @@ class SchedulerPolicy(ABC):
                 on_finish(req)
             else:
                 still_running.append(req)
+        run.paused_at_start = paused
         self.running = still_running
         self.kv.used_blocks = run.kv_used_after
 
@@ -218,13 +239,22 @@ class SchedulerPolicy(ABC):
         else:
             batch.decode_tokens += new_tokens
 
-    def complete(self, batch: Batch, now: float, on_finish: FinishCallback) -> int:
-        """Apply a finished iteration; returns the output tokens it emitted."""
+    def complete(
+        self,
+        batch: Batch,
+        now: float,
+        on_finish: FinishCallback,
+        row: int = -1,
+        prev_row: int = -1,
+    ) -> int:
+        """Apply a finished iteration (row ``row``; this replica's previous one was ``prev_row``);
+        returns the output tokens it emitted."""
         emitted_total = 0
         any_finished = False
         accepted = batch.accepted
         release = accepted is not None and not self.reserves_full_length
         block_size = self.kv.block_size
+        gap_tokens = 0
         for i, (req, q) in enumerate(zip(batch.requests, batch.new_tokens, strict=True)):
             if req.kv_tokens < req.prefill_target:
                 req.kv_tokens += q
@@ -241,6 +271,14 @@ class SchedulerPolicy(ABC):
                         req.blocks -= surplus
             if req.generated == 0:
                 req.first_token_s = now
+                req.first_row = row
+            elif req.last_row == prev_row:
+                gap_tokens += 1
+            else:
+                self.gap_pairs.append(row)
+                self.gap_pairs.append(req.last_row)
+            self.zero_gaps += emitted - 1
+            req.last_row = row
             req.generated += emitted
             emitted_total += emitted
             if req.generated >= req.output_tokens:
@@ -250,6 +288,7 @@ class SchedulerPolicy(ABC):
                 req.blocks = 0
                 any_finished = True
                 on_finish(req)
+        batch.gap_tokens = gap_tokens
         if any_finished:
             self.running = [r for r in self.running if r.status == Status.RUNNING]
         return emitted_total

@@ -8,9 +8,10 @@
 * ``ngram``: prompt lookup; proposing is a CPU string match, negligible next to a GPU step, and its
   acceptance is usually low and bursty (pair it with a per-request or trace acceptance model).
 
-Every draft step is a separate forward pass with its own launch overhead; under CUDA graphs that is
-a fraction of the target step's engine overhead (``DRAFT_STEP_OVERHEAD_FRACTION``, an assumption
-until calibrated).
+A draft model runs on the target's kernels (the same calibration profile). Every draft step is a
+separate forward pass with its own launch overhead; under CUDA graphs that is a fraction of the
+target step's fixed engine overhead (``DRAFT_STEP_OVERHEAD_FRACTION``, an assumption until
+calibrated), with no per-request CPU work of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import ClassVar
 import numpy as np
 
 from cbsim.cost import CostModel
+from cbsim.cost.engine_profile import Frontend, StepOverhead
 from cbsim.kvcache import DTYPE_BYTES, kv_bytes_per_token_per_gpu
 from cbsim.models import ModelShape, get_model
 from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
@@ -73,10 +75,13 @@ class _ModelProposer(Proposer):
     """Drafts with a (small) transformer on the target's GPUs."""
 
     def __init__(self, shape: ModelShape, target: CostModel) -> None:
-        params = target.params.with_updates(
-            overhead_s=target.params.overhead_s * DRAFT_STEP_OVERHEAD_FRACTION,
-            overhead_per_request_s=0.0,
+        step = target.overhead
+        overhead = StepOverhead(
+            cpu_s=step.cpu_s * DRAFT_STEP_OVERHEAD_FRACTION,
+            overlap=step.overlap,
+            serial_s=step.serial_s * DRAFT_STEP_OVERHEAD_FRACTION,
         )
+        engine = target.engine.model_copy(update={"overhead": overhead, "frontend": Frontend()})
         self.shape = shape
         self.tp = target.tp
         self.dtype = target.dtype
@@ -87,7 +92,9 @@ class _ModelProposer(Proposer):
             tp=target.tp,
             dtype=target.dtype,
             kv_dtype=target.kv_dtype,
-            params=params,
+            params=target.params,
+            calibration=target.calibration,
+            engine=engine,
         )
 
     def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:

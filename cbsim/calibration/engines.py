@@ -1,0 +1,113 @@
+"""What each serving engine does by default, as its documentation and launch code say.
+
+These are facts about the engines, not fitted numbers: the scheduler each runs, its token budget
+and batch cap (which depend on the GPU's memory), the KV block size, the KV-cache precision it
+keeps for an fp8 checkpoint and how much GPU memory it takes. ``cbsim calibrate e2e`` writes them
+into the engine profiles it fits, and the fit simulates each measured benchmark with them, so the
+fitted overhead is the overhead *under these defaults*.
+
+* **vLLM** (V1 engine, 0.8 and later): chunked prefill always on; each step schedules the running
+  requests first (decodes, then the next chunk of partial prefills) and admits waiting prompts with
+  what is left of ``max_num_batched_tokens`` — cbsim's ``sarathi`` scheduler with that budget as
+  ``chunk_size``. On GPUs with at least 70 GiB (not the A100) the server defaults are 8192
+  batched tokens and 1024 sequences, else 2048 and 256. Paged KV in blocks of 16;
+  ``gpu_memory_utilization`` 0.9 of all memory; ``kv_cache_dtype=auto`` keeps the activations'
+  precision (bf16) for fp8 weights.
+* **SGLang** (0.4-0.5): a new prefill batch takes priority over decoding (prefill-first, no mixed
+  batches by default) within ``chunked_prefill_size`` tokens (8192 on 80-141 GiB GPUs, 16384 on
+  larger ones, 4096 on 48 GiB ones; a longer prompt is chunked) — cbsim's ``vllm`` scheduler with
+  that budget. A token-granular radix KV cache (page size 1), ``mem_fraction_static`` about 0.87
+  of all memory, running requests limited only by KV capacity, bf16 KV for fp8 weights.
+* **TensorRT-LLM** (PyTorch backend, 1.0 and later, ``trtllm-serve``): in-flight batching mixes
+  whole context (prefill) requests with generation steps within ``max_num_tokens`` 8192 and
+  ``max_batch_size`` 2048, chunked context off, and the default ``GUARANTEED_NO_EVICT`` capacity
+  policy admits a request only when its whole length fits — cbsim's ``orca`` scheduler. KV blocks
+  of 32 tokens; ``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations;
+  NVIDIA's fp8 checkpoints quantise the KV cache to fp8 too.
+
+All three overlap the CPU side of a step with the GPU's work on the previous one — vLLM's async
+scheduling (on by default since the end of 2025), SGLang's overlap scheduler, TensorRT-LLM's
+overlap scheduler — so their CPU time per step hides behind the kernels until it exceeds them:
+the fit learns how much CPU time there is, not whether it overlaps.
+"""
+
+from __future__ import annotations
+
+from cbsim.cost.engine_profile import (
+    EngineDefaults,
+    EngineProfile,
+    KernelTransfer,
+    SchedulerDefaults,
+    StepOverhead,
+)
+
+LARGE_MEMORY_GPUS = ("h100-sxm", "h200", "b200", "mi300x")
+
+ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
+    "vllm": EngineDefaults(
+        scheduler=SchedulerDefaults(
+            kind="sarathi", chunk_size=2048, max_batch_size=256, block_size=16
+        ),
+        memory_fraction=0.9,
+        memory_basis="total",
+    ),
+    "sglang": EngineDefaults(
+        scheduler=SchedulerDefaults(
+            kind="vllm", max_batched_tokens=8192, max_batch_size=4096, block_size=1
+        ),
+        memory_fraction=0.87,
+        memory_basis="total",
+    ),
+    "tensorrt-llm": EngineDefaults(
+        scheduler=SchedulerDefaults(
+            kind="orca", max_batched_tokens=8192, max_batch_size=2048, block_size=32
+        ),
+        kv_dtype={"fp8": "fp8"},
+        memory_fraction=0.9,
+        memory_basis="free",
+    ),
+}
+
+GPU_DEFAULTS: dict[str, dict[str, EngineDefaults]] = {
+    "vllm": {
+        gpu: EngineDefaults(scheduler=SchedulerDefaults(chunk_size=8192, max_batch_size=1024))
+        for gpu in LARGE_MEMORY_GPUS
+    },
+    "sglang": {
+        "l40s": EngineDefaults(scheduler=SchedulerDefaults(max_batched_tokens=4096)),
+        "b200": EngineDefaults(scheduler=SchedulerDefaults(max_batched_tokens=16384)),
+        "mi300x": EngineDefaults(scheduler=SchedulerDefaults(max_batched_tokens=16384)),
+    },
+}
+
+# Each engine's own kernel tables, where the shipped measurements have them; on other GPUs its
+# kernels are the GPU's default (vLLM-measured) profile scaled by the engine/vLLM ratio on H100.
+ENGINE_KERNELS: dict[str, dict[str, str]] = {
+    "sglang": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
+    "tensorrt-llm": {"h100-sxm": "aiconfigurator-trtllm", "h200": "aiconfigurator-trtllm"},
+}
+
+OVERLAPPING_ENGINES = ("vllm", "sglang", "tensorrt-llm")
+
+VERSIONS = {
+    "vllm": "V1 engine (0.8+); fitted on 0.11-0.18 benchmarks",
+    "sglang": "0.5; fitted on 0.5.1-0.5.8 benchmarks",
+    "tensorrt-llm": "PyTorch backend (1.0+); fitted on 1.0-1.2 benchmarks",
+}
+
+
+def base_profile(engine: str) -> EngineProfile:
+    """An engine's kernels per GPU and its defaults, before any overhead is fitted."""
+    return EngineProfile(
+        engine=engine,
+        version=VERSIONS.get(engine, ""),
+        overhead=StepOverhead(overlap=engine in OVERLAPPING_ENGINES),
+        kernel_transfer=(
+            KernelTransfer(gpu="h100-sxm", profile=ENGINE_KERNELS[engine]["h100-sxm"])
+            if engine in ENGINE_KERNELS
+            else None
+        ),
+        kernels=ENGINE_KERNELS.get(engine, {}),
+        defaults=ENGINE_DEFAULTS[engine],
+        gpu_defaults=GPU_DEFAULTS.get(engine, {}),
+    )

@@ -1,0 +1,364 @@
+"""Serving-engine profiles: everything about vLLM, SGLang or TensorRT-LLM that is not the model.
+
+The same model on the same GPU serves at different speeds under different engines, for three
+reasons, and an engine profile holds all three:
+
+* **Kernels.** Each engine ships its own GEMM, attention and all-reduce kernels. ``kernels`` names,
+  per GPU, the calibration profile fitted to *that engine's* measured kernel tables; on a GPU not
+  listed, ``kernel_transfer`` scales the GPU's default (vLLM-fitted) profile by the engine/vLLM
+  ratio measured on another GPU, shape by shape; without it the GPU's default profile is used.
+* **CPU work per step.** Beyond its kernels an engine step pays for scheduling, preparing inputs,
+  sampling and handing outputs back. Modern engines hide most of it behind the GPU (vLLM V1's async
+  scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler) and replay decode
+  steps from CUDA graphs. :class:`StepOverhead` models a step as
+  ``max(gpu, cpu) + serial`` where they overlap and ``gpu + cpu + serial`` where they do not:
+  ``cpu = cpu_s + cpu_per_request_s · B + cpu_per_token_s · N`` for B requests and N new tokens,
+  ``serial = serial_s + serial_per_request_s · B`` the part that never hides.
+* **What a client sees.** A benchmark client's time to first token includes the HTTP front end,
+  tokenisation and the first token's way back. :class:`Frontend` holds a per-request and a
+  per-prompt-token delay on the way in, and a per-output-token service time of the process that
+  detokenises and streams tokens back (a queue: it only adds latency once it falls behind).
+
+An engine profile also carries the engine's **defaults** (scheduler kind and token budget, KV
+block size, the KV-cache precision it picks for an fp8 checkpoint, how much GPU memory it takes),
+which fill in whatever a scenario leaves unset, and the **range** of batch sizes its overhead was
+fitted on: a simulation far outside it says so in its summary. ``engine: none`` is the bare
+roofline: no overhead, no front end, no defaults.
+
+Profiles are JSON (``schema_version`` 2), shipped in ``cbsim/data/profiles/engines/`` and written by
+``cbsim calibrate e2e``; a path to such a file works wherever an engine name does. Version-1 files
+(``overhead_s``, ``overhead_per_request_s``, ``overhead_per_token_s``, not overlapped) still load.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from cbsim.errors import CbsimError
+
+SCHEMA_VERSION = 2
+BARE = "none"
+ENGINE_DIR = "engines"
+NANOSECOND = 1e-9
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class StepOverhead(_Strict):
+    """CPU-side time of one engine step and how much of it the GPU's work hides."""
+
+    cpu_s: float = Field(default=0.0, ge=0.0)
+    cpu_per_request_s: float = Field(default=0.0, ge=0.0)
+    cpu_per_token_s: float = Field(default=0.0, ge=0.0)
+    overlap: bool = False
+    serial_s: float = Field(default=0.0, ge=0.0)
+    serial_per_request_s: float = Field(default=0.0, ge=0.0)
+
+    def cpu_time(self, requests: int, tokens: int) -> float:
+        return self.cpu_s + self.cpu_per_request_s * requests + self.cpu_per_token_s * tokens
+
+    def serial_time(self, requests: int) -> float:
+        return self.serial_s + self.serial_per_request_s * requests
+
+    def step_time(self, gpu_s: float, requests: int, tokens: int) -> float:
+        """Seconds of a step whose kernels take ``gpu_s`` for B requests and N new tokens."""
+        cpu = self.cpu_time(requests, tokens)
+        serial = self.serial_time(requests)
+        if self.overlap:
+            return (gpu_s if gpu_s > cpu else cpu) + serial
+        return gpu_s + cpu + serial
+
+    def added_time(self, gpu_s: float, requests: int, tokens: int) -> float:
+        """What the step costs beyond its kernels."""
+        return self.step_time(gpu_s, requests, tokens) - gpu_s
+
+    @property
+    def is_zero(self) -> bool:
+        return not any(
+            (
+                self.cpu_s,
+                self.cpu_per_request_s,
+                self.cpu_per_token_s,
+                self.serial_s,
+                self.serial_per_request_s,
+            )
+        )
+
+
+class Frontend(_Strict):
+    """The API server between a client and the engine (one per replica).
+
+    On the way in a request takes ``request_s + prompt_token_s · P`` (HTTP, parsing, tokenisation,
+    hand-off to the scheduler) before the engine sees it. On the way out every token passes
+    through one process that spends
+    ``output_token_s`` on it (detokenisation, streaming): the tokens of an engine step are
+    delivered when that process has handled them and everything before them. Handling a request
+    also takes a random extra time, exponential with mean ``request_jitter_s`` (network and
+    scheduling noise), drawn from the scenario's ``frontend`` stream.
+    """
+
+    request_s: float = Field(default=0.0, ge=0.0)
+    prompt_token_s: float = Field(default=0.0, ge=0.0)
+    output_token_s: float = Field(default=0.0, ge=0.0)
+    request_jitter_s: float = Field(default=0.0, ge=0.0)
+
+    def request_delay(self, prompt_tokens: int) -> float:
+        return self.request_s + self.prompt_token_s * prompt_tokens
+
+    @property
+    def delays_requests(self) -> bool:
+        return bool(self.request_s or self.prompt_token_s or self.request_jitter_s)
+
+    @property
+    def is_zero(self) -> bool:
+        return not (self.delays_requests or self.output_token_s)
+
+
+SchedulerKind = Literal["static", "orca", "vllm", "sarathi"]
+KvDtype = Literal["bf16", "fp16", "fp8"]
+
+
+class SchedulerDefaults(_Strict):
+    """Scheduler settings the engine uses unless a scenario sets them (names as in the scenario)."""
+
+    kind: SchedulerKind | None = None
+    max_batch_size: int | None = Field(default=None, ge=1)
+    max_batched_tokens: int | None = Field(default=None, ge=1)
+    chunk_size: int | None = Field(default=None, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
+    watermark: float | None = Field(default=None, ge=0.0, lt=1.0)
+
+    def values(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class EngineDefaults(_Strict):
+    """What the engine does when the scenario does not say.
+
+    ``kv_dtype``: the KV-cache precision per weight precision (an fp8 checkpoint keeps a bf16 cache
+    under vLLM and SGLang unless told otherwise; TensorRT-LLM's fp8 checkpoints quantise it too).
+    ``memory_fraction`` of ``memory_basis``: ``total`` GPU memory for weights + KV cache
+    (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``) or of the memory
+    ``free`` after weights and activations (TensorRT-LLM's ``free_gpu_memory_fraction``).
+    """
+
+    scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
+    kv_dtype: dict[str, KvDtype] = Field(default_factory=dict)
+    memory_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
+    memory_basis: Literal["total", "free"] | None = None  # None: total
+
+    def merged(self, override: EngineDefaults | None) -> EngineDefaults:
+        """These defaults with ``override``'s set values on top (a GPU's own defaults)."""
+        if override is None:
+            return self
+        scheduler = {**self.scheduler.values(), **override.scheduler.values()}
+        return EngineDefaults(
+            scheduler=SchedulerDefaults(**scheduler),
+            kv_dtype={**self.kv_dtype, **override.kv_dtype},
+            memory_fraction=(
+                override.memory_fraction
+                if override.memory_fraction is not None
+                else self.memory_fraction
+            ),
+            memory_basis=override.memory_basis or self.memory_basis,
+        )
+
+
+class FittedRange(_Strict):
+    """Where the overhead terms were fitted: batch sizes (requests per step) and GPUs/models."""
+
+    batch_size: tuple[int, int]
+    gpus: list[str] = Field(default_factory=list)
+    models: list[str] = Field(default_factory=list)
+
+
+class KernelTransfer(_Strict):
+    """How to price an engine's kernels on a GPU it has no tables for: that GPU's default profile
+    (fitted on vLLM's kernels) times, shape by shape, the engine's time over vLLM's on ``gpu``,
+    where both were measured (``profile`` against ``reference``). Held out on H200, this predicts
+    an engine's kernels better than either the GPU's vLLM profile or the engine's own profile
+    moved to the GPU's spec sheet (``docs/calibration.md``)."""
+
+    gpu: str
+    profile: str
+    reference: str = "aiconfigurator-vllm"
+
+
+class Measured(_Strict):
+    """Where a fit came from and how well it did on data it never saw (for reports)."""
+
+    source: str
+    rows: int = 0
+    holdout_median_ape: float | None = None
+    holdout_p90_ape: float | None = None
+    holdout: str = ""
+
+
+class EngineProfile(_Strict):
+    """One serving engine: kernels per GPU, step overhead, front end, defaults, fitted range."""
+
+    schema_version: Literal[2] = 2
+    engine: str
+    description: str = ""
+    version: str = ""
+    kernels: dict[str, str] = Field(default_factory=dict)
+    kernel_transfer: KernelTransfer | None = None
+    overhead: StepOverhead = Field(default_factory=StepOverhead)
+    frontend: Frontend = Field(default_factory=Frontend)
+    defaults: EngineDefaults = Field(default_factory=EngineDefaults)
+    gpu_defaults: dict[str, EngineDefaults] = Field(default_factory=dict)
+    fitted_range: FittedRange | None = None
+    provenance: dict[str, Measured] = Field(default_factory=dict)
+
+    @field_validator("engine")
+    @classmethod
+    def _named(cls, engine: str) -> str:
+        if not engine.strip():
+            raise ValueError("must not be empty")
+        return engine
+
+    def defaults_for(self, gpu: str) -> EngineDefaults:
+        """The engine's defaults on one GPU (its per-GPU defaults over the general ones)."""
+        return self.defaults.merged(self.gpu_defaults.get(gpu))
+
+    def kernel_profile(self, gpu: str) -> str | None:
+        """The calibration profile of this engine's kernels on ``gpu`` (None: the GPU's default)."""
+        return self.kernels.get(gpu)
+
+    def outside_fitted_range(self, max_batch: int, factor: float = 2.0) -> str:
+        """A warning when a run's largest batch is far outside the fitted batch sizes, else ''."""
+        if self.fitted_range is None or max_batch <= 0:
+            return ""
+        low, high = self.fitted_range.batch_size
+        if max_batch > factor * high:
+            return (
+                f"engine {self.engine}: batches reached {max_batch} requests, beyond the "
+                f"{low}-{high} its overhead was fitted on"
+            )
+        return ""
+
+
+def bare_profile() -> EngineProfile:
+    """``engine: none``: the bare roofline, no overhead, no front end, no defaults."""
+    return EngineProfile(engine=BARE, description="bare roofline: no engine overhead")
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 file (three overhead terms added to every step) as a version-2 mapping."""
+    known = {
+        "schema_version",
+        "engine",
+        "description",
+        "overhead_s",
+        "overhead_per_request_s",
+        "overhead_per_token_s",
+        "provenance",
+    }
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise CbsimError(f"{unknown[0]}: unknown key in a version-1 engine profile")
+    return {
+        "engine": data.get("engine", ""),
+        "description": data.get("description", ""),
+        "overhead": {
+            "cpu_s": data.get("overhead_s", 0.0),
+            "cpu_per_request_s": data.get("overhead_per_request_s", 0.0),
+            "cpu_per_token_s": data.get("overhead_per_token_s", 0.0),
+            "overlap": False,
+        },
+        "provenance": data.get("provenance", {}),
+    }
+
+
+def read_engine_profile(path: Path | Any) -> EngineProfile:
+    """An engine profile from a JSON file (version 2, or a version-1 overhead file)."""
+    name = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise CbsimError(f"cannot read engine profile: {reason or err}", source=name) from None
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as err:
+        where = f" (line {err.lineno})" if isinstance(err, json.JSONDecodeError) else ""
+        raise CbsimError(f"not valid JSON{where}", source=name) from None
+    if not isinstance(data, dict):
+        raise CbsimError("an engine profile must hold a JSON object", source=name)
+    version = data.get("schema_version")
+    if version == 1:
+        try:
+            data = _from_version_1(data)
+        except CbsimError as err:
+            raise err.located(source=name) from None
+    elif version != SCHEMA_VERSION:
+        raise CbsimError(
+            f"schema_version {version!r} is not supported (this cbsim reads engine profiles of "
+            f"version 1 and {SCHEMA_VERSION}); write one with `cbsim calibrate e2e`",
+            source=name,
+        )
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CbsimError(f"{where}: {first['msg']}", source=name) from None
+
+
+def write_engine_profile(profile: EngineProfile, path: Path) -> Path:
+    """Write a profile as JSON atomically (temporary file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = profile.model_dump(mode="json", exclude_none=True)
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _shipped_dir() -> Any:
+    return files("cbsim") / "data" / "profiles" / ENGINE_DIR
+
+
+def engine_names() -> list[str]:
+    """The shipped engine profiles' names, ``none`` included."""
+    folder = _shipped_dir()
+    names = {BARE}
+    if folder.is_dir():
+        names |= {
+            p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
+        }
+    return sorted(names)
+
+
+def is_profile_path(engine: str) -> bool:
+    return engine.endswith(".json") or Path(engine).is_file()
+
+
+@lru_cache(maxsize=32)
+def load_engine_profile(engine: str) -> EngineProfile:
+    """A shipped engine profile by name, a profile JSON by path, or the bare one for ``none``.
+
+    Unknown names raise :class:`CbsimError` listing the known ones.
+    """
+    if engine == BARE:
+        return bare_profile()
+    if is_profile_path(engine):
+        return read_engine_profile(Path(engine))
+    path = _shipped_dir() / f"{engine}.json"
+    if not path.is_file():
+        raise CbsimError(
+            f"unknown engine {engine!r}; known: {', '.join(engine_names())} "
+            "(or a path to an engine profile JSON)"
+        )
+    return read_engine_profile(path)

@@ -1,0 +1,138 @@
+"""Inter-token latency: every output token's gap, exactly, and the scheduler warnings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cbsim
+from cbsim.metrics import weighted_percentile
+from cbsim.scenario import Scheduler
+from cbsim.scheduler.warnings import scheduler_warnings
+from tests.conftest import small_scenario
+
+
+def run(data: dict) -> cbsim.Results:
+    return cbsim.simulate(cbsim.load_scenario(data))
+
+
+def test_weighted_percentile_equals_numpy_on_the_repeated_values() -> None:
+    rng = np.random.default_rng(5)
+    values = rng.exponential(1.0, 40)
+    counts = rng.integers(0, 6, 40)
+    repeated = np.repeat(values, counts)
+    for q in (0, 1, 50, 90, 99, 100):
+        assert weighted_percentile(values, counts, q) == pytest.approx(np.percentile(repeated, q))
+
+
+def brute_force_gaps(results: cbsim.Results) -> np.ndarray:
+    """Every token's gap, rebuilt from the iterations: under the vllm scheduler (no preemption)
+    a running request emits in every decode iteration of its replica after its first token,
+    and in none of the prefill-only iterations."""
+    iters = results.iterations
+    gaps = []
+    for _, req in results.requests[results.requests["status"] == "finished"].iterrows():
+        mine = iters[iters["replica"] == req["replica"]]
+        ends = (mine["start_s"] + mine["duration_s"]).to_numpy()
+        decode = (mine["decode_tokens"] > 0).to_numpy()
+        during = (ends > req["server_first_token_s"]) & (ends <= req["server_finish_s"]) & decode
+        times = np.concatenate([[req["server_first_token_s"]], ends[during]])
+        assert len(times) == req["output_tokens"]
+        gaps.append(np.diff(times))
+    return np.concatenate(gaps)
+
+
+def test_itl_percentiles_match_a_brute_force_rebuild() -> None:
+    data = small_scenario(
+        {
+            "workload.num_requests": 60,
+            "workload.arrival": {"kind": "poisson", "rate": 20.0},
+            "cluster.replicas": 2,
+            "cluster.engine": "none",
+        }
+    )
+    results = run(data)
+    assert results.summary["preemptions"] == 0
+    gaps = brute_force_gaps(results)
+    for q in (50, 90, 99):
+        assert results.summary[f"itl_p{q}_s"] == pytest.approx(np.percentile(gaps, q), rel=1e-12)
+    assert results.summary["itl_mean_s"] == pytest.approx(gaps.mean(), rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sarathi", "orca", "static"])
+@pytest.mark.parametrize("speculative", [False, True])
+def test_mean_itl_is_total_decode_time_over_gaps(kind: str, speculative: bool) -> None:
+    """Σ over requests of (last − first token) / Σ (outputs − 1): the mean of every gap,
+    tokens of one speculative step included with gap 0."""
+    data = small_scenario({"scheduler.kind": kind, "workload.num_requests": 30})
+    if speculative:
+        data["speculative"] = {"enabled": True, "policy": {"kind": "fixed", "k": 3}}
+    results = run(data)
+    done = results.requests[results.requests["status"] == "finished"]
+    expected = (done["finish_s"] - done["first_token_s"]).sum() / (done["output_tokens"] - 1).sum()
+    assert results.summary["itl_mean_s"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_preemption_pauses_count_in_full() -> None:
+    data = small_scenario(
+        {
+            "workload.num_requests": 40,
+            "workload.arrival": {"kind": "poisson", "rate": 200.0},
+            "workload.prompt_tokens": {"kind": "fixed", "value": 2000},
+            "workload.output_tokens": {"kind": "fixed", "value": 400},
+            "cluster.gpu_memory_utilization": 0.25,
+        }
+    )
+    results = run(data)
+    assert results.summary["preemptions"] > 0
+    done = results.requests[results.requests["status"] == "finished"]
+    expected = (done["finish_s"] - done["first_token_s"]).sum() / (done["output_tokens"] - 1).sum()
+    assert results.summary["itl_mean_s"] == pytest.approx(expected, rel=1e-9)
+    assert results.summary["itl_p99_s"] > results.summary["itl_p50_s"]
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+def test_budget_equal_to_the_prompt_is_a_warning() -> None:
+    config = Scheduler(kind="orca", max_batched_tokens=1000, max_batch_size=64)
+    warnings = scheduler_warnings(config, np.full(10, 1000))
+    assert any("no room for a running decode" in w for w in warnings)
+
+
+def test_budget_below_prompt_plus_batch() -> None:
+    config = Scheduler(kind="orca", max_batched_tokens=1100, max_batch_size=256)
+    (warning,) = scheduler_warnings(config, np.full(10, 1000))
+    assert "at most 100 requests decode" in warning
+
+
+def test_prompts_beyond_the_budget() -> None:
+    config = Scheduler(kind="vllm", max_batched_tokens=512)
+    (warning,) = scheduler_warnings(config, np.array([100, 600, 700, 50]))
+    assert "50% of the prompts" in warning
+
+
+def test_sarathi_chunk_below_batch() -> None:
+    config = Scheduler(kind="sarathi", chunk_size=128, max_batch_size=256)
+    assert scheduler_warnings(config, np.array([100]))
+
+
+def test_sensible_settings_have_no_warnings() -> None:
+    for config in (
+        Scheduler(kind="orca", max_batched_tokens=8192, max_batch_size=256),
+        Scheduler(kind="sarathi", chunk_size=8192, max_batch_size=1024),
+        Scheduler(kind="vllm", max_batched_tokens=8192),
+    ):
+        assert scheduler_warnings(config, np.full(5, 1000)) == []
+
+
+def test_run_summary_carries_the_warning() -> None:
+    data = small_scenario(
+        {
+            "scheduler": {"kind": "orca", "max_batched_tokens": 512},
+            "workload.prompt_tokens": {"kind": "fixed", "value": 512},
+        }
+    )
+    results = run(data)
+    assert "no room for a running decode" in results.summary["warnings"]
+    assert results.summary["max_batch_size"] == 1

@@ -1,0 +1,573 @@
+"""Fitting an engine to measured end-to-end benchmarks, and its error on benchmarks it never saw.
+
+A serving benchmark (``vllm bench serve --max-concurrency C``, genai-perf, trtllm-bench) sends
+requests of fixed lengths from C closed-loop clients and reports the mean time to first token and
+time per output token a client saw. cbsim reproduces each one as a scenario (the engine's
+defaults, a closed loop of C clients) and fits what kernel tables cannot contain: the engine's
+CPU time per step (:class:`~cbsim.cost.engine_profile.StepOverhead`) and its front end's delays
+(:class:`~cbsim.cost.engine_profile.Frontend`).
+
+Fitting the step overhead by re-simulating every benchmark for every trial value would take hours.
+It does not need to: in a closed loop without think time a finish releases the next request at
+once, so *which* requests run in which step never depends on how long steps take. One simulation
+per benchmark on bare kernels records that sequence — each step's kernel seconds, requests and
+tokens, and for each request the steps of its arrival, first token and last token — and any
+overhead model prices it exactly: step durations, their running sum, every request's TTFT and
+TPOT. The fit minimises the squared log ratio of predicted to measured mean TTFT and TPOT
+(soft-L1, so a few odd benchmarks cannot dominate), non-negative terms with a mild pull towards
+zero (overlapped CPU work that the kernels of the fitted benchmarks hide is otherwise free to
+take any value, and would surface on a faster GPU or a smaller model). Whether the engine
+overlaps its CPU work with the kernels is a fact about the engine (its base profile), not a
+fitted choice: on benchmarks whose kernels dominate both fit equally well, and they extrapolate
+to large batches very differently.
+
+A front-end delay, unlike the overhead, changes which step a request joins, so the sequence
+cannot price it: the per-request delay is fitted by full simulations of a sample of the
+benchmarks over a grid of delays. Every error reported comes from full simulations: in-sample,
+and held out (each model, or each configuration, predicted by a profile fitted without it).
+Benchmarks that measure faster than their own kernels (a TPOT below the bare-kernel simulation's
+by more than the kernel tables' own error) ran something cbsim does not model and are set aside.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from cbsim.cost.engine_profile import EngineProfile, Frontend, StepOverhead
+from cbsim.errors import CbsimError
+from cbsim.scenario import Scenario, load_scenario
+from cbsim.simulate import simulate
+
+REQUESTS_PER_CLIENT = 8
+MIN_REQUESTS = 64
+# a benchmark faster than its bare kernels by more than this ran something cbsim does not model
+KERNEL_FLOOR_MARGIN = 0.9
+PARAMETERS = (
+    "cpu_s",
+    "cpu_per_request_s",
+    "cpu_per_token_s",
+    "serial_s",
+    "serial_per_request_s",
+    "request_s",
+    "prompt_token_s",
+)
+SCALES = np.array([1e-3, 1e-5, 1e-6, 1e-3, 1e-5, 1e-2, 1e-5])
+# a mild pull of every term towards zero, in units of its scale: CPU work the kernels hide on
+# the benchmarks fitted is otherwise unconstrained, and would surface on faster GPUs or models
+RIDGE = 0.05
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+def benchmark_scenario(row: pd.Series, engine: str | EngineProfile) -> Scenario:
+    """One measured benchmark as a scenario under the engine's defaults: closed loop of its
+    concurrency (or open loop at its request rate), fixed lengths, its model, GPU and layout."""
+    engine_name = engine if isinstance(engine, str) else _profile_path(engine)
+    concurrency = float(row["concurrency"])
+    rate = float(row.get("request_rate", np.nan))
+    if np.isfinite(concurrency) and concurrency >= 1:
+        clients = round(concurrency)
+        count = int(row["num_requests"]) if _known(row.get("num_requests")) else 0
+        arrival: dict[str, object] = {"kind": "closed_loop", "concurrency": clients}
+        requests = count or max(REQUESTS_PER_CLIENT * clients, MIN_REQUESTS)
+    elif np.isfinite(rate) and rate > 0:
+        arrival = {"kind": "poisson", "rate": rate}
+        requests = int(row["num_requests"]) if _known(row.get("num_requests")) else 1000
+    else:
+        arrival = {"kind": "offline"}
+        requests = int(row["num_requests"]) if _known(row.get("num_requests")) else 1000
+    cluster: dict[str, object] = {
+        "model": row["model"],
+        "gpu": row["gpu"],
+        "tp": int(row["tp"]) if _known(row.get("tp")) else 1,
+        "dtype": row["dtype"],
+        "engine": engine_name,
+    }
+    if isinstance(row.get("kv_dtype"), str):
+        cluster["kv_dtype"] = row["kv_dtype"]
+    return load_scenario(
+        {
+            "name": "benchmark",
+            "workload": {
+                "num_requests": requests,
+                "arrival": arrival,
+                "prompt_tokens": {"kind": "fixed", "value": int(row["isl"])},
+                "output_tokens": {"kind": "fixed", "value": max(1, int(row["osl"]))},
+            },
+            "cluster": cluster,
+        }
+    )
+
+
+def _known(value: object) -> bool:
+    return value is not None and not pd.isna(value)  # type: ignore[call-overload]
+
+
+_PROFILE_FILES: dict[int, str] = {}
+
+
+def _profile_path(profile: EngineProfile) -> str:
+    """A profile object as a file a scenario can name (written once per profile, cached)."""
+    import tempfile
+    from pathlib import Path
+
+    from cbsim.cost.engine_profile import write_engine_profile
+
+    key = hash(profile.model_dump_json())
+    path = _PROFILE_FILES.get(key)
+    if path is None:
+        folder = Path(tempfile.mkdtemp(prefix="cbsim-engine-"))
+        path = str(write_engine_profile(profile, folder / f"{profile.engine}.json"))
+        _PROFILE_FILES[key] = path
+    return path
+
+
+def bare(profile: EngineProfile) -> EngineProfile:
+    """The profile with its overhead and front end removed: its kernels and defaults only."""
+    return profile.model_copy(update={"overhead": StepOverhead(), "frontend": Frontend()})
+
+
+# --------------------------------------------------------------------------- sequences
+
+
+@dataclass(frozen=True)
+class StepSequence:
+    """What one benchmark's bare-kernel simulation did, step by step (one replica).
+
+    Per step: kernel seconds, requests and new tokens. Per finished request: the step whose end
+    released it (-1: sent at time 0), the steps of its first and last token, its lengths."""
+
+    gpu_s: np.ndarray
+    requests: np.ndarray
+    tokens: np.ndarray
+    arrival_step: np.ndarray
+    first_step: np.ndarray
+    last_step: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    max_batch: int
+
+
+def record_sequence(scenario: Scenario) -> StepSequence:
+    """Simulate a closed-loop benchmark on bare kernels and record its step sequence."""
+    if scenario.workload.closed_loop is None or scenario.cluster.replicas != 1:
+        raise CbsimError("step sequences are recorded for one replica under a closed loop")
+    results = simulate(scenario)
+    steps = results.iterations.sort_values("start_s", kind="stable")
+    ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
+    done = results.requests[results.requests["status"] == "finished"]
+
+    def step_of(times: pd.Series) -> np.ndarray:
+        values = times.to_numpy(dtype=float)
+        index = np.searchsorted(ends, values)
+        index = np.minimum(index, len(ends) - 1)
+        exact = np.isclose(ends[index], values, rtol=0.0, atol=1e-12)
+        return np.where(exact, index, -1)
+
+    return StepSequence(
+        gpu_s=steps["duration_s"].to_numpy(dtype=float),
+        requests=steps["batch_size"].to_numpy(dtype=float),
+        tokens=(steps["prefill_tokens"] + steps["decode_tokens"]).to_numpy(dtype=float),
+        arrival_step=step_of(done["server_arrival_s"]),
+        first_step=step_of(done["server_first_token_s"]),
+        last_step=step_of(done["server_finish_s"]),
+        prompt_tokens=done["prompt_tokens"].to_numpy(dtype=float),
+        output_tokens=done["output_tokens"].to_numpy(dtype=float),
+        max_batch=int(steps["batch_size"].max()) if len(steps) else 0,
+    )
+
+
+@dataclass(frozen=True)
+class SequenceSet:
+    """Many benchmarks' sequences concatenated, so pricing all of them is a few array operations."""
+
+    gpu_s: np.ndarray
+    requests: np.ndarray
+    tokens: np.ndarray
+    offset: np.ndarray  # first step of each benchmark
+    benchmark: np.ndarray  # per request: its benchmark's index
+    arrival: np.ndarray  # per request: global step index, or -1 (the benchmark's start)
+    first: np.ndarray
+    last: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    count: int
+
+    @classmethod
+    def of(cls, sequences: list[StepSequence]) -> SequenceSet:
+        sizes = np.array([len(s.gpu_s) for s in sequences], dtype=np.int64)
+        offset = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+
+        def shifted(name: str) -> np.ndarray:
+            parts = []
+            for s, start in zip(sequences, offset, strict=True):
+                values = getattr(s, name).astype(np.int64)
+                parts.append(np.where(values >= 0, values + start, -1))
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+        def joined(name: str) -> np.ndarray:
+            parts = [getattr(s, name) for s in sequences]
+            return np.concatenate(parts) if parts else np.zeros(0)
+
+        return cls(
+            gpu_s=joined("gpu_s"),
+            requests=joined("requests"),
+            tokens=joined("tokens"),
+            offset=offset,
+            benchmark=np.concatenate(
+                [np.full(len(s.first_step), i) for i, s in enumerate(sequences)]
+            ).astype(np.int64)
+            if sequences
+            else np.zeros(0, dtype=np.int64),
+            arrival=shifted("arrival_step"),
+            first=shifted("first_step"),
+            last=shifted("last_step"),
+            prompt_tokens=joined("prompt_tokens"),
+            output_tokens=joined("output_tokens"),
+            count=len(sequences),
+        )
+
+    def price(self, overhead: StepOverhead, frontend: Frontend) -> tuple[np.ndarray, np.ndarray]:
+        """Mean TTFT and TPOT per benchmark under an overhead model and front end."""
+        return self.price_terms(_as_vector(overhead, frontend), overhead.overlap)
+
+    def price_terms(self, x: np.ndarray, overlap: bool) -> tuple[np.ndarray, np.ndarray]:
+        cpu = x[0] + x[1] * self.requests + x[2] * self.tokens
+        serial = x[3] + x[4] * self.requests
+        duration = (np.maximum(self.gpu_s, cpu) if overlap else self.gpu_s + cpu) + serial
+        total = np.cumsum(duration)
+        start_of = total[self.offset] - duration[self.offset]  # time before each benchmark
+        base = start_of[self.benchmark]
+        arrival = np.where(self.arrival >= 0, total[np.maximum(self.arrival, 0)], base)
+        ttft = total[self.first] - arrival + x[5] + x[6] * self.prompt_tokens
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = (total[self.last] - total[self.first]) / (self.output_tokens - 1)
+        counts = np.bincount(self.benchmark, minlength=self.count)
+        mean_ttft = np.bincount(self.benchmark, weights=ttft, minlength=self.count) / counts
+        valid = self.output_tokens > 1
+        tpot_counts = np.bincount(self.benchmark[valid], minlength=self.count)
+        mean_tpot = (
+            np.bincount(self.benchmark[valid], weights=tpot[valid], minlength=self.count)
+            / tpot_counts
+        )
+        return mean_ttft, mean_tpot
+
+
+def _as_vector(overhead: StepOverhead, frontend: Frontend) -> np.ndarray:
+    return np.array(
+        [
+            overhead.cpu_s,
+            overhead.cpu_per_request_s,
+            overhead.cpu_per_token_s,
+            overhead.serial_s,
+            overhead.serial_per_request_s,
+            frontend.request_s,
+            frontend.prompt_token_s,
+        ]
+    )
+
+
+def terms_from_vector(x: np.ndarray, overlap: bool) -> tuple[StepOverhead, Frontend]:
+    values = [float(v) for v in np.maximum(x, 0.0)]
+    return (
+        StepOverhead(
+            cpu_s=values[0],
+            cpu_per_request_s=values[1],
+            cpu_per_token_s=values[2],
+            overlap=overlap,
+            serial_s=values[3],
+            serial_per_request_s=values[4],
+        ),
+        Frontend(request_s=values[5], prompt_token_s=values[6]),
+    )
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True)
+class Fit:
+    overhead: StepOverhead
+    frontend: Frontend
+    cost: float  # the robust loss at the optimum
+
+
+def fit_terms(
+    sequences: SequenceSet,
+    measured_ttft: np.ndarray,
+    measured_tpot: np.ndarray,
+    *,
+    overlap: bool,
+    free: Iterable[str] = PARAMETERS,
+) -> Fit:
+    """Non-negative overhead and front-end terms minimising the soft-L1 loss of the log ratios
+    of predicted to measured mean TTFT and TPOT; parameters not in ``free`` stay at zero."""
+    mask = np.array([name in set(free) for name in PARAMETERS])
+    ttft_ok = np.isfinite(measured_ttft) & (measured_ttft > 0)
+    tpot_ok = np.isfinite(measured_tpot) & (measured_tpot > 0)
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        x = np.zeros(len(PARAMETERS))
+        x[mask] = z * SCALES[mask]
+        ttft, tpot = sequences.price_terms(x, overlap)
+        return np.concatenate(
+            [
+                np.log(ttft[ttft_ok] / measured_ttft[ttft_ok]),
+                np.log(tpot[tpot_ok] / measured_tpot[tpot_ok]),
+                RIDGE * z,
+            ]
+        )
+
+    start = np.full(int(mask.sum()), 0.5)
+    solution = least_squares(
+        residuals, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1, max_nfev=400
+    )
+    x = np.zeros(len(PARAMETERS))
+    x[mask] = solution.x * SCALES[mask]
+    overhead, frontend = terms_from_vector(x, overlap)
+    return Fit(overhead, frontend, float(solution.cost))
+
+
+# The step terms, and a per-request delay that absorbs what the front end adds to every TTFT
+# (its value is then replaced by the full-simulation fit of :func:`fit_request_delay`). Where the
+# CPU work overlaps the kernels only a constant serial part is kept beside it (per-request work is
+# what overlaps); where it does not, serial and CPU terms are the same thing.
+OVERLAPPED_FIT = ("cpu_s", "cpu_per_request_s", "cpu_per_token_s", "serial_s", "request_s")
+SERIAL_FIT = ("cpu_s", "cpu_per_request_s", "cpu_per_token_s", "request_s")
+
+
+def fit_engine_terms(
+    sequences: SequenceSet, measured_ttft: np.ndarray, measured_tpot: np.ndarray, overlap: bool
+) -> Fit:
+    """The step terms of an engine that does (or does not) overlap CPU work with its kernels."""
+    free = OVERLAPPED_FIT if overlap else SERIAL_FIT
+    return fit_terms(sequences, measured_ttft, measured_tpot, overlap=overlap, free=free)
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+REQUEST_DELAYS_S = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
+DELAY_SAMPLE = 40
+
+
+def fit_request_delay(rows: pd.DataFrame, profile: EngineProfile) -> Frontend:
+    """The per-request front-end delay (from :data:`REQUEST_DELAYS_S`) whose full simulations of
+    an evenly spaced sample of the benchmarks give the smallest median |log(TTFT ratio)|."""
+    step = max(1, len(rows) // DELAY_SAMPLE)
+    sample = rows.iloc[::step]
+    measured = sample["ttft_mean_s"].to_numpy(dtype=float)
+    best, best_error = profile.frontend, np.inf
+    for delay in REQUEST_DELAYS_S:
+        frontend = profile.frontend.model_copy(update={"request_s": delay, "prompt_token_s": 0.0})
+        trial = profile.model_copy(update={"frontend": frontend})
+        predicted = simulate_rows(sample, trial)["predicted_ttft_s"].to_numpy(dtype=float)
+        error = float(np.median(np.abs(np.log(predicted / measured))))
+        if error < best_error - 1e-9:
+            best, best_error = frontend, error
+    return best
+
+
+def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows cbsim can reproduce, rows it cannot with the reason in ``skipped``): aggregated
+    closed-loop runs of a catalog model on one tensor-parallel group."""
+    reasons = pd.Series("", index=frame.index, dtype=object)
+    reasons[frame["model"].isna()] = "model not in cbsim's catalog (MoE models: not yet)"
+    reasons[(reasons == "") & (frame["mode"] != "agg")] = "disaggregated deployment"
+    for column in ("pp", "dp", "ep"):
+        if column in frame:
+            values = pd.to_numeric(frame[column], errors="coerce").fillna(1)
+            reasons[(reasons == "") & (values > 1)] = f"{column} > 1 (not modelled yet)"
+    concurrency = pd.to_numeric(frame["concurrency"], errors="coerce")
+    reasons[(reasons == "") & ~(concurrency >= 1)] = "not a closed-loop benchmark"
+    for column in ("ttft_mean_s", "tpot_mean_s"):
+        measured = pd.to_numeric(frame[column], errors="coerce")
+        reasons[(reasons == "") & ~(measured > 0)] = f"no measured {column}"
+    keep = reasons == ""
+    skipped = frame[~keep].assign(skipped=reasons[~keep])
+    return frame[keep].reset_index(drop=True), skipped
+
+
+def record_sequences(
+    frame: pd.DataFrame, profile: EngineProfile, progress: Callable[[int, int], None] | None = None
+) -> list[StepSequence]:
+    """Each benchmark's step sequence on the profile's kernels and defaults (no overhead)."""
+    kernels = bare(profile)
+    sequences = []
+    for i, (_, row) in enumerate(frame.iterrows()):
+        sequences.append(record_sequence(benchmark_scenario(row, kernels)))
+        if progress is not None:
+            progress(i + 1, len(frame))
+    return sequences
+
+
+def below_kernel_floor(frame: pd.DataFrame, sequences: list[StepSequence]) -> np.ndarray:
+    """Benchmarks measured faster than their bare kernels allow (by more than the kernel tables'
+    own error): they ran something cbsim does not model, and a fit must not chase them."""
+    _, kernel_tpot = SequenceSet.of(sequences).price(StepOverhead(), Frontend())
+    measured = frame["tpot_mean_s"].to_numpy(dtype=float)
+    result: np.ndarray = measured < KERNEL_FLOOR_MARGIN * kernel_tpot
+    return result
+
+
+def fitted_profile(
+    base: EngineProfile,
+    fit: Fit,
+    sequences: list[StepSequence],
+    models: Iterable[str],
+    gpus: Iterable[str],
+) -> EngineProfile:
+    """``base`` with the fitted overhead and front end and the batch sizes they were fitted on."""
+    from cbsim.cost.engine_profile import FittedRange
+
+    largest = max((s.max_batch for s in sequences), default=1)
+    return base.model_copy(
+        update={
+            "overhead": fit.overhead,
+            "frontend": fit.frontend,
+            "fitted_range": FittedRange(
+                batch_size=(1, largest), gpus=sorted(set(gpus)), models=sorted(set(models))
+            ),
+        }
+    )
+
+
+def simulate_rows(
+    frame: pd.DataFrame, profiles: list[EngineProfile] | EngineProfile
+) -> pd.DataFrame:
+    """Full simulations of each benchmark (with its own profile when a list is given): adds
+    ``predicted_ttft_s``, ``predicted_tpot_s`` and the closed-loop output token rates
+    (``C · osl / (TTFT + (osl − 1) · TPOT)``) measured and predicted."""
+    out = frame.copy()
+    ttft, tpot = [], []
+    for i, (_, row) in enumerate(frame.iterrows()):
+        profile = profiles[i] if isinstance(profiles, list) else profiles
+        summary = simulate(benchmark_scenario(row, profile)).summary
+        ttft.append(summary["ttft_mean_s"])
+        tpot.append(summary["tpot_mean_s"])
+    out["predicted_ttft_s"] = ttft
+    out["predicted_tpot_s"] = tpot
+    out["measured_tokens_per_s"] = closed_loop_rate(
+        out["concurrency"], out["osl"], out["ttft_mean_s"], out["tpot_mean_s"]
+    )
+    out["predicted_tokens_per_s"] = closed_loop_rate(
+        out["concurrency"], out["osl"], out["predicted_ttft_s"], out["predicted_tpot_s"]
+    )
+    return out
+
+
+def closed_loop_rate(
+    concurrency: pd.Series, osl: pd.Series, ttft: pd.Series, tpot: pd.Series
+) -> pd.Series:
+    """Output tokens per second of C clients by Little's law: C · osl / mean request latency."""
+    latency = ttft + (osl - 1) * tpot
+    result: pd.Series = concurrency * osl / latency
+    return result
+
+
+@dataclass(frozen=True)
+class EngineFit:
+    """A fitted engine profile with everything its report needs."""
+
+    profile: EngineProfile
+    rows: pd.DataFrame  # the benchmarks fitted on, with in-sample and held-out predictions
+    excluded: pd.DataFrame  # benchmarks left out, with the reason
+
+
+def fit_engine(
+    frame: pd.DataFrame,
+    base: EngineProfile,
+    *,
+    holdout: str = "model",
+    progress: Callable[[str], None] | None = None,
+) -> EngineFit:
+    """Fit ``base``'s overhead and front end to benchmarks of one engine, and predict each
+    ``holdout`` group (a column: ``model``, or ``config`` for model × GPU × tp × dtype) by full
+    simulation with a profile fitted without it."""
+    rows, skipped = usable(frame)
+    if rows.empty:
+        raise CbsimError(
+            "no benchmark cbsim can reproduce (needs aggregated closed-loop runs of catalog "
+            "models with measured TTFT and TPOT)"
+        )
+    say = progress or (lambda message: None)
+    say(f"simulating {len(rows)} benchmarks on bare kernels")
+    sequences = record_sequences(rows, base)
+    floor = below_kernel_floor(rows, sequences)
+    excluded = pd.concat(
+        [skipped, rows[floor].assign(skipped="measured faster than its bare kernels")]
+    )
+    rows = rows[~floor].reset_index(drop=True)
+    sequences = [s for s, f in zip(sequences, floor, strict=True) if not f]
+    if rows.empty:
+        raise CbsimError("every benchmark measured faster than cbsim's kernels for it")
+    rows["config"] = (
+        rows["model"].astype(str)
+        + " "
+        + rows["gpu"].astype(str)
+        + " tp"
+        + rows["tp"].astype(str)
+        + " "
+        + rows["dtype"].astype(str)
+    )
+    say("fitting the step overhead")
+    measured_ttft = rows["ttft_mean_s"].to_numpy(dtype=float)
+    measured_tpot = rows["tpot_mean_s"].to_numpy(dtype=float)
+    overlap = base.overhead.overlap
+    full = fit_engine_terms(SequenceSet.of(sequences), measured_ttft, measured_tpot, overlap)
+    profile = fitted_profile(base, full, sequences, rows["model"], rows["gpu"])
+    say("fitting the front-end delay")
+    profile = profile.model_copy(update={"frontend": fit_request_delay(rows, profile)})
+    keys = rows[holdout].astype(str).to_numpy()
+    fold_profiles: list[EngineProfile] = [profile] * len(rows)
+    groups = sorted(set(keys))
+    if len(groups) > 1:
+        for key in groups:
+            held = keys == key
+            train = [s for s, h in zip(sequences, held, strict=True) if not h]
+            fold = fit_engine_terms(
+                SequenceSet.of(train), measured_ttft[~held], measured_tpot[~held], overlap
+            )
+            fold_profile = fitted_profile(
+                base, fold, train, rows.loc[~held, "model"], rows.loc[~held, "gpu"]
+            )
+            fold_delay = fit_request_delay(rows[~held].reset_index(drop=True), fold_profile)
+            fold_profile = fold_profile.model_copy(update={"frontend": fold_delay})
+            for i in np.flatnonzero(held):
+                fold_profiles[i] = fold_profile
+    say(f"simulating {len(rows)} benchmarks with the fitted profile")
+    fitted = simulate_rows(rows, profile)
+    if len(groups) > 1:
+        say(f"simulating {len(rows)} benchmarks held out by {holdout}")
+        held_out = simulate_rows(rows, fold_profiles)
+        fitted["holdout_ttft_s"] = held_out["predicted_ttft_s"]
+        fitted["holdout_tpot_s"] = held_out["predicted_tpot_s"]
+        fitted["holdout_tokens_per_s"] = held_out["predicted_tokens_per_s"]
+    fitted["holdout"] = holdout if len(groups) > 1 else ""
+    return EngineFit(_with_provenance(profile, fitted, holdout), fitted, excluded)
+
+
+def _with_provenance(profile: EngineProfile, rows: pd.DataFrame, holdout: str) -> EngineProfile:
+    from cbsim.calibration.errors import summarize
+    from cbsim.cost.engine_profile import Measured
+
+    provenance = dict(profile.provenance)
+    held = "holdout_tpot_s" in rows
+    for metric in ("ttft", "tpot"):
+        predicted = rows[f"holdout_{metric}_s" if held else f"predicted_{metric}_s"]
+        stats = summarize(predicted.to_numpy(), rows[f"{metric}_mean_s"].to_numpy())
+        provenance[f"e2e_{metric}"] = Measured(
+            source=f"{len(rows)} closed-loop benchmarks: "
+            + ", ".join(sorted(rows["config"].unique())),
+            rows=len(rows),
+            holdout_median_ape=round(stats["median_ape"], 5),
+            holdout_p90_ape=round(stats["p90_ape"], 5),
+            holdout=f"leave-one-{holdout}-out" if held else "in-sample (one group only)",
+        )
+    return profile.model_copy(update={"provenance": provenance})

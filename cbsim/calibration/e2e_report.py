@@ -1,0 +1,294 @@
+"""End-to-end validation in the open: how well engine profiles predict measured serving runs.
+
+``cbsim calibrate e2e`` fits an engine profile to a user's own benchmark results (the layouts
+:mod:`cbsim.calibration.benchmarks` reads) and reports its error with leave-one-configuration-out;
+``cbsim calibrate report --e2e`` does the same for each engine on the shipped H100 benchmarks
+with leave-one-model-out, and checks the H100-fitted profiles against a different GPU and data
+set: LLM-Inference-Bench's A100 static batches (all B requests of L prompt tokens sent at once,
+timed until the last of them has generated L tokens).
+
+Every figure here comes from full simulations of the fitted profiles (see
+:mod:`cbsim.calibration.e2e`). The overhead at a batch size is what a step of that many decoding
+requests pays beyond its kernels, on a reference decode step (Llama-3.1-8B on one H100, 1k context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from cbsim.calibration import e2e
+from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
+from cbsim.calibration.errors import ape
+from cbsim.cost import CostModel
+from cbsim.cost.engine_profile import (
+    EngineProfile,
+    engine_names,
+    load_engine_profile,
+    write_engine_profile,
+)
+from cbsim.errors import CbsimError, UserError
+
+REPORT_BATCHES = (1, 64, 512, 4096)
+REFERENCE = ("llama-3.1-8b", "h100-sxm", 1024)
+SHARED_ENGINES = ("vllm", "sglang", "tensorrt-llm")
+
+
+def overhead_at_batches(profile: EngineProfile) -> pd.DataFrame:
+    """CPU time per step and what it adds to the reference decode step, at the report's batches."""
+    model, gpu, context = REFERENCE
+    cost = CostModel(model, gpu, engine=profile)
+    kernels = CostModel(model, gpu, engine="none")
+    rows = []
+    for batch in REPORT_BATCHES:
+        gpu_s = kernels.decode_time(batch, batch * (context + 1))
+        added = profile.overhead.added_time(gpu_s, batch, batch)
+        rows.append(
+            {
+                "engine": profile.engine,
+                "batch": batch,
+                "cpu_ms": 1e3 * profile.overhead.cpu_time(batch, batch),
+                "kernels_ms": 1e3 * gpu_s,
+                "added_ms": 1e3 * added,
+                "added_pct": 100.0 * added / cost.decode_time(batch, batch * (context + 1)),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def error_rows(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Median and P90 APE (%) of TTFT, TPOT and output tokens/s per group, in-sample and held out."""
+
+    def stats(group: pd.DataFrame) -> pd.Series:
+        out: dict[str, float] = {"benchmarks": float(len(group))}
+        for metric, measured, predicted in (
+            ("ttft", "ttft_mean_s", "predicted_ttft_s"),
+            ("tpot", "tpot_mean_s", "predicted_tpot_s"),
+            ("tok/s", "measured_tokens_per_s", "predicted_tokens_per_s"),
+        ):
+            for label, column in (("fit", predicted), ("held", _held(predicted))):
+                if column not in group:
+                    continue
+                errors = 100.0 * ape(group[column].to_numpy(), group[measured].to_numpy())
+                out[f"{metric} {label} med"] = float(np.median(errors))
+                out[f"{metric} {label} p90"] = float(np.percentile(errors, 90))
+        return pd.Series(out)
+
+    grouped = rows.groupby(by, sort=True)[list(rows.columns)]
+    table = grouped.apply(stats).reset_index() if by else stats(rows).to_frame().T
+    if by:
+        total = stats(rows).to_frame().T
+        for column in by:
+            total[column] = "all"
+        table = pd.concat([table, total[table.columns]], ignore_index=True)
+    return table
+
+
+def _held(predicted: str) -> str:
+    if predicted == "predicted_tokens_per_s":
+        return "holdout_tokens_per_s"
+    return predicted.replace("predicted_", "holdout_")
+
+
+def _print_table(frame: pd.DataFrame, title: str) -> None:
+    table = Table(title=title)
+    for column in frame.columns:
+        table.add_column(str(column), justify="left" if frame[column].dtype == object else "right")
+    for row in frame.itertuples(index=False):
+        table.add_row(*(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row))
+    Console().print(table)
+
+
+def _markdown(frame: pd.DataFrame) -> str:
+    return frame.round(1).to_markdown(index=False)
+
+
+# --------------------------------------------------------------------------- A100 check
+
+
+def static_batch_check(profile: EngineProfile, framework: str) -> pd.DataFrame:
+    """The profile on LLM-Inference-Bench's A100 static batches of ``framework``: each batch of
+    B requests (L prompt tokens, L output tokens, all sent at once) simulated under the engine's
+    defaults on the A100's kernels; ``measured_s`` against ``predicted_s`` (the last finish)."""
+    from cbsim.calibration.data import argonne_static_batches
+    from cbsim.calibration.overhead import MODELS, static_batch_scenario
+    from cbsim.simulate import simulate
+
+    data = argonne_static_batches()
+    data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
+    path = e2e._profile_path(profile)
+    rows = []
+    for model_id, tp, length, batch, latency in zip(
+        data["model"].astype(str),
+        data["tp"].astype(int),
+        data["length"].astype(int),
+        data["batch_size"].astype(int),
+        data["latency_s"].astype(float),
+        strict=True,
+    ):
+        scenario = static_batch_scenario(MODELS[model_id], tp, length, batch, {"engine": path})
+        summary = simulate(scenario).summary
+        rows.append(
+            {
+                "engine": profile.engine,
+                "model": MODELS[model_id],
+                "tp": tp,
+                "length": length,
+                "batch": batch,
+                "measured_s": latency,
+                "predicted_s": summary["makespan_s"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+ARGONNE_FRAMEWORKS = {"vllm": "vLLM", "tensorrt-llm": "TensorRT-LLM"}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def shared_report(
+    out: Path, *, progress: Callable[[str], None] | None = None
+) -> dict[str, pd.DataFrame]:
+    """Fit every engine on the shipped H100 benchmarks with leave-one-model-out, check the fitted
+    profiles on the A100 static batches, and write the tables (CSV and Markdown) to ``out``."""
+    say = progress or (lambda message: None)
+    shared = shared_h100_benchmarks()
+    results: dict[str, pd.DataFrame] = {}
+    per_model, overheads, excluded, statics, rows = [], [], [], [], []
+    for engine in SHARED_ENGINES:
+        say(f"{engine}: fitting on the H100 benchmarks (leave one model out)")
+        fit = e2e.fit_engine(
+            shared[shared["engine"] == engine],
+            load_engine_profile(engine),
+            holdout="model",
+            progress=_prefixed(say, engine),
+        )
+        rows.append(fit.rows)
+        per_model.append(error_rows(fit.rows, ["engine", "model"]))
+        overheads.append(overhead_at_batches(fit.profile))
+        excluded.append(fit.excluded.assign(engine=engine))
+        if engine in ARGONNE_FRAMEWORKS:
+            say(f"{engine}: the H100 fit on the A100 static batches")
+            check = static_batch_check(fit.profile, ARGONNE_FRAMEWORKS[engine])
+            statics.append(check)
+    results["errors"] = pd.concat(per_model, ignore_index=True)
+    results["overhead"] = pd.concat(overheads, ignore_index=True)
+    results["rows"] = pd.concat(rows, ignore_index=True)
+    skipped = pd.concat(excluded, ignore_index=True)
+    results["excluded"] = (
+        skipped.groupby(["engine", "skipped"]).size().rename("benchmarks").reset_index()
+    )
+    if statics:
+        static = pd.concat(statics, ignore_index=True)
+        errors = 100.0 * ape(static["predicted_s"].to_numpy(), static["measured_s"].to_numpy())
+        static = static.assign(ape_pct=errors)
+        results["a100_static"] = (
+            static.groupby("engine")["ape_pct"]
+            .agg(batches="size", median="median", p90=lambda v: np.percentile(v, 90))
+            .reset_index()
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    sections = ["# End-to-end validation on the shipped benchmarks\n"]
+    titles = {
+        "errors": "Median / P90 absolute % error per engine and model (fit: in-sample; held: "
+        "leave-one-model-out)",
+        "overhead": "Engine overhead per decode step (Llama-3.1-8B, one H100, 1k context)",
+        "a100_static": "H100-fitted profiles on LLM-Inference-Bench's A100 static batches (APE %)",
+        "excluded": "Benchmarks left out",
+    }
+    for key, title in titles.items():
+        if key in results:
+            results[key].to_csv(out / f"{key.replace('/', '_')}.csv", index=False)
+            sections.append(f"## {title}\n\n{_markdown(results[key])}\n")
+    results["rows"].to_csv(out / "predictions.csv", index=False)
+    (out / "report.md").write_text("\n".join(sections))
+    return results
+
+
+def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    return lambda message: say(f"{prefix}: {message}")
+
+
+def print_shared_report(results: dict[str, pd.DataFrame]) -> None:
+    _print_table(results["errors"], "H100 benchmarks: absolute % error (fit / leave-one-model-out)")
+    _print_table(results["overhead"], "engine overhead per decode step")
+    if "a100_static" in results:
+        _print_table(results["a100_static"], "H100 fits on A100 static batches: APE %")
+    _print_table(results["excluded"], "benchmarks left out")
+
+
+# --------------------------------------------------------------------------- command
+
+
+@click.command("e2e")
+@click.option("--engine", "-e", required=True, help="The engine the benchmarks ran (its name).")
+@click.option(
+    "--data", "-d", "paths", multiple=True, required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Benchmark results: AI Configurator CSV, vLLM `bench serve` JSON, or a normalised CSV "
+    "(repeatable).",
+)  # fmt: skip
+@click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--base", default=None,
+    help="Engine profile whose kernels and defaults to start from (default: the shipped profile "
+    "of --engine, else vllm's).",
+)  # fmt: skip
+@click.option("--gpu", default=None, help="For result files that do not record it (vLLM JSON).")
+@click.option("--model", default=None, help="Catalog model or config.json, where not recorded.")
+@click.option("--dtype", default=None, help="Weight precision, where not recorded.")
+@click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor parallelism.")
+@click.option(
+    "--holdout", type=click.Choice(["config", "model"]), default="config", show_default=True,
+    help="What the held-out error leaves out: a configuration (model, GPU, tp, dtype) or a model.",
+)  # fmt: skip
+def e2e_command(
+    engine: str,
+    paths: tuple[Path, ...],
+    out: Path,
+    base: str | None,
+    gpu: str | None,
+    model: str | None,
+    dtype: str | None,
+    tp: int | None,
+    holdout: str,
+) -> None:
+    """Fit an engine profile to your own end-to-end benchmark results and report its error."""
+    try:
+        frame = read_benchmarks(
+            list(paths), engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
+        )
+        frame = frame[frame["engine"] == engine]
+        if frame.empty:
+            raise CbsimError(f"no benchmark of engine {engine!r} in the data", field="--engine")
+        name = base or (engine if engine in engine_names() else "vllm")
+        try:
+            start = load_engine_profile(name)
+        except CbsimError as err:
+            raise err.located(field="--base") from None
+        start = start.model_copy(update={"engine": engine})
+        fit = e2e.fit_engine(frame, start, holdout=holdout, progress=lambda m: click.echo(m))
+        write_engine_profile(fit.profile, out)
+    except CbsimError as err:
+        raise UserError(str(err)) from None
+    _print_table(error_rows(fit.rows, ["config"]), f"{engine}: absolute % error")
+    _print_table(overhead_at_batches(fit.profile), "overhead per decode step")
+    if len(fit.excluded):
+        counts = fit.excluded.groupby("skipped").size().rename("benchmarks").reset_index()
+        _print_table(counts, "benchmarks left out")
+    step = fit.profile.overhead
+    click.echo(
+        f"fitted: CPU {1e3 * step.cpu_s:.3f} ms + {1e6 * step.cpu_per_request_s:.2f} µs/request "
+        f"+ {1e6 * step.cpu_per_token_s:.3f} µs/token ({'overlapped' if step.overlap else 'serial'})"
+        f", serial {1e3 * step.serial_s:.3f} ms + {1e6 * step.serial_per_request_s:.2f} µs/request"
+        f", front end {1e3 * fit.profile.frontend.request_s:.1f} ms per request"
+    )
+    click.echo(f"profile: {out} (use it with cluster.engine: {out})")

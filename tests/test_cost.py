@@ -266,3 +266,23 @@ def test_cost_params_validation():
     assert CostModel.bare_roofline(params=faster).gemm_time(1, 4096, 4096) == pytest.approx(
         base - CostParams().gemm_floor_s, rel=1e-12
     )
+
+
+def test_compiled_fits_predict_bit_for_bit():
+    import random
+
+    from cbsim.calibration.profile import load_profile
+
+    rng = random.Random(7)
+    profile = load_profile("h100-sxm")
+    fits = [*profile.decode_attention.values(), *profile.prefill_attention.values()]
+    fits += list(profile.gemm.values())
+    for fit in fits:
+        if fit.correction is not None and "kv_heads" in fit.correction.features:
+            fit = fit.specialize({"kv_heads": 8.0, "group": 4.0, "head_dim": 128.0})
+        compiled = fit.compiled()
+        count = len(fit.correction.features) if fit.correction is not None else 0
+        for _ in range(500):
+            args = (rng.random() * 1e12, rng.random() * 1e9, 9.89e14, 3.35e12)
+            features = [2 ** rng.uniform(-3, 22) for _ in range(count)]
+            assert compiled(*args, *features) == fit.predict(*args, *features)

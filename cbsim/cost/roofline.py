@@ -52,6 +52,7 @@ WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
 DECODE_QUERY_MAX = 64
 
 ELEMENTWISE_KERNELS_PER_LAYER = 5  # 2 norms, rotary, activation, residual (partly fused)
+FUSED_ELEMENTWISE_KERNELS = 4  # 2 add+RMSNorm, SwiGLU, rotary
 
 
 def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
@@ -290,8 +291,8 @@ class CostModel:
         }
         decode = _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
         prefill = _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
-        self._decode_fit = decode.specialize(heads) if decode is not None else None
-        self._prefill_fit = prefill.specialize(heads) if prefill is not None else None
+        self._decode_fit = decode.specialize(heads).compiled() if decode is not None else None
+        self._prefill_fit = prefill.specialize(heads).compiled() if prefill is not None else None
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
@@ -339,7 +340,7 @@ class CostModel:
             batch = max(requests, 1)
             # decode data is keyed by cached context, prefill data by input length
             per_request = (kv_tokens - tokens) / batch if decode else tokens / batch
-            fitted = fit.predict(
+            fitted = fit(
                 flops,
                 bytes_moved,
                 self._attn_flops,
@@ -369,11 +370,17 @@ class CostModel:
             return 0.0
         m = self.model
         h = m.hidden_size
+        activation = 3 * m.intermediate_size // self.tp  # read gate and up, write
+        rotary = 2 * (self._q_heads + self._kv_heads) * m.head_dim  # q and k, in place
+        if self.engine.fused_elementwise:
+            # two add+RMSNorm kernels (read input and residual, write both), SwiGLU, rotary
+            bytes_moved = tokens * (2 * 4 * h + activation + rotary) * self._act_bytes
+            return self._streamed(bytes_moved, FUSED_ELEMENTWISE_KERNELS)
         per_token = (
             2 * 2 * h  # two RMSNorms, read + write
             + 2 * 3 * h  # two residual adds, read 2 + write 1
-            + 3 * m.intermediate_size // self.tp  # activation: read gate and up, write
-            + 2 * (self._q_heads + self._kv_heads) * m.head_dim  # rotary on q and k
+            + activation
+            + rotary
         )
         bytes_moved = tokens * per_token * self._act_bytes
         fit = self.calibration.elementwise if self.calibration is not None else None
@@ -382,6 +389,16 @@ class CostModel:
         p = self.params
         t = bytes_moved / (self.gpu.hbm_bandwidth * p.elementwise_memory_eff)
         return t + ELEMENTWISE_KERNELS_PER_LAYER * p.elementwise_floor_s
+
+    def _streamed(self, bytes_moved: float, kernels: int) -> float:
+        """Memory-bound kernels at the efficiency and floor the GPU's 16-bit GEMMs were measured
+        to stream weights with (the raw roofline's element-wise ones when uncalibrated)."""
+        fit = self._head_fit
+        if fit is not None:
+            return bytes_moved / (self.gpu.hbm_bandwidth * fit.memory_eff) + kernels * fit.floor_s
+        p = self.params
+        t = bytes_moved / (self.gpu.hbm_bandwidth * p.elementwise_memory_eff)
+        return t + kernels * p.elementwise_floor_s
 
     def allreduce_time(self, tokens: int) -> float:
         """Seconds for one ring all-reduce of the tokens' hidden states across the TP group."""

@@ -64,8 +64,10 @@ class Replica:
     # still to come when it started (the state a step-by-step replica would show at any time)
     run_ends: list[float] | None = None
     run_remaining: np.ndarray | None = None
-    # while a decode run is in flight: triggered when an arrival lands here (closed loop)
+    # while a decode run is in flight: triggered when an arrival lands here early enough to cut
+    # it (before its last iteration starts; one arriving later is seen when the run ends)
     poke: simpy.Event | None = None
+    poke_until: float = -math.inf
     last_row: int = -1  # the recorder row of this replica's latest iteration
     delivered_s: float = 0.0  # when its front end has streamed every token emitted so far
     inbound_tokens: int = 0  # outstanding tokens of requests still in its front end
@@ -82,6 +84,7 @@ class Replica:
 
     def start_run(self, run: DecodeRun) -> None:
         self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+        self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
         self.run_remaining = np.fromiter(
             (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
         )
@@ -125,13 +128,12 @@ class Simulation:
         ]
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
-        self.recorder.frontend = self.frontend
         self.requests: list[Request] = []
         self._progress = progress
         self._done = 0
         self._next_arrival = 0
         self._finished: list[Request] = []
-        # closed loop: server arrivals scheduled but not yet happened (a heap of times)
+        # sends and front-end arrivals scheduled but not yet happened (a heap of times)
         self._pending: list[float] = []
         self._sends_now = (-1.0, 0)  # (time, sends at that time): catches a loop of rejections
         self._outbox: deque[tuple[int, float]] = deque()
@@ -224,7 +226,11 @@ class Simulation:
         if replica.wake is not None:
             wake, replica.wake = replica.wake, None
             wake.succeed()
-        elif replica.poke is not None and not replica.poke.triggered:
+        elif (
+            replica.poke is not None
+            and not replica.poke.triggered
+            and self.env.now <= replica.poke_until
+        ):
             replica.poke.succeed()
 
     def _rejection_reason(self, req: Request) -> str:

@@ -36,8 +36,8 @@ POLICIES: dict[str, dict[str, Any]] = {
 def scenario(
     rate: float, policy: str, requests: int, calibration: str = "default"
 ) -> dict[str, Any]:
-    """One sweep point; ``calibration="none"`` prices it on the raw roofline with the cost model's
-    default overheads instead of the calibrated H100 profile and fitted vLLM overhead."""
+    """One sweep point; ``calibration="none"`` prices it on the bare roofline (uncalibrated, no
+    engine overhead) instead of the calibrated H100 profile and vLLM's engine profile."""
     speculative = {
         "proposer": {"kind": "eagle"},
         "acceptance": {"kind": "per_request", "mean": 0.6, "concentration": 8},
@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument(
         "--calibration",
         default="default",
-        help="'default' (calibrated H100 + fitted vLLM overhead) or 'none' (raw roofline)",
+        help="'default' (calibrated H100 + vLLM engine profile) or 'none' (bare roofline)",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -113,7 +113,9 @@ def test_elementwise_fit_is_sane() -> None:
         assert 2e-6 <= fit.floor_s <= 30e-6
         assert fit.correction is not None
         assert fit.correction.features == ["tokens"]
-        model = CostModel("llama-3-8b", gpu, dtype="bf16", calibration=_only_elementwise(fit))
+        model = CostModel(
+            "llama-3-8b", gpu, dtype="bf16", calibration=_only_elementwise(fit), engine=None
+        )
         small, large = model.elementwise_time(1), model.elementwise_time(32768)
         assert 5e-6 <= small <= 60e-6
         # large batches are bandwidth-bound: time about proportional to tokens
@@ -133,7 +135,7 @@ def test_vidur_profile_contents(h100_profile: CalibrationProfile) -> None:
     assert h100_profile.elementwise is not None
     copy = CalibrationProfile.model_validate(h100_profile.model_dump(mode="json"))
     assert copy == h100_profile
-    model = CostModel("llama-3-8b", H100, tp=2, calibration=h100_profile)
+    model = CostModel("llama-3-8b", H100, tp=2, calibration=h100_profile, engine=None)
     assert model.allreduce_time(64) == h100_profile.allreduce["2"](64 * 4096 * 2.0)
 
 
@@ -178,7 +180,7 @@ def test_decode_step_never_beats_the_roofline_bound(
 ) -> None:
     model = get_model("llama-3-8b")
     gpu = get_gpu(H100)
-    cost = CostModel("llama-3-8b", H100, tp=tp, dtype="bf16", calibration=h100_profile)
+    cost = CostModel("llama-3-8b", H100, tp=tp, dtype="bf16", calibration=h100_profile, engine=None)
     # every weight but the embedding table (a decode step gathers B of its rows) is read once
     weight_params = model.param_count() - model.embedding_param_count()
     for batch_size in (1, 64):

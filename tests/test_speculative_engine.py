@@ -115,10 +115,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 @pytest.fixture(scope="module")
 def load_sweep():
-    """The load sweep on the raw roofline with default overheads, where verification's B·(k + 1)
-    tokens make fixed large k lose at high load. (Under the calibrated H100 profile and the fitted
-    vLLM overhead of ~0.1 ms per request per iteration, fewer iterations save so much engine time
-    that speculation keeps paying at saturation: see the README.)"""
+    """The load sweep on the bare roofline (no engine overhead), where verification's B·(k + 1)
+    tokens make fixed large k lose at high load. (With the calibrated H100 profile and vLLM's
+    engine profile the balance shifts: see the README's speculative decoding section.)"""
     from spec_load_sweep import POLICIES, run_point
 
     rows = [run_point((rate, policy, 500, "none")) for rate in (5.0, 45.0) for policy in POLICIES]

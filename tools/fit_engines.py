@@ -13,6 +13,7 @@ docs/engines.md and the --out folder. About ten minutes on two cores.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from cbsim.calibration import e2e
@@ -49,7 +50,7 @@ def main() -> None:
             shared[shared["engine"] == engine],
             base_profile(engine),
             holdout="model",
-            progress=lambda message, engine=engine: print(f"  {engine}: {message}"),
+            progress=_printer(engine),
         )
         overhead = overhead_at_batches(fit.profile)
         errors = error_rows(fit.rows, ["model"])
@@ -93,6 +94,10 @@ def main() -> None:
         print(f"{engine}: written")
     DOCS.write_text("\n".join(sections))
     print(f"wrote {DOCS}")
+
+
+def _printer(engine: str) -> Callable[[str], None]:
+    return lambda message: print(f"  {engine}: {message}")
 
 
 def _median(values: object) -> float:

@@ -70,9 +70,9 @@ def kernel_sections(validate: bool) -> list[str]:
         for stale in (PROFILES / gpu).glob("transfer-*.json"):  # measured now: no transfer
             stale.unlink()
     for target, source in TRANSFER_SOURCE.items():
-        moved = transfer_profile(fitted[source], target)
-        write_json(moved, PROFILES / target / f"{moved.name}.json")
-        (PROFILES / target / "default.txt").write_text(moved.name + "\n")
+        transferred = transfer_profile(fitted[source], target)
+        write_json(transferred, PROFILES / target / f"{transferred.name}.json")
+        (PROFILES / target / "default.txt").write_text(transferred.name + "\n")
     for gpu in ("a100-80gb", "h100-sxm"):
         write_json(vidur.fit_vidur_profile(gpu), PROFILES / gpu / "vidur.json")
     load_profile.cache_clear()

@@ -59,7 +59,7 @@ PARAMETERS = (
 SCALES = np.array([1e-3, 1e-5, 1e-6, 1e-3, 1e-5, 1e-2, 1e-5])
 # a mild pull of every term towards zero, in units of its scale: CPU work the kernels hide on
 # the benchmarks fitted is otherwise unconstrained, and would surface on faster GPUs or models
-RIDGE = 0.05
+RIDGE = 0.005
 
 
 # --------------------------------------------------------------------------- scenarios

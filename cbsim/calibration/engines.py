@@ -25,7 +25,8 @@ fitted overhead is the overhead *under these defaults*.
   of 32 tokens; ``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations;
   NVIDIA's fp8 checkpoints quantise the KV cache to fp8 too.
 
-All three overlap the CPU side of a step with the GPU's work on the previous one — vLLM's async
+All three fuse each residual add into the RMSNorm that follows it and the SwiGLU activation into
+one kernel. All three overlap the CPU side of a step with the GPU's work on the previous one — vLLM's async
 scheduling (on by default since the end of 2025), SGLang's overlap scheduler, TensorRT-LLM's
 overlap scheduler — so their CPU time per step hides behind the kernels until it exceeds them:
 the fit learns how much CPU time there is, not whether it overlaps.
@@ -102,6 +103,7 @@ def base_profile(engine: str) -> EngineProfile:
         engine=engine,
         version=VERSIONS.get(engine, ""),
         overhead=StepOverhead(overlap=engine in OVERLAPPING_ENGINES),
+        fused_elementwise=True,
         kernel_transfer=(
             KernelTransfer(gpu="h100-sxm", profile=ENGINE_KERNELS[engine]["h100-sxm"])
             if engine in ENGINE_KERNELS

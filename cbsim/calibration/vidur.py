@@ -285,8 +285,14 @@ def elementwise_bytes(frame: pd.DataFrame, gpu: str) -> np.ndarray:
     out = np.empty(len(frame))
     tokens = frame["num_tokens"].to_numpy(np.int64)
     for name, tp, group in _by_model_tp(frame):
+        # Vidur timed unfused PyTorch operators: price them as the bare engine does
         cost = CostModel(
-            row_model(group.iloc[0].to_dict(), name), device, tp, VIDUR_DTYPE, calibration=counter
+            row_model(group.iloc[0].to_dict(), name),
+            device,
+            tp,
+            VIDUR_DTYPE,
+            calibration=counter,
+            engine=None,
         )
         where = np.flatnonzero(
             (frame["model"].astype(str).to_numpy() == name) & (frame["tp"].to_numpy() == tp)
@@ -345,7 +351,7 @@ def layer_totals(
     tps = frame["tp"].to_numpy(np.int64)
     for name, tp, group in _by_model_tp(frame):
         shape = row_model(group.iloc[0].to_dict(), name)
-        cost = CostModel(shape, device, tp, VIDUR_DTYPE, calibration=profile)
+        cost = CostModel(shape, device, tp, VIDUR_DTYPE, calibration=profile, engine=None)
         for i in np.flatnonzero((models == name) & (tps == tp)):
             # the shape has one layer, so these are one layer's times
             qkv, o_proj, mlp, elementwise, _ = cost._linear_times(int(tokens[i]))

@@ -7,6 +7,10 @@ reasons, and an engine profile holds all three:
   per GPU, the calibration profile fitted to *that engine's* measured kernel tables; on a GPU not
   listed, ``kernel_transfer`` scales the GPU's default (vLLM-fitted) profile by the engine/vLLM
   ratio measured on another GPU, shape by shape; without it the GPU's default profile is used.
+  ``fused_elementwise``: the engine fuses each residual add into the RMSNorm after it and the
+  SwiGLU activation into one kernel (vLLM, SGLang and TensorRT-LLM do), so a layer's element-wise
+  work is four memory-bound kernels (two add+norm, activation, rotary) streaming at the
+  GPU's calibrated memory efficiency, instead of the unfused operators Vidur timed.
 * **CPU work per step.** Beyond its kernels an engine step pays for scheduling, preparing inputs,
   sampling and handing outputs back. Modern engines hide most of it behind the GPU (vLLM V1's async
   scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler) and replay decode
@@ -211,6 +215,7 @@ class EngineProfile(_Strict):
     version: str = ""
     kernels: dict[str, str] = Field(default_factory=dict)
     kernel_transfer: KernelTransfer | None = None
+    fused_elementwise: bool = False
     overhead: StepOverhead = Field(default_factory=StepOverhead)
     frontend: Frontend = Field(default_factory=Frontend)
     defaults: EngineDefaults = Field(default_factory=EngineDefaults)

@@ -1,0 +1,112 @@
+"""Fitting engine profiles to end-to-end benchmarks: exact re-pricing, the command, its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cbsim.calibration import e2e
+from cbsim.calibration.benchmarks import read_benchmarks
+from cbsim.cli import cli
+from cbsim.cost.engine_profile import (
+    Frontend,
+    StepOverhead,
+    load_engine_profile,
+    read_engine_profile,
+)
+from cbsim.simulate import simulate
+
+DATA = Path(__file__).parent / "data" / "e2e" / "trtllm_llama8b.csv"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    frame = read_benchmarks([DATA])
+    usable, skipped = e2e.usable(frame)
+    assert skipped.empty
+    return usable
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_recorded_sequence_prices_any_overhead_exactly(rows, overlap: bool) -> None:
+    """In a closed loop without think time, which requests run in which step does not depend on
+    how long steps take: re-pricing the bare-kernel sequence equals simulating with overhead."""
+    base = load_engine_profile("tensorrt-llm")
+    overhead = StepOverhead(
+        cpu_s=3e-3, cpu_per_request_s=4e-5, cpu_per_token_s=1e-6, overlap=overlap, serial_s=2e-4
+    )
+    sequences = e2e.record_sequences(rows, base)
+    ttft, tpot = e2e.SequenceSet.of(sequences).price(overhead, Frontend())
+    profile = base.model_copy(update={"overhead": overhead, "frontend": Frontend()})
+    for i, (_, row) in enumerate(rows.iterrows()):
+        summary = simulate(e2e.benchmark_scenario(row, profile)).summary
+        assert ttft[i] == pytest.approx(summary["ttft_mean_s"], rel=1e-9)
+        assert tpot[i] == pytest.approx(summary["tpot_mean_s"], rel=1e-9)
+
+
+def test_fit_recovers_a_known_overhead(rows) -> None:
+    """Benchmarks made by cbsim itself with a known overhead are fitted back to it."""
+    base = load_engine_profile("tensorrt-llm")
+    truth = StepOverhead(cpu_s=4e-3, cpu_per_request_s=5e-5, overlap=False)
+    profile = base.model_copy(update={"overhead": truth, "frontend": Frontend()})
+    made = rows.copy()
+    for i, (_, row) in enumerate(rows.iterrows()):
+        summary = simulate(e2e.benchmark_scenario(row, profile)).summary
+        made.loc[made.index[i], "ttft_mean_s"] = summary["ttft_mean_s"]
+        made.loc[made.index[i], "tpot_mean_s"] = summary["tpot_mean_s"]
+    sequences = e2e.SequenceSet.of(e2e.record_sequences(made, base))
+    fit = e2e.fit_engine_terms(
+        sequences, made["ttft_mean_s"].to_numpy(), made["tpot_mean_s"].to_numpy(), overlap=False
+    )
+    ttft, tpot = sequences.price(fit.overhead, fit.frontend)
+    np.testing.assert_allclose(tpot, made["tpot_mean_s"], rtol=0.02)
+    np.testing.assert_allclose(ttft, made["ttft_mean_s"], rtol=0.05)
+
+
+def test_calibrate_e2e_writes_a_usable_profile(tmp_path: Path) -> None:
+    out = tmp_path / "mine.json"
+    result = CliRunner().invoke(
+        cli,
+        ["calibrate", "e2e", "--engine", "tensorrt-llm", "--data", str(DATA), "--out", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    assert "absolute % error" in result.output
+    profile = read_engine_profile(out)
+    assert profile.engine == "tensorrt-llm"
+    assert profile.fitted_range is not None and profile.fitted_range.batch_size[1] >= 8
+    assert profile.provenance["e2e_tpot"].holdout == "leave-one-config-out"
+    assert profile.kernels == load_engine_profile("tensorrt-llm").kernels
+    row = read_benchmarks([DATA]).iloc[0]
+    summary = simulate(e2e.benchmark_scenario(row, str(out))).summary
+    assert summary["tpot_mean_s"] == pytest.approx(row["tpot_mean_s"], rel=0.3)
+
+
+def test_calibrate_e2e_without_usable_rows_is_a_clear_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "calibrate",
+            "e2e",
+            "--engine",
+            "sglang",
+            "--data",
+            str(DATA),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+    )
+    assert result.exit_code == 2
+    assert "no benchmark of engine 'sglang'" in result.output
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_closed_loop_rate_is_littles_law() -> None:
+    import pandas as pd
+
+    rate = e2e.closed_loop_rate(
+        pd.Series([8.0]), pd.Series([101.0]), pd.Series([0.1]), pd.Series([0.01])
+    )
+    assert rate.iloc[0] == pytest.approx(8 * 101 / (0.1 + 100 * 0.01))

@@ -37,7 +37,6 @@ from cbsim.request import Request, Status
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
-    from cbsim.cost.engine_profile import Frontend
     from cbsim.decode_run import DecodeRun
     from cbsim.scheduler.base import Batch
 
@@ -80,7 +79,6 @@ class Recorder:
         self._waiting = array("q")
         self._gap_tokens = array("q")
         self._delivered = array("d")  # front-end delivery times, only when the front end streams
-        self.frontend: Frontend | None = None
         self.itl: dict[str, float] = {}
         # speculative columns, filled only when the scenario speculates (no decode runs then)
         self.speculative = scenario.speculative.enabled

@@ -31,33 +31,37 @@ def rows():
 
 
 @pytest.mark.parametrize("overlap", [True, False])
-def test_a_recorded_sequence_prices_any_overhead_exactly(rows, overlap: bool) -> None:
+def test_a_recorded_sequence_prices_any_overhead_exactly(
+    rows, overlap: bool, tmp_path: Path
+) -> None:
     """In a closed loop without think time, which requests run in which step does not depend on
     how long steps take: re-pricing the bare-kernel sequence equals simulating with overhead."""
     base = load_engine_profile("tensorrt-llm")
     overhead = StepOverhead(
         cpu_s=3e-3, cpu_per_request_s=4e-5, cpu_per_token_s=1e-6, overlap=overlap, serial_s=2e-4
     )
-    sequences = e2e.record_sequences(rows, base)
+    files = e2e.ProfileFiles(tmp_path)
+    sequences = e2e.record_sequences(rows, base, files)
     ttft, tpot = e2e.SequenceSet.of(sequences).price(overhead, Frontend())
     profile = base.model_copy(update={"overhead": overhead, "frontend": Frontend()})
     for i, (_, row) in enumerate(rows.iterrows()):
-        summary = simulate(e2e.benchmark_scenario(row, profile)).summary
+        summary = simulate(e2e.benchmark_scenario(row, files.path(profile))).summary
         assert ttft[i] == pytest.approx(summary["ttft_mean_s"], rel=1e-9)
         assert tpot[i] == pytest.approx(summary["tpot_mean_s"], rel=1e-9)
 
 
-def test_fit_recovers_a_known_overhead(rows) -> None:
+def test_fit_recovers_a_known_overhead(rows, tmp_path: Path) -> None:
     """Benchmarks made by cbsim itself with a known overhead are fitted back to it."""
     base = load_engine_profile("tensorrt-llm")
     truth = StepOverhead(cpu_s=4e-3, cpu_per_request_s=5e-5, overlap=False)
     profile = base.model_copy(update={"overhead": truth, "frontend": Frontend()})
+    files = e2e.ProfileFiles(tmp_path)
     made = rows.copy()
     for i, (_, row) in enumerate(rows.iterrows()):
-        summary = simulate(e2e.benchmark_scenario(row, profile)).summary
+        summary = simulate(e2e.benchmark_scenario(row, files.path(profile))).summary
         made.loc[made.index[i], "ttft_mean_s"] = summary["ttft_mean_s"]
         made.loc[made.index[i], "tpot_mean_s"] = summary["tpot_mean_s"]
-    sequences = e2e.SequenceSet.of(e2e.record_sequences(made, base))
+    sequences = e2e.SequenceSet.of(e2e.record_sequences(made, base, files))
     fit = e2e.fit_engine_terms(
         sequences, made["ttft_mean_s"].to_numpy(), made["tpot_mean_s"].to_numpy(), overlap=False
     )
@@ -110,3 +114,34 @@ def test_closed_loop_rate_is_littles_law() -> None:
         pd.Series([8.0]), pd.Series([101.0]), pd.Series([0.1]), pd.Series([0.01])
     )
     assert rate.iloc[0] == pytest.approx(8 * 101 / (0.1 + 100 * 0.01))
+
+
+def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
+    """`cbsim calibrate report --e2e` end to end, on a few of the shipped benchmarks per engine
+    (the full report simulates about a thousand; tools/fit_engines.py makes the same tables)."""
+    import cbsim.calibration.data as data
+    import cbsim.calibration.e2e_report as report
+    from cbsim.calibration.benchmarks import shared_h100_benchmarks
+
+    shared = shared_h100_benchmarks()
+    small = shared[(shared["osl"] <= 256) & (shared["isl"] <= 1024) & shared["model"].notna()]
+    small = small[(small["concurrency"] <= 16) & (small["mode"] == "agg")]
+    picked = small.groupby(["engine", "model"], group_keys=False).head(3)
+    monkeypatch.setattr(report, "shared_h100_benchmarks", lambda: picked)
+    batches = data.argonne_static_batches()
+    few = (
+        batches[(batches["length"] <= 128) & (batches["batch_size"] <= 8)]
+        .groupby("framework", observed=True, group_keys=False)
+        .head(2)
+    )
+    monkeypatch.setattr(data, "argonne_static_batches", lambda: few)
+    monkeypatch.setattr(e2e, "DELAY_SAMPLE", 3)
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["calibrate", "report", "--e2e", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "leave-one-model-out" in result.output
+    errors = (out / "errors.csv").read_text()
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        assert engine in errors
+    assert (out / "overhead.csv").is_file() and (out / "a100_static.csv").is_file()
+    assert (out / "report.md").read_text().startswith("# End-to-end validation")

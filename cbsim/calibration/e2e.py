@@ -31,14 +31,22 @@ by more than the kernel tables' own error) ran something cbsim does not model an
 
 from __future__ import annotations
 
+import hashlib
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from cbsim.cost.engine_profile import EngineProfile, Frontend, StepOverhead
+from cbsim.cost.engine_profile import (
+    EngineProfile,
+    Frontend,
+    StepOverhead,
+    write_engine_profile,
+)
 from cbsim.errors import CbsimError
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import simulate
@@ -65,10 +73,10 @@ RIDGE = 0.005
 # --------------------------------------------------------------------------- scenarios
 
 
-def benchmark_scenario(row: pd.Series, engine: str | EngineProfile) -> Scenario:
-    """One measured benchmark as a scenario under the engine's defaults: closed loop of its
-    concurrency (or open loop at its request rate), fixed lengths, its model, GPU and layout."""
-    engine_name = engine if isinstance(engine, str) else _profile_path(engine)
+def benchmark_scenario(row: pd.Series, engine: str) -> Scenario:
+    """One measured benchmark as a scenario under an engine's defaults (``engine``: a name or a
+    profile path): closed loop of its concurrency (or open loop at its request rate), fixed
+    lengths, its model, GPU and layout."""
     concurrency = float(row["concurrency"])
     rate = float(row.get("request_rate", np.nan))
     if np.isfinite(concurrency) and concurrency >= 1:
@@ -87,7 +95,7 @@ def benchmark_scenario(row: pd.Series, engine: str | EngineProfile) -> Scenario:
         "gpu": row["gpu"],
         "tp": int(row["tp"]) if _known(row.get("tp")) else 1,
         "dtype": row["dtype"],
-        "engine": engine_name,
+        "engine": engine,
     }
     if isinstance(row.get("kv_dtype"), str):
         cluster["kv_dtype"] = row["kv_dtype"]
@@ -109,23 +117,19 @@ def _known(value: object) -> bool:
     return value is not None and not pd.isna(value)  # type: ignore[call-overload]
 
 
-_PROFILE_FILES: dict[int, str] = {}
+@dataclass(frozen=True)
+class ProfileFiles:
+    """Trial engine profiles as files a scenario can name (``cluster.engine`` takes a path),
+    kept in a folder the fit owns and removes when it ends."""
 
+    folder: Path
 
-def _profile_path(profile: EngineProfile) -> str:
-    """A profile object as a file a scenario can name (written once per profile, cached)."""
-    import tempfile
-    from pathlib import Path
-
-    from cbsim.cost.engine_profile import write_engine_profile
-
-    key = hash(profile.model_dump_json())
-    path = _PROFILE_FILES.get(key)
-    if path is None:
-        folder = Path(tempfile.mkdtemp(prefix="cbsim-engine-"))
-        path = str(write_engine_profile(profile, folder / f"{profile.engine}.json"))
-        _PROFILE_FILES[key] = path
-    return path
+    def path(self, profile: EngineProfile) -> str:
+        text = profile.model_dump_json()
+        path = self.folder / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+        if not path.is_file():
+            write_engine_profile(profile, path)
+        return str(path)
 
 
 def bare(profile: EngineProfile) -> EngineProfile:
@@ -357,7 +361,7 @@ REQUEST_DELAYS_S = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 DELAY_SAMPLE = 40
 
 
-def fit_request_delay(rows: pd.DataFrame, profile: EngineProfile) -> Frontend:
+def fit_request_delay(rows: pd.DataFrame, profile: EngineProfile, files: ProfileFiles) -> Frontend:
     """The per-request front-end delay (from :data:`REQUEST_DELAYS_S`) whose full simulations of
     an evenly spaced sample of the benchmarks give the smallest median |log(TTFT ratio)|."""
     step = max(1, len(rows) // DELAY_SAMPLE)
@@ -367,7 +371,7 @@ def fit_request_delay(rows: pd.DataFrame, profile: EngineProfile) -> Frontend:
     for delay in REQUEST_DELAYS_S:
         frontend = profile.frontend.model_copy(update={"request_s": delay, "prompt_token_s": 0.0})
         trial = profile.model_copy(update={"frontend": frontend})
-        predicted = simulate_rows(sample, trial)["predicted_ttft_s"].to_numpy(dtype=float)
+        predicted = simulate_rows(sample, trial, files)["predicted_ttft_s"].to_numpy(dtype=float)
         error = float(np.median(np.abs(np.log(predicted / measured))))
         if error < best_error - 1e-9:
             best, best_error = frontend, error
@@ -395,10 +399,13 @@ def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def record_sequences(
-    frame: pd.DataFrame, profile: EngineProfile, progress: Callable[[int, int], None] | None = None
+    frame: pd.DataFrame,
+    profile: EngineProfile,
+    files: ProfileFiles,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[StepSequence]:
     """Each benchmark's step sequence on the profile's kernels and defaults (no overhead)."""
-    kernels = bare(profile)
+    kernels = files.path(bare(profile))
     sequences = []
     for i, (_, row) in enumerate(frame.iterrows()):
         sequences.append(record_sequence(benchmark_scenario(row, kernels)))
@@ -439,7 +446,7 @@ def fitted_profile(
 
 
 def simulate_rows(
-    frame: pd.DataFrame, profiles: list[EngineProfile] | EngineProfile
+    frame: pd.DataFrame, profiles: list[EngineProfile] | EngineProfile, files: ProfileFiles
 ) -> pd.DataFrame:
     """Full simulations of each benchmark (with its own profile when a list is given): adds
     ``predicted_ttft_s``, ``predicted_tpot_s`` and the closed-loop output token rates
@@ -448,7 +455,7 @@ def simulate_rows(
     ttft, tpot = [], []
     for i, (_, row) in enumerate(frame.iterrows()):
         profile = profiles[i] if isinstance(profiles, list) else profiles
-        summary = simulate(benchmark_scenario(row, profile)).summary
+        summary = simulate(benchmark_scenario(row, files.path(profile))).summary
         ttft.append(summary["ttft_mean_s"])
         tpot.append(summary["tpot_mean_s"])
     out["predicted_ttft_s"] = ttft
@@ -487,6 +494,21 @@ def fit_engine(
     holdout: str = "model",
     progress: Callable[[str], None] | None = None,
 ) -> EngineFit:
+    """See :func:`fit_engine_in`; the trial profiles live in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="cbsim-fit-") as folder:
+        return fit_engine_in(
+            ProfileFiles(Path(folder)), frame, base, holdout=holdout, progress=progress
+        )
+
+
+def fit_engine_in(
+    files: ProfileFiles,
+    frame: pd.DataFrame,
+    base: EngineProfile,
+    *,
+    holdout: str = "model",
+    progress: Callable[[str], None] | None = None,
+) -> EngineFit:
     """Fit ``base``'s overhead and front end to benchmarks of one engine, and predict each
     ``holdout`` group (a column: ``model``, or ``config`` for model × GPU × tp × dtype) by full
     simulation with a profile fitted without it."""
@@ -498,7 +520,7 @@ def fit_engine(
         )
     say = progress or (lambda message: None)
     say(f"simulating {len(rows)} benchmarks on bare kernels")
-    sequences = record_sequences(rows, base)
+    sequences = record_sequences(rows, base, files)
     floor = below_kernel_floor(rows, sequences)
     excluded = pd.concat(
         [skipped, rows[floor].assign(skipped="measured faster than its bare kernels")]
@@ -523,7 +545,7 @@ def fit_engine(
     full = fit_engine_terms(SequenceSet.of(sequences), measured_ttft, measured_tpot, overlap)
     profile = fitted_profile(base, full, sequences, rows["model"], rows["gpu"])
     say("fitting the front-end delay")
-    profile = profile.model_copy(update={"frontend": fit_request_delay(rows, profile)})
+    profile = profile.model_copy(update={"frontend": fit_request_delay(rows, profile, files)})
     keys = rows[holdout].astype(str).to_numpy()
     fold_profiles: list[EngineProfile] = [profile] * len(rows)
     groups = sorted(set(keys))
@@ -537,15 +559,15 @@ def fit_engine(
             fold_profile = fitted_profile(
                 base, fold, train, rows.loc[~held, "model"], rows.loc[~held, "gpu"]
             )
-            fold_delay = fit_request_delay(rows[~held].reset_index(drop=True), fold_profile)
+            fold_delay = fit_request_delay(rows[~held].reset_index(drop=True), fold_profile, files)
             fold_profile = fold_profile.model_copy(update={"frontend": fold_delay})
             for i in np.flatnonzero(held):
                 fold_profiles[i] = fold_profile
     say(f"simulating {len(rows)} benchmarks with the fitted profile")
-    fitted = simulate_rows(rows, profile)
+    fitted = simulate_rows(rows, profile, files)
     if len(groups) > 1:
         say(f"simulating {len(rows)} benchmarks held out by {holdout}")
-        held_out = simulate_rows(rows, fold_profiles)
+        held_out = simulate_rows(rows, fold_profiles, files)
         fitted["holdout_ttft_s"] = held_out["predicted_ttft_s"]
         fitted["holdout_tpot_s"] = held_out["predicted_tpot_s"]
         fitted["holdout_tokens_per_s"] = held_out["predicted_tokens_per_s"]

@@ -14,6 +14,7 @@ requests pays beyond its kernels, on a reference decode step (Llama-3.1-8B on on
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,6 +114,14 @@ def _markdown(frame: pd.DataFrame) -> str:
 
 
 def static_batch_check(profile: EngineProfile, framework: str) -> pd.DataFrame:
+    """See :func:`static_batch_check_in`, with the profile in a temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="cbsim-static-") as folder:
+        return static_batch_check_in(e2e.ProfileFiles(Path(folder)), profile, framework)
+
+
+def static_batch_check_in(
+    files: e2e.ProfileFiles, profile: EngineProfile, framework: str
+) -> pd.DataFrame:
     """The profile on LLM-Inference-Bench's A100 static batches of ``framework``: each batch of
     B requests (L prompt tokens, L output tokens, all sent at once) simulated under the engine's
     defaults on the A100's kernels; ``measured_s`` against ``predicted_s`` (the last finish)."""
@@ -122,7 +131,7 @@ def static_batch_check(profile: EngineProfile, framework: str) -> pd.DataFrame:
 
     data = argonne_static_batches()
     data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
-    path = e2e._profile_path(profile)
+    path = files.path(profile)
     rows = []
     for model_id, tp, length, batch, latency in zip(
         data["model"].astype(str),

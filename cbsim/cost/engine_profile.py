@@ -7,7 +7,9 @@ reasons, and an engine profile holds all three:
   per GPU, the calibration profile fitted to *that engine's* measured kernel tables; on a GPU not
   listed, ``kernel_transfer`` scales the GPU's default (vLLM-fitted) profile by the engine/vLLM
   ratio measured on another GPU, shape by shape; without it the GPU's default profile is used.
-  ``fused_elementwise``: the engine fuses each residual add into the RMSNorm after it and the
+  ``allreduce`` names, per GPU, a profile whose all-reduce stands in for the engine's own where
+  its kernel profile has none of its custom kernel (vLLM's one-shot/two-shot all-reduce, the
+  same lineage as SGLang's, which was measured). ``fused_elementwise``: the engine fuses each residual add into the RMSNorm after it and the
   SwiGLU activation into one kernel (vLLM, SGLang and TensorRT-LLM do), so a layer's element-wise
   work is four memory-bound kernels (two add+norm, activation, rotary) streaming at the
   GPU's calibrated memory efficiency, instead of the unfused operators Vidur timed.
@@ -215,6 +217,7 @@ class EngineProfile(_Strict):
     version: str = ""
     kernels: dict[str, str] = Field(default_factory=dict)
     kernel_transfer: KernelTransfer | None = None
+    allreduce: dict[str, str] = Field(default_factory=dict)
     fused_elementwise: bool = False
     overhead: StepOverhead = Field(default_factory=StepOverhead)
     frontend: Frontend = Field(default_factory=Frontend)

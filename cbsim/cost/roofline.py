@@ -185,11 +185,16 @@ def _calibration_profile(
         return calibration
     if calibration == UNCALIBRATED:
         return None
-    if calibration == DEFAULT_PROFILE:
-        own = engine.kernel_profile(gpu)
-        if own is not None:
-            return load_profile(gpu, own)
-    return load_profile(gpu, calibration)
+    if calibration != DEFAULT_PROFILE:
+        return load_profile(gpu, calibration)
+    own = engine.kernel_profile(gpu)
+    profile = load_profile(gpu, own) if own is not None else load_profile(gpu, calibration)
+    stand_in = engine.allreduce.get(gpu)
+    if profile is not None and stand_in is not None:
+        other = load_profile(gpu, stand_in)
+        if other is not None:
+            profile = profile.model_copy(update={"allreduce": other.allreduce})
+    return profile
 
 
 def _transfer_models(

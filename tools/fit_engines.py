@@ -16,16 +16,14 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from cbsim.calibration import e2e
-from cbsim.calibration.benchmarks import shared_h100_benchmarks
 from cbsim.calibration.e2e_report import (
     ARGONNE_FRAMEWORKS,
     SHARED_ENGINES,
     error_rows,
+    fit_shared,
     overhead_at_batches,
     static_batch_check,
 )
-from cbsim.calibration.engines import base_profile
 from cbsim.calibration.errors import ape
 from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
 
@@ -38,7 +36,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "calibration" / "e2e")
     args = parser.parse_args()
-    shared = shared_h100_benchmarks()
     sections = [
         "# Engine profiles: fitted terms and end-to-end error\n",
         "Regenerate: `python tools/fit_engines.py` (full simulations of every benchmark).\n",
@@ -46,12 +43,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for engine in SHARED_ENGINES:
         print(f"{engine}: fitting")
-        fit = e2e.fit_engine(
-            shared[shared["engine"] == engine],
-            base_profile(engine),
-            holdout="model",
-            progress=_printer(engine),
-        )
+        fit = fit_shared(engine, _printer(engine))
         overhead = overhead_at_batches(fit.profile)
         errors = error_rows(fit.rows, ["model"])
         ttft = fit.profile.provenance["e2e_ttft"]

@@ -125,22 +125,12 @@ def static_batch_check_in(
     """The profile on LLM-Inference-Bench's A100 static batches of ``framework``: each batch of
     B requests (L prompt tokens, L output tokens, all sent at once) simulated under the engine's
     defaults on the A100's kernels; ``measured_s`` against ``predicted_s`` (the last finish)."""
-    from cbsim.calibration.data import argonne_static_batches
-    from cbsim.calibration.overhead import MODELS, static_batch_scenario
+    from cbsim.calibration.overhead import MODELS, static_batch_scenario, static_batches
     from cbsim.simulate import simulate
 
-    data = argonne_static_batches()
-    data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
     path = files.path(profile)
     rows = []
-    for model_id, tp, length, batch, latency in zip(
-        data["model"].astype(str),
-        data["tp"].astype(int),
-        data["length"].astype(int),
-        data["batch_size"].astype(int),
-        data["latency_s"].astype(float),
-        strict=True,
-    ):
+    for model_id, tp, length, batch, latency in static_batches(framework):
         scenario = static_batch_scenario(MODELS[model_id], tp, length, batch, {"engine": path})
         summary = simulate(scenario).summary
         rows.append(
@@ -163,23 +153,28 @@ ARGONNE_FRAMEWORKS = {"vllm": "vLLM", "tensorrt-llm": "TensorRT-LLM"}
 # --------------------------------------------------------------------------- report
 
 
+def fit_shared(engine: str, progress: Callable[[str], None] | None = None) -> e2e.EngineFit:
+    """An engine's profile fitted to the shipped H100 benchmarks from its kernels and defaults
+    (:func:`cbsim.calibration.engines.base_profile`), leave-one-model-out."""
+    from cbsim.calibration.engines import base_profile
+
+    shared = shared_h100_benchmarks()
+    return e2e.fit_engine(
+        shared[shared["engine"] == engine], base_profile(engine), holdout="model", progress=progress
+    )
+
+
 def shared_report(
     out: Path, *, progress: Callable[[str], None] | None = None
 ) -> dict[str, pd.DataFrame]:
     """Fit every engine on the shipped H100 benchmarks with leave-one-model-out, check the fitted
     profiles on the A100 static batches, and write the tables (CSV and Markdown) to ``out``."""
     say = progress or (lambda message: None)
-    shared = shared_h100_benchmarks()
     results: dict[str, pd.DataFrame] = {}
     per_model, overheads, excluded, statics, rows = [], [], [], [], []
     for engine in SHARED_ENGINES:
         say(f"{engine}: fitting on the H100 benchmarks (leave one model out)")
-        fit = e2e.fit_engine(
-            shared[shared["engine"] == engine],
-            load_engine_profile(engine),
-            holdout="model",
-            progress=_prefixed(say, engine),
-        )
+        fit = fit_shared(engine, _prefixed(say, engine))
         rows.append(fit.rows)
         per_model.append(error_rows(fit.rows, ["engine", "model"]))
         overheads.append(overhead_at_batches(fit.profile))

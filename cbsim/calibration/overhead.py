@@ -13,6 +13,7 @@ relative error. Cross-validation holds out whole models. The fitted profile then
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,6 +115,20 @@ def simulate_static_batch(
     )
 
 
+def static_batches(framework: str) -> Iterator[tuple[str, int, int, int, float]]:
+    """(model id, tp, length, batch size, measured seconds) of each usable batch of a framework."""
+    data = argonne_static_batches()
+    data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
+    yield from zip(
+        data["model"].astype(str),
+        data["tp"].astype(int),
+        data["length"].astype(int),
+        data["batch_size"].astype(int),
+        data["latency_s"].astype(float),
+        strict=True,
+    )
+
+
 def features(engine: str, calibration: CalibrationProfile | None) -> pd.DataFrame:
     """Every usable measured batch of one engine with its simulated kernel time and step counts."""
     framework = {v: k for k, v in ENGINES.items()}.get(engine)
@@ -121,17 +136,8 @@ def features(engine: str, calibration: CalibrationProfile | None) -> pd.DataFram
         raise CbsimError(
             f"no end-to-end measurements for engine {engine!r}; known: {', '.join(ENGINES.values())}"
         )
-    data = argonne_static_batches()
-    data = data[(data["framework"] == framework) & data["model"].isin(list(MODELS))]
     rows = []
-    for model_id, tp, length, batch, latency in zip(
-        data["model"].astype(str),
-        data["tp"].astype(int),
-        data["length"].astype(int),
-        data["batch_size"].astype(int),
-        data["latency_s"].astype(float),
-        strict=True,
-    ):
+    for model_id, tp, length, batch, latency in static_batches(framework):
         run = simulate_static_batch(MODELS[model_id], tp, length, batch, calibration)
         rows.append(
             {

@@ -359,22 +359,31 @@ def fit_engine_terms(
 
 REQUEST_DELAYS_S = (0.0, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)
 DELAY_SAMPLE = 40
+MAX_REQUEST_DELAY_S = 2.0
 
 
 def fit_request_delay(rows: pd.DataFrame, profile: EngineProfile, files: ProfileFiles) -> Frontend:
-    """The per-request front-end delay (from :data:`REQUEST_DELAYS_S`) whose full simulations of
-    an evenly spaced sample of the benchmarks give the smallest median |log(TTFT ratio)|."""
+    """The per-request front-end delay whose full simulations of an evenly spaced sample of the
+    benchmarks give the smallest median |log(TTFT ratio)|: the best of :data:`REQUEST_DELAYS_S`,
+    doubled while doubling helps when that best is the largest."""
     step = max(1, len(rows) // DELAY_SAMPLE)
     sample = rows.iloc[::step]
     measured = sample["ttft_mean_s"].to_numpy(dtype=float)
-    best, best_error = profile.frontend, np.inf
-    for delay in REQUEST_DELAYS_S:
+
+    def error_of(delay: float) -> tuple[float, Frontend]:
         frontend = profile.frontend.model_copy(update={"request_s": delay, "prompt_token_s": 0.0})
         trial = profile.model_copy(update={"frontend": frontend})
         predicted = simulate_rows(sample, trial, files)["predicted_ttft_s"].to_numpy(dtype=float)
-        error = float(np.median(np.abs(np.log(predicted / measured))))
-        if error < best_error - 1e-9:
-            best, best_error = frontend, error
+        return float(np.median(np.abs(np.log(predicted / measured)))), frontend
+
+    trials = [(*error_of(delay), delay) for delay in REQUEST_DELAYS_S]
+    best_error, best, best_delay = min(trials, key=lambda trial: trial[0])
+    while best_delay == max(delay for *_, delay in trials) and best_delay < MAX_REQUEST_DELAY_S:
+        error, frontend = error_of(2 * best_delay)
+        trials.append((error, frontend, 2 * best_delay))
+        if error >= best_error:
+            break
+        best_error, best, best_delay = error, frontend, 2 * best_delay
     return best
 
 

@@ -26,7 +26,7 @@ engine="none"``) is the uncalibrated roofline without any engine overhead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from cbsim.calibration.profile import (
@@ -301,25 +301,41 @@ class CostModel:
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int], float] = {}
         self._lm_head_cache: dict[int, float] = {}
+        self._gemm_cache: dict[tuple[int, int, int], float] = {}
+        self._gemm_predict = self._gemm_fit.compiled() if self._gemm_fit is not None else None
+        self._head_predict = self._head_fit.compiled() if self._head_fit is not None else None
 
     # ------------------------------------------------------------------ primitives
 
     def gemm_time(self, m: int, n: int, k: int) -> float:
-        """Seconds for an (m × k) · (k × n) GEMM in the model's dtype on one GPU."""
-        t = self._gemm(m, n, k, self.dtype, self._gemm_fit, self._peak_flops)
+        """Seconds for an (m × k) · (k × n) GEMM in the model's dtype on one GPU (memoised: a
+        proposer prices the same draft-step GEMMs every iteration)."""
+        key = (m, n, k)
+        cached = self._gemm_cache.get(key)
+        if cached is not None:
+            return cached
+        t = self._gemm(m, n, k, self.dtype, self._gemm_predict, self._peak_flops)
         if self._transfer is not None and t > 0.0:
             engine, reference = self._transfer
             t *= engine.gemm_time(m, n, k) / reference.gemm_time(m, n, k)
+        if len(self._gemm_cache) < 65536:
+            self._gemm_cache[key] = t
         return t
 
     def _gemm(
-        self, m: int, n: int, k: int, dtype: str, fit: RooflineFit | None, peak: float
+        self,
+        m: int,
+        n: int,
+        k: int,
+        dtype: str,
+        predict: Callable[..., float] | None,
+        peak: float,
     ) -> float:
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
         flops, bytes_moved = gemm_flops_bytes(m, n, k, dtype)
-        if fit is not None:
-            return fit.predict(flops, bytes_moved, peak, self.gpu.hbm_bandwidth, m, n, k)
+        if predict is not None:
+            return predict(flops, bytes_moved, peak, self.gpu.hbm_bandwidth, m, n, k)
         p = self.params
         t_compute = flops / (peak * p.gemm_compute_eff)
         t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.gemm_memory_eff)
@@ -458,7 +474,7 @@ class CostModel:
                 self._vocab_shard,
                 self.model.hidden_size,
                 self._head_dtype,
-                self._head_fit,
+                self._head_predict,
                 self._head_peak,
             )
             if len(self._lm_head_cache) < 65536:

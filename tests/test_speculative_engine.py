@@ -149,3 +149,34 @@ def test_goodput_is_never_more_than_5_percent_worse_than_the_best_alternative(lo
         mine = group[group.policy == "goodput"].iloc[0]
         assert mine.tpot_mean_ms <= 1.05 * others.tpot_mean_ms.min()
         assert mine.output_tokens_per_s >= 0.95 * others.output_tokens_per_s.max()
+
+
+@pytest.mark.parametrize("kind", ["draft_model", "eagle", "ngram"])
+def test_draft_time_sweep_equals_pricing_each_k(kind: str) -> None:
+    """The goodput policy prices every candidate k in one pass: the same floats as one by one."""
+    from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
+    from cbsim.speculative.proposers import make_proposer
+
+    config = {
+        "draft_model": DraftModelProposer(),
+        "eagle": EagleProposer(kind="eagle"),
+        "ngram": NgramProposer(kind="ngram"),
+    }[kind]
+    target = cost_model_for(cbsim.load_scenario(one_at_a_time({"enabled": False})))
+    proposer = make_proposer(config, target)
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        n = int(rng.integers(1, 40))
+        caps = rng.integers(0, 9, n)
+        contexts = rng.integers(1, 5000, n)
+        if caps.max() == 0:
+            caps[0] = 3
+        swept = proposer.draft_time_sweep(caps, contexts)
+        assert len(swept) == int(caps.max()) + 1
+        for k, seconds in enumerate(swept):
+            ks = np.minimum(k, caps)
+            if ks.min() == ks.max():
+                expected = proposer.draft_time_uniform(n, int(ks[0]), int(contexts.sum()))
+            else:
+                expected = proposer.draft_time(ks, contexts)
+            assert seconds == expected

@@ -136,12 +136,28 @@ class SpeculativeDecoding:
                 count, k_high, context_sum
             ) + self.target.time_stats(stats)
 
+        def step_time_sweep(caps: np.ndarray) -> list[float]:
+            """``step_time(min(k, caps))`` for k = 0 .. caps.max(): the same floats, with the
+            draft steps priced once (see ``Proposer.draft_time_sweep``)."""
+            drafts = self.proposer.draft_time_sweep(caps, contexts)
+            floor = int(caps.min())
+            times = []
+            for k, draft in enumerate(drafts):
+                if k <= floor:  # every request drafts k: the uniform path of step_time
+                    stats = copy.copy(prefill)
+                    stats.add_many(count, k + 1, context_sum)
+                    times.append(draft + self.target.time_stats(stats))
+                else:
+                    times.append(self._target_time(prefill, contexts, np.minimum(k, caps), draft))
+            return times
+
         view = BatchView(
             batch_size=len(batch.requests),
             proposals=[s.controller.k for s in states],
             alphas=alphas,
             remaining=remaining,
             step_time=step_time,
+            step_time_sweep=step_time_sweep,
         )
         chosen = np.minimum(np.asarray(self.policy.choose(view), dtype=np.int64), remaining - 1)
         chosen = np.maximum(chosen, 0)
@@ -171,11 +187,18 @@ class SpeculativeDecoding:
     def step_time(self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray) -> float:
         """Predicted iteration seconds if the decoding requests draft ``ks`` (broadcast)."""
         ks = np.broadcast_to(ks, contexts.shape)
+        return self._target_time(prefill, contexts, ks, self.proposer.draft_time(ks, contexts))
+
+    def _target_time(
+        self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray, draft: float
+    ) -> float:
+        """``draft`` plus the target's step over the prefill work and the requests verifying
+        ``ks`` drafts (grouped by k, ascending)."""
         stats = copy.copy(prefill)
         for k in np.unique(ks):
             rows = ks == k
             stats.add_many(int(rows.sum()), int(k) + 1, int(contexts[rows].sum()))
-        return self.proposer.draft_time(ks, contexts) + self.target.time_stats(stats)
+        return draft + self.target.time_stats(stats)
 
     def verify(self, batch: Batch, target_s: float) -> None:
         """Draw each speculating request's accepted drafts and update its decoder."""

@@ -120,6 +120,8 @@ class BatchView:
     alphas: FloatArray
     remaining: IntArray
     step_time: Callable[[Sequence[int]], float]
+    # optional: step_time(min(k, caps)) for every k from 0 to caps.max() in one pass
+    step_time_sweep: Callable[[IntArray], list[float]] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.proposals)
@@ -557,12 +559,24 @@ class GoodputK(KPolicy):
                 raise ValueError(f"step_time must be positive, got {seconds}")
             return tokens / seconds
 
-        best_ks = np.zeros(n, dtype=np.int64)
-        best_rate = rate(best_ks)
         # Above the largest cap every k clamps to the same ks: no need to price those.
-        for k in range(1, int(caps.max()) + 1):
+        top = int(caps.max())
+        swept = view.step_time_sweep(caps) if view.step_time_sweep is not None else None
+
+        def rate_of(k: int, ks: IntArray) -> float:
+            if swept is None:
+                return rate(ks)
+            tokens = float(np.minimum(expected_emitted(alphas, ks), remaining).sum())
+            seconds = swept[k]
+            if not seconds > 0.0:
+                raise ValueError(f"step_time must be positive, got {seconds}")
+            return tokens / seconds
+
+        best_ks = np.zeros(n, dtype=np.int64)
+        best_rate = rate_of(0, best_ks)
+        for k in range(1, top + 1):
             ks = np.minimum(k, caps)
-            r = rate(ks)
+            r = rate_of(k, ks)
             if r > best_rate * (1.0 + self.tie_tolerance):
                 best_ks, best_rate = ks, r
         if self.per_request:

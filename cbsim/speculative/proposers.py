@@ -64,6 +64,11 @@ class Proposer(ABC):
         """:meth:`draft_time` when all ``count`` requests draft ``k``, from the contexts' sum."""
         return self.draft_time(np.full(count, k), np.full(count, context_sum // max(count, 1)))
 
+    def draft_time_sweep(self, caps: np.ndarray, contexts: np.ndarray) -> list[float]:
+        """:meth:`draft_time` of ``ks = min(k, caps)`` for every k from 0 to ``caps.max()``, the
+        same floats as pricing each k on its own."""
+        return [self.draft_time(np.minimum(k, caps), contexts) for k in range(int(caps.max()) + 1)]
+
     def weight_bytes_per_gpu(self) -> float:
         return 0.0
 
@@ -104,8 +109,31 @@ class _ModelProposer(Proposer):
         return self._steps_time(uniform_draft_steps(count, k, context_sum))
 
     def _steps_time(self, steps: list[tuple[int, int]]) -> float:
+        total = 0.0
+        for cost in self._step_costs(steps):
+            total += cost
+        return total
+
+    def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         decode_time = self.cost.decode_time
-        return sum(decode_time(n, kv) for n, kv in steps)
+        return [decode_time(n, kv) for n, kv in steps]
+
+    def draft_time_sweep(self, caps: np.ndarray, contexts: np.ndarray) -> list[float]:
+        """With ``ks = min(k, caps)``, draft step s runs exactly the requests whose cap exceeds s,
+        whatever k is: the K steps are priced once and k's draft time is the running sum of the
+        first k (added in the same order as :meth:`_steps_time`, so the same floats)."""
+        top = int(caps.max()) if len(caps) else 0
+        steps = []
+        for s in range(top):
+            active = caps > s
+            n = int(active.sum())
+            steps.append((n, int(contexts[active].sum()) + n * (s + 1)))
+        times = [0.0]
+        total = 0.0
+        for cost in self._step_costs(steps):
+            total += cost
+            times.append(total)
+        return times
 
     def weight_bytes_per_gpu(self) -> float:
         return self.shape.weight_bytes(DTYPE_BYTES[self.dtype]) / self.tp
@@ -128,12 +156,10 @@ class EagleHead(_ModelProposer):
         super().__init__(head, target)
         self._fusion_k = 2 * target.model.hidden_size
 
-    def _steps_time(self, steps: list[tuple[int, int]]) -> float:
-        total = 0.0
+    def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         hidden = self.shape.hidden_size
-        for n, kv in steps:
-            total += self.cost.decode_time(n, kv) + self.cost.gemm_time(n, hidden, self._fusion_k)
-        return total
+        decode_time, gemm_time = self.cost.decode_time, self.cost.gemm_time
+        return [decode_time(n, kv) + gemm_time(n, hidden, self._fusion_k) for n, kv in steps]
 
     def weight_bytes_per_gpu(self) -> float:
         # one decoder layer and the fusion layer; embeddings and LM head are the target's own

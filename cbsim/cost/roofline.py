@@ -271,6 +271,15 @@ class CostModel:
         )
         self.overhead = self.engine.overhead
         self._overhead_zero = self.overhead.is_zero
+        step = self.overhead  # its terms as plain floats for the hot path (see step_time)
+        self._step_terms = (
+            step.cpu_s,
+            step.cpu_per_request_s,
+            step.cpu_per_token_s,
+            step.serial_s,
+            step.serial_per_request_s,
+            step.overlap,
+        )
         self._peak_flops = self.gpu.peak_flops(dtype)
         self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
         self._w_bytes = DTYPE_BYTES[dtype]
@@ -518,10 +527,16 @@ class CostModel:
 
     def step_time(self, gpu_s: float, num_requests: int, num_tokens: int) -> float:
         """An engine step whose kernels take ``gpu_s``: the engine's CPU work added, overlapped
-        with the kernels where the engine overlaps them."""
+        with the kernels where the engine overlaps them (``StepOverhead.step_time``'s arithmetic,
+        the same floats, without a model lookup per call)."""
         if self._overhead_zero:
             return gpu_s
-        return self.overhead.step_time(gpu_s, num_requests, num_tokens)
+        cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = self._step_terms
+        cpu = cpu_s + per_request * num_requests + per_token * num_tokens
+        serial = serial_s + serial_per_request * num_requests
+        if overlap:
+            return (gpu_s if gpu_s > cpu else cpu) + serial
+        return gpu_s + cpu + serial
 
     def _token_time(self, num_tokens: int, sampled: int) -> float:
         """Kernels other than attention: they depend only on the batch's counts (memoised)."""
@@ -573,9 +588,7 @@ class CostModel:
                 num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
             )
         )
-        if self._overhead_zero:
-            return gpu
-        return self.overhead.step_time(gpu, num_requests, num_requests)
+        return self.step_time(gpu, num_requests, num_requests)
 
     # ------------------------------------------------------------------ contract API
 

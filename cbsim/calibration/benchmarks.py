@@ -60,7 +60,6 @@ import math
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -68,6 +67,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cbsim.calibration.data import shipped_root
 from cbsim.errors import CbsimError, unknown_name
 from cbsim.hardware import GPU_NAMES
 from cbsim.models import MODEL_NAMES
@@ -217,7 +217,7 @@ def shared_h100_benchmarks() -> pd.DataFrame:
     ``silicon_sample.csv``, Apache-2.0; see ``cbsim/data/LICENSES.md``), normalised like
     :func:`read_benchmarks`.
     """
-    resource = files("cbsim") / "data" / "calibration" / "e2e" / SHIPPED_H100
+    resource = shipped_root() / "e2e" / SHIPPED_H100
     if not resource.is_file():
         raise CbsimError(f"the shipped benchmarks {SHIPPED_H100} are missing; reinstall cbsim")
     data = resource.read_bytes()

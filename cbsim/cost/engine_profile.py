@@ -46,12 +46,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cbsim.calibration.profile import Measured as KernelMeasured
 from cbsim.errors import CbsimError
 
 SCHEMA_VERSION = 2
 BARE = "none"
 ENGINE_DIR = "engines"
-NANOSECOND = 1e-9
 
 
 class _Strict(BaseModel):
@@ -198,13 +198,10 @@ class KernelTransfer(_Strict):
     reference: str = "aiconfigurator-vllm"
 
 
-class Measured(_Strict):
-    """Where a fit came from and how well it did on data it never saw (for reports)."""
+class Measured(KernelMeasured):
+    """A calibration record (source, rows, held-out error) that also says how the held-out error
+    was measured (``leave-one-model-out``, ...)."""
 
-    source: str
-    rows: int = 0
-    holdout_median_ape: float | None = None
-    holdout_p90_ape: float | None = None
     holdout: str = ""
 
 

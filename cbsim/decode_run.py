@@ -21,10 +21,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numba
 import numpy as np
+import numpy.typing as npt
 
+from cbsim.compiled import CompiledCost, decode_seconds
 from cbsim.cost import CostModel
 from cbsim.request import Request
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 MAX_RUN_ITERATIONS = 8192
 
@@ -49,6 +55,136 @@ class DecodeRun:
 
 
 def plan_decode_run(
+    running: Sequence[Request],
+    *,
+    cost: CostModel,
+    start_s: float,
+    block_size: int,
+    used_blocks: int,
+    total_blocks: int,
+    grows_kv: bool,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+) -> DecodeRun | None:
+    """Plan the run starting now, or None when not even one iteration can be planned (compiled
+    when the cost model compiles, else in Python: the same run either way)."""
+    count = len(running)
+    compiled = cost.compiled(count) if count else None
+    if compiled is None:
+        return plan_decode_run_python(
+            running,
+            cost=cost,
+            start_s=start_s,
+            block_size=block_size,
+            used_blocks=used_blocks,
+            total_blocks=total_blocks,
+            grows_kv=grows_kv,
+            stop_on_finish=stop_on_finish,
+            next_arrival_s=next_arrival_s,
+            horizon_s=horizon_s,
+        )
+    kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
+    rem = np.fromiter((r.output_tokens - r.generated for r in running), dtype=np.int64, count=count)
+    blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+    planned = _plan_kernel(
+        kv, rem, blocks, compiled, start_s, block_size, used_blocks, total_blocks, grows_kv,
+        stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
+    )  # fmt: skip
+    n, starts, durations, batch_sizes, kv_used, end, used_after = planned
+    if n <= 0:
+        return None
+    return DecodeRun(
+        starts=starts[:n].tolist(),
+        durations=durations[:n].tolist(),
+        batch_sizes=batch_sizes[:n].tolist(),
+        kv_used=kv_used[:n].tolist(),
+        end_s=end,
+        kv_used_after=used_after,
+    )
+
+
+@numba.njit(cache=True)
+def _plan_kernel(
+    kv: IntArray,
+    rem: IntArray,
+    blocks: IntArray,
+    c: CompiledCost,
+    start_s: float,
+    block_size: int,
+    used_blocks: int,
+    total_blocks: int,
+    grows_kv: bool,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+    max_iterations: int,
+) -> tuple[int, FloatArray, FloatArray, IntArray, IntArray, float, int]:
+    """:func:`plan_decode_run_python`'s loop, compiled (the same arithmetic in the same order)."""
+    count = len(kv)
+    size = min(max_iterations, int(rem.max()) if count else 0)
+    starts = np.empty(size)
+    durations = np.empty(size)
+    batch_sizes = np.empty(size, dtype=np.int64)
+    kv_used = np.empty(size, dtype=np.int64)
+    order = np.argsort(rem, kind="mergesort")
+    kv_active = 0
+    for i in range(count):
+        kv_active += kv[i]
+    phase = np.empty(count, dtype=np.int64)
+    phase_counts = np.zeros(block_size, dtype=np.int64)
+    final_blocks = np.empty(count, dtype=np.int64)
+    for i in range(count):
+        if grows_kv:
+            phase[i] = blocks[i] * block_size - kv[i]
+            if phase[i] < 0 or phase[i] >= block_size:
+                return -1, starts, durations, batch_sizes, kv_used, start_s, used_blocks
+            phase_counts[phase[i]] += 1
+            needed = -(-(kv[i] + rem[i]) // block_size)
+            final_blocks[i] = needed if needed > blocks[i] else blocks[i]
+        else:
+            final_blocks[i] = blocks[i]
+    free = total_blocks - used_blocks
+    used = used_blocks
+    now = start_s
+    finished = 0
+    j = 0
+    while j < size:
+        active = count - finished
+        if active == 0:
+            break
+        if grows_kv:
+            allocations = phase_counts[j % block_size]
+            if allocations > free:
+                break
+            free -= allocations
+            used += allocations
+        duration = decode_seconds(c, active, kv_active + active * (j + 1))
+        end = now + duration
+        if end >= horizon_s:
+            break
+        starts[j] = now
+        durations[j] = duration
+        batch_sizes[j] = active
+        kv_used[j] = used
+        now = end
+        j += 1
+        finishing = False
+        while finished < count and rem[order[finished]] == j:
+            i = order[finished]
+            free += final_blocks[i]
+            used -= final_blocks[i]
+            kv_active -= kv[i]
+            if grows_kv:
+                phase_counts[phase[i] % block_size] -= 1
+            finished += 1
+            finishing = True
+        if end >= next_arrival_s or (finishing and stop_on_finish):
+            break
+    return j, starts, durations, batch_sizes, kv_used, now, used
+
+
+def plan_decode_run_python(
     running: Sequence[Request],
     *,
     cost: CostModel,

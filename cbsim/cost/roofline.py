@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cbsim.calibration.profile import (
     DEFAULT_PROFILE,
@@ -305,7 +306,11 @@ class CostModel:
         }
         decode = _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
         prefill = _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
-        self._decode_fit = decode.specialize(heads).compiled() if decode is not None else None
+        self._decode_fit_model = decode.specialize(heads) if decode is not None else None
+        self._decode_fit = (
+            self._decode_fit_model.compiled() if self._decode_fit_model is not None else None
+        )
+        self._compiled: dict[tuple[int, int] | None, Any] = {}
         self._prefill_fit = prefill.specialize(heads).compiled() if prefill is not None else None
         self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
         self._token_cache: dict[tuple[int, int], float] = {}
@@ -589,6 +594,20 @@ class CostModel:
             )
         )
         return self.step_time(gpu, num_requests, num_requests)
+
+    def compiled(self, tokens: int, extra_gemm: tuple[int, int] | None = None) -> Any:
+        """This model's decode pricing compiled for batches of up to ``tokens`` tokens
+        (:func:`cbsim.compiled.compile_cost`; None when it cannot be compiled), kept and extended
+        as larger batches come."""
+        from cbsim.compiled import compile_cost, extend_tables
+
+        have = self._compiled.get(extra_gemm, False)
+        if have is False:
+            have = compile_cost(self, tokens, extra_gemm)
+        elif have is not None and len(have.token_s) <= tokens:
+            have = extend_tables(have, self, tokens, extra_gemm)
+        self._compiled[extra_gemm] = have
+        return have
 
     # ------------------------------------------------------------------ contract API
 

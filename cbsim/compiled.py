@@ -1,0 +1,264 @@
+"""Compiled cost arithmetic: a cost model's decode-step pricing as numbers a numba kernel can read.
+
+The engine advances pure-decode stretches of a replica (with or without speculation) in one SimPy
+event (:mod:`cbsim.decode_run`, :mod:`cbsim.speculative.fast_run`). Those kernels price thousands
+of iterations each; calling back into the Python cost model per iteration would cost more than
+everything else they do. So a :class:`CostModel` is *compiled* once into a :class:`CompiledCost`:
+
+* the kernels that depend only on the batch's token count (the four linear layers, element-wise
+  kernels, all-reduces and the LM head of a decode or verify batch, where every token is sampled)
+  as a table indexed by token count, filled by the Python cost model itself, so the values are its
+  own;
+* the decode-attention fit (efficiencies, floor and the correction grid specialised to the model's
+  head layout), evaluated by :func:`decode_attention` with the same float operations in the same
+  order as :meth:`CostModel.attention_time`, so bit for bit the same seconds;
+* the engine's step overhead as plain floats (:meth:`CostModel.step_time`'s arithmetic).
+
+A cost model that cannot be compiled (a GPU priced through another GPU's kernel ratios, a
+correction over more than two features) gives None, and callers fall back to the Python path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from cbsim.cost.roofline import CostModel
+
+FloatArray = npt.NDArray[np.float64]
+
+# attention modes
+ROOFLINE = 0  # uncalibrated: max(compute, memory) + floor with the raw efficiencies
+FIT_PLAIN = 1  # a fitted roofline without correction
+FIT_GRID1 = 2  # with a correction over one feature (batch or context)
+FIT_GRID2 = 3  # with a correction over both
+
+TABLE_CHUNK = 256
+
+
+class CompiledCost(NamedTuple):
+    """A cost model's decode pricing as plain numbers (see the module docstring)."""
+
+    token_s: FloatArray  # token_s[n]: non-attention kernels of a decode batch of n tokens
+    mode: int
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    kv_bytes: float
+    attn_peak: float
+    bandwidth: float
+    floor_s: float
+    compute_eff: float
+    memory_eff: float
+    axis0: FloatArray
+    axis1: FloatArray
+    flat: FloatArray
+    stride0: int
+    uses_batch: bool  # a one-feature grid over the batch (else over the context)
+    # step overhead: cpu, per request, per token, serial, serial per request, overlap, zero
+    cpu_s: float
+    cpu_per_request_s: float
+    cpu_per_token_s: float
+    serial_s: float
+    serial_per_request_s: float
+    overlap: bool
+    overhead_zero: bool
+    extra_s: FloatArray  # extra_s[n]: a per-step GEMM priced on top (an EAGLE head's fusion layer)
+
+
+def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None = None) -> (
+    CompiledCost | None
+):  # fmt: skip
+    """``cost`` compiled for decode batches of up to ``tokens`` tokens (None: not compilable).
+
+    ``extra_gemm`` = (n, k) adds ``cost.gemm_time(m, n, k)`` per step of m requests (an EAGLE
+    head's fusion layer), tabled like the token kernels."""
+    if cost._transfer is not None:
+        return None
+    fit = cost._decode_fit_model
+    empty = np.zeros(2)
+    axis0 = axis1 = flat = empty
+    stride0 = 0
+    uses_batch = False
+    if fit is None:
+        p = cost.params
+        mode, floor, compute, memory = (
+            ROOFLINE,
+            p.attn_floor_s,
+            p.attn_compute_eff,
+            p.attn_memory_eff,
+        )
+    else:
+        floor, compute, memory = fit.floor_s, fit.compute_eff, fit.memory_eff
+        if fit.correction is None:
+            mode = FIT_PLAIN
+        else:
+            grid = fit.correction.grid()
+            features = list(fit.correction.features)
+            axes = grid._axes_lists
+            if len(axes) == 1 and features[0] in ("batch", "tokens"):
+                mode = FIT_GRID1
+                uses_batch = features[0] == "batch"
+                axis0 = np.asarray(axes[0], dtype=np.float64)
+            elif len(axes) == 2 and features == ["batch", "tokens"]:
+                mode = FIT_GRID2
+                axis0 = np.asarray(axes[0], dtype=np.float64)
+                axis1 = np.asarray(axes[1], dtype=np.float64)
+                stride0 = grid._strides[0]
+            else:
+                return None
+            flat = np.asarray(grid._flat, dtype=np.float64)
+    cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
+    compiled = CompiledCost(
+        token_s=np.zeros(0),
+        mode=mode,
+        layers=cost.model.num_layers,
+        q_heads=cost._q_heads,
+        kv_heads=cost._kv_heads,
+        head_dim=cost.model.head_dim,
+        kv_bytes=float(cost._kv_bytes),
+        attn_peak=float(cost._attn_flops),
+        bandwidth=float(cost.gpu.hbm_bandwidth),
+        floor_s=float(floor),
+        compute_eff=float(compute),
+        memory_eff=float(memory),
+        axis0=axis0,
+        axis1=axis1,
+        flat=flat,
+        stride0=stride0,
+        uses_batch=uses_batch,
+        cpu_s=float(cpu_s),
+        cpu_per_request_s=float(per_request),
+        cpu_per_token_s=float(per_token),
+        serial_s=float(serial_s),
+        serial_per_request_s=float(serial_per_request),
+        overlap=bool(overlap),
+        overhead_zero=bool(cost._overhead_zero),
+        extra_s=np.zeros(0),
+    )
+    return extend_tables(compiled, cost, tokens, extra_gemm)
+
+
+def extend_tables(
+    compiled: CompiledCost, cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None
+) -> CompiledCost:
+    """``compiled`` with its tables covering batches of up to ``tokens`` tokens."""
+    have = len(compiled.token_s)
+    if have > tokens:
+        return compiled
+    size = max(tokens + 1, 2 * have, TABLE_CHUNK)
+    token_s = np.empty(size)
+    token_s[:have] = compiled.token_s
+    token_s[0] = 0.0
+    for n in range(max(have, 1), size):
+        token_s[n] = cost._token_time(n, n)
+    extra_s = np.zeros(size)
+    if extra_gemm is not None:
+        extra_s[:have] = compiled.extra_s
+        n_out, k_in = extra_gemm
+        for n in range(max(have, 1), size):
+            extra_s[n] = cost.gemm_time(n, n_out, k_in)
+    return compiled._replace(token_s=token_s, extra_s=extra_s)
+
+
+@numba.njit(cache=True)
+def _log2_feature(value: float) -> float:
+    return math.log2(value) if value > 1e-30 else -100.0
+
+
+@numba.njit(cache=True)
+def _cell(axis: FloatArray, x: float) -> tuple[int, float]:
+    top = len(axis) - 2
+    i = int(np.searchsorted(axis, x, side="right")) - 1
+    i = 0 if i < 0 else (top if i > top else i)
+    w = float((x - axis[i]) / (axis[i + 1] - axis[i]))
+    w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
+    return i, w
+
+
+@numba.njit(cache=True)
+def _correction(c: CompiledCost, batch: float, per_request: float) -> float:
+    flat = c.flat
+    if c.mode == FIT_GRID1:
+        i, w = _cell(c.axis0, _log2_feature(batch if c.uses_batch else per_request))
+        return float(0.0 + (1.0 - w) * flat[i] + w * flat[i + 1])
+    i, w0 = _cell(c.axis0, _log2_feature(batch))
+    j, w1 = _cell(c.axis1, _log2_feature(per_request))
+    base = i * c.stride0 + j
+    low, high = 1.0 - w0, w0
+    return float(
+        0.0
+        + low * (1.0 - w1) * flat[base]
+        + low * w1 * flat[base + 1]
+        + high * (1.0 - w1) * flat[base + c.stride0]
+        + high * w1 * flat[base + c.stride0 + 1]
+    )
+
+
+@numba.njit(cache=True)
+def decode_attention(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int
+) -> float:
+    """One layer's decode attention (:meth:`CostModel.attention_time` with ``decode=True``)."""
+    if tokens <= 0:
+        return 0.0
+    flops = 4.0 * pairs * c.q_heads * c.head_dim
+    bytes_moved = (
+        kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
+        + 2 * tokens * c.q_heads * c.head_dim * 2.0
+    )
+    if c.mode == ROOFLINE:
+        t_compute = flops / (c.attn_peak * c.compute_eff)
+        t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
+        return max(t_compute, t_memory) + c.floor_s
+    batch = requests if requests > 1 else 1
+    per_request = (kv_tokens - tokens) / batch
+    t_compute = flops / (c.attn_peak * c.compute_eff)
+    t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
+    fitted = c.floor_s + (t_compute if t_compute >= t_memory else t_memory)
+    if c.mode != FIT_PLAIN:
+        fitted = fitted * math.exp(_correction(c, batch, per_request if per_request > 1.0 else 1.0))
+    light = bytes_moved / c.bandwidth
+    return fitted if fitted > light else light
+
+
+@numba.njit(cache=True)
+def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> float:
+    """:meth:`CostModel.step_time`: the engine's CPU work added to ``gpu_s`` of kernels."""
+    if c.overhead_zero:
+        return gpu_s
+    cpu = c.cpu_s + c.cpu_per_request_s * requests + c.cpu_per_token_s * tokens
+    serial = c.serial_s + c.serial_per_request_s * requests
+    if c.overlap:
+        return (gpu_s if gpu_s > cpu else cpu) + serial
+    return gpu_s + cpu + serial
+
+
+@numba.njit(cache=True)
+def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
+    """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
+    gpu = c.token_s[requests] + c.layers * decode_attention(
+        c, requests, kv_tokens, float(kv_tokens), requests
+    )
+    return step_seconds(c, gpu, requests, requests)
+
+
+@numba.njit(cache=True)
+def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, pairs: float) -> (
+    float
+):  # fmt: skip
+    """:meth:`CostModel.time_stats` of a batch of decode/verify entries only (every token
+    sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
+    pairs."""
+    gpu = (
+        c.token_s[tokens]
+        + c.layers * 0.0
+        + c.layers * decode_attention(c, tokens, kv_tokens, pairs, requests)
+    )
+    return step_seconds(c, gpu, requests, tokens)

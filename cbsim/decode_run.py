@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numba
 import numpy as np
@@ -36,8 +37,24 @@ MAX_RUN_ITERATIONS = 8192
 
 
 @dataclass(slots=True)
+class SpecColumns:
+    """A speculative run's per-iteration columns (as the recorder keeps them for stepped ones)."""
+
+    verify: list[int]
+    drafted: list[int]
+    accepted: list[int]
+    k_min: list[int]
+    k_max: list[int]
+    draft_s: list[float]
+
+
+@dataclass(slots=True)
 class DecodeRun:
-    """A planned run of ``len(durations)`` pure-decode iterations starting at ``starts[0]``."""
+    """A planned run of ``len(durations)`` pure-decode iterations starting at ``starts[0]``.
+
+    Without speculation every running request emits one token per iteration; a speculative run
+    (:mod:`cbsim.speculative.fast_run`) also has its emitted and plain-decode tokens, its
+    speculative columns, the outputs still to come after each iteration and its effects."""
 
     starts: list[float]
     durations: list[float]
@@ -48,6 +65,11 @@ class DecodeRun:
     # running requests whose previous token came before the replica's previous iteration (set
     # when the run is applied; their first token in the run has a gap of its own)
     paused_at_start: int = 0
+    emitted: list[int] | None = None
+    decode_tokens: list[int] | None = None
+    speculation: SpecColumns | None = None
+    remaining_after: list[int] | None = None
+    spec: Any = None
 
     @property
     def iterations(self) -> int:

@@ -45,6 +45,12 @@ from cbsim.router import make_router
 from cbsim.scenario import Scenario
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
 from cbsim.speculative.decoder import SpeculativeDecoding
+from cbsim.speculative.fast_run import (
+    KernelSettings,
+    apply_spec_run,
+    kernel_settings,
+    plan_spec_run,
+)
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
 # progress(requests_done, requests_total, simulated_seconds)
@@ -64,6 +70,7 @@ class Replica:
     # still to come when it started (the state a step-by-step replica would show at any time)
     run_ends: list[float] | None = None
     run_remaining: np.ndarray | None = None
+    run_left: list[int] | None = None  # a speculative run's outputs to come after each iteration
     # while a decode run is in flight: triggered when an arrival lands here early enough to cut
     # it (before its last iteration starts; one arriving later is seen when the run ends)
     poke: simpy.Event | None = None
@@ -78,7 +85,10 @@ class Replica:
         if self.run_ends is None or self.run_remaining is None:
             return self.scheduler.outstanding_tokens() + self.inbound_tokens
         done = bisect.bisect_left(self.run_ends, self.env.now)
-        running = int(np.maximum(self.run_remaining - done, 0).sum())
+        if self.run_left is not None:
+            running = self.run_left[done - 1] if done else int(self.run_remaining.sum())
+        else:
+            running = int(np.maximum(self.run_remaining - done, 0).sum())
         waiting = sum(r.outstanding_tokens for r in self.scheduler.waiting)
         return running + waiting + self.inbound_tokens
 
@@ -88,10 +98,12 @@ class Replica:
         self.run_remaining = np.fromiter(
             (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
         )
+        self.run_left = run.remaining_after
 
     def end_run(self) -> None:
         self.run_ends = None
         self.run_remaining = None
+        self.run_left = None
 
 
 class Simulation:
@@ -140,7 +152,18 @@ class Simulation:
         self._jitter = stream(scenario.seed, "frontend")
         self._clients = stream(scenario.seed, "clients")
         self._sending = False
-        self.fast_forward = scenario.fast_forward and self.spec is None
+        # speculative decode runs are fast-forwarded by a compiled kernel where it can run them
+        self.spec_kernel: KernelSettings | None = None
+        self.fast_forward_note = ""
+        if self.spec is not None and scenario.fast_forward:
+            settings = kernel_settings(self.spec)
+            if isinstance(settings, str):
+                self.fast_forward_note = f"speculative iterations stepped one by one: {settings}"
+            else:
+                self.spec_kernel = settings
+        self.fast_forward = scenario.fast_forward and (
+            self.spec is None or self.spec_kernel is not None
+        )
         self.total_requests = len(workload)
 
     def _new_kv_cache(self) -> KVCache:
@@ -356,7 +379,7 @@ class Simulation:
             waiting = len(sched.waiting)
             stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
             if stop_on_finish is not None:
-                run = self._plan_run(sched, start, stop_on_finish or closed, horizon)
+                run = self._plan_run(replica, start, stop_on_finish or closed, horizon)
                 if run is not None:
                     replica.start_run(run)
                     replica.poke = env.event()
@@ -365,7 +388,7 @@ class Simulation:
                     if not done.processed and replica.poke.triggered:
                         # an arrival landed mid-run: stop where stepping would have seen it
                         cut = self._plan_run(
-                            sched, start, stop_on_finish or closed, horizon, arrival=env.now
+                            replica, start, stop_on_finish or closed, horizon, cut=run
                         )
                         assert cut is not None
                         run = cut
@@ -377,11 +400,18 @@ class Simulation:
                     clock = run.end_s
                     replica.end_run()
                     first_row = recorder.rows
-                    sched.apply_decode_run(run, on_finish, first_row, replica.last_row)
+                    if run.spec is not None:
+                        assert spec is not None
+                        apply_spec_run(
+                            spec, index, sched, run, on_finish, first_row, replica.last_row
+                        )
+                    else:
+                        sched.apply_decode_run(run, on_finish, first_row, replica.last_row)
                     deliveries = None
                     if streams:
                         ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
-                        deliveries = self._deliveries(replica, ends, run.batch_sizes)
+                        tokens = run.batch_sizes if run.emitted is None else run.emitted
+                        deliveries = self._deliveries(replica, ends, tokens)
                     recorder.record_decode_run(index, run, waiting, deliveries)
                     replica.last_row = recorder.rows - 1
                     self._release(deliveries, first_row)
@@ -401,7 +431,7 @@ class Simulation:
             if spec is None:
                 duration = cost.time_stats(batch.stats)
             else:
-                draft = spec.plan(batch, sched)
+                draft = spec.plan(batch, sched, index)
                 target = cost.time_stats(batch.stats)
                 duration = draft + target
             kv_used = sched.kv.used_blocks
@@ -409,7 +439,7 @@ class Simulation:
             yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
             clock = end
             if spec is not None:
-                spec.verify(batch, target)
+                spec.verify(batch, target, index)
             row = recorder.rows
             emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None
@@ -419,13 +449,30 @@ class Simulation:
 
     def _plan_run(
         self,
-        sched: SchedulerPolicy,
+        replica: Replica,
         start: float,
         stop_on_finish: bool,
         horizon: float,
-        arrival: float | None = None,
+        cut: DecodeRun | None = None,
     ) -> DecodeRun | None:
+        """The replica's decode run from ``start``; with ``cut``, that run planned again to stop
+        at an arrival that has just landed."""
+        sched = replica.scheduler
         kv = sched.kv
+        arrival = None if cut is None else self.env.now
+        if self.spec is not None:
+            assert self.spec_kernel is not None
+            return plan_spec_run(
+                self.spec,
+                self.spec_kernel,
+                replica.index,
+                sched,
+                start_s=start,
+                stop_on_finish=stop_on_finish,
+                next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
+                horizon_s=horizon,
+                restart=cut,
+            )
         return plan_decode_run(
             sched.running,
             cost=self.cost,

@@ -149,8 +149,18 @@ class Recorder:
         self._duration.extend(run.durations)
         self._batch.extend(run.batch_sizes)
         self._prefill.extend([0] * n)
-        self._decode.extend(run.batch_sizes)
-        self._emitted.extend(run.batch_sizes)
+        self._decode.extend(run.batch_sizes if run.decode_tokens is None else run.decode_tokens)
+        self._emitted.extend(run.batch_sizes if run.emitted is None else run.emitted)
+        spec = run.speculation
+        if spec is not None:
+            self._verify.extend(spec.verify)
+            self._drafted.extend(spec.drafted)
+            self._accepted.extend(spec.accepted)
+            self._k_sum.extend(spec.drafted)  # every request decodes: Σ k over them is Σ drafted
+            self._k_min.extend(spec.k_min)
+            self._k_max.extend(spec.k_max)
+            self._draft_s.extend(spec.draft_s)
+            self._decoding.extend(run.batch_sizes)
         self._kv_used.extend(run.kv_used)
         self._waiting.extend([waiting] * n)
         self._gap_tokens.extend(run.batch_sizes)

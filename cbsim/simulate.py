@@ -50,8 +50,18 @@ def simulate(
             itl=recorder.itl,
             warnings=run_warnings(scenario, simulation, iterations),
         ),
-        run_info={"wall_s": wall, "simulated_s": recorder.end_s},
+        run_info=run_info(simulation, wall, recorder.end_s),
     )
+
+
+def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[str, Any]:
+    """How the run went: wall and simulated seconds, and whether decode runs were fast-forwarded
+    (speculative ones by the compiled kernel, or stepped and why)."""
+    info: dict[str, Any] = {"wall_s": wall_s, "simulated_s": simulated_s}
+    info["fast_forward"] = simulation.fast_forward
+    if simulation.fast_forward_note:
+        info["fast_forward_note"] = simulation.fast_forward_note
+    return info
 
 
 def run_warnings(scenario: Scenario, simulation: Simulation, iterations: pd.DataFrame) -> list[str]:

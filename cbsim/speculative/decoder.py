@@ -74,35 +74,60 @@ class SpeculativeDecoding:
         self.acceptance: AcceptanceModel = make_acceptance_model(config.acceptance, source)
         self.proposer: Proposer = make_proposer(config.proposer, target)
         self.target = target
-        self._draw_rng = stream(seed, "acceptance")
-        self._request_rng = stream(seed, "acceptance:requests")
-        # cluster-wide α: maximum likelihood over every step so far, the model's prior before any
-        self._cluster_alpha = AlphaEstimator(prior=self.acceptance.prior_alpha(), weight=0.0)
+        self.seed = seed
+        # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
+        # likelihood over its steps, the model's prior before any), so that a replica advanced
+        # ahead of the others in one event draws and learns exactly as if stepped
+        self._draw_rngs: dict[int, np.random.Generator] = {}
+        self._request_rngs: dict[int, np.random.Generator] = {}
+        self._replica_alphas: dict[int, AlphaEstimator] = {}
         self.draft_s = 0.0
         self.target_s = 0.0
+
+    def draw_rng(self, replica: int) -> np.random.Generator:
+        """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
+        rng = self._draw_rngs.get(replica)
+        if rng is None:
+            extra = (replica,) if replica else ()
+            rng = self._draw_rngs[replica] = stream(self.seed, "acceptance", *extra)
+        return rng
+
+    def _request_rng(self, replica: int) -> np.random.Generator:
+        rng = self._request_rngs.get(replica)
+        if rng is None:
+            extra = (replica,) if replica else ()
+            rng = self._request_rngs[replica] = stream(self.seed, "acceptance:requests", *extra)
+        return rng
+
+    def replica_alpha(self, replica: int) -> AlphaEstimator:
+        """What replica ``replica`` has learnt of α over its steps."""
+        estimate = self._replica_alphas.get(replica)
+        if estimate is None:
+            estimate = AlphaEstimator(prior=self.acceptance.prior_alpha(), weight=0.0)
+            self._replica_alphas[replica] = estimate
+        return estimate
 
     # ------------------------------------------------------------------ per request
 
     def state(self, req: Request) -> SpecState:
         spec = req.spec
         if spec is None:
-            spec = SpecState(
-                self.policy.controller(), self.acceptance.start(req, self._request_rng)
-            )
+            rng = self._request_rng(max(req.replica, 0))
+            spec = SpecState(self.policy.controller(), self.acceptance.start(req, rng))
             req.spec = spec
         assert isinstance(spec, SpecState)
         return spec
 
-    def prior_alpha(self) -> float:
-        """Cluster-wide conditional acceptance so far (the model's prior before any step)."""
-        return self._cluster_alpha.value
+    def prior_alpha(self, replica: int = 0) -> float:
+        """The replica's conditional acceptance so far (the model's prior before any step)."""
+        return self.replica_alpha(replica).value
 
     def alpha_estimate(self, spec: SpecState, prior: float) -> float:
         return spec.alpha.estimate(prior)
 
     # ------------------------------------------------------------------ per iteration
 
-    def plan(self, batch: Batch, sched: SchedulerPolicy) -> float:
+    def plan(self, batch: Batch, sched: SchedulerPolicy, replica: int = 0) -> float:
         """Choose k per decoding request, reserve KV, rewrite the batch; returns the draft seconds."""
         entries = [i for i, r in enumerate(batch.requests) if r.kv_tokens >= r.prefill_target]
         ks_all = [0] * len(batch.requests)
@@ -112,7 +137,7 @@ class SpeculativeDecoding:
             return 0.0
         reqs = [batch.requests[i] for i in entries]
         states = [self.state(r) for r in reqs]
-        prior = self.prior_alpha()
+        prior = self.prior_alpha(replica)
         alphas = np.array([self.alpha_estimate(s, prior) for s in states])
         remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
         contexts = np.array([r.kv_tokens for r in reqs], dtype=np.int64)
@@ -200,7 +225,7 @@ class SpeculativeDecoding:
             stats.add_many(int(rows.sum()), int(k) + 1, int(contexts[rows].sum()))
         return draft + self.target.time_stats(stats)
 
-    def verify(self, batch: Batch, target_s: float) -> None:
+    def verify(self, batch: Batch, target_s: float, replica: int = 0) -> None:
         """Draw each speculating request's accepted drafts and update its decoder."""
         ks_all = batch.ks
         assert ks_all is not None
@@ -217,13 +242,14 @@ class SpeculativeDecoding:
         ks = np.array([ks_all[i] for i in rows], dtype=np.int64)
         states = [self.state(r) for r in reqs]
         model_alphas = np.array([s.model_alpha for s in states])
-        accepted = self.acceptance.draw(reqs, model_alphas, ks, self._draw_rng)
+        accepted = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
+        replica_alpha = self.replica_alpha(replica)
         for j, i in enumerate(rows):
             req, spec, k, a = reqs[j], states[j], int(ks[j]), int(accepted[j])
             accepted_all[i] = a
             outcome = StepOutcome(drafted=k, accepted=a)
             spec.alpha.observe(outcome)
-            self._cluster_alpha.observe(outcome)
+            replica_alpha.observe(outcome)
             rate = a / k
             spec.ema_acceptance = (
                 rate

@@ -64,6 +64,7 @@ from cbsim.scenario import (
     HeuristicPolicy,
     ThresholdPolicy,
 )
+from cbsim.speculative.fast_run import expected_tokens
 
 PolicyConfig = (
     FixedPolicy
@@ -175,6 +176,11 @@ class AlphaEstimator:
     def observe(self, outcome: StepOutcome) -> None:
         self._accepted += outcome.accepted
         self._rejected += outcome.accepted < outcome.drafted
+
+    def restore(self, accepted: int, rejected: int) -> None:
+        """Set the counts (after a run of steps computed elsewhere, e.g. compiled)."""
+        self._accepted = accepted
+        self._rejected = rejected
 
     @property
     def value(self) -> float:
@@ -549,11 +555,11 @@ class GoodputK(KPolicy):
         if n == 0:
             return []
         alphas = np.clip(np.asarray(view.alphas, dtype=np.float64), 0.0, 1.0)
-        remaining = np.asarray(view.remaining, dtype=np.int64)
+        remaining = np.ascontiguousarray(view.remaining, dtype=np.int64)
         caps = np.clip(remaining - 1, 0, self._k_max)
 
         def rate(ks: IntArray) -> float:
-            tokens = float(np.minimum(expected_emitted(alphas, ks), remaining).sum())
+            tokens = expected_tokens(alphas, ks, remaining)
             seconds = view.step_time([int(k) for k in ks])
             if not seconds > 0.0:
                 raise ValueError(f"step_time must be positive, got {seconds}")
@@ -566,7 +572,7 @@ class GoodputK(KPolicy):
         def rate_of(k: int, ks: IntArray) -> float:
             if swept is None:
                 return rate(ks)
-            tokens = float(np.minimum(expected_emitted(alphas, ks), remaining).sum())
+            tokens = expected_tokens(alphas, ks, remaining)
             seconds = swept[k]
             if not seconds > 0.0:
                 raise ValueError(f"step_time must be positive, got {seconds}")

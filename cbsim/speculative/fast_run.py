@@ -1,0 +1,770 @@
+"""Speculative decode runs: many speculative iterations of a replica computed in one compiled call.
+
+A replica whose running requests are all decoding repeats one kind of iteration until something
+outside it changes (an arrival, a finish while requests wait, the KV cache running short, the
+horizon): the k policy chooses each request's draft length from the batch, the proposer drafts,
+the target verifies, each request accepts a random prefix of its drafts and emits it plus one
+token, and rejected drafts give their KV blocks back. Everything such an iteration does depends only
+on the requests' state, the replica's acceptance statistics and its random stream, so
+:func:`spec_run_kernel` computes a whole stretch of them at once (numba), exactly as stepping would:
+the same goodput sweep over candidate k (:func:`goodput_k`, which the stepped path also calls),
+the same target and draft prices (:mod:`cbsim.compiled`), the same acceptance draws from the
+replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
+same state), the same α estimates and KV accounting.
+
+What can run compiled: the ``fixed``, ``batch_table`` and per-batch ``goodput`` k policies; the
+``iid``, ``positional`` and ``per_request`` acceptance models; EAGLE, draft-model and n-gram
+proposers; a cost model that compiles. Anything else steps iteration by iteration (the reason is
+in ``run_info.json``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from cbsim.compiled import CompiledCost, decode_seconds, verify_seconds
+from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
+from cbsim.request import Request, Status
+
+if TYPE_CHECKING:
+    from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
+    from cbsim.speculative.decoder import SpecState, SpeculativeDecoding
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+EMA_WEIGHT = 0.1
+PRIOR_STRENGTH = 4.0
+TIE_TOLERANCE = 1e-12
+NGRAM_SECONDS_PER_REQUEST = 5e-6
+
+# proposers
+NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
+# k policies
+FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
+# acceptance models
+IID, POSITIONAL, PER_REQUEST = 0, 1, 2
+
+
+# --------------------------------------------------------------------------- shared arithmetic
+
+
+@numba.njit(cache=True)
+def expected_emitted_one(alpha: float, k: int) -> float:
+    """Σ_{j=0..k} α^j with libm's log1p/expm1 (see :func:`policies.expected_emitted`)."""
+    if k <= 0:
+        return 1.0
+    if alpha >= 1.0:
+        return k + 1.0
+    return -math.expm1((k + 1.0) * math.log1p(alpha - 1.0)) / (1.0 - alpha)
+
+
+@numba.njit(cache=True)
+def _block_sum(values: FloatArray, lo: int, n: int) -> float:
+    """numpy's pairwise sum of at most 128 values: eight accumulators, then the remainder."""
+    if n < 8:
+        total = 0.0
+        for i in range(lo, lo + n):
+            total += values[i]
+        return total
+    r0, r1, r2, r3 = values[lo], values[lo + 1], values[lo + 2], values[lo + 3]
+    r4, r5, r6, r7 = values[lo + 4], values[lo + 5], values[lo + 6], values[lo + 7]
+    i = 8
+    end = n - (n % 8)
+    while i < end:
+        r0 += values[lo + i]
+        r1 += values[lo + i + 1]
+        r2 += values[lo + i + 2]
+        r3 += values[lo + i + 3]
+        r4 += values[lo + i + 4]
+        r5 += values[lo + i + 5]
+        r6 += values[lo + i + 6]
+        r7 += values[lo + i + 7]
+        i += 8
+    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        total += values[lo + i]
+        i += 1
+    return float(total)
+
+
+@numba.njit(cache=True)
+def pairwise_sum(values: FloatArray) -> float:
+    """numpy's float64 sum (pairwise: halves rounded to multiples of eight, blocks of at most 128
+    summed by :func:`_block_sum`), so the same float; iterative, as numba caches no recursion."""
+    depth = 64
+    los = np.empty(depth, dtype=np.int64)
+    sizes = np.empty(depth, dtype=np.int64)
+    stages = np.empty(depth, dtype=np.int64)
+    partial = np.empty(depth)
+    top = 0
+    done = 0
+    los[0], sizes[0], stages[0] = 0, len(values), 0
+    while top >= 0:
+        lo, n = los[top], sizes[top]
+        if n <= 128:
+            partial[done] = _block_sum(values, lo, n)
+            done += 1
+            top -= 1
+            continue
+        half = n // 2
+        half -= half % 8
+        if stages[top] == 0:
+            stages[top] = 1
+            top += 1
+            los[top], sizes[top], stages[top] = lo, half, 0
+        elif stages[top] == 1:
+            stages[top] = 2
+            top += 1
+            los[top], sizes[top], stages[top] = lo + half, n - half, 0
+        else:
+            done -= 1
+            partial[done - 1] = partial[done - 1] + partial[done]
+            top -= 1
+    return float(partial[0])
+
+
+@numba.njit(cache=True)
+def expected_tokens(alphas: FloatArray, ks: IntArray, remaining: IntArray) -> float:
+    """Σ_i min(expected_emitted(α_i, k_i), remaining_i): what a batch is expected to emit."""
+    n = len(ks)
+    values = np.empty(n)
+    for i in range(n):
+        e = expected_emitted_one(alphas[i], ks[i])
+        r = float(remaining[i])
+        values[i] = e if e <= r else r
+    return pairwise_sum(values)
+
+
+@numba.njit(cache=True)
+def _draft_step_seconds(
+    kind: int, draft: CompiledCost, requests: int, kv_tokens: int
+) -> float:  # fmt: skip
+    if kind == EAGLE:
+        return float(decode_seconds(draft, requests, kv_tokens) + draft.extra_s[requests])
+    return decode_seconds(draft, requests, kv_tokens)
+
+
+@numba.njit(cache=True)
+def draft_seconds(kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray) -> float:
+    """The proposer's drafting time for draft lengths ``ks`` (``Proposer.draft_time``)."""
+    n = len(ks)
+    if kind == NGRAM:
+        drafting = 0
+        for i in range(n):
+            if ks[i] > 0:
+                drafting += 1
+        return NGRAM_SECONDS_PER_REQUEST * drafting
+    if n == 0:
+        return 0.0
+    k_high = 0
+    for i in range(n):
+        if ks[i] > k_high:
+            k_high = ks[i]
+    total = 0.0
+    for s in range(k_high):
+        active = 0
+        kv = 0
+        for i in range(n):
+            if ks[i] > s:
+                active += 1
+                kv += contexts[i]
+        total += _draft_step_seconds(kind, draft, active, kv + active * (s + 1))
+    return total
+
+
+@numba.njit(cache=True)
+def verify_batch_seconds(target: CompiledCost, ks: IntArray, contexts: IntArray, top: int) -> (
+    float
+):  # fmt: skip
+    """The target's step when request i verifies ks[i] + 1 tokens, entries grouped by k in
+    ascending order (``SpeculativeDecoding._target_time``; ``top`` bounds the ks)."""
+    n = len(ks)
+    tokens = 0
+    kv_tokens = 0
+    pairs = 0.0
+    for k in range(top + 1):
+        count = 0
+        context = 0
+        for i in range(n):
+            if ks[i] == k:
+                count += 1
+                context += contexts[i]
+        if count == 0:
+            continue
+        q = k + 1
+        tokens += count * q
+        kv_tokens += context + count * q
+        pairs += q * context + count * q * (q + 1) * 0.5
+    return verify_seconds(target, n, tokens, kv_tokens, pairs)
+
+
+@numba.njit(cache=True)
+def goodput_k(
+    alphas: FloatArray,
+    remaining: IntArray,
+    contexts: IntArray,
+    k_max: int,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+) -> IntArray:
+    """The per-batch goodput choice (``GoodputK.choose`` with ``per_request`` off) for a batch of
+    decoding requests only: the k maximising expected tokens per second of the predicted step."""
+    n = len(alphas)
+    caps = np.empty(n, dtype=np.int64)
+    top = 0
+    for i in range(n):
+        cap = remaining[i] - 1
+        cap = 0 if cap < 0 else (k_max if cap > k_max else cap)
+        caps[i] = cap
+        if cap > top:
+            top = cap
+    ks = np.zeros(n, dtype=np.int64)
+    best = np.zeros(n, dtype=np.int64)
+    drafted = 0.0
+    best_rate = expected_tokens(alphas, ks, remaining) / verify_batch_seconds(
+        target, ks, contexts, 0
+    )
+    for k in range(1, top + 1):
+        active = 0
+        kv = 0
+        for i in range(n):
+            ks[i] = k if caps[i] > k else caps[i]
+            if caps[i] > k - 1:
+                active += 1
+                kv += contexts[i]
+        if proposer == NGRAM:
+            drafted = draft_seconds(proposer, draft, ks, contexts)
+        else:
+            drafted += _draft_step_seconds(proposer, draft, active, kv + active * k)
+        seconds = drafted + verify_batch_seconds(target, ks, contexts, k)
+        rate = expected_tokens(alphas, ks, remaining) / seconds
+        if rate > best_rate * (1.0 + TIE_TOLERANCE):
+            best[:] = ks
+            best_rate = rate
+    return best
+
+
+# --------------------------------------------------------------------------- the run kernel
+
+
+@numba.njit(cache=True)
+def _policy_ks(
+    policy: int,
+    fixed_k: int,
+    table: IntArray,
+    k_max: int,
+    alphas: FloatArray,
+    remaining: IntArray,
+    contexts: IntArray,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+) -> IntArray:
+    n = len(alphas)
+    if policy == GOODPUT:
+        return goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft)
+    ks = np.empty(n, dtype=np.int64)
+    k = fixed_k
+    if policy == BATCH_TABLE:
+        k = 0
+        for row in range(table.shape[0]):
+            if table[row, 0] <= n <= table[row, 1]:
+                k = table[row, 2]
+                break
+    ks[:] = k
+    return ks
+
+
+@numba.njit(cache=True)
+def spec_run_kernel(
+    kv: IntArray,
+    generated: IntArray,
+    output: IntArray,
+    blocks: IntArray,
+    accepted_total: IntArray,
+    rejected_total: IntArray,
+    model_alpha: FloatArray,
+    ema: FloatArray,
+    cluster: IntArray,
+    prior: float,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+    policy: int,
+    fixed_k: int,
+    table: IntArray,
+    k_max: int,
+    acceptance: int,
+    iid_alpha: float,
+    rates: FloatArray,
+    drift: float,
+    rng: Any,
+    start_s: float,
+    block_size: int,
+    used_blocks: int,
+    total_blocks: int,
+    grows_kv: bool,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+    max_iterations: int,
+) -> tuple[Any, ...]:
+    """Advance the running requests (arrays in running order, updated in place) through
+    speculative decode iterations until a stop rule fires; returns the iterations' rows, the
+    per-request counters and where each request finished (see the module docstring)."""
+    count = len(kv)
+    size = 0
+    for i in range(count):
+        if output[i] - generated[i] > size:
+            size = output[i] - generated[i]
+    size = min(size, max_iterations)
+    starts = np.empty(size)
+    durations = np.empty(size)
+    batch_sizes = np.empty(size, dtype=np.int64)
+    plain_tokens = np.empty(size, dtype=np.int64)
+    verify_tokens = np.empty(size, dtype=np.int64)
+    drafted_tokens = np.empty(size, dtype=np.int64)
+    accepted_tokens = np.empty(size, dtype=np.int64)
+    emitted_tokens = np.empty(size, dtype=np.int64)
+    kv_used = np.empty(size, dtype=np.int64)
+    k_low = np.empty(size, dtype=np.int64)
+    k_high = np.empty(size, dtype=np.int64)
+    draft_s = np.empty(size)
+    outstanding = np.empty(size, dtype=np.int64)
+    steps = np.zeros(count, dtype=np.int64)
+    drafted = np.zeros(count, dtype=np.int64)
+    accepted = np.zeros(count, dtype=np.int64)
+    decode_steps = np.zeros(count, dtype=np.int64)
+    finished_at = np.full(count, -1, dtype=np.int64)
+    active = np.arange(count)
+    n = count
+    used = used_blocks
+    now = start_s
+    j = 0
+    while j < size and n > 0:
+        # the scheduler's decode step: one more token of KV per request, or a preemption
+        new_blocks = np.empty(n, dtype=np.int64)
+        need_total = 0
+        for a in range(n):
+            i = active[a]
+            new_blocks[a] = blocks[i]
+            if grows_kv:
+                need = -(-(kv[i] + 1) // block_size) - blocks[i]
+                if need > 0:
+                    need_total += need
+                    new_blocks[a] += need
+        free = total_blocks - used
+        if need_total > free:
+            break
+        free -= need_total
+        # the k policy over the batch
+        clus = cluster[0] + cluster[1] + 0.0
+        batch_prior = prior if clus == 0 else (cluster[0] + prior * 0.0) / clus
+        alphas = np.empty(n)
+        remaining = np.empty(n, dtype=np.int64)
+        contexts = np.empty(n, dtype=np.int64)
+        for a in range(n):
+            i = active[a]
+            denominator = accepted_total[i] + rejected_total[i] + PRIOR_STRENGTH
+            alphas[a] = (accepted_total[i] + batch_prior * PRIOR_STRENGTH) / denominator
+            remaining[a] = output[i] - generated[i]
+            contexts[a] = kv[i]
+        chosen = _policy_ks(
+            policy, fixed_k, table, k_max, alphas, remaining, contexts, target, proposer, draft
+        )
+        # clamp to the outputs left, then reserve KV for k + 1 tokens (shorter k when short)
+        tokens = 0
+        kv_tokens = 0
+        pairs = 0.0
+        plain = 0
+        k_top = 0
+        k_bottom = 1 << 62
+        for a in range(n):
+            i = active[a]
+            k = chosen[a]
+            if k > remaining[a] - 1:
+                k = remaining[a] - 1
+            if k < 0:
+                k = 0
+            while k > 0:
+                need = -(-(kv[i] + k + 1) // block_size) - new_blocks[a]
+                if need <= 0:
+                    break
+                if free - need >= 0:
+                    free -= need
+                    new_blocks[a] += need
+                    break
+                k -= 1
+            chosen[a] = k
+            q = k + 1
+            tokens += q
+            kv_tokens += kv[i] + q
+            pairs += q * (kv[i] + (q + 1) * 0.5)
+            if k == 0:
+                plain += 1
+            k_top = k if k > k_top else k_top
+            k_bottom = k if k < k_bottom else k_bottom
+        drafting = draft_seconds(proposer, draft, chosen, contexts)
+        target_s = verify_seconds(target, n, tokens, kv_tokens, pairs)
+        duration = drafting + target_s
+        end = now + duration
+        if end >= horizon_s:
+            break
+        used = total_blocks - free
+        # verification: leading accepted drafts per speculating request, in batch order
+        width = k_top
+        iteration_accepted = 0
+        verified = 0
+        draft_total = 0
+        emitted_total = 0
+        outcome = np.zeros(n, dtype=np.int64)
+        for a in range(n):
+            k = chosen[a]
+            if k == 0:
+                continue
+            i = active[a]
+            if acceptance == IID:
+                alpha = iid_alpha
+            elif acceptance == PER_REQUEST:
+                alpha = model_alpha[i]
+                if drift != 0.0:
+                    alpha = alpha + drift * float(generated[i]) / 1000.0
+                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+            else:
+                alpha = 0.0
+            run = 0
+            leading = True
+            for p in range(width):
+                if acceptance == POSITIONAL:
+                    alpha = rates[p if p < len(rates) else len(rates) - 1]
+                success = rng.random() < alpha
+                if leading and p < k and success:
+                    run += 1
+                else:
+                    leading = False
+            outcome[a] = run
+        for a in range(n):
+            decode_steps[active[a]] += 1
+        for a in range(n):
+            k = chosen[a]
+            if k == 0:
+                continue
+            i = active[a]
+            got = outcome[a]
+            missed = 1 if got < k else 0
+            accepted_total[i] += got
+            rejected_total[i] += missed
+            cluster[0] += got
+            cluster[1] += missed
+            rate = got / k
+            if math.isnan(ema[i]):
+                ema[i] = rate
+            else:
+                ema[i] = EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema[i]
+            steps[i] += 1
+            drafted[i] += k
+            accepted[i] += got
+            iteration_accepted += got
+            verified += k + 1
+            draft_total += k
+        # the scheduler applies the step: emit, give rejected drafts' blocks back, finish
+        j_row = j
+        still = 0
+        left = 0
+        finishing = False
+        for a in range(n):
+            i = active[a]
+            emitted = 1 + outcome[a]
+            kv[i] += emitted
+            blocks[i] = new_blocks[a]
+            if grows_kv:
+                surplus = blocks[i] - (-(-kv[i] // block_size))
+                if surplus > 0:
+                    used -= surplus
+                    blocks[i] -= surplus
+            generated[i] += emitted
+            emitted_total += emitted
+            if generated[i] >= output[i]:
+                used -= blocks[i]
+                blocks[i] = 0
+                finished_at[i] = j_row
+                finishing = True
+            else:
+                active[still] = i
+                still += 1
+                left += output[i] - generated[i]
+        starts[j] = now
+        durations[j] = duration
+        batch_sizes[j] = n
+        plain_tokens[j] = plain
+        verify_tokens[j] = verified
+        drafted_tokens[j] = draft_total
+        accepted_tokens[j] = iteration_accepted
+        emitted_tokens[j] = emitted_total
+        kv_used[j] = total_blocks - free
+        k_low[j] = k_bottom
+        k_high[j] = k_top
+        draft_s[j] = drafting
+        outstanding[j] = left
+        n = still
+        now = end
+        j += 1
+        if end >= next_arrival_s or (finishing and stop_on_finish):
+            break
+    return (
+        j, now, used, starts, durations, batch_sizes, plain_tokens, verify_tokens,
+        drafted_tokens, accepted_tokens, emitted_tokens, kv_used, k_low, k_high, draft_s,
+        outstanding, steps, drafted, accepted, decode_steps, finished_at,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the Python side
+
+
+class KernelSettings(NamedTuple):
+    """A speculative configuration as the kernel's codes and numbers."""
+
+    proposer: int
+    policy: int
+    fixed_k: int
+    table: IntArray
+    k_max: int
+    acceptance: int
+    iid_alpha: float
+    rates: FloatArray
+    drift: float
+    extra_gemm: tuple[int, int] | None
+
+
+def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
+    """What the kernel needs of ``spec``, or why it cannot run in it."""
+    from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
+    from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
+    from cbsim.speculative.proposers import DraftModel, EagleHead, Ngram
+
+    policy = spec.policy
+    table = np.zeros((1, 3), dtype=np.int64)
+    fixed_k = 0
+    if isinstance(policy, GoodputK):
+        if policy.per_request:
+            return "the goodput policy's per-request refinement is not compiled"
+        policy_code = GOODPUT
+    elif isinstance(policy, FixedK):
+        policy_code, fixed_k = FIXED, policy.k
+    elif isinstance(policy, BatchTableK):
+        policy_code = BATCH_TABLE
+        table = np.asarray(policy.table, dtype=np.int64).reshape(-1, 3)
+    else:
+        return f"the {policy.kind} policy's per-request controllers are not compiled"
+    model = spec.acceptance
+    rates = np.zeros(1)
+    iid_alpha = drift = 0.0
+    if isinstance(model, IidModel):
+        acceptance, iid_alpha = IID, model.alpha
+    elif isinstance(model, PositionalModel):
+        acceptance, rates = POSITIONAL, np.ascontiguousarray(model.rates, dtype=np.float64)
+    elif isinstance(model, PerRequestModel):
+        acceptance, drift = PER_REQUEST, float(model.drift)
+    else:
+        return f"the {model.kind} acceptance model is not compiled"
+    proposer = spec.proposer
+    extra: tuple[int, int] | None = None
+    if isinstance(proposer, EagleHead):
+        proposer_code = EAGLE
+        extra = (proposer.shape.hidden_size, proposer._fusion_k)
+    elif isinstance(proposer, DraftModel):
+        proposer_code = DRAFT_MODEL
+    elif isinstance(proposer, Ngram):
+        proposer_code = NGRAM
+    else:
+        return f"the {proposer.kind} proposer is not compiled"
+    if spec.target.compiled(1) is None:
+        return "the cost model does not compile (kernels priced through another GPU's)"
+    if isinstance(proposer, EagleHead | DraftModel) and proposer.cost.compiled(1, extra) is None:
+        return "the proposer's cost model does not compile"
+    return KernelSettings(
+        proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
+        drift, extra,
+    )  # fmt: skip
+
+
+@dataclass(slots=True)
+class SpecRunEffects:
+    """What a planned speculative run does to its requests and replica (applied if it stands)."""
+
+    requests: list[Request]
+    kv: IntArray
+    generated: IntArray
+    blocks: IntArray
+    accepted_total: IntArray
+    rejected_total: IntArray
+    ema: FloatArray
+    cluster: IntArray
+    steps: IntArray
+    drafted: IntArray
+    accepted: IntArray
+    decode_steps: IntArray
+    finished_at: IntArray
+    rng_state: Any
+
+
+def plan_spec_run(
+    spec: SpeculativeDecoding,
+    settings: KernelSettings,
+    replica: int,
+    sched: SchedulerPolicy,
+    *,
+    start_s: float,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+    restart: DecodeRun | None = None,
+) -> DecodeRun | None:
+    """Plan the replica's speculative decode run from now (None: not one iteration), or, with
+    ``restart``, plan again from the same state (an arrival cut that run short)."""
+    running = sched.running
+    count = len(running)
+    kv_cache = sched.kv
+    block_size = kv_cache.block_size
+    grows = not sched.reserves_full_length
+    kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
+    blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+    if grows:  # the first decode step must fit, or stepping preempts
+        need = np.maximum(-(-(kv + 1) // block_size) - blocks, 0).sum()
+        if need > kv_cache.total_blocks - kv_cache.used_blocks:
+            return None
+    states = [spec.state(r) for r in running]
+    rng = spec.draw_rng(replica)
+    if restart is not None:
+        assert restart.spec is not None
+        rng.bit_generator.state = restart.spec.rng_state
+    rng_state = rng.bit_generator.state
+    target = spec.target.compiled(count * (settings.k_max + 1))
+    if settings.proposer == NGRAM:
+        draft = target
+    else:
+        draft = spec.proposer.cost.compiled(count, settings.extra_gemm)  # type: ignore[attr-defined]
+    estimator = spec.replica_alpha(replica)
+    effects = SpecRunEffects(
+        requests=list(running),
+        kv=kv,
+        generated=np.fromiter((r.generated for r in running), dtype=np.int64, count=count),
+        blocks=blocks,
+        accepted_total=np.fromiter((s.alpha.accepted for s in states), np.int64, count=count),
+        rejected_total=np.fromiter((s.alpha.rejected for s in states), np.int64, count=count),
+        ema=np.fromiter((s.ema_acceptance for s in states), np.float64, count=count),
+        cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
+        steps=np.zeros(0, dtype=np.int64),
+        drafted=np.zeros(0, dtype=np.int64),
+        accepted=np.zeros(0, dtype=np.int64),
+        decode_steps=np.zeros(0, dtype=np.int64),
+        finished_at=np.zeros(0, dtype=np.int64),
+        rng_state=rng_state,
+    )
+    output = np.fromiter((r.output_tokens for r in running), dtype=np.int64, count=count)
+    model_alpha = np.fromiter((s.model_alpha for s in states), np.float64, count=count)
+    out = spec_run_kernel(
+        effects.kv, effects.generated, output, effects.blocks, effects.accepted_total,
+        effects.rejected_total, model_alpha, effects.ema, effects.cluster, estimator.prior,
+        target, settings.proposer, draft, settings.policy, settings.fixed_k, settings.table,
+        settings.k_max, settings.acceptance, settings.iid_alpha, settings.rates, settings.drift,
+        rng, start_s, block_size, kv_cache.used_blocks, kv_cache.total_blocks, grows,
+        stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
+    )  # fmt: skip
+    (n, end, used_after, starts, durations, batch_sizes, plain, verify, drafted, accepted,
+     emitted, kv_used, k_low, k_high, draft_s, outstanding, *per_request) = out  # fmt: skip
+    if n <= 0:
+        return None
+    effects.steps, effects.drafted, effects.accepted, effects.decode_steps = per_request[:4]
+    effects.finished_at = per_request[4]
+    return DecodeRun(
+        starts=starts[:n].tolist(),
+        durations=durations[:n].tolist(),
+        batch_sizes=batch_sizes[:n].tolist(),
+        kv_used=kv_used[:n].tolist(),
+        end_s=end,
+        kv_used_after=used_after,
+        emitted=emitted[:n].tolist(),
+        decode_tokens=plain[:n].tolist(),
+        speculation=SpecColumns(
+            verify=verify[:n].tolist(),
+            drafted=drafted[:n].tolist(),
+            accepted=accepted[:n].tolist(),
+            k_min=k_low[:n].tolist(),
+            k_max=k_high[:n].tolist(),
+            draft_s=draft_s[:n].tolist(),
+        ),
+        remaining_after=outstanding[:n].tolist(),
+        spec=effects,
+    )
+
+
+def apply_spec_run(
+    spec: SpeculativeDecoding,
+    replica: int,
+    sched: SchedulerPolicy,
+    run: DecodeRun,
+    on_finish: FinishCallback,
+    first_row: int,
+    prev_row: int,
+) -> None:
+    """Advance the requests and the replica through a planned speculative run (rows from
+    ``first_row``; ``prev_row`` is the replica's row before it), as stepping would have."""
+    effects = run.spec
+    assert effects is not None
+    ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+    last = run.iterations - 1
+    gap_pairs = sched.gap_pairs
+    paused = 0
+    still_running = []
+    kv = effects.kv.tolist()
+    generated = effects.generated.tolist()
+    blocks = effects.blocks.tolist()
+    accepted_total = effects.accepted_total.tolist()
+    rejected_total = effects.rejected_total.tolist()
+    ema = effects.ema.tolist()
+    steps = effects.steps.tolist()
+    drafted = effects.drafted.tolist()
+    accepted = effects.accepted.tolist()
+    decode_steps = effects.decode_steps.tolist()
+    finished_at = effects.finished_at.tolist()
+    for i, req in enumerate(effects.requests):
+        if req.last_row != prev_row:
+            gap_pairs.append(first_row)
+            gap_pairs.append(req.last_row)
+            paused += 1
+        state = cast("SpecState", req.spec)
+        state.alpha.restore(accepted_total[i], rejected_total[i])
+        state.ema_acceptance = ema[i]
+        req.kv_tokens = kv[i]
+        req.generated = generated[i]
+        req.blocks = blocks[i]
+        req.spec_steps += steps[i]
+        req.drafted_tokens += drafted[i]
+        req.accepted_tokens += accepted[i]
+        req.decode_steps += decode_steps[i]
+        done = finished_at[i]
+        if done >= 0:
+            req.last_row = first_row + done
+            req.status = Status.FINISHED
+            req.finish_s = ends[done]
+            on_finish(req)
+        else:
+            req.last_row = first_row + last
+            still_running.append(req)
+    sched.zero_gaps += sum(accepted)
+    sched.running = still_running
+    sched.kv.used_blocks = run.kv_used_after
+    spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
+    assert run.speculation is not None
+    spec.draft_s += sum(run.speculation.draft_s)
+    spec.target_s += sum(run.durations) - sum(run.speculation.draft_s)
+    run.paused_at_start = paused

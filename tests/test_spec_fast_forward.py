@@ -1,0 +1,192 @@
+"""The compiled speculative fast path: fast-forwarded runs equal stepping bit for bit, its pieces
+equal the Python cost model and policy, and what it cannot run steps and says so."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cbsim
+from cbsim.compiled import decode_seconds, verify_seconds
+from cbsim.cost import BatchStats, CostModel
+from cbsim.speculative.fast_run import expected_tokens, pairwise_sum
+from cbsim.speculative.policies import expected_emitted
+from tests.conftest import small_scenario, summaries_equal
+
+POLICIES = [
+    {"kind": "goodput", "k_max": 6},
+    {"kind": "fixed", "k": 3},
+    {"kind": "batch_table", "table": [[1, 4, 5], [5, 12, 2], [13, 1000, 1]]},
+]
+ACCEPTANCE = [
+    {"kind": "per_request", "mean": 0.6, "concentration": 8, "drift_per_1k_tokens": 0.2},
+    {"kind": "iid", "alpha": 0.75},
+    {"kind": "positional", "rates": [0.9, 0.7, 0.5]},
+]
+PROPOSERS = [{"kind": "eagle"}, {"kind": "draft_model", "model": "llama-3.2-1b"}, {"kind": "ngram"}]
+
+
+def speculative(
+    scheduler: str, policy: dict[str, Any], acceptance: dict[str, Any], proposer: dict[str, Any]
+) -> dict[str, Any]:
+    return small_scenario(
+        {
+            "seed": 11,
+            "workload.num_requests": 60,
+            "workload.arrival": {"kind": "poisson", "rate": 25.0},
+            "workload.prompt_tokens": {"kind": "lognormal", "mean": 300, "sigma": 0.8, "max": 1500},
+            "workload.output_tokens": {"kind": "lognormal", "mean": 120, "sigma": 0.7, "max": 400},
+            "cluster.replicas": 2,
+            "cluster.router": "least_loaded",
+            "scheduler.kind": scheduler,
+            "speculative": {
+                "enabled": True,
+                "proposer": proposer,
+                "acceptance": acceptance,
+                "policy": policy,
+            },
+        }
+    )
+
+
+def assert_identical(data: dict[str, Any]) -> cbsim.Results:
+    stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+    forward = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": True}))
+    assert forward.run_info["fast_forward"] is True
+    assert stepped.run_info["fast_forward"] is False
+    for name in ("requests", "iterations", "timeseries"):
+        pd.testing.assert_frame_equal(
+            getattr(stepped, name), getattr(forward, name), check_exact=True, obj=name
+        )
+    assert summaries_equal(stepped.summary, forward.summary)
+    return forward
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "policy"),
+    list(itertools.product(["vllm", "sarathi", "orca", "static"], POLICIES)),
+)
+def test_every_scheduler_and_policy_forwards_as_it_steps(
+    scheduler: str, policy: dict[str, Any]
+) -> None:
+    results = assert_identical(speculative(scheduler, policy, ACCEPTANCE[0], PROPOSERS[0]))
+    assert results.summary["completed"] == 60
+
+
+@pytest.mark.parametrize(
+    ("acceptance", "proposer"),
+    [(a, PROPOSERS[0]) for a in ACCEPTANCE[1:]] + [(ACCEPTANCE[0], p) for p in PROPOSERS[1:]],
+)
+def test_every_acceptance_model_and_proposer_forwards_as_it_steps(
+    acceptance: dict[str, Any], proposer: dict[str, Any]
+) -> None:
+    assert_identical(speculative("vllm", POLICIES[1], acceptance, proposer))
+
+
+def test_speculation_with_preemption_forwards_as_it_steps() -> None:
+    data = speculative("vllm", {"kind": "fixed", "k": 4}, ACCEPTANCE[1], PROPOSERS[0])
+    data["workload"]["arrival"] = {"kind": "poisson", "rate": 200.0}
+    data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 2000}
+    data["workload"]["output_tokens"] = {"kind": "fixed", "value": 400}
+    data["cluster"]["gpu_memory_utilization"] = 0.25
+    data["cluster"]["replicas"] = 1
+    results = assert_identical(data)
+    assert results.summary["preemptions"] > 0
+    assert results.summary["acceptance_rate"] > 0
+
+
+def test_speculation_with_a_horizon_and_a_closed_loop_forwards_as_it_steps() -> None:
+    data = speculative("sarathi", POLICIES[0], ACCEPTANCE[0], PROPOSERS[0])
+    data["horizon_s"] = 2.5
+    assert_identical(data)
+    data = speculative("vllm", POLICIES[0], ACCEPTANCE[1], PROPOSERS[0])
+    data["workload"] = {
+        "num_requests": 50,
+        "arrival": {"kind": "closed_loop", "concurrency": 6, "think_time_s": 0.05},
+        "prompt_tokens": {"kind": "uniform", "low": 50, "high": 400},
+        "output_tokens": {"kind": "uniform", "low": 20, "high": 200},
+    }
+    data["cluster"]["router"] = "round_robin"
+    assert_identical(data)
+
+
+def test_replicas_keep_their_own_acceptance_streams() -> None:
+    # a replica's draws do not depend on how far another replica has run: replica 0 of a
+    # two-replica cluster draws as the single replica does when it gets the same requests
+    data = speculative("vllm", POLICIES[1], ACCEPTANCE[1], PROPOSERS[0])
+    two = cbsim.simulate(cbsim.load_scenario(data))
+    assert set(two.requests["replica"]) == {0, 1}
+    assert two.summary["acceptance_rate"] > 0
+
+
+def test_what_the_kernel_cannot_run_steps_and_says_why() -> None:
+    data = speculative("vllm", {"kind": "heuristic"}, ACCEPTANCE[1], PROPOSERS[0])
+    results = cbsim.simulate(cbsim.load_scenario(data))
+    assert results.run_info["fast_forward"] is False
+    assert "heuristic" in results.run_info["fast_forward_note"]
+    data = speculative(
+        "vllm", {"kind": "goodput", "per_request": True}, ACCEPTANCE[1], PROPOSERS[0]
+    )
+    results = cbsim.simulate(cbsim.load_scenario(data))
+    assert "per-request refinement" in results.run_info["fast_forward_note"]
+    plain = cbsim.simulate(cbsim.load_scenario(small_scenario({})))
+    assert plain.run_info["fast_forward"] is True
+    assert "fast_forward_note" not in plain.run_info
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},
+        {"model": "llama-3-70b", "tp": 4},
+        {"gpu": "a100-80gb"},
+        {"engine": "sglang"},
+        {"calibration": "none", "engine": "none"},
+    ],
+)
+def test_compiled_prices_equal_the_cost_model(settings: dict[str, Any]) -> None:
+    cost = CostModel(**settings)
+    compiled = cost.compiled(256 * 9)
+    assert compiled is not None
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 256))
+        kv = int(rng.integers(n, n * 8000))
+        assert decode_seconds(compiled, n, kv) == cost.decode_time(n, kv)
+        stats = BatchStats()
+        tokens = kv_tokens = 0
+        pairs = 0.0
+        for k, context in zip(rng.integers(0, 9, n), rng.integers(1, 8000, n), strict=True):
+            q = int(k) + 1
+            stats.add(q, int(context), q)
+            tokens += q
+            kv_tokens += int(context) + q
+            pairs += q * (int(context) + (q + 1) * 0.5)
+        assert verify_seconds(compiled, n, tokens, kv_tokens, pairs) == cost.time_stats(stats)
+
+
+def test_a_gpu_priced_through_another_does_not_compile() -> None:
+    assert CostModel(gpu="l40s", engine="sglang").compiled(8) is None
+
+
+def test_pairwise_sum_is_numpys_sum() -> None:
+    rng = np.random.default_rng(0)
+    for n in [*range(0, 300), 1000, 4097]:
+        values = rng.random(n) * 10
+        assert pairwise_sum(values) == float(values.sum())
+
+
+def test_expected_tokens_agree_with_the_formula() -> None:
+    rng = np.random.default_rng(1)
+    alphas = np.concatenate([rng.random(200), [0.0, 1.0, 1.0]])
+    ks = rng.integers(0, 9, len(alphas))
+    remaining = rng.integers(1, 12, len(alphas))
+    expected = float(np.minimum(expected_emitted(alphas, ks), remaining).sum())
+    assert expected_tokens(alphas, ks, remaining) == pytest.approx(expected, rel=1e-12)

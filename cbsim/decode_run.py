@@ -70,6 +70,8 @@ class DecodeRun:
     speculation: SpecColumns | None = None
     remaining_after: list[int] | None = None
     spec: Any = None
+    # the running requests' outputs still to come when the run started (in running order)
+    remaining: Any = None
 
     @property
     def iterations(self) -> int:
@@ -123,6 +125,7 @@ def plan_decode_run(
         kv_used=kv_used[:n].tolist(),
         end_s=end,
         kv_used_after=used_after,
+        remaining=rem,
     )
 
 

@@ -95,9 +95,12 @@ class Replica:
     def start_run(self, run: DecodeRun) -> None:
         self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
-        self.run_remaining = np.fromiter(
-            (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
-        )
+        if run.remaining is not None:
+            self.run_remaining = run.remaining
+        else:
+            self.run_remaining = np.fromiter(
+                (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
+            )
         self.run_left = run.remaining_after
 
     def end_run(self) -> None:

@@ -671,6 +671,7 @@ def plan_spec_run(
     )
     output = np.fromiter((r.output_tokens for r in running), dtype=np.int64, count=count)
     model_alpha = np.fromiter((s.model_alpha for s in states), np.float64, count=count)
+    remaining = output - effects.generated
     out = spec_run_kernel(
         effects.kv, effects.generated, output, effects.blocks, effects.accepted_total,
         effects.rejected_total, model_alpha, effects.ema, effects.cluster, estimator.prior,
@@ -704,6 +705,7 @@ def plan_spec_run(
         ),
         remaining_after=outstanding[:n].tolist(),
         spec=effects,
+        remaining=remaining,
     )
 
 

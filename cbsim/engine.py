@@ -89,7 +89,7 @@ class Replica:
             running = self.run_left[done - 1] if done else int(self.run_remaining.sum())
         else:
             running = int(np.maximum(self.run_remaining - done, 0).sum())
-        waiting = sum(r.outstanding_tokens for r in self.scheduler.waiting)
+        waiting = self.scheduler.waiting.tokens
         return running + waiting + self.inbound_tokens
 
     def start_run(self, run: DecodeRun) -> None:

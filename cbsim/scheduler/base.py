@@ -30,6 +30,29 @@ from cbsim.request import Request, Status
 from cbsim.scenario import Scheduler as SchedulerConfig
 
 
+class WaitingQueue(deque[Request]):
+    """The FCFS queue of a replica, keeping the sum of its requests' outstanding tokens (a
+    queued request's do not change while it waits: it holds no KV), so a load-aware router reads
+    a replica's load in O(1) however long the queue."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tokens = 0
+
+    def append(self, req: Request) -> None:
+        self.tokens += req.outstanding_tokens
+        super().append(req)
+
+    def appendleft(self, req: Request) -> None:
+        self.tokens += req.outstanding_tokens
+        super().appendleft(req)
+
+    def popleft(self) -> Request:
+        req = super().popleft()
+        self.tokens -= req.outstanding_tokens
+        return req
+
+
 @dataclass(slots=True)
 class Batch:
     """One iteration's work: request i processes ``new_tokens[i]`` tokens."""
@@ -88,7 +111,7 @@ class SchedulerPolicy(ABC):
     def __init__(self, config: SchedulerConfig, kv: KVCache) -> None:
         self.config = config
         self.kv = kv
-        self.waiting: deque[Request] = deque()
+        self.waiting = WaitingQueue()
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
@@ -110,10 +133,8 @@ class SchedulerPolicy(ABC):
 
     def outstanding_tokens(self) -> int:
         """Tokens this replica still has to process for the requests it holds."""
-        total = 0
+        total = self.waiting.tokens
         for req in self.running:
-            total += req.outstanding_tokens
-        for req in self.waiting:
             total += req.outstanding_tokens
         return total
 

@@ -1,7 +1,8 @@
 """Metrics: what a run records and how it is summarised.
 
 The :class:`Recorder` appends one row per iteration into typed column arrays (cheap enough to do on
-every iteration) and, at the end, turns the requests and iterations into DataFrames. Definitions
+every iteration) and, at the end, turns the requests (from a
+:class:`~cbsim.request_table.RequestTable`) and iterations into DataFrames. Definitions
 follow common serving benchmarks (vLLM, Vidur):
 
 * TTFT = first token time − arrival; TPOT = (finish − first token) / (output tokens − 1), the mean
@@ -33,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from cbsim.kvcache import KVCache
-from cbsim.request import Request, Status
+from cbsim.request import Request
+from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -158,7 +160,7 @@ class Recorder:
         if delivered is not None:
             self._delivered.extend(delivered)
 
-    def finish(self, requests: Sequence[Request], end_s: float, replicas: Sequence[Any]) -> None:
+    def finish(self, requests: RequestTable, end_s: float, replicas: Sequence[Any]) -> None:
         self.end_s = end_s
         self.preemptions = sum(r.scheduler.preemptions for r in replicas)
         n = len(self._start)
@@ -168,7 +170,7 @@ class Recorder:
             delivered = np.frombuffer(self._delivered, dtype=np.float64).copy()
         else:
             delivered = starts + durations
-        self.requests = requests_frame(requests, delivered if len(self._delivered) else None)
+        self.requests = requests.frame(delivered if len(self._delivered) else None)
         self.itl = inter_token_latency(
             delivered,
             np.frombuffer(self._replica, dtype=np.int64),
@@ -219,78 +221,12 @@ class Recorder:
 def requests_frame(
     requests: Sequence[Request], delivered: np.ndarray | None = None
 ) -> pd.DataFrame:
-    """One row per request that arrived, in sending order, with derived latencies.
+    """One row per request, in the order given, with derived latencies (see
+    :meth:`RequestTable.frame <cbsim.request_table.RequestTable.frame>`).
 
     ``delivered``: per iteration row, when the front end streamed its tokens; None when tokens
     reach the client as the step that made them ends."""
-
-    def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter((getattr(r, name) for r in requests), dtype=dtype, count=len(requests))
-
-    sent = col("sent_s", np.float64)
-    arrival = col("arrival_s", np.float64)
-    first = col("first_token_s", np.float64)
-    finish = col("finish_s", np.float64)
-    client_first, client_finish = first, finish
-    if delivered is not None and len(requests):
-        first_row = col("first_row", np.int64)
-        last_row = col("last_row", np.int64)
-        client_first = np.where(first_row >= 0, delivered[np.maximum(first_row, 0)], np.nan)
-        done = ~np.isnan(finish)
-        client_finish = np.where(done, delivered[np.maximum(last_row, 0)], np.nan)
-    outputs = col("output_tokens", np.int64)
-    spec_steps = col("spec_steps", np.int64)
-    drafted = col("drafted_tokens", np.int64)
-    decode_steps = col("decode_steps", np.int64)
-    rejected_steps = np.fromiter(
-        (getattr(r.spec, "rejections", 0) for r in requests), dtype=np.int64, count=len(requests)
-    )
-    ema = np.fromiter(
-        (getattr(r.spec, "ema_acceptance", np.nan) for r in requests),
-        dtype=np.float64,
-        count=len(requests),
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (client_finish - client_first) / (outputs - 1), np.nan)
-        server_tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
-        mean_k = np.where(decode_steps > 0, drafted / np.maximum(decode_steps, 1), 0.0)
-    status = pd.Categorical(
-        [Status(r.status).name.lower() for r in requests],
-        categories=[s.name.lower() for s in Status],
-    )
-    return pd.DataFrame(
-        {
-            "request_id": col("request_id", np.int64),
-            "replica": col("replica", np.int64),
-            "client": col("client", np.int64),
-            "arrival_s": sent,
-            "first_token_s": client_first,
-            "finish_s": client_finish,
-            "prompt_tokens": col("prompt_tokens", np.int64),
-            "output_tokens": outputs,
-            "ttft_s": client_first - sent,
-            "tpot_s": tpot,
-            "e2e_s": client_finish - sent,
-            "queue_s": col("first_scheduled_s", np.float64) - arrival,
-            "preemptions": col("preemptions", np.int64),
-            "spec_steps": spec_steps,
-            "drafted_tokens": drafted,
-            "accepted_tokens": col("accepted_tokens", np.int64),
-            "mean_k": mean_k,
-            "decode_steps": decode_steps,
-            "rejected_steps": rejected_steps,
-            "ema_acceptance": ema,
-            "status": status,
-            "generated_tokens": col("generated", np.int64),
-            "rejected_reason": [r.rejected_reason for r in requests],
-            "server_arrival_s": arrival,
-            "server_first_token_s": first,
-            "server_finish_s": finish,
-            "server_ttft_s": first - arrival,
-            "server_tpot_s": server_tpot,
-            "server_e2e_s": finish - arrival,
-        }
-    )
+    return RequestTable.from_requests(requests).frame(delivered)
 
 
 def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> float:

@@ -171,11 +171,13 @@ class Recorder:
         else:
             delivered = starts + durations
         self.requests = requests.frame(delivered if len(self._delivered) else None)
+        pairs = [np.frombuffer(r.scheduler.gap_pairs, dtype=np.int64) for r in replicas]
+        gap_pairs = pairs[0] if len(pairs) == 1 else np.concatenate(pairs)
         self.itl = inter_token_latency(
             delivered,
             np.frombuffer(self._replica, dtype=np.int64),
             np.frombuffer(self._gap_tokens, dtype=np.int64),
-            np.asarray([p for r in replicas for p in r.scheduler.gap_pairs], dtype=np.int64),
+            gap_pairs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
 

@@ -40,6 +40,7 @@ from cbsim.kvcache import KVCache
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
 from cbsim.request import Request, Status
+from cbsim.request_table import RequestTable
 from cbsim.rng import stream
 from cbsim.router import make_router
 from cbsim.scenario import Scenario
@@ -56,6 +57,7 @@ from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 # progress(requests_done, requests_total, simulated_seconds)
 ProgressCallback = Callable[[int, int, float], None]
 PROGRESS_EVERY_ITERATIONS = 2000
+ARRIVAL_CHUNK = 4096
 
 
 @dataclass(slots=True)
@@ -143,7 +145,10 @@ class Simulation:
         ]
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
-        self.requests: list[Request] = []
+        # the requests sent and still in flight, by id; done with, they go into the table
+        self.requests: dict[int, Request] = {}
+        self.sent = 0  # requests sent so far (the next one's id)
+        self.table = RequestTable(len(workload), speculative=self.spec is not None)
         self._progress = progress
         self._done = 0
         self._next_arrival = 0
@@ -194,16 +199,19 @@ class Simulation:
         env = self.env
         specs = self.specs
         assert specs is not None
-        arrival_s = specs.arrival_s.tolist()
-        prompts = specs.prompt_tokens.tolist()
-        outputs = specs.output_tokens.tolist()
-        for i, sent in enumerate(arrival_s):
-            if sent > env.now:
-                yield env.timeout(sent - env.now)
-            self._next_arrival = i + 1
-            req = Request(i, sent, prompts[i], outputs[i], sent_s=sent)
-            self.requests.append(req)
-            self._dispatch(req)
+        for chunk in range(0, len(specs), ARRIVAL_CHUNK):  # Python numbers a chunk at a time
+            end = chunk + ARRIVAL_CHUNK
+            arrival_s = specs.arrival_s[chunk:end].tolist()
+            prompts = specs.prompt_tokens[chunk:end].tolist()
+            outputs = specs.output_tokens[chunk:end].tolist()
+            for j, sent in enumerate(arrival_s):
+                if sent > env.now:
+                    yield env.timeout(sent - env.now)
+                i = chunk + j
+                self._next_arrival = self.sent = i + 1
+                req = Request(i, sent, prompts[j], outputs[j], sent_s=sent)
+                self.requests[i] = req
+                self._dispatch(req)
 
     def next_arrival_s(self) -> float:
         """The earliest time a request may next reach a replica's scheduler (inf: none known)."""
@@ -245,6 +253,7 @@ class Simulation:
         if reason:
             req.status = Status.REJECTED
             req.rejected_reason = reason
+            self._done_with(req)
             if self.closed is not None:
                 self._send(req.client, self.env.now + self._think_time())
             return
@@ -294,7 +303,7 @@ class Simulation:
     def _send_one(self, client: int, sent: float) -> None:
         closed = self.closed
         assert closed is not None
-        index = len(self.requests)
+        index = self.sent
         if closed.max_requests is not None and index >= closed.max_requests:
             return
         if closed.duration_s is not None and sent > closed.duration_s:
@@ -302,7 +311,8 @@ class Simulation:
         self._check_progress(sent)
         prompt, output = closed.lengths[index]
         req = Request(index, sent, prompt, output, sent_s=sent, client=client)
-        self.requests.append(req)
+        self.requests[index] = req
+        self.sent = index + 1
         if sent <= self.env.now:
             self._dispatch(req)
             return
@@ -493,10 +503,18 @@ class Simulation:
         """The prompt lengths of the requests this run sends (so far, closed-loop)."""
         if self.specs is not None:
             return self.specs.prompt_tokens
-        return np.fromiter((r.prompt_tokens for r in self.requests), dtype=np.int64)
+        assert self.closed is not None
+        lengths = self.closed.lengths  # request i was sent with the i-th lengths
+        return np.fromiter((lengths[i][0] for i in range(self.sent)), dtype=np.int64)
 
     def _on_finish(self, req: Request) -> None:
         self._finished.append(req)
+        self._done_with(req)
+
+    def _done_with(self, req: Request) -> None:
+        """``req`` finished or was rejected (nothing changes it any more): into the table."""
+        del self.requests[req.request_id]
+        self.table.store(req)
 
     def _report_progress(self) -> Generator[simpy.Event, Any, None]:
         assert self._progress is not None
@@ -523,13 +541,18 @@ class Simulation:
             self._progress(self._done, self.total_requests or self._done, env.now)
         else:
             env.run(until=horizon)
-        self.recorder.finish(self.requests, self._last_event_s(), self.replicas)
+        for req in self.requests.values():  # still in flight
+            self.table.store(req)
+        self.requests.clear()
+        self.recorder.finish(self.table, self._last_event_s(), self.replicas)
         return self.recorder
 
     def _last_event_s(self) -> float:
         """When the last thing happened (the clock may have been run past it)."""
-        last = max((r.arrival_s for r in self.requests), default=0.0)
-        for req in self.requests:
+        last = self.table.last_event_s()
+        for req in self.requests.values():
+            if req.arrival_s > last:
+                last = req.arrival_s
             if req.finish_s > last:
                 last = req.finish_s
         return last
@@ -537,7 +560,7 @@ class Simulation:
     def _all_sent(self) -> bool:
         if self.closed is not None:
             return not self._pending and not any(r.scheduler.has_work for r in self.replicas)
-        return len(self.requests) == self.total_requests
+        return self.sent == self.total_requests
 
     def _run_until_drained(self, horizon: float | None) -> None:
         env = self.env

@@ -1,7 +1,8 @@
 """Metrics: what a run records and how it is summarised.
 
 The :class:`Recorder` appends one row per iteration into typed column arrays (cheap enough to do on
-every iteration) and, at the end, turns the requests and iterations into DataFrames. Definitions
+every iteration) and, at the end, turns the requests (from a
+:class:`~cbsim.request_table.RequestTable`) and iterations into DataFrames. Definitions
 follow common serving benchmarks (vLLM, Vidur):
 
 * TTFT = first token time − arrival; TPOT = (finish − first token) / (output tokens − 1), the mean
@@ -33,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from cbsim.kvcache import KVCache
-from cbsim.request import Request, Status
+from cbsim.request import Request
+from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -59,6 +61,13 @@ TIMESERIES_COLUMNS = [
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)
+CHUNK_ROWS = 1 << 20  # rows a column-wise step takes at a time, to keep temporaries small
+
+# iteration columns that are the same for every row, unless the run speculates
+_CONSTANT_UNLESS_SPECULATIVE = (
+    "verify_tokens", "drafted_tokens", "accepted_tokens", "kv_blocks_total", "mean_k", "k_min",
+    "k_max", "draft_s",
+)  # fmt: skip
 
 
 class Recorder:
@@ -68,7 +77,7 @@ class Recorder:
         self.scenario = scenario
         self.num_replicas = replicas
         self.kv_blocks_total = kv.total_blocks
-        self._replica = array("q")
+        self._replica = array("q")  # only with several replicas (one: all rows are replica 0)
         self._start = array("d")
         self._duration = array("d")
         self._batch = array("q")
@@ -106,7 +115,8 @@ class Recorder:
         waiting: int,
         delivered: list[float] | None = None,
     ) -> None:
-        self._replica.append(replica)
+        if self.num_replicas > 1:
+            self._replica.append(replica)
         self._start.append(start)
         self._duration.append(duration)
         self._batch.append(len(batch.requests))
@@ -144,7 +154,8 @@ class Recorder:
     ) -> None:
         """Record the iterations of a decode run (each its own row, as if stepped one by one)."""
         n = run.iterations
-        self._replica.extend([replica] * n)
+        if self.num_replicas > 1:
+            self._replica.extend([replica] * n)
         self._start.extend(run.starts)
         self._duration.extend(run.durations)
         self._batch.extend(run.batch_sizes)
@@ -168,138 +179,99 @@ class Recorder:
         if delivered is not None:
             self._delivered.extend(delivered)
 
-    def finish(self, requests: Sequence[Request], end_s: float, replicas: Sequence[Any]) -> None:
+    def _take(self, name: str, dtype: type) -> np.ndarray:
+        """A recorded column as a numpy view (no copy); the recorder lets go of it."""
+        values = getattr(self, name)
+        setattr(self, name, array(values.typecode))
+        column: np.ndarray = np.frombuffer(values, dtype=dtype)
+        return column
+
+    def finish(self, requests: RequestTable, end_s: float, replicas: Sequence[Any]) -> None:
+        """Build the requests and iterations DataFrames and the inter-token latency. The recorded
+        columns become the iterations' columns as they are (not copies): nothing is recorded
+        after this."""
         self.end_s = end_s
         self.preemptions = sum(r.scheduler.preemptions for r in replicas)
         n = len(self._start)
-        starts = np.frombuffer(self._start, dtype=np.float64)
-        durations = np.frombuffer(self._duration, dtype=np.float64)
-        if len(self._delivered):
-            delivered = np.frombuffer(self._delivered, dtype=np.float64).copy()
-        else:
-            delivered = starts + durations
-        self.requests = requests_frame(requests, delivered if len(self._delivered) else None)
+        take = self._take
+        several = self.num_replicas > 1
+        streamed = len(self._delivered) > 0
+        starts = take("_start", np.float64)
+        durations = take("_duration", np.float64)
+        delivered = take("_delivered", np.float64) if streamed else starts + durations
+        replica = take("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
+        self.requests = requests.frame(delivered if streamed else None)
+        pairs = [np.frombuffer(r.scheduler.gap_pairs, dtype=np.int64) for r in replicas]
         self.itl = inter_token_latency(
             delivered,
-            np.frombuffer(self._replica, dtype=np.int64),
-            np.frombuffer(self._gap_tokens, dtype=np.int64),
-            np.asarray([p for r in replicas for p in r.scheduler.gap_pairs], dtype=np.int64),
+            replica if several else None,
+            take("_gap_tokens", np.int64),
+            pairs[0] if len(pairs) == 1 else np.concatenate(pairs),
             sum(r.scheduler.zero_gaps for r in replicas),
         )
+        del pairs
 
-        def spec_column(values: array[int] | array[float], dtype: type) -> np.ndarray:
-            if not self.speculative:
+        def spec_column(name: str, dtype: type) -> np.ndarray:
+            if not self.speculative:  # zeros the system backs with memory only when written
                 return np.zeros(n, dtype=dtype)
-            return np.frombuffer(values, dtype=dtype).copy()
+            return take(name, dtype)
 
-        decoding = spec_column(self._decoding, np.int64)
-        k_sum = spec_column(self._k_sum, np.int64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_k = np.where(decoding > 0, k_sum / np.maximum(decoding, 1), 0.0)
-        self.iterations = pd.DataFrame(
-            {
-                "replica": np.frombuffer(self._replica, dtype=np.int64).copy(),
-                "start_s": np.frombuffer(self._start, dtype=np.float64).copy(),
-                "duration_s": np.frombuffer(self._duration, dtype=np.float64).copy(),
-                "batch_size": np.frombuffer(self._batch, dtype=np.int64).copy(),
-                "prefill_tokens": np.frombuffer(self._prefill, dtype=np.int64).copy(),
-                "decode_tokens": np.frombuffer(self._decode, dtype=np.int64).copy(),
-                "verify_tokens": spec_column(self._verify, np.int64),
-                "drafted_tokens": spec_column(self._drafted, np.int64),
-                "accepted_tokens": spec_column(self._accepted, np.int64),
-                "emitted_tokens": np.frombuffer(self._emitted, dtype=np.int64).copy(),
-                "kv_blocks_used": np.frombuffer(self._kv_used, dtype=np.int64).copy(),
-                "kv_blocks_total": np.full(n, self.kv_blocks_total, dtype=np.int64),
-                "waiting": np.frombuffer(self._waiting, dtype=np.int64).copy(),
-                "mean_k": mean_k,
-                "k_min": spec_column(self._k_min, np.int64),
-                "k_max": spec_column(self._k_max, np.int64),
-                "draft_s": spec_column(self._draft_s, np.float64),
-                "delivered_s": delivered,
-            }
-        )
+        if self.speculative:
+            decoding = take("_decoding", np.int64)
+            k_sum = take("_k_sum", np.int64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                mean_k = np.where(decoding > 0, k_sum / np.maximum(decoding, 1), 0.0)
+            del decoding, k_sum
+        else:  # no decoding requests counted: 0.0 throughout
+            mean_k = np.zeros(n)
+        columns = {
+            "replica": replica,
+            "start_s": starts,
+            "duration_s": durations,
+            "batch_size": take("_batch", np.int64),
+            "prefill_tokens": take("_prefill", np.int64),
+            "decode_tokens": take("_decode", np.int64),
+            "verify_tokens": spec_column("_verify", np.int64),
+            "drafted_tokens": spec_column("_drafted", np.int64),
+            "accepted_tokens": spec_column("_accepted", np.int64),
+            "emitted_tokens": take("_emitted", np.int64),
+            "kv_blocks_used": take("_kv_used", np.int64),
+            "kv_blocks_total": np.full(n, self.kv_blocks_total, dtype=np.int64),
+            "waiting": take("_waiting", np.int64),
+            "mean_k": mean_k,
+            "k_min": spec_column("_k_min", np.int64),
+            "k_max": spec_column("_k_max", np.int64),
+            "draft_s": spec_column("_draft_s", np.float64),
+            "delivered_s": delivered,
+        }
         if n:
-            ends = self.iterations["start_s"] + self.iterations["duration_s"]
-            self.end_s = max(self.end_s, float(ends.max()))
-        if self.num_replicas > 1:  # canonical order: by start time, then replica
-            order = np.lexsort((self.iterations["replica"], self.iterations["start_s"]))
-            self.iterations = self.iterations.iloc[order].reset_index(drop=True)
+            self.end_s = max(self.end_s, _max_end(starts, durations))
+        if several:  # canonical order: by start time, then replica
+            order = np.lexsort((replica, starts))
+            del replica, starts, durations, delivered, mean_k
+            unordered = ("kv_blocks_total",) if self.speculative else _CONSTANT_UNLESS_SPECULATIVE
+            for name, column in columns.items():  # one at a time: each original freed as it goes
+                if name not in unordered:
+                    columns[name] = column[order]
+        self.iterations = pd.DataFrame(columns, copy=False)
 
 
 def requests_frame(
     requests: Sequence[Request], delivered: np.ndarray | None = None
 ) -> pd.DataFrame:
-    """One row per request that arrived, in sending order, with derived latencies.
+    """One row per request, in the order given, with derived latencies (see
+    :meth:`RequestTable.frame <cbsim.request_table.RequestTable.frame>`).
 
     ``delivered``: per iteration row, when the front end streamed its tokens; None when tokens
     reach the client as the step that made them ends."""
+    return RequestTable.from_requests(requests).frame(delivered)
 
-    def col(name: str, dtype: Any) -> np.ndarray:
-        return np.fromiter((getattr(r, name) for r in requests), dtype=dtype, count=len(requests))
 
-    sent = col("sent_s", np.float64)
-    arrival = col("arrival_s", np.float64)
-    first = col("first_token_s", np.float64)
-    finish = col("finish_s", np.float64)
-    client_first, client_finish = first, finish
-    if delivered is not None and len(requests):
-        first_row = col("first_row", np.int64)
-        last_row = col("last_row", np.int64)
-        client_first = np.where(first_row >= 0, delivered[np.maximum(first_row, 0)], np.nan)
-        done = ~np.isnan(finish)
-        client_finish = np.where(done, delivered[np.maximum(last_row, 0)], np.nan)
-    outputs = col("output_tokens", np.int64)
-    spec_steps = col("spec_steps", np.int64)
-    drafted = col("drafted_tokens", np.int64)
-    decode_steps = col("decode_steps", np.int64)
-    rejected_steps = np.fromiter(
-        (getattr(r.spec, "rejections", 0) for r in requests), dtype=np.int64, count=len(requests)
-    )
-    ema = np.fromiter(
-        (getattr(r.spec, "ema_acceptance", np.nan) for r in requests),
-        dtype=np.float64,
-        count=len(requests),
-    )
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (client_finish - client_first) / (outputs - 1), np.nan)
-        server_tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
-        mean_k = np.where(decode_steps > 0, drafted / np.maximum(decode_steps, 1), 0.0)
-    status = pd.Categorical(
-        [Status(r.status).name.lower() for r in requests],
-        categories=[s.name.lower() for s in Status],
-    )
-    return pd.DataFrame(
-        {
-            "request_id": col("request_id", np.int64),
-            "replica": col("replica", np.int64),
-            "client": col("client", np.int64),
-            "arrival_s": sent,
-            "first_token_s": client_first,
-            "finish_s": client_finish,
-            "prompt_tokens": col("prompt_tokens", np.int64),
-            "output_tokens": outputs,
-            "ttft_s": client_first - sent,
-            "tpot_s": tpot,
-            "e2e_s": client_finish - sent,
-            "queue_s": col("first_scheduled_s", np.float64) - arrival,
-            "preemptions": col("preemptions", np.int64),
-            "spec_steps": spec_steps,
-            "drafted_tokens": drafted,
-            "accepted_tokens": col("accepted_tokens", np.int64),
-            "mean_k": mean_k,
-            "decode_steps": decode_steps,
-            "rejected_steps": rejected_steps,
-            "ema_acceptance": ema,
-            "status": status,
-            "generated_tokens": col("generated", np.int64),
-            "rejected_reason": [r.rejected_reason for r in requests],
-            "server_arrival_s": arrival,
-            "server_first_token_s": first,
-            "server_finish_s": finish,
-            "server_ttft_s": first - arrival,
-            "server_tpot_s": server_tpot,
-            "server_e2e_s": finish - arrival,
-        }
+def _max_end(starts: np.ndarray, durations: np.ndarray) -> float:
+    """The latest ``start + duration`` (a chunk at a time)."""
+    return max(
+        float((starts[i : i + CHUNK_ROWS] + durations[i : i + CHUNK_ROWS]).max())
+        for i in range(0, len(starts), CHUNK_ROWS)
     )
 
 
@@ -307,11 +279,16 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
     """``np.percentile(np.repeat(values, counts), q)`` (linear interpolation) without repeating."""
     keep = counts > 0
     values, counts = values[keep], counts[keep]
-    total = int(counts.sum())
+    order = np.argsort(values, kind="stable")
+    return _sorted_percentile(values[order], np.cumsum(counts[order]), q)
+
+
+def _sorted_percentile(values: np.ndarray, cumulative: np.ndarray, q: float) -> float:
+    """:func:`weighted_percentile` of ``values`` sorted ascending, given the running sum of their
+    counts (values with count zero may be among them: they are never picked)."""
+    total = int(cumulative[-1]) if len(cumulative) else 0
     if total == 0:
         return math.nan
-    order = np.argsort(values, kind="stable")
-    values, cumulative = values[order], np.cumsum(counts[order])
     position = q / 100.0 * (total - 1)
     low = math.floor(position)
     high = min(low + 1, total - 1)
@@ -322,40 +299,62 @@ def weighted_percentile(values: np.ndarray, counts: np.ndarray, q: float) -> flo
 
 def inter_token_latency(
     delivered: np.ndarray,
-    replica: np.ndarray,
+    replica: np.ndarray | None,
     gap_tokens: np.ndarray,
     gap_pairs: np.ndarray,
     zero_gaps: int,
 ) -> dict[str, float]:
     """Percentiles and mean of every output token's gap to its request's previous token.
 
-    ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order):
-    ``gap_tokens`` tokens of a row came one step after their previous token, so their gap is the
-    time between this row's delivery and the previous row of the same replica. ``gap_pairs`` are
-    flat (row, row of the previous token) pairs of tokens after a pause; ``zero_gaps`` tokens
-    arrived together with the one before them."""
-    n = len(delivered)
-    previous = np.full(n, -1, dtype=np.int64)
-    if n:
-        order = np.lexsort((np.arange(n), replica))
-        same = replica[order][1:] == replica[order][:-1]
-        previous[order[1:][same]] = order[:-1][same]
-    common = (previous >= 0) & (gap_tokens > 0)
-    values = [delivered[common] - delivered[previous[common]]]
-    counts = [gap_tokens[common]]
-    if len(gap_pairs):
-        pairs = gap_pairs.reshape(-1, 2)
-        values.append(delivered[pairs[:, 0]] - delivered[pairs[:, 1]])
-        counts.append(np.ones(len(pairs), dtype=np.int64))
-    values.append(np.zeros(1))
-    counts.append(np.asarray([zero_gaps], dtype=np.int64))
-    all_values = np.concatenate(values)
-    all_counts = np.concatenate(counts)
-    total = int(all_counts.sum())
-    out = {f"itl_p{p}_s": weighted_percentile(all_values, all_counts, p) for p in PERCENTILES}
-    order = np.lexsort((all_counts, all_values))  # a sum independent of the logging order
-    weighted = (all_values[order] * all_counts[order]).sum()
-    out["itl_mean_s"] = float(weighted / total) if total else math.nan
+    ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order;
+    ``replica`` None: every row on one replica): ``gap_tokens`` tokens of a row came one step
+    after their previous token, so their gap is the time between this row's delivery and the
+    previous row of the same replica. ``gap_pairs`` are flat (row, row of the previous token)
+    pairs of tokens after a pause; ``zero_gaps`` tokens arrived together with the one before them.
+
+    Every gap is one (gap, tokens) entry; the entries are sorted by gap, then tokens (which makes
+    the mean's sum independent of the logging order) and built straight into one pair of arrays,
+    a chunk at a time, since there are about as many as rows and pairs together."""
+    # the rows following another row of their replica, each with that row (chunks of rows)
+    follows: list[tuple[np.ndarray, np.ndarray]] = []
+    if replica is None:
+        for start in range(1, len(delivered), CHUNK_ROWS):
+            rows = start + np.flatnonzero(gap_tokens[start : start + CHUNK_ROWS] > 0)
+            follows.append((rows, rows - 1))
+    else:
+        for index in np.flatnonzero(np.bincount(replica)):
+            rows = np.flatnonzero(replica == index)
+            keep = gap_tokens[rows[1:]] > 0
+            follows.append((rows[1:][keep], rows[:-1][keep]))
+    pairs = gap_pairs.reshape(-1, 2)
+    entries = sum(len(rows) for rows, _ in follows) + len(pairs) + 1
+    values = np.empty(entries)
+    counts = np.empty(entries, dtype=np.int64)
+    at = 0
+    for rows, previous in follows:
+        end = at + len(rows)
+        np.subtract(delivered[rows], delivered[previous], out=values[at:end])
+        counts[at:end] = gap_tokens[rows]
+        at = end
+    del follows
+    for start in range(0, len(pairs), CHUNK_ROWS):
+        chunk = pairs[start : start + CHUNK_ROWS]
+        end = at + len(chunk)
+        np.subtract(delivered[chunk[:, 0]], delivered[chunk[:, 1]], out=values[at:end])
+        at = end
+    counts[at - len(pairs) : at] = 1
+    values[at] = 0.0
+    counts[at] = zero_gaps
+    order = np.lexsort((counts, values))
+    values = values[order]
+    counts = counts[order]
+    del order
+    cumulative = np.cumsum(counts)
+    total = int(cumulative[-1])
+    out = {f"itl_p{p}_s": _sorted_percentile(values, cumulative, p) for p in PERCENTILES}
+    del cumulative
+    np.multiply(values, counts, out=values)  # each entry's gap × tokens, in sorted order
+    out["itl_mean_s"] = float(values.sum() / total) if total else math.nan
     return out
 
 

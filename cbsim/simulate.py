@@ -35,6 +35,8 @@ def simulate(
     wall = time.perf_counter() - wall_start
     requests = recorder.requests
     iterations = recorder.iterations
+    warnings = run_warnings(scenario, simulation, iterations)
+    del simulation  # its schedulers' logs and the like: freed before the summaries' temporaries
     return Results(
         scenario=scenario,
         requests=requests,
@@ -48,7 +50,7 @@ def simulate(
             scenario,
             recorder.preemptions,
             itl=recorder.itl,
-            warnings=run_warnings(scenario, simulation, iterations),
+            warnings=warnings,
         ),
         run_info=run_info(simulation, wall, recorder.end_s),
     )

@@ -17,6 +17,7 @@ a token budget) logs the pair (this iteration's row, the row of its previous tok
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -115,7 +116,7 @@ class SchedulerPolicy(ABC):
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
-        self.gap_pairs: list[int] = []  # flat (row, row of the previous token) pairs
+        self.gap_pairs = array("q")  # flat (row, row of the previous token) pairs
         self.zero_gaps = 0
 
     # ------------------------------------------------------------------ queue interface

@@ -36,6 +36,7 @@ def simulate(
     requests = recorder.requests
     iterations = recorder.iterations
     warnings = run_warnings(scenario, simulation, iterations)
+    info = run_info(simulation, wall, recorder.end_s)
     del simulation  # its schedulers' logs and the like: freed before the summaries' temporaries
     return Results(
         scenario=scenario,
@@ -52,7 +53,7 @@ def simulate(
             itl=recorder.itl,
             warnings=warnings,
         ),
-        run_info=run_info(simulation, wall, recorder.end_s),
+        run_info=info,
     )
 
 

@@ -190,16 +190,20 @@ class Recorder:
         durations = take("_duration", np.float64)
         delivered = take("_delivered", np.float64) if streamed else starts + durations
         replica = take("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
-        self.requests = requests.frame(delivered if streamed else None)
-        pairs = [np.frombuffer(r.scheduler.gap_pairs, dtype=np.int64) for r in replicas]
+        logs = [r.scheduler.gap_pairs for r in replicas]
+        for r in replicas:  # consumed here: the pairs' gaps take a quarter of their room
+            r.scheduler.gap_pairs = array("q")
+        gaps = pause_gaps(delivered, [np.frombuffer(log, dtype=np.int64) for log in logs])
+        del logs
         self.itl = inter_token_latency(
             delivered,
             replica if several else None,
             take("_gap_tokens", np.int64),
-            pairs[0] if len(pairs) == 1 else np.concatenate(pairs),
+            gaps,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
-        del pairs
+        del gaps
+        self.requests = requests.frame(delivered if streamed else None)
 
         def spec_column(name: str, dtype: type) -> np.ndarray:
             if not self.speculative:  # zeros the system backs with memory only when written
@@ -287,11 +291,67 @@ def _sorted_percentile(values: np.ndarray, cumulative: np.ndarray, q: float) -> 
     return value_low + (value_high - value_low) * (position - low)
 
 
+def pause_gaps(delivered: np.ndarray, gap_pairs: Sequence[np.ndarray]) -> np.ndarray:
+    """The gap of every token after a pause, from the flat (row, row of the previous token)
+    pairs the schedulers logged (rows' ``delivered`` times; a chunk at a time)."""
+    pairs = [flat.reshape(-1, 2) for flat in gap_pairs]
+    gaps = np.empty(sum(len(p) for p in pairs))
+    at = 0
+    for log in pairs:
+        for start in range(0, len(log), CHUNK_ROWS):
+            chunk = log[start : start + CHUNK_ROWS]
+            end = at + len(chunk)
+            np.subtract(delivered[chunk[:, 0]], delivered[chunk[:, 1]], out=gaps[at:end])
+            at = end
+    return gaps
+
+
+def _merged_percentiles(
+    values: np.ndarray, counts: np.ndarray, pauses: np.ndarray, total: int
+) -> dict[str, float]:
+    """The ITL percentiles over two sorted groups of gaps: ``values`` with ``counts`` tokens each,
+    and ``pauses`` with one token each (``total`` tokens in all). The gap at a rank is the same
+    whatever the order of equal gaps, so the groups need no merging."""
+    cumulative = np.cumsum(counts)
+
+    def tokens_up_to(gap: float) -> int:
+        """Tokens with a gap of at most ``gap``."""
+        i = int(np.searchsorted(values, gap, side="right"))
+        in_pauses = int(np.searchsorted(pauses, gap, side="right"))
+        return (int(cumulative[i - 1]) if i else 0) + in_pauses
+
+    def gap_of(rank: int) -> float:
+        """The ``rank``-th smallest gap over every token (from 0)."""
+        best = math.inf
+        for group in (values, pauses):  # each group's first gap with more tokens up to it
+            lo, hi = 0, len(group)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if tokens_up_to(float(group[mid])) > rank:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo < len(group):
+                best = min(best, float(group[lo]))
+        return best
+
+    out: dict[str, float] = {}
+    for p in PERCENTILES:  # as weighted_percentile does it
+        if total == 0:
+            out[f"itl_p{p}_s"] = math.nan
+            continue
+        position = p / 100.0 * (total - 1)
+        low = math.floor(position)
+        value_low, value_high = gap_of(low), gap_of(min(low + 1, total - 1))
+        out[f"itl_p{p}_s"] = value_low + (value_high - value_low) * (position - low)
+    return out
+
+
 def inter_token_latency(
     delivered: np.ndarray,
     replica: np.ndarray | None,
     gap_tokens: np.ndarray,
-    gap_pairs: np.ndarray,
+    pauses: np.ndarray,
     zero_gaps: int,
 ) -> dict[str, float]:
     """Percentiles and mean of every output token's gap to its request's previous token.
@@ -299,13 +359,15 @@ def inter_token_latency(
     ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order;
     ``replica`` None: every row on one replica): ``gap_tokens`` tokens of a row came one step
     after their previous token, so their gap is the time between this row's delivery and the
-    previous row of the same replica. ``gap_pairs`` are flat (row, row of the previous token)
-    pairs of tokens after a pause; ``zero_gaps`` tokens arrived together with the one before them.
+    previous row of the same replica. ``pauses`` are the gaps of the tokens after a pause (see
+    :func:`pause_gaps`; sorted here, in place); ``zero_gaps`` tokens arrived together with the one
+    before them.
 
-    Every gap is one (gap, tokens) entry; the entries are sorted by gap, then tokens (which makes
-    the mean's sum independent of the logging order) and built straight into one pair of arrays,
-    a chunk at a time, since there are about as many as rows and pairs together."""
-    # the rows following another row of their replica, each with that row (chunks of rows)
+    Every gap is a (gap, tokens) entry; the mean sums gap × tokens over the entries sorted by gap,
+    then tokens, which makes it independent of the logging order. There are about as many
+    entries as rows and pauses together, so they are kept in two sorted groups, the rows' (and
+    the zero gaps) and the pauses' (one token each), and merged only into the products summed."""
+    # the rows' entries: each row following another row of its replica, with that row's gap
     follows: list[tuple[np.ndarray, np.ndarray]] = []
     if replica is None:
         for start in range(1, len(delivered), CHUNK_ROWS):
@@ -316,8 +378,7 @@ def inter_token_latency(
             rows = np.flatnonzero(replica == index)
             keep = gap_tokens[rows[1:]] > 0
             follows.append((rows[1:][keep], rows[:-1][keep]))
-    pairs = gap_pairs.reshape(-1, 2)
-    entries = sum(len(rows) for rows, _ in follows) + len(pairs) + 1
+    entries = sum(len(rows) for rows, _ in follows) + 1
     values = np.empty(entries)
     counts = np.empty(entries, dtype=np.int64)
     at = 0
@@ -327,24 +388,30 @@ def inter_token_latency(
         counts[at:end] = gap_tokens[rows]
         at = end
     del follows
-    for start in range(0, len(pairs), CHUNK_ROWS):
-        chunk = pairs[start : start + CHUNK_ROWS]
-        end = at + len(chunk)
-        np.subtract(delivered[chunk[:, 0]], delivered[chunk[:, 1]], out=values[at:end])
-        at = end
-    counts[at - len(pairs) : at] = 1
     values[at] = 0.0
     counts[at] = zero_gaps
     order = np.lexsort((counts, values))
     values = values[order]
     counts = counts[order]
     del order
-    cumulative = np.cumsum(counts)
-    total = int(cumulative[-1])
-    out = {f"itl_p{p}_s": _sorted_percentile(values, cumulative, p) for p in PERCENTILES}
-    del cumulative
-    np.multiply(values, counts, out=values)  # each entry's gap × tokens, in sorted order
-    out["itl_mean_s"] = float(values.sum() / total) if total else math.nan
+    pauses.sort()
+    total = int(counts.sum()) + len(pauses)
+    out = _merged_percentiles(values, counts, pauses, total)
+    # the products in the sorted order of all entries: a pause's (gap, 1) goes before the rows'
+    # entries of the same gap, which have a token or more (a tie with one token is the same
+    # product; the zero gaps' entry may have none, but a gap of 0 makes 0 whatever the tokens)
+    products = np.empty(len(values) + len(pauses))
+    for start in range(0, len(values), CHUNK_ROWS):
+        chunk = slice(start, start + CHUNK_ROWS)
+        rank = np.arange(start, start + len(values[chunk]))
+        products[rank + np.searchsorted(pauses, values[chunk], side="right")] = (
+            values[chunk] * counts[chunk]
+        )
+    for start in range(0, len(pauses), CHUNK_ROWS):
+        chunk = slice(start, start + CHUNK_ROWS)
+        rank = np.arange(start, start + len(pauses[chunk]))
+        products[rank + np.searchsorted(values, pauses[chunk], side="left")] = pauses[chunk] * 1
+    out["itl_mean_s"] = float(products.sum() / total) if total else math.nan
     return out
 
 

@@ -61,7 +61,7 @@ TIMESERIES_COLUMNS = [
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)
-CHUNK_ROWS = 1 << 20  # rows a column-wise step takes at a time, to keep temporaries small
+CHUNK_ROWS = 1 << 18  # rows a column-wise step takes at a time, to keep temporaries small
 
 # iteration columns that are the same for every row, unless the run speculates
 _CONSTANT_UNLESS_SPECULATIVE = (
@@ -519,46 +519,83 @@ def summarize(
     return summary
 
 
-def _window_overlap(
-    start: np.ndarray, duration: np.ndarray, window_s: float, windows: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """A function integrating per-iteration values over fixed windows, splitting each iteration's
-    duration across the windows it overlaps (most lie within one; the rest are split exactly)."""
-    end = start + duration
-    first = np.minimum((start // window_s).astype(np.int64), windows - 1)
-    last = np.minimum((end // window_s).astype(np.int64), windows - 1)
-    inside = first == last
-    crossing = np.flatnonzero(~inside)
-    pieces: list[tuple[int, int, float]] = []  # (iteration, window, seconds in it)
-    for i in crossing:
-        for w in range(int(first[i]), int(last[i]) + 1):
-            lo = max(float(start[i]), w * window_s)
-            hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
-            if hi > lo:
-                pieces.append((int(i), w, hi - lo))
-    rows = np.array([p[0] for p in pieces], dtype=np.int64)
-    cols = np.array([p[1] for p in pieces], dtype=np.int64)
-    secs = np.array([p[2] for p in pieces], dtype=np.float64)
+class _Windows:
+    """Per-window sums of per-iteration values (:meth:`run`), a chunk of iterations at a time.
 
-    def integrate(values: np.ndarray) -> np.ndarray:
-        out = np.bincount(
-            first[inside], weights=values[inside] * duration[inside], minlength=windows
-        )
-        if len(rows):
-            out = out + np.bincount(cols, weights=values[rows] * secs, minlength=windows)
-        result: np.ndarray = out[:windows]
-        return result
+    Values are added to their windows with ``np.add.at`` in row order: the same additions, in the
+    same order, as one ``np.bincount`` over every row (so the same floats), without temporaries
+    the length of the run. An integral splits each iteration's duration across the windows it
+    overlaps (most lie within one; the rest, few, are split exactly)."""
 
-    return integrate
+    def __init__(self, start: np.ndarray, duration: np.ndarray, window_s: float, windows: int):
+        self.start, self.duration = start, duration
+        self.window_s, self.windows = window_s, windows
+        self.sums: dict[str, np.ndarray] = {}
+
+    def bins(self, times: np.ndarray) -> np.ndarray:
+        return np.minimum((times // self.window_s).astype(np.int64), self.windows - 1)
+
+    def run(
+        self,
+        integrands: dict[str, Callable[[Any], np.ndarray]],
+        at_start: dict[str, Callable[[Any], np.ndarray]],
+        at_end: dict[str, Callable[[Any], np.ndarray]],
+    ) -> None:
+        """Integrate each of ``integrands`` (functions of a slice or an array of rows) over time,
+        and sum each of ``at_start`` (``at_end``) by the window its iterations start (end) in."""
+        sums = self.sums
+        for name in (*integrands, *at_start, *at_end):
+            sums[name] = np.zeros(self.windows)
+        crossing_parts = []
+        for begin in range(0, len(self.start), CHUNK_ROWS):
+            rows = slice(begin, begin + CHUNK_ROWS)
+            start, duration = self.start[rows], self.duration[rows]
+            first = self.bins(start)
+            last = self.bins(start + duration)
+            inside = first == last
+            crossing_parts.append(begin + np.flatnonzero(~inside))
+            for name, values in integrands.items():
+                np.add.at(sums[name], first[inside], values(rows)[inside] * duration[inside])
+            for name, values in at_start.items():
+                np.add.at(sums[name], first, values(rows))
+            for name, values in at_end.items():
+                np.add.at(sums[name], last, values(rows))
+        crossing = np.concatenate(crossing_parts) if crossing_parts else np.zeros(0, np.int64)
+        if len(crossing):
+            pieces, cols, secs = self._pieces(crossing)
+            for name, values in integrands.items():  # added apart, as before chunking
+                sums[name] = sums[name] + np.bincount(
+                    cols, weights=values(pieces) * secs, minlength=self.windows
+                )
+
+    def _pieces(self, crossing: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(iteration, window, seconds in it) of the iterations spanning several windows."""
+        window_s, windows = self.window_s, self.windows
+        start = self.start[crossing]
+        end = start + self.duration[crossing]
+        first, last = self.bins(start), self.bins(end)
+        pieces: list[tuple[int, int, float]] = []
+        for i, row in enumerate(crossing.tolist()):
+            for w in range(int(first[i]), int(last[i]) + 1):
+                lo = max(float(start[i]), w * window_s)
+                hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
+                if hi > lo:
+                    pieces.append((row, w, hi - lo))
+        rows = np.array([p[0] for p in pieces], dtype=np.int64)
+        cols = np.array([p[1] for p in pieces], dtype=np.int64)
+        secs = np.array([p[2] for p in pieces], dtype=np.float64)
+        return rows, cols, secs
 
 
 def timeseries(
     requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
 ) -> pd.DataFrame:
     """Fixed-window aggregates over the run (see the module docstring for definitions)."""
+    start = iterations["start_s"].to_numpy(dtype=float)
+    duration = iterations["duration_s"].to_numpy(dtype=float)
     ends = [0.0]
     if len(iterations):
-        ends.append(float((iterations["start_s"] + iterations["duration_s"]).max()))
+        ends.append(_max_end(start, duration))
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
     windows = int(max(ends) // window_s) + 1
@@ -569,38 +606,41 @@ def timeseries(
     def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(bins(times), weights=weights, minlength=windows)[:windows]
 
-    start = iterations["start_s"].to_numpy(dtype=float)
-    duration = iterations["duration_s"].to_numpy(dtype=float)
-    batch = iterations["batch_size"].to_numpy(dtype=float)
-    kv_frac = iterations["kv_blocks_used"].to_numpy(dtype=float) / np.maximum(
-        iterations["kv_blocks_total"].to_numpy(dtype=float), 1.0
+    def column(name: str) -> Callable[[Any], np.ndarray]:
+        """A column's values at some rows, as floats."""
+        values = iterations[name].to_numpy()
+        return lambda rows: values[rows].astype(float)
+
+    kv_used = iterations["kv_blocks_used"].to_numpy()
+    kv_total = iterations["kv_blocks_total"].to_numpy()
+    sums = _Windows(start, duration, window_s, windows)
+    sums.run(
+        integrands={  # Σ value × time spent in each window
+            "busy": lambda rows: np.ones(len(start[rows])),
+            "batch": column("batch_size"),
+            "kv_frac": lambda rows: (
+                kv_used[rows].astype(float) / np.maximum(kv_total[rows].astype(float), 1.0)
+            ),
+            "k_weight": column("mean_k"),
+            "waiting": column("waiting"),
+        },
+        at_start={"drafted": column("drafted_tokens"), "accepted": column("accepted_tokens")},
+        at_end={"emitted": column("emitted_tokens")},
     )
-    time_in = _window_overlap(start, duration, window_s, windows)
-
-    def integral(values: np.ndarray) -> np.ndarray:
-        """Σ value × time spent in each window (an iteration's time split across windows)."""
-        return time_in(values)
-
-    busy = integral(np.ones_like(start))
+    busy, drafted, accepted = sums.sums["busy"], sums.sums["drafted"], sums.sums["accepted"]
     finished = requests["finish_s"].to_numpy(dtype=float)
     finished = finished[~np.isnan(finished)]
-    drafted = total(start, iterations["drafted_tokens"].to_numpy(dtype=float))
-    accepted = total(start, iterations["accepted_tokens"].to_numpy(dtype=float))
-    k_weight = integral(iterations["mean_k"].to_numpy(dtype=float))
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
                 "t_s": np.arange(windows) * window_s,
-                "output_tokens_per_s": total(
-                    start + duration, iterations["emitted_tokens"].to_numpy(dtype=float)
-                )
-                / window_s,
+                "output_tokens_per_s": sums.sums["emitted"] / window_s,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": integral(iterations["waiting"].to_numpy(dtype=float)) / window_s,
-                "kv_utilization": integral(kv_frac) / (window_s * replicas),
-                "batch_size": np.where(busy > 0, integral(batch) / busy, 0.0),
-                "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
+                "waiting": sums.sums["waiting"] / window_s,
+                "kv_utilization": sums.sums["kv_frac"] / (window_s * replicas),
+                "batch_size": np.where(busy > 0, sums.sums["batch"] / busy, 0.0),
+                "mean_k": np.where(busy > 0, sums.sums["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
             }
         )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -191,18 +191,15 @@ class Recorder:
         delivered = take("_delivered", np.float64) if streamed else starts + durations
         replica = take("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
         logs = [r.scheduler.gap_pairs for r in replicas]
-        for r in replicas:  # consumed here: the pairs' gaps take a quarter of their room
+        for r in replicas:  # consumed (and freed) by the ITL
             r.scheduler.gap_pairs = array("q")
-        gaps = pause_gaps(delivered, [np.frombuffer(log, dtype=np.int64) for log in logs])
-        del logs
         self.itl = inter_token_latency(
             delivered,
             replica if several else None,
             take("_gap_tokens", np.int64),
-            gaps,
+            logs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
-        del gaps
         self.requests = requests.frame(delivered if streamed else None)
 
         def spec_column(name: str, dtype: type) -> np.ndarray:
@@ -291,28 +288,13 @@ def _sorted_percentile(values: np.ndarray, cumulative: np.ndarray, q: float) -> 
     return value_low + (value_high - value_low) * (position - low)
 
 
-def pause_gaps(delivered: np.ndarray, gap_pairs: Sequence[np.ndarray]) -> np.ndarray:
-    """The gap of every token after a pause, from the flat (row, row of the previous token)
-    pairs the schedulers logged (rows' ``delivered`` times; a chunk at a time)."""
-    pairs = [flat.reshape(-1, 2) for flat in gap_pairs]
-    gaps = np.empty(sum(len(p) for p in pairs))
-    at = 0
-    for log in pairs:
-        for start in range(0, len(log), CHUNK_ROWS):
-            chunk = log[start : start + CHUNK_ROWS]
-            end = at + len(chunk)
-            np.subtract(delivered[chunk[:, 0]], delivered[chunk[:, 1]], out=gaps[at:end])
-            at = end
-    return gaps
-
-
 def _merged_percentiles(
     values: np.ndarray, counts: np.ndarray, pauses: np.ndarray, total: int
 ) -> dict[str, float]:
     """The ITL percentiles over two sorted groups of gaps: ``values`` with ``counts`` tokens each,
     and ``pauses`` with one token each (``total`` tokens in all). The gap at a rank is the same
     whatever the order of equal gaps, so the groups need no merging."""
-    cumulative = np.cumsum(counts)
+    cumulative = np.cumsum(counts, dtype=np.int64)
 
     def tokens_up_to(gap: float) -> int:
         """Tokens with a gap of at most ``gap``."""
@@ -347,11 +329,29 @@ def _merged_percentiles(
     return out
 
 
+def _row_entries(
+    replica: np.ndarray | None, gap_tokens: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Chunks of (rows with tokens one step after their previous token, the row before each on
+    its replica); ``replica`` None: every row on one replica."""
+    if replica is None:
+        for start in range(1, len(gap_tokens), CHUNK_ROWS):
+            rows = start + np.flatnonzero(gap_tokens[start : start + CHUNK_ROWS] > 0)
+            yield rows, rows - 1
+        return
+    for index in np.flatnonzero(np.bincount(replica)):
+        on_replica = np.flatnonzero(replica == index)
+        for start in range(1, len(on_replica), CHUNK_ROWS):
+            rows = on_replica[start : start + CHUNK_ROWS]
+            keep = gap_tokens[rows] > 0
+            yield rows[keep], on_replica[start - 1 : start - 1 + len(rows)][keep]
+
+
 def inter_token_latency(
     delivered: np.ndarray,
     replica: np.ndarray | None,
     gap_tokens: np.ndarray,
-    pauses: np.ndarray,
+    gap_pairs: list[array[int]],
     zero_gaps: int,
 ) -> dict[str, float]:
     """Percentiles and mean of every output token's gap to its request's previous token.
@@ -359,59 +359,74 @@ def inter_token_latency(
     ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order;
     ``replica`` None: every row on one replica): ``gap_tokens`` tokens of a row came one step
     after their previous token, so their gap is the time between this row's delivery and the
-    previous row of the same replica. ``pauses`` are the gaps of the tokens after a pause (see
-    :func:`pause_gaps`; sorted here, in place); ``zero_gaps`` tokens arrived together with the one
-    before them.
+    previous row of the same replica. ``gap_pairs`` are the schedulers' logs of flat (row, row of
+    the previous token) pairs, one pair per token after a pause; they are emptied as they are
+    read, so that they can be freed. ``zero_gaps`` tokens arrived together with the one before
+    them.
 
     Every gap is a (gap, tokens) entry; the mean sums gap × tokens over the entries sorted by gap,
     then tokens, which makes it independent of the logging order. There are about as many
-    entries as rows and pauses together, so they are kept in two sorted groups, the rows' (and
-    the zero gaps) and the pauses' (one token each), and merged only into the products summed."""
-    # the rows' entries: each row following another row of its replica, with that row's gap
-    follows: list[tuple[np.ndarray, np.ndarray]] = []
-    if replica is None:
-        for start in range(1, len(delivered), CHUNK_ROWS):
-            rows = start + np.flatnonzero(gap_tokens[start : start + CHUNK_ROWS] > 0)
-            follows.append((rows, rows - 1))
-    else:
-        for index in np.flatnonzero(np.bincount(replica)):
-            rows = np.flatnonzero(replica == index)
-            keep = gap_tokens[rows[1:]] > 0
-            follows.append((rows[1:][keep], rows[:-1][keep]))
-    entries = sum(len(rows) for rows, _ in follows) + 1
-    values = np.empty(entries)
-    counts = np.empty(entries, dtype=np.int64)
+    entries as rows and pauses together, so they are kept in two sorted groups: the rows' (and
+    the zero gaps'), lexsorted, and the pauses' (one token each), sorted in place at the end of
+    the array that the merged products are then written into, front to back."""
+    head = sum(len(rows) for rows, _ in _row_entries(replica, gap_tokens)) + 1
+    pause_count = sum(len(log) for log in gap_pairs) // 2
+    merged = np.empty(head + pause_count)
+    # the pauses' gaps at the end of ``merged``, each log freed from its end as it is read
+    at = len(merged)
+    while gap_pairs:
+        log = gap_pairs.pop()
+        while len(log):
+            cut = max(0, len(log) - 2 * CHUNK_ROWS)
+            pairs = np.frombuffer(log, dtype=np.int64, offset=8 * cut).reshape(-1, 2)
+            np.subtract(
+                delivered[pairs[:, 0]], delivered[pairs[:, 1]], out=merged[at - len(pairs) : at]
+            )
+            at -= len(pairs)
+            del pairs
+            del log[cut:]
+    pauses = merged[head:]
+    pauses.sort()
+    # the rows' entries and the zero gaps', sorted by gap, then tokens
+    top = max(int(gap_tokens.max()) if len(gap_tokens) else 0, zero_gaps)
+    values = np.empty(head)
+    counts: np.ndarray = np.empty(head, dtype=np.int16 if top < 2**15 else np.int64)
     at = 0
-    for rows, previous in follows:
+    for rows, previous in _row_entries(replica, gap_tokens):
         end = at + len(rows)
         np.subtract(delivered[rows], delivered[previous], out=values[at:end])
         counts[at:end] = gap_tokens[rows]
         at = end
-    del follows
     values[at] = 0.0
     counts[at] = zero_gaps
     order = np.lexsort((counts, values))
-    values = values[order]
     counts = counts[order]
-    del order
-    pauses.sort()
-    total = int(counts.sum()) + len(pauses)
+    in_order = order.view(np.float64)  # the sorted gaps, into the order's own memory
+    for start in range(0, head, CHUNK_ROWS):
+        chunk = slice(start, start + CHUNK_ROWS)
+        in_order[chunk] = values[order[chunk]]  # this chunk's indices are read first
+    values = in_order
+    del order, in_order
+    total = int(counts.sum(dtype=np.int64)) + pause_count
     out = _merged_percentiles(values, counts, pauses, total)
-    # the products in the sorted order of all entries: a pause's (gap, 1) goes before the rows'
-    # entries of the same gap, which have a token or more (a tie with one token is the same
-    # product; the zero gaps' entry may have none, but a gap of 0 makes 0 whatever the tokens)
-    products = np.empty(len(values) + len(pauses))
-    for start in range(0, len(values), CHUNK_ROWS):
-        chunk = slice(start, start + CHUNK_ROWS)
-        rank = np.arange(start, start + len(values[chunk]))
-        products[rank + np.searchsorted(pauses, values[chunk], side="right")] = (
-            values[chunk] * counts[chunk]
-        )
-    for start in range(0, len(pauses), CHUNK_ROWS):
-        chunk = slice(start, start + CHUNK_ROWS)
-        rank = np.arange(start, start + len(pauses[chunk]))
-        products[rank + np.searchsorted(values, pauses[chunk], side="left")] = pauses[chunk] * 1
-    out["itl_mean_s"] = float(products.sum() / total) if total else math.nan
+    # merge front to back: a pause's (gap, 1) goes before the rows' entries of the same gap, which
+    # have a token or more (a tie with one token is the same product; the zero gaps' entry may
+    # have none, but a gap of 0 makes 0 whatever the tokens). An entry lands at or before the
+    # place of the first pause still unmerged, which is never overwritten before it is read.
+    placed = 0  # pauses merged so far
+    for start in range(0, head, CHUNK_ROWS):
+        gaps = values[start : start + CHUNK_ROWS]
+        before = placed + np.searchsorted(pauses[placed:], gaps, side="right")
+        upto = int(before[-1])
+        for first in range(placed, upto, CHUNK_ROWS):
+            moving = pauses[first : min(first + CHUNK_ROWS, upto)].copy()
+            rank = np.arange(first, first + len(moving))
+            merged[rank + np.searchsorted(values, moving, side="left")] = moving * 1
+        placed = upto
+        rank = np.arange(start, start + len(gaps))
+        merged[rank + before] = gaps * counts[start : start + len(gaps)]
+    # the pauses after every entry are in their place already
+    out["itl_mean_s"] = float(merged.sum() / total) if total else math.nan
     return out
 
 

@@ -465,13 +465,18 @@ def summarize(
     make its figures doubtful: a token budget that can never batch a prompt beside running
     decodes, batches far outside the range the engine's overhead was fitted on."""
     status = requests["status"]
-    done = requests[status == "finished"]
-    completed = len(done)
+    finished = (status == "finished").to_numpy()
+
+    def done(name: str) -> pd.Series:
+        """A column of the finished requests (one column copied at a time, not the frame)."""
+        return requests[name][finished]
+
+    completed = int(finished.sum())
     if completed:
-        makespan = float(done["finish_s"].max() - requests["arrival_s"].min())
+        makespan = float(done("finish_s").max() - requests["arrival_s"].min())
     else:
         makespan = math.nan
-    output_tokens = int(done["output_tokens"].sum())
+    output_tokens = int(done("output_tokens").sum())
     good = int(meets_slo(requests, scenario).sum())
     busy = float(iterations["duration_s"].sum())
     summary: dict[str, Any] = {
@@ -488,16 +493,16 @@ def summarize(
         "goodput_rps": good / makespan if completed and makespan > 0 else 0.0,
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
-    _percentiles(done["ttft_s"].to_numpy(dtype=float), "ttft", summary)
-    _percentiles(done["tpot_s"].to_numpy(dtype=float), "tpot", summary)
-    _percentiles(done["e2e_s"].to_numpy(dtype=float), "e2e", summary)
-    _percentiles(done["queue_s"].to_numpy(dtype=float), "queue", summary)
+    _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
+    _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
+    _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
+    _percentiles(done("queue_s").to_numpy(dtype=float), "queue", summary)
     if itl:
         summary.update(itl)
     for metric in ("ttft", "tpot", "e2e"):
-        if f"server_{metric}_s" in done:
+        if f"server_{metric}_s" in requests:
             _percentiles(
-                done[f"server_{metric}_s"].to_numpy(dtype=float), f"server_{metric}", summary
+                done(f"server_{metric}_s").to_numpy(dtype=float), f"server_{metric}", summary
             )
     drafted = int(requests["drafted_tokens"].sum())
     accepted = int(requests["accepted_tokens"].sum())

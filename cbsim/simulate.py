@@ -36,7 +36,7 @@ def simulate(
     requests = recorder.requests
     iterations = recorder.iterations
     warnings = run_warnings(scenario, simulation, iterations)
-    del simulation  # its schedulers' logs and the like: freed before the summaries' temporaries
+    del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
     return Results(
         scenario=scenario,
         requests=requests,

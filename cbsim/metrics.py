@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,7 +61,7 @@ TIMESERIES_COLUMNS = [
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)
-CHUNK_ROWS = 1 << 20  # rows a column-wise step takes at a time, to keep temporaries small
+CHUNK_ROWS = 1 << 18  # rows a column-wise step takes at a time, to keep temporaries small
 
 # iteration columns that are the same for every row, unless the run speculates
 _CONSTANT_UNLESS_SPECULATIVE = (
@@ -200,16 +200,17 @@ class Recorder:
         durations = take("_duration", np.float64)
         delivered = take("_delivered", np.float64) if streamed else starts + durations
         replica = take("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
-        self.requests = requests.frame(delivered if streamed else None)
-        pairs = [np.frombuffer(r.scheduler.gap_pairs, dtype=np.int64) for r in replicas]
+        logs = [r.scheduler.gap_pairs for r in replicas]
+        for r in replicas:  # consumed (and freed) by the ITL
+            r.scheduler.gap_pairs = array("q")
         self.itl = inter_token_latency(
             delivered,
             replica if several else None,
             take("_gap_tokens", np.int64),
-            pairs[0] if len(pairs) == 1 else np.concatenate(pairs),
+            logs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
-        del pairs
+        self.requests = requests.frame(delivered if streamed else None)
 
         def spec_column(name: str, dtype: type) -> np.ndarray:
             if not self.speculative:  # zeros the system backs with memory only when written
@@ -297,11 +298,70 @@ def _sorted_percentile(values: np.ndarray, cumulative: np.ndarray, q: float) -> 
     return value_low + (value_high - value_low) * (position - low)
 
 
+def _merged_percentiles(
+    values: np.ndarray, counts: np.ndarray, pauses: np.ndarray, total: int
+) -> dict[str, float]:
+    """The ITL percentiles over two sorted groups of gaps: ``values`` with ``counts`` tokens each,
+    and ``pauses`` with one token each (``total`` tokens in all). The gap at a rank is the same
+    whatever the order of equal gaps, so the groups need no merging."""
+    cumulative = np.cumsum(counts, dtype=np.int64)
+
+    def tokens_up_to(gap: float) -> int:
+        """Tokens with a gap of at most ``gap``."""
+        i = int(np.searchsorted(values, gap, side="right"))
+        in_pauses = int(np.searchsorted(pauses, gap, side="right"))
+        return (int(cumulative[i - 1]) if i else 0) + in_pauses
+
+    def gap_of(rank: int) -> float:
+        """The ``rank``-th smallest gap over every token (from 0)."""
+        best = math.inf
+        for group in (values, pauses):  # each group's first gap with more tokens up to it
+            lo, hi = 0, len(group)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if tokens_up_to(float(group[mid])) > rank:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            if lo < len(group):
+                best = min(best, float(group[lo]))
+        return best
+
+    out: dict[str, float] = {}
+    for p in PERCENTILES:  # as weighted_percentile does it
+        if total == 0:
+            out[f"itl_p{p}_s"] = math.nan
+            continue
+        position = p / 100.0 * (total - 1)
+        low = math.floor(position)
+        value_low, value_high = gap_of(low), gap_of(min(low + 1, total - 1))
+        out[f"itl_p{p}_s"] = value_low + (value_high - value_low) * (position - low)
+    return out
+
+
+def _row_entries(
+    replica: np.ndarray | None, gap_tokens: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Chunks of (rows with tokens one step after their previous token, the row before each on
+    its replica); ``replica`` None: every row on one replica."""
+    if replica is None:
+        for start in range(1, len(gap_tokens), CHUNK_ROWS):
+            rows = start + np.flatnonzero(gap_tokens[start : start + CHUNK_ROWS] > 0)
+            yield rows, rows - 1
+        return
+    for index in np.flatnonzero(np.bincount(replica)):
+        on_replica = np.flatnonzero(replica == index)
+        for start in range(1, len(on_replica), CHUNK_ROWS):
+            rows = on_replica[start : start + CHUNK_ROWS]
+            keep = gap_tokens[rows] > 0
+            yield rows[keep], on_replica[start - 1 : start - 1 + len(rows)][keep]
+
+
 def inter_token_latency(
     delivered: np.ndarray,
     replica: np.ndarray | None,
     gap_tokens: np.ndarray,
-    gap_pairs: np.ndarray,
+    gap_pairs: list[array[int]],
     zero_gaps: int,
 ) -> dict[str, float]:
     """Percentiles and mean of every output token's gap to its request's previous token.
@@ -309,52 +369,74 @@ def inter_token_latency(
     ``delivered``, ``replica`` and ``gap_tokens`` are per iteration row (in recording order;
     ``replica`` None: every row on one replica): ``gap_tokens`` tokens of a row came one step
     after their previous token, so their gap is the time between this row's delivery and the
-    previous row of the same replica. ``gap_pairs`` are flat (row, row of the previous token)
-    pairs of tokens after a pause; ``zero_gaps`` tokens arrived together with the one before them.
+    previous row of the same replica. ``gap_pairs`` are the schedulers' logs of flat (row, row of
+    the previous token) pairs, one pair per token after a pause; they are emptied as they are
+    read, so that they can be freed. ``zero_gaps`` tokens arrived together with the one before
+    them.
 
-    Every gap is one (gap, tokens) entry; the entries are sorted by gap, then tokens (which makes
-    the mean's sum independent of the logging order) and built straight into one pair of arrays,
-    a chunk at a time, since there are about as many as rows and pairs together."""
-    # the rows following another row of their replica, each with that row (chunks of rows)
-    follows: list[tuple[np.ndarray, np.ndarray]] = []
-    if replica is None:
-        for start in range(1, len(delivered), CHUNK_ROWS):
-            rows = start + np.flatnonzero(gap_tokens[start : start + CHUNK_ROWS] > 0)
-            follows.append((rows, rows - 1))
-    else:
-        for index in np.flatnonzero(np.bincount(replica)):
-            rows = np.flatnonzero(replica == index)
-            keep = gap_tokens[rows[1:]] > 0
-            follows.append((rows[1:][keep], rows[:-1][keep]))
-    pairs = gap_pairs.reshape(-1, 2)
-    entries = sum(len(rows) for rows, _ in follows) + len(pairs) + 1
-    values = np.empty(entries)
-    counts = np.empty(entries, dtype=np.int64)
+    Every gap is a (gap, tokens) entry; the mean sums gap × tokens over the entries sorted by gap,
+    then tokens, which makes it independent of the logging order. There are about as many
+    entries as rows and pauses together, so they are kept in two sorted groups: the rows' (and
+    the zero gaps'), lexsorted, and the pauses' (one token each), sorted in place at the end of
+    the array that the merged products are then written into, front to back."""
+    head = sum(len(rows) for rows, _ in _row_entries(replica, gap_tokens)) + 1
+    pause_count = sum(len(log) for log in gap_pairs) // 2
+    merged = np.empty(head + pause_count)
+    # the pauses' gaps at the end of ``merged``, each log freed from its end as it is read
+    at = len(merged)
+    while gap_pairs:
+        log = gap_pairs.pop()
+        while len(log):
+            cut = max(0, len(log) - 2 * CHUNK_ROWS)
+            pairs = np.frombuffer(log, dtype=np.int64, offset=8 * cut).reshape(-1, 2)
+            np.subtract(
+                delivered[pairs[:, 0]], delivered[pairs[:, 1]], out=merged[at - len(pairs) : at]
+            )
+            at -= len(pairs)
+            del pairs
+            del log[cut:]
+    pauses = merged[head:]
+    pauses.sort()
+    # the rows' entries and the zero gaps', sorted by gap, then tokens
+    top = max(int(gap_tokens.max()) if len(gap_tokens) else 0, zero_gaps)
+    values = np.empty(head)
+    counts: np.ndarray = np.empty(head, dtype=np.int16 if top < 2**15 else np.int64)
     at = 0
-    for rows, previous in follows:
+    for rows, previous in _row_entries(replica, gap_tokens):
         end = at + len(rows)
         np.subtract(delivered[rows], delivered[previous], out=values[at:end])
         counts[at:end] = gap_tokens[rows]
         at = end
-    del follows
-    for start in range(0, len(pairs), CHUNK_ROWS):
-        chunk = pairs[start : start + CHUNK_ROWS]
-        end = at + len(chunk)
-        np.subtract(delivered[chunk[:, 0]], delivered[chunk[:, 1]], out=values[at:end])
-        at = end
-    counts[at - len(pairs) : at] = 1
     values[at] = 0.0
     counts[at] = zero_gaps
     order = np.lexsort((counts, values))
-    values = values[order]
     counts = counts[order]
-    del order
-    cumulative = np.cumsum(counts)
-    total = int(cumulative[-1])
-    out = {f"itl_p{p}_s": _sorted_percentile(values, cumulative, p) for p in PERCENTILES}
-    del cumulative
-    np.multiply(values, counts, out=values)  # each entry's gap × tokens, in sorted order
-    out["itl_mean_s"] = float(values.sum() / total) if total else math.nan
+    in_order = order.view(np.float64)  # the sorted gaps, into the order's own memory
+    for start in range(0, head, CHUNK_ROWS):
+        chunk = slice(start, start + CHUNK_ROWS)
+        in_order[chunk] = values[order[chunk]]  # this chunk's indices are read first
+    values = in_order
+    del order, in_order
+    total = int(counts.sum(dtype=np.int64)) + pause_count
+    out = _merged_percentiles(values, counts, pauses, total)
+    # merge front to back: a pause's (gap, 1) goes before the rows' entries of the same gap, which
+    # have a token or more (a tie with one token is the same product; the zero gaps' entry may
+    # have none, but a gap of 0 makes 0 whatever the tokens). An entry lands at or before the
+    # place of the first pause still unmerged, which is never overwritten before it is read.
+    placed = 0  # pauses merged so far
+    for start in range(0, head, CHUNK_ROWS):
+        gaps = values[start : start + CHUNK_ROWS]
+        before = placed + np.searchsorted(pauses[placed:], gaps, side="right")
+        upto = int(before[-1])
+        for first in range(placed, upto, CHUNK_ROWS):
+            moving = pauses[first : min(first + CHUNK_ROWS, upto)].copy()
+            rank = np.arange(first, first + len(moving))
+            merged[rank + np.searchsorted(values, moving, side="left")] = moving * 1
+        placed = upto
+        rank = np.arange(start, start + len(gaps))
+        merged[rank + before] = gaps * counts[start : start + len(gaps)]
+    # the pauses after every entry are in their place already
+    out["itl_mean_s"] = float(merged.sum() / total) if total else math.nan
     return out
 
 
@@ -393,13 +475,18 @@ def summarize(
     make its figures doubtful: a token budget that can never batch a prompt beside running
     decodes, batches far outside the range the engine's overhead was fitted on."""
     status = requests["status"]
-    done = requests[status == "finished"]
-    completed = len(done)
+    finished = (status == "finished").to_numpy()
+
+    def done(name: str) -> pd.Series:
+        """A column of the finished requests (one column copied at a time, not the frame)."""
+        return requests[name][finished]
+
+    completed = int(finished.sum())
     if completed:
-        makespan = float(done["finish_s"].max() - requests["arrival_s"].min())
+        makespan = float(done("finish_s").max() - requests["arrival_s"].min())
     else:
         makespan = math.nan
-    output_tokens = int(done["output_tokens"].sum())
+    output_tokens = int(done("output_tokens").sum())
     good = int(meets_slo(requests, scenario).sum())
     busy = float(iterations["duration_s"].sum())
     summary: dict[str, Any] = {
@@ -416,16 +503,16 @@ def summarize(
         "goodput_rps": good / makespan if completed and makespan > 0 else 0.0,
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
-    _percentiles(done["ttft_s"].to_numpy(dtype=float), "ttft", summary)
-    _percentiles(done["tpot_s"].to_numpy(dtype=float), "tpot", summary)
-    _percentiles(done["e2e_s"].to_numpy(dtype=float), "e2e", summary)
-    _percentiles(done["queue_s"].to_numpy(dtype=float), "queue", summary)
+    _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
+    _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
+    _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
+    _percentiles(done("queue_s").to_numpy(dtype=float), "queue", summary)
     if itl:
         summary.update(itl)
     for metric in ("ttft", "tpot", "e2e"):
-        if f"server_{metric}_s" in done:
+        if f"server_{metric}_s" in requests:
             _percentiles(
-                done[f"server_{metric}_s"].to_numpy(dtype=float), f"server_{metric}", summary
+                done(f"server_{metric}_s").to_numpy(dtype=float), f"server_{metric}", summary
             )
     drafted = int(requests["drafted_tokens"].sum())
     accepted = int(requests["accepted_tokens"].sum())
@@ -462,46 +549,83 @@ def summarize(
     return summary
 
 
-def _window_overlap(
-    start: np.ndarray, duration: np.ndarray, window_s: float, windows: int
-) -> Callable[[np.ndarray], np.ndarray]:
-    """A function integrating per-iteration values over fixed windows, splitting each iteration's
-    duration across the windows it overlaps (most lie within one; the rest are split exactly)."""
-    end = start + duration
-    first = np.minimum((start // window_s).astype(np.int64), windows - 1)
-    last = np.minimum((end // window_s).astype(np.int64), windows - 1)
-    inside = first == last
-    crossing = np.flatnonzero(~inside)
-    pieces: list[tuple[int, int, float]] = []  # (iteration, window, seconds in it)
-    for i in crossing:
-        for w in range(int(first[i]), int(last[i]) + 1):
-            lo = max(float(start[i]), w * window_s)
-            hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
-            if hi > lo:
-                pieces.append((int(i), w, hi - lo))
-    rows = np.array([p[0] for p in pieces], dtype=np.int64)
-    cols = np.array([p[1] for p in pieces], dtype=np.int64)
-    secs = np.array([p[2] for p in pieces], dtype=np.float64)
+class _Windows:
+    """Per-window sums of per-iteration values (:meth:`run`), a chunk of iterations at a time.
 
-    def integrate(values: np.ndarray) -> np.ndarray:
-        out = np.bincount(
-            first[inside], weights=values[inside] * duration[inside], minlength=windows
-        )
-        if len(rows):
-            out = out + np.bincount(cols, weights=values[rows] * secs, minlength=windows)
-        result: np.ndarray = out[:windows]
-        return result
+    Values are added to their windows with ``np.add.at`` in row order: the same additions, in the
+    same order, as one ``np.bincount`` over every row (so the same floats), without temporaries
+    the length of the run. An integral splits each iteration's duration across the windows it
+    overlaps (most lie within one; the rest, few, are split exactly)."""
 
-    return integrate
+    def __init__(self, start: np.ndarray, duration: np.ndarray, window_s: float, windows: int):
+        self.start, self.duration = start, duration
+        self.window_s, self.windows = window_s, windows
+        self.sums: dict[str, np.ndarray] = {}
+
+    def bins(self, times: np.ndarray) -> np.ndarray:
+        return np.minimum((times // self.window_s).astype(np.int64), self.windows - 1)
+
+    def run(
+        self,
+        integrands: dict[str, Callable[[Any], np.ndarray]],
+        at_start: dict[str, Callable[[Any], np.ndarray]],
+        at_end: dict[str, Callable[[Any], np.ndarray]],
+    ) -> None:
+        """Integrate each of ``integrands`` (functions of a slice or an array of rows) over time,
+        and sum each of ``at_start`` (``at_end``) by the window its iterations start (end) in."""
+        sums = self.sums
+        for name in (*integrands, *at_start, *at_end):
+            sums[name] = np.zeros(self.windows)
+        crossing_parts = []
+        for begin in range(0, len(self.start), CHUNK_ROWS):
+            rows = slice(begin, begin + CHUNK_ROWS)
+            start, duration = self.start[rows], self.duration[rows]
+            first = self.bins(start)
+            last = self.bins(start + duration)
+            inside = first == last
+            crossing_parts.append(begin + np.flatnonzero(~inside))
+            for name, values in integrands.items():
+                np.add.at(sums[name], first[inside], values(rows)[inside] * duration[inside])
+            for name, values in at_start.items():
+                np.add.at(sums[name], first, values(rows))
+            for name, values in at_end.items():
+                np.add.at(sums[name], last, values(rows))
+        crossing = np.concatenate(crossing_parts) if crossing_parts else np.zeros(0, np.int64)
+        if len(crossing):
+            pieces, cols, secs = self._pieces(crossing)
+            for name, values in integrands.items():  # added apart, as before chunking
+                sums[name] = sums[name] + np.bincount(
+                    cols, weights=values(pieces) * secs, minlength=self.windows
+                )
+
+    def _pieces(self, crossing: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(iteration, window, seconds in it) of the iterations spanning several windows."""
+        window_s, windows = self.window_s, self.windows
+        start = self.start[crossing]
+        end = start + self.duration[crossing]
+        first, last = self.bins(start), self.bins(end)
+        pieces: list[tuple[int, int, float]] = []
+        for i, row in enumerate(crossing.tolist()):
+            for w in range(int(first[i]), int(last[i]) + 1):
+                lo = max(float(start[i]), w * window_s)
+                hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
+                if hi > lo:
+                    pieces.append((row, w, hi - lo))
+        rows = np.array([p[0] for p in pieces], dtype=np.int64)
+        cols = np.array([p[1] for p in pieces], dtype=np.int64)
+        secs = np.array([p[2] for p in pieces], dtype=np.float64)
+        return rows, cols, secs
 
 
 def timeseries(
     requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
 ) -> pd.DataFrame:
     """Fixed-window aggregates over the run (see the module docstring for definitions)."""
+    start = iterations["start_s"].to_numpy(dtype=float)
+    duration = iterations["duration_s"].to_numpy(dtype=float)
     ends = [0.0]
     if len(iterations):
-        ends.append(float((iterations["start_s"] + iterations["duration_s"]).max()))
+        ends.append(_max_end(start, duration))
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
     windows = int(max(ends) // window_s) + 1
@@ -512,38 +636,41 @@ def timeseries(
     def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         return np.bincount(bins(times), weights=weights, minlength=windows)[:windows]
 
-    start = iterations["start_s"].to_numpy(dtype=float)
-    duration = iterations["duration_s"].to_numpy(dtype=float)
-    batch = iterations["batch_size"].to_numpy(dtype=float)
-    kv_frac = iterations["kv_blocks_used"].to_numpy(dtype=float) / np.maximum(
-        iterations["kv_blocks_total"].to_numpy(dtype=float), 1.0
+    def column(name: str) -> Callable[[Any], np.ndarray]:
+        """A column's values at some rows, as floats."""
+        values = iterations[name].to_numpy()
+        return lambda rows: values[rows].astype(float)
+
+    kv_used = iterations["kv_blocks_used"].to_numpy()
+    kv_total = iterations["kv_blocks_total"].to_numpy()
+    sums = _Windows(start, duration, window_s, windows)
+    sums.run(
+        integrands={  # Σ value × time spent in each window
+            "busy": lambda rows: np.ones(len(start[rows])),
+            "batch": column("batch_size"),
+            "kv_frac": lambda rows: (
+                kv_used[rows].astype(float) / np.maximum(kv_total[rows].astype(float), 1.0)
+            ),
+            "k_weight": column("mean_k"),
+            "waiting": column("waiting"),
+        },
+        at_start={"drafted": column("drafted_tokens"), "accepted": column("accepted_tokens")},
+        at_end={"emitted": column("emitted_tokens")},
     )
-    time_in = _window_overlap(start, duration, window_s, windows)
-
-    def integral(values: np.ndarray) -> np.ndarray:
-        """Σ value × time spent in each window (an iteration's time split across windows)."""
-        return time_in(values)
-
-    busy = integral(np.ones_like(start))
+    busy, drafted, accepted = sums.sums["busy"], sums.sums["drafted"], sums.sums["accepted"]
     finished = requests["finish_s"].to_numpy(dtype=float)
     finished = finished[~np.isnan(finished)]
-    drafted = total(start, iterations["drafted_tokens"].to_numpy(dtype=float))
-    accepted = total(start, iterations["accepted_tokens"].to_numpy(dtype=float))
-    k_weight = integral(iterations["mean_k"].to_numpy(dtype=float))
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
                 "t_s": np.arange(windows) * window_s,
-                "output_tokens_per_s": total(
-                    start + duration, iterations["emitted_tokens"].to_numpy(dtype=float)
-                )
-                / window_s,
+                "output_tokens_per_s": sums.sums["emitted"] / window_s,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": integral(iterations["waiting"].to_numpy(dtype=float)) / window_s,
-                "kv_utilization": integral(kv_frac) / (window_s * replicas),
-                "batch_size": np.where(busy > 0, integral(batch) / busy, 0.0),
-                "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
+                "waiting": sums.sums["waiting"] / window_s,
+                "kv_utilization": sums.sums["kv_frac"] / (window_s * replicas),
+                "batch_size": np.where(busy > 0, sums.sums["batch"] / busy, 0.0),
+                "mean_k": np.where(busy > 0, sums.sums["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
             }
         )

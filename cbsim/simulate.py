@@ -37,7 +37,7 @@ def simulate(
     iterations = recorder.iterations
     warnings = run_warnings(scenario, simulation, iterations)
     info = run_info(simulation, wall, recorder.end_s)
-    del simulation  # its schedulers' logs and the like: freed before the summaries' temporaries
+    del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
     return Results(
         scenario=scenario,
         requests=requests,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 import pytest
 
 import cbsim
-from cbsim.metrics import weighted_percentile
+from cbsim import metrics
+from cbsim.metrics import PERCENTILES, inter_token_latency, weighted_percentile
 from cbsim.scenario import Scheduler
 from cbsim.scheduler.warnings import scheduler_warnings
 from tests.conftest import small_scenario
@@ -23,6 +26,78 @@ def test_weighted_percentile_equals_numpy_on_the_repeated_values() -> None:
     repeated = np.repeat(values, counts)
     for q in (0, 1, 50, 90, 99, 100):
         assert weighted_percentile(values, counts, q) == pytest.approx(np.percentile(repeated, q))
+
+
+def reference_itl(
+    delivered: np.ndarray,
+    replica: np.ndarray,
+    gap_tokens: np.ndarray,
+    gap_pairs: np.ndarray,
+    zero_gaps: int,
+) -> dict[str, float]:
+    """The inter-token latency as computed before it was built in place (one array of every
+    entry, a lexsort over all rows)."""
+    n = len(delivered)
+    previous = np.full(n, -1, dtype=np.int64)
+    if n:
+        order = np.lexsort((np.arange(n), replica))
+        same = replica[order][1:] == replica[order][:-1]
+        previous[order[1:][same]] = order[:-1][same]
+    common = (previous >= 0) & (gap_tokens > 0)
+    values = [delivered[common] - delivered[previous[common]]]
+    counts = [gap_tokens[common]]
+    if len(gap_pairs):
+        pairs = gap_pairs.reshape(-1, 2)
+        values.append(delivered[pairs[:, 0]] - delivered[pairs[:, 1]])
+        counts.append(np.ones(len(pairs), dtype=np.int64))
+    values.append(np.zeros(1))
+    counts.append(np.asarray([zero_gaps], dtype=np.int64))
+    all_values = np.concatenate(values)
+    all_counts = np.concatenate(counts)
+    total = int(all_counts.sum())
+    out = {f"itl_p{p}_s": weighted_percentile(all_values, all_counts, p) for p in PERCENTILES}
+    order = np.lexsort((all_counts, all_values))
+    weighted = (all_values[order] * all_counts[order]).sum()
+    out["itl_mean_s"] = float(weighted / total) if total else float("nan")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_inter_token_latency_is_the_reference_bit_for_bit(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if seed >= 8:
+        monkeypatch.setattr(metrics, "CHUNK_ROWS", 7)  # many chunks, merged across them
+    rng = np.random.default_rng(seed)
+    replicas = int(rng.integers(1, 4))
+    n = int(rng.integers(0, 400))
+    replica = rng.integers(0, replicas, n) if replicas > 1 else np.zeros(n, dtype=np.int64)
+    # even seeds: coarse steps (many equal gaps); odd: steps whose sums round
+    steps = [0.125, 0.25, 0.375] if seed % 2 == 0 else [0.1, 0.3, 0.7]
+    delivered = np.zeros(n)
+    for r in range(replicas):
+        rows = np.flatnonzero(replica == r)
+        delivered[rows] = np.cumsum(rng.choice(steps, len(rows)))
+    gap_tokens = rng.integers(0, 5, n)
+    pairs = []
+    for _ in range(int(rng.integers(0, 300))):
+        r = int(rng.integers(0, replicas))
+        rows = np.flatnonzero(replica == r)
+        if len(rows) > 2:
+            i = int(rng.integers(2, len(rows)))
+            pairs += [rows[i], rows[int(rng.integers(0, i))]]
+    gap_pairs = np.asarray(pairs, dtype=np.int64)
+    zero_gaps = int(rng.integers(0, 3)) * int(rng.integers(0, 40))
+    expected = reference_itl(delivered, replica, gap_tokens, gap_pairs, zero_gaps)
+    split = 2 * int(rng.integers(0, len(pairs) // 2 + 1))  # two schedulers' logs
+    logs = [array("q", pairs[:split]), array("q", pairs[split:])]
+    actual = inter_token_latency(
+        delivered, replica if replicas > 1 else None, gap_tokens, logs, zero_gaps
+    )
+    assert logs == []  # read and let go
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        assert np.isnan(value) if np.isnan(actual[key]) else actual[key] == value, key
 
 
 def brute_force_gaps(results: cbsim.Results) -> np.ndarray:

@@ -294,4 +294,5 @@ def plan_decode_run_python(
         kv_used=kv_used,
         end_s=now,
         kv_used_after=used,
+        remaining=rem,
     )

@@ -97,12 +97,7 @@ class Replica:
     def start_run(self, run: DecodeRun) -> None:
         self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
-        if run.remaining is not None:
-            self.run_remaining = run.remaining
-        else:
-            self.run_remaining = np.fromiter(
-                (r.output_tokens - r.generated for r in self.scheduler.running), dtype=np.int64
-            )
+        self.run_remaining = run.remaining
         self.run_left = run.remaining_after
 
     def end_run(self) -> None:
@@ -444,15 +439,13 @@ class Simulation:
             if spec is None:
                 duration = cost.time_stats(batch.stats)
             else:
-                draft = spec.plan(batch, sched, index)
-                target = cost.time_stats(batch.stats)
-                duration = draft + target
+                duration = spec.plan(batch, sched, index) + cost.time_stats(batch.stats)
             kv_used = sched.kv.used_blocks
             end = start + duration
             yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
             clock = end
             if spec is not None:
-                spec.verify(batch, target, index)
+                spec.verify(batch, index)
             row = recorder.rows
             emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None

@@ -13,7 +13,7 @@ import pytest
 import cbsim
 from cbsim.compiled import decode_seconds, verify_seconds
 from cbsim.cost import BatchStats, CostModel
-from cbsim.speculative.fast_run import expected_tokens, pairwise_sum
+from cbsim.speculative.expected import expected_tokens, pairwise_sum
 from cbsim.speculative.policies import expected_emitted
 from tests.conftest import small_scenario, summaries_equal
 

@@ -81,8 +81,6 @@ class SpeculativeDecoding:
         self._draw_rngs: dict[int, np.random.Generator] = {}
         self._request_rngs: dict[int, np.random.Generator] = {}
         self._replica_alphas: dict[int, AlphaEstimator] = {}
-        self.draft_s = 0.0
-        self.target_s = 0.0
 
     def draw_rng(self, replica: int) -> np.random.Generator:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
@@ -225,14 +223,12 @@ class SpeculativeDecoding:
             stats.add_many(int(rows.sum()), int(k) + 1, int(contexts[rows].sum()))
         return draft + self.target.time_stats(stats)
 
-    def verify(self, batch: Batch, target_s: float, replica: int = 0) -> None:
+    def verify(self, batch: Batch, replica: int = 0) -> None:
         """Draw each speculating request's accepted drafts and update its decoder."""
         ks_all = batch.ks
         assert ks_all is not None
         accepted_all = [0] * len(batch.requests)
         batch.accepted = accepted_all
-        self.draft_s += batch.draft_s
-        self.target_s += target_s
         rows = [i for i, k in enumerate(ks_all) if k > 0]
         for i in batch.decoding:
             batch.requests[i].decode_steps += 1

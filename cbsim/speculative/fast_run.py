@@ -7,8 +7,9 @@ the target verifies, each request accepts a random prefix of its drafts and emit
 token, and rejected drafts give their KV blocks back. Everything such an iteration does depends only
 on the requests' state, the replica's acceptance statistics and its random stream, so
 :func:`spec_run_kernel` computes a whole stretch of them at once (numba), exactly as stepping would:
-the same goodput sweep over candidate k (:func:`goodput_k`, which the stepped path also calls),
-the same target and draft prices (:mod:`cbsim.compiled`), the same acceptance draws from the
+the same goodput sweep over candidate k (:func:`goodput_k`, scoring candidates with the
+compiled expected tokens the stepped policy also uses, :mod:`cbsim.speculative.expected`), the
+same target and draft prices (:mod:`cbsim.compiled`), the same acceptance draws from the
 replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
 same state), the same α estimates and KV accounting.
 
@@ -31,6 +32,11 @@ import numpy.typing as npt
 from cbsim.compiled import CompiledCost, decode_seconds, verify_seconds
 from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
+from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
+from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
+from cbsim.speculative.expected import expected_tokens
+from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
+from cbsim.speculative.proposers import NGRAM_SECONDS_PER_REQUEST, DraftModel, EagleHead, Ngram
 
 if TYPE_CHECKING:
     from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
@@ -39,10 +45,8 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-EMA_WEIGHT = 0.1
-PRIOR_STRENGTH = 4.0
-TIE_TOLERANCE = 1e-12
-NGRAM_SECONDS_PER_REQUEST = 5e-6
+# the policy's tie margin, a class constant there, as a plain number the kernel can read
+TIE_TOLERANCE = GoodputK.tie_tolerance
 
 # proposers
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
@@ -52,94 +56,7 @@ FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
 IID, POSITIONAL, PER_REQUEST = 0, 1, 2
 
 
-# --------------------------------------------------------------------------- shared arithmetic
-
-
-@numba.njit(cache=True)
-def expected_emitted_one(alpha: float, k: int) -> float:
-    """Σ_{j=0..k} α^j with libm's log1p/expm1 (see :func:`policies.expected_emitted`)."""
-    if k <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return k + 1.0
-    return -math.expm1((k + 1.0) * math.log1p(alpha - 1.0)) / (1.0 - alpha)
-
-
-@numba.njit(cache=True)
-def _block_sum(values: FloatArray, lo: int, n: int) -> float:
-    """numpy's pairwise sum of at most 128 values: eight accumulators, then the remainder."""
-    if n < 8:
-        total = 0.0
-        for i in range(lo, lo + n):
-            total += values[i]
-        return total
-    r0, r1, r2, r3 = values[lo], values[lo + 1], values[lo + 2], values[lo + 3]
-    r4, r5, r6, r7 = values[lo + 4], values[lo + 5], values[lo + 6], values[lo + 7]
-    i = 8
-    end = n - (n % 8)
-    while i < end:
-        r0 += values[lo + i]
-        r1 += values[lo + i + 1]
-        r2 += values[lo + i + 2]
-        r3 += values[lo + i + 3]
-        r4 += values[lo + i + 4]
-        r5 += values[lo + i + 5]
-        r6 += values[lo + i + 6]
-        r7 += values[lo + i + 7]
-        i += 8
-    total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        total += values[lo + i]
-        i += 1
-    return float(total)
-
-
-@numba.njit(cache=True)
-def pairwise_sum(values: FloatArray) -> float:
-    """numpy's float64 sum (pairwise: halves rounded to multiples of eight, blocks of at most 128
-    summed by :func:`_block_sum`), so the same float; iterative, as numba caches no recursion."""
-    depth = 64
-    los = np.empty(depth, dtype=np.int64)
-    sizes = np.empty(depth, dtype=np.int64)
-    stages = np.empty(depth, dtype=np.int64)
-    partial = np.empty(depth)
-    top = 0
-    done = 0
-    los[0], sizes[0], stages[0] = 0, len(values), 0
-    while top >= 0:
-        lo, n = los[top], sizes[top]
-        if n <= 128:
-            partial[done] = _block_sum(values, lo, n)
-            done += 1
-            top -= 1
-            continue
-        half = n // 2
-        half -= half % 8
-        if stages[top] == 0:
-            stages[top] = 1
-            top += 1
-            los[top], sizes[top], stages[top] = lo, half, 0
-        elif stages[top] == 1:
-            stages[top] = 2
-            top += 1
-            los[top], sizes[top], stages[top] = lo + half, n - half, 0
-        else:
-            done -= 1
-            partial[done - 1] = partial[done - 1] + partial[done]
-            top -= 1
-    return float(partial[0])
-
-
-@numba.njit(cache=True)
-def expected_tokens(alphas: FloatArray, ks: IntArray, remaining: IntArray) -> float:
-    """Σ_i min(expected_emitted(α_i, k_i), remaining_i): what a batch is expected to emit."""
-    n = len(ks)
-    values = np.empty(n)
-    for i in range(n):
-        e = expected_emitted_one(alphas[i], ks[i])
-        r = float(remaining[i])
-        values[i] = e if e <= r else r
-    return pairwise_sum(values)
+# --------------------------------------------------------------------------- pricing a step
 
 
 @numba.njit(cache=True)
@@ -546,10 +463,6 @@ class KernelSettings(NamedTuple):
 
 def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     """What the kernel needs of ``spec``, or why it cannot run in it."""
-    from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
-    from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
-    from cbsim.speculative.proposers import DraftModel, EagleHead, Ngram
-
     policy = spec.policy
     table = np.zeros((1, 3), dtype=np.int64)
     fixed_k = 0
@@ -766,7 +679,4 @@ def apply_spec_run(
     sched.running = still_running
     sched.kv.used_blocks = run.kv_used_after
     spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
-    assert run.speculation is not None
-    spec.draft_s += sum(run.speculation.draft_s)
-    spec.target_s += sum(run.durations) - sum(run.speculation.draft_s)
     run.paused_at_start = paused

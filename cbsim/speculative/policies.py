@@ -64,7 +64,7 @@ from cbsim.scenario import (
     HeuristicPolicy,
     ThresholdPolicy,
 )
-from cbsim.speculative.fast_run import expected_tokens
+from cbsim.speculative.expected import expected_tokens
 
 PolicyConfig = (
     FixedPolicy

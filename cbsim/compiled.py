@@ -201,11 +201,24 @@ def _correction(c: CompiledCost, batch: float, per_request: float) -> float:
     )
 
 
-@numba.njit(cache=True)
-def decode_attention(
-    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int
+@numba.njit(cache=True, inline="always")
+def attention_factor(c: CompiledCost, requests: int, context_tokens: int) -> float:
+    """The calibrated correction of decode attention (a factor on the fitted roofline) for
+    ``requests`` requests whose caches hold ``context_tokens`` tokens before the step; 1 when
+    the fit has no grid. It does not depend on how many tokens each request adds, so one factor
+    serves every candidate draft length of a batch."""
+    if c.mode == ROOFLINE or c.mode == FIT_PLAIN:
+        return 1.0
+    batch = requests if requests > 1 else 1
+    per_request = context_tokens / batch
+    return math.exp(_correction(c, batch, per_request if per_request > 1.0 else 1.0))
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_decode_attention(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float
 ) -> float:
-    """One layer's decode attention (:meth:`CostModel.attention_time` with ``decode=True``)."""
+    """:func:`decode_attention` given its :func:`attention_factor`."""
     if tokens <= 0:
         return 0.0
     flops = 4.0 * pairs * c.q_heads * c.head_dim
@@ -213,22 +226,29 @@ def decode_attention(
         kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
         + 2 * tokens * c.q_heads * c.head_dim * 2.0
     )
-    if c.mode == ROOFLINE:
-        t_compute = flops / (c.attn_peak * c.compute_eff)
-        t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
-        return max(t_compute, t_memory) + c.floor_s
-    batch = requests if requests > 1 else 1
-    per_request = (kv_tokens - tokens) / batch
     t_compute = flops / (c.attn_peak * c.compute_eff)
     t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
+    if c.mode == ROOFLINE:
+        return max(t_compute, t_memory) + c.floor_s
     fitted = c.floor_s + (t_compute if t_compute >= t_memory else t_memory)
     if c.mode != FIT_PLAIN:
-        fitted = fitted * math.exp(_correction(c, batch, per_request if per_request > 1.0 else 1.0))
+        fitted = fitted * factor
     light = bytes_moved / c.bandwidth
     return fitted if fitted > light else light
 
 
 @numba.njit(cache=True)
+def decode_attention(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int
+) -> float:
+    """One layer's decode attention (:meth:`CostModel.attention_time` with ``decode=True``)."""
+    if tokens <= 0:
+        return 0.0
+    factor = attention_factor(c, requests, kv_tokens - tokens)
+    return scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+
+
+@numba.njit(cache=True, inline="always")
 def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> float:
     """:meth:`CostModel.step_time`: the engine's CPU work added to ``gpu_s`` of kernels."""
     if c.overhead_zero:
@@ -240,7 +260,7 @@ def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> f
     return gpu_s + cpu + serial
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
     gpu = c.token_s[requests] + c.layers * decode_attention(
@@ -256,9 +276,18 @@ def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, 
     """:meth:`CostModel.time_stats` of a batch of decode/verify entries only (every token
     sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
     pairs."""
+    factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
+    return scaled_verify_seconds(c, requests, tokens, kv_tokens, pairs, factor)
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_verify_seconds(
+    c: CompiledCost, requests: int, tokens: int, kv_tokens: int, pairs: float, factor: float
+) -> float:
+    """:func:`verify_seconds` given the batch's :func:`attention_factor`."""
     gpu = (
         c.token_s[tokens]
         + c.layers * 0.0
-        + c.layers * decode_attention(c, tokens, kv_tokens, pairs, requests)
+        + c.layers * scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
     )
     return step_seconds(c, gpu, requests, tokens)

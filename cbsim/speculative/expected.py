@@ -22,13 +22,25 @@ FloatArray = npt.NDArray[np.float64]
 
 
 @numba.njit(cache=True)
-def expected_emitted_one(alpha: float, k: int) -> float:
-    """Σ_{j=0..k} α^j with libm's log1p/expm1 (see :func:`policies.expected_emitted`)."""
+def log_alpha(alpha: float) -> float:
+    """log α as :func:`emitted` takes it (log1p(α − 1), libm's), computed once per request."""
+    return math.log1p(alpha - 1.0) if alpha < 1.0 else 0.0
+
+
+@numba.njit(cache=True)
+def emitted(alpha: float, log_a: float, k: int) -> float:
+    """Σ_{j=0..k} α^j given ``log_a`` = :func:`log_alpha` (α), with libm's expm1."""
     if k <= 0:
         return 1.0
     if alpha >= 1.0:
         return k + 1.0
-    return -math.expm1((k + 1.0) * math.log1p(alpha - 1.0)) / (1.0 - alpha)
+    return -math.expm1((k + 1.0) * log_a) / (1.0 - alpha)
+
+
+@numba.njit(cache=True)
+def expected_emitted_one(alpha: float, k: int) -> float:
+    """Σ_{j=0..k} α^j with libm's log1p/expm1 (see :func:`policies.expected_emitted`)."""
+    return emitted(alpha, log_alpha(alpha), k)
 
 
 @numba.njit(cache=True)
@@ -64,6 +76,8 @@ def _block_sum(values: FloatArray, lo: int, n: int) -> float:
 def pairwise_sum(values: FloatArray) -> float:
     """numpy's float64 sum (pairwise: halves rounded to multiples of eight, blocks of at most 128
     summed by :func:`_block_sum`), so the same float; iterative, as numba caches no recursion."""
+    if len(values) <= 128:
+        return _block_sum(values, 0, len(values))
     depth = 64
     los = np.empty(depth, dtype=np.int64)
     sizes = np.empty(depth, dtype=np.int64)

@@ -29,12 +29,18 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from cbsim.compiled import CompiledCost, decode_seconds, verify_seconds
+from cbsim.compiled import (
+    CompiledCost,
+    attention_factor,
+    decode_seconds,
+    scaled_verify_seconds,
+    verify_seconds,
+)
 from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
 from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
-from cbsim.speculative.expected import expected_tokens
+from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum
 from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
 from cbsim.speculative.proposers import NGRAM_SECONDS_PER_REQUEST, DraftModel, EagleHead, Ngram
 
@@ -54,12 +60,19 @@ NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
 # acceptance models
 IID, POSITIONAL, PER_REQUEST = 0, 1, 2
+# the kernel's output rows: per iteration (real, integer), per request (counters)
+START, DURATION, DRAFT_S = range(3)
+REAL_COLUMNS = 3
+BATCH, PLAIN, VERIFY, DRAFTED, ACCEPTED, EMITTED, KV_USED, K_LOW, K_HIGH, OUTSTANDING = range(10)
+INT_COLUMNS = 10
+STEPS, DRAFTS, ACCEPTS, DECODE_STEPS, FINISHED_AT = range(5)
+COUNTERS = 5
 
 
 # --------------------------------------------------------------------------- pricing a step
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _draft_step_seconds(
     kind: int, draft: CompiledCost, requests: int, kv_tokens: int
 ) -> float:  # fmt: skip
@@ -133,9 +146,17 @@ def goodput_k(
     draft: CompiledCost,
 ) -> IntArray:
     """The per-batch goodput choice (``GoodputK.choose`` with ``per_request`` off) for a batch of
-    decoding requests only: the k maximising expected tokens per second of the predicted step."""
+    decoding requests only: the k maximising expected tokens per second of the predicted step.
+
+    Candidate k runs request i at min(k, cap_i), so what a candidate shares with the one before
+    is carried over rather than recomputed, in the same float order as :func:`~cbsim.speculative.expected.expected_tokens`
+    and :func:`verify_batch_seconds`: each request's log α once, its expected tokens only while
+    its cap exceeds k, the target's verify sums over the requests capped below k as running
+    prefix sums (groups in ascending k), the draft steps one per k."""
     n = len(alphas)
     caps = np.empty(n, dtype=np.int64)
+    logs = np.empty(n)
+    values = np.empty(n)
     top = 0
     for i in range(n):
         cap = remaining[i] - 1
@@ -143,30 +164,89 @@ def goodput_k(
         caps[i] = cap
         if cap > top:
             top = cap
-    ks = np.zeros(n, dtype=np.int64)
-    best = np.zeros(n, dtype=np.int64)
+        logs[i] = log_alpha(alphas[i])
+        e = 1.0
+        r = float(remaining[i])
+        values[i] = e if e <= r else r
+    # requests per cap and their context sums (the verify groups of the capped requests)
+    capped = np.zeros(top + 1, dtype=np.int64)
+    capped_context = np.zeros(top + 1, dtype=np.int64)
+    for i in range(n):
+        capped[caps[i]] += 1
+        capped_context[caps[i]] += contexts[i]
+    best_k = 0
+    uncapped = n  # requests with cap >= k
+    uncapped_context = 0
+    for i in range(n):
+        uncapped_context += contexts[i]
+    factor = attention_factor(target, n, uncapped_context)
+    prefix_tokens = 0
+    prefix_kv = 0
+    prefix_pairs = 0.0
     drafted = 0.0
-    best_rate = expected_tokens(alphas, ks, remaining) / verify_batch_seconds(
-        target, ks, contexts, 0
+    best_rate = pairwise_sum(values) / _verify_from_groups(
+        target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, 0
     )
     for k in range(1, top + 1):
-        active = 0
-        kv = 0
-        for i in range(n):
-            ks[i] = k if caps[i] > k else caps[i]
-            if caps[i] > k - 1:
-                active += 1
-                kv += contexts[i]
+        # requests whose cap is k - 1 stay there from now on: their group joins the prefix
+        count = capped[k - 1]
+        if count > 0:
+            q = k
+            context = capped_context[k - 1]
+            prefix_tokens += count * q
+            prefix_kv += context + count * q
+            prefix_pairs += q * context + count * q * (q + 1) * 0.5
+        uncapped -= count
+        uncapped_context -= capped_context[k - 1]
         if proposer == NGRAM:
-            drafted = draft_seconds(proposer, draft, ks, contexts)
+            drafting = 0
+            for i in range(n):
+                if caps[i] > 0:
+                    drafting += 1
+            drafted = NGRAM_SECONDS_PER_REQUEST * drafting
         else:
-            drafted += _draft_step_seconds(proposer, draft, active, kv + active * k)
-        seconds = drafted + verify_batch_seconds(target, ks, contexts, k)
-        rate = expected_tokens(alphas, ks, remaining) / seconds
+            drafted += _draft_step_seconds(
+                proposer, draft, uncapped, uncapped_context + uncapped * k
+            )
+        for i in range(n):
+            if caps[i] >= k:
+                e = emitted(alphas[i], logs[i], k)
+                r = float(remaining[i])
+                values[i] = e if e <= r else r
+        seconds = drafted + _verify_from_groups(
+            target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, k
+        )
+        rate = pairwise_sum(values) / seconds
         if rate > best_rate * (1.0 + TIE_TOLERANCE):
-            best[:] = ks
+            best_k = k
             best_rate = rate
+    best = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        best[i] = best_k if caps[i] > best_k else caps[i]
     return best
+
+
+@numba.njit(cache=True, inline="always")
+def _verify_from_groups(
+    target: CompiledCost,
+    factor: float,
+    n: int,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    count: int,
+    context: int,
+    k: int,
+) -> float:
+    """:func:`verify_batch_seconds` given the sums over the groups below k, the group at k and
+    the batch's attention factor (the same for every candidate: the caches before the step)."""
+    if count > 0:
+        q = k + 1
+        tokens += count * q
+        kv_tokens += context + count * q
+        pairs += q * context + count * q * (q + 1) * 0.5
+    return verify_seconds(target, n, tokens, kv_tokens, pairs)
+    return scaled_verify_seconds(target, n, tokens, kv_tokens, pairs, factor)
 
 
 # --------------------------------------------------------------------------- the run kernel
@@ -243,24 +323,11 @@ def spec_run_kernel(
         if output[i] - generated[i] > size:
             size = output[i] - generated[i]
     size = min(size, max_iterations)
-    starts = np.empty(size)
-    durations = np.empty(size)
-    batch_sizes = np.empty(size, dtype=np.int64)
-    plain_tokens = np.empty(size, dtype=np.int64)
-    verify_tokens = np.empty(size, dtype=np.int64)
-    drafted_tokens = np.empty(size, dtype=np.int64)
-    accepted_tokens = np.empty(size, dtype=np.int64)
-    emitted_tokens = np.empty(size, dtype=np.int64)
-    kv_used = np.empty(size, dtype=np.int64)
-    k_low = np.empty(size, dtype=np.int64)
-    k_high = np.empty(size, dtype=np.int64)
-    draft_s = np.empty(size)
-    outstanding = np.empty(size, dtype=np.int64)
-    steps = np.zeros(count, dtype=np.int64)
-    drafted = np.zeros(count, dtype=np.int64)
-    accepted = np.zeros(count, dtype=np.int64)
-    decode_steps = np.zeros(count, dtype=np.int64)
-    finished_at = np.full(count, -1, dtype=np.int64)
+    # one row per iteration column (as the recorder keeps them), one per per-request counter
+    real_rows = np.empty((REAL_COLUMNS, size))
+    int_rows = np.empty((INT_COLUMNS, size), dtype=np.int64)
+    counters = np.zeros((COUNTERS, count), dtype=np.int64)
+    counters[FINISHED_AT, :] = -1
     active = np.arange(count)
     n = count
     used = used_blocks
@@ -369,7 +436,7 @@ def spec_run_kernel(
                     leading = False
             outcome[a] = run
         for a in range(n):
-            decode_steps[active[a]] += 1
+            counters[DECODE_STEPS, active[a]] += 1
         for a in range(n):
             k = chosen[a]
             if k == 0:
@@ -386,9 +453,9 @@ def spec_run_kernel(
                 ema[i] = rate
             else:
                 ema[i] = EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema[i]
-            steps[i] += 1
-            drafted[i] += k
-            accepted[i] += got
+            counters[STEPS, i] += 1
+            counters[DRAFTS, i] += k
+            counters[ACCEPTS, i] += got
             iteration_accepted += got
             verified += k + 1
             draft_total += k
@@ -412,35 +479,31 @@ def spec_run_kernel(
             if generated[i] >= output[i]:
                 used -= blocks[i]
                 blocks[i] = 0
-                finished_at[i] = j_row
+                counters[FINISHED_AT, i] = j_row
                 finishing = True
             else:
                 active[still] = i
                 still += 1
                 left += output[i] - generated[i]
-        starts[j] = now
-        durations[j] = duration
-        batch_sizes[j] = n
-        plain_tokens[j] = plain
-        verify_tokens[j] = verified
-        drafted_tokens[j] = draft_total
-        accepted_tokens[j] = iteration_accepted
-        emitted_tokens[j] = emitted_total
-        kv_used[j] = total_blocks - free
-        k_low[j] = k_bottom
-        k_high[j] = k_top
-        draft_s[j] = drafting
-        outstanding[j] = left
+        real_rows[START, j] = now
+        real_rows[DURATION, j] = duration
+        real_rows[DRAFT_S, j] = drafting
+        int_rows[BATCH, j] = n
+        int_rows[PLAIN, j] = plain
+        int_rows[VERIFY, j] = verified
+        int_rows[DRAFTED, j] = draft_total
+        int_rows[ACCEPTED, j] = iteration_accepted
+        int_rows[EMITTED, j] = emitted_total
+        int_rows[KV_USED, j] = total_blocks - free
+        int_rows[K_LOW, j] = k_bottom
+        int_rows[K_HIGH, j] = k_top
+        int_rows[OUTSTANDING, j] = left
         n = still
         now = end
         j += 1
         if end >= next_arrival_s or (finishing and stop_on_finish):
             break
-    return (
-        j, now, used, starts, durations, batch_sizes, plain_tokens, verify_tokens,
-        drafted_tokens, accepted_tokens, emitted_tokens, kv_used, k_low, k_high, draft_s,
-        outstanding, steps, drafted, accepted, decode_steps, finished_at,
-    )  # fmt: skip
+    return j, now, used, real_rows, int_rows, counters
 
 
 # --------------------------------------------------------------------------- the Python side
@@ -521,11 +584,7 @@ class SpecRunEffects:
     rejected_total: IntArray
     ema: FloatArray
     cluster: IntArray
-    steps: IntArray
-    drafted: IntArray
-    accepted: IntArray
-    decode_steps: IntArray
-    finished_at: IntArray
+    counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
     rng_state: Any
 
 
@@ -548,13 +607,29 @@ def plan_spec_run(
     kv_cache = sched.kv
     block_size = kv_cache.block_size
     grows = not sched.reserves_full_length
-    kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
-    blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+    states = [spec.state(r) for r in running]
+    ints = np.array(
+        [
+            (
+                r.kv_tokens,
+                r.blocks,
+                r.generated,
+                r.output_tokens,
+                s.alpha.accepted,
+                s.alpha.rejected,
+            )
+            for r, s in zip(running, states, strict=True)
+        ],
+        dtype=np.int64,
+    ).reshape(count, 6)
+    kv, blocks, generated, output = (np.ascontiguousarray(ints[:, c]) for c in range(4))
     if grows:  # the first decode step must fit, or stepping preempts
         need = np.maximum(-(-(kv + 1) // block_size) - blocks, 0).sum()
         if need > kv_cache.total_blocks - kv_cache.used_blocks:
             return None
-    states = [spec.state(r) for r in running]
+    reals = np.array([(s.ema_acceptance, s.model_alpha) for s in states], dtype=np.float64).reshape(
+        count, 2
+    )
     rng = spec.draw_rng(replica)
     if restart is not None:
         assert restart.spec is not None
@@ -569,54 +644,48 @@ def plan_spec_run(
     effects = SpecRunEffects(
         requests=list(running),
         kv=kv,
-        generated=np.fromiter((r.generated for r in running), dtype=np.int64, count=count),
+        generated=generated,
         blocks=blocks,
-        accepted_total=np.fromiter((s.alpha.accepted for s in states), np.int64, count=count),
-        rejected_total=np.fromiter((s.alpha.rejected for s in states), np.int64, count=count),
-        ema=np.fromiter((s.ema_acceptance for s in states), np.float64, count=count),
+        accepted_total=np.ascontiguousarray(ints[:, 4]),
+        rejected_total=np.ascontiguousarray(ints[:, 5]),
+        ema=np.ascontiguousarray(reals[:, 0]),
         cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
-        steps=np.zeros(0, dtype=np.int64),
-        drafted=np.zeros(0, dtype=np.int64),
-        accepted=np.zeros(0, dtype=np.int64),
-        decode_steps=np.zeros(0, dtype=np.int64),
-        finished_at=np.zeros(0, dtype=np.int64),
+        counters=np.zeros((COUNTERS, 0), dtype=np.int64),
         rng_state=rng_state,
     )
-    output = np.fromiter((r.output_tokens for r in running), dtype=np.int64, count=count)
-    model_alpha = np.fromiter((s.model_alpha for s in states), np.float64, count=count)
-    remaining = output - effects.generated
-    out = spec_run_kernel(
+    remaining = output - generated
+    n, end, used_after, real_rows, int_rows, counters = spec_run_kernel(
         effects.kv, effects.generated, output, effects.blocks, effects.accepted_total,
-        effects.rejected_total, model_alpha, effects.ema, effects.cluster, estimator.prior,
-        target, settings.proposer, draft, settings.policy, settings.fixed_k, settings.table,
-        settings.k_max, settings.acceptance, settings.iid_alpha, settings.rates, settings.drift,
-        rng, start_s, block_size, kv_cache.used_blocks, kv_cache.total_blocks, grows,
-        stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
+        effects.rejected_total, np.ascontiguousarray(reals[:, 1]), effects.ema, effects.cluster,
+        estimator.prior, target, settings.proposer, draft, settings.policy, settings.fixed_k,
+        settings.table, settings.k_max, settings.acceptance, settings.iid_alpha, settings.rates,
+        settings.drift, rng, start_s, block_size, kv_cache.used_blocks, kv_cache.total_blocks,
+        grows, stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
-    (n, end, used_after, starts, durations, batch_sizes, plain, verify, drafted, accepted,
-     emitted, kv_used, k_low, k_high, draft_s, outstanding, *per_request) = out  # fmt: skip
     if n <= 0:
         return None
-    effects.steps, effects.drafted, effects.accepted, effects.decode_steps = per_request[:4]
-    effects.finished_at = per_request[4]
+    effects.counters = counters
+    starts, durations, draft_s = real_rows[:, :n].tolist()
+    (batch_sizes, plain, verify, drafted, accepted, emitted, kv_used, k_low, k_high,
+     outstanding) = int_rows[:, :n].tolist()  # fmt: skip
     return DecodeRun(
-        starts=starts[:n].tolist(),
-        durations=durations[:n].tolist(),
-        batch_sizes=batch_sizes[:n].tolist(),
-        kv_used=kv_used[:n].tolist(),
+        starts=starts,
+        durations=durations,
+        batch_sizes=batch_sizes,
+        kv_used=kv_used,
         end_s=end,
         kv_used_after=used_after,
-        emitted=emitted[:n].tolist(),
-        decode_tokens=plain[:n].tolist(),
+        emitted=emitted,
+        decode_tokens=plain,
         speculation=SpecColumns(
-            verify=verify[:n].tolist(),
-            drafted=drafted[:n].tolist(),
-            accepted=accepted[:n].tolist(),
-            k_min=k_low[:n].tolist(),
-            k_max=k_high[:n].tolist(),
-            draft_s=draft_s[:n].tolist(),
+            verify=verify,
+            drafted=drafted,
+            accepted=accepted,
+            k_min=k_low,
+            k_max=k_high,
+            draft_s=draft_s,
         ),
-        remaining_after=outstanding[:n].tolist(),
+        remaining_after=outstanding,
         spec=effects,
         remaining=remaining,
     )
@@ -646,11 +715,7 @@ def apply_spec_run(
     accepted_total = effects.accepted_total.tolist()
     rejected_total = effects.rejected_total.tolist()
     ema = effects.ema.tolist()
-    steps = effects.steps.tolist()
-    drafted = effects.drafted.tolist()
-    accepted = effects.accepted.tolist()
-    decode_steps = effects.decode_steps.tolist()
-    finished_at = effects.finished_at.tolist()
+    steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:
             gap_pairs.append(first_row)

@@ -70,6 +70,9 @@ class CompiledCost(NamedTuple):
     overlap: bool
     overhead_zero: bool
     extra_s: FloatArray  # extra_s[n]: a per-step GEMM priced on top (an EAGLE head's fusion layer)
+    # token_s never decreases with n and no step term falls with tokens: a step costs no less
+    # when any request verifies more tokens (what lets the goodput sweep stop early)
+    monotone: bool = False
 
 
 def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None = None) -> (
@@ -164,7 +167,8 @@ def extend_tables(
         n_out, k_in = extra_gemm
         for n in range(max(have, 1), size):
             extra_s[n] = cost.gemm_time(n, n_out, k_in)
-    return compiled._replace(token_s=token_s, extra_s=extra_s)
+    monotone = bool(np.all(np.diff(token_s) >= 0.0)) and compiled.cpu_per_token_s >= 0.0
+    return compiled._replace(token_s=token_s, extra_s=extra_s, monotone=monotone)
 
 
 @numba.njit(cache=True)

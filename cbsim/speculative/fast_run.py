@@ -53,6 +53,8 @@ FloatArray = npt.NDArray[np.float64]
 
 # the policy's tie margin, a class constant there, as a plain number the kernel can read
 TIE_TOLERANCE = GoodputK.tie_tolerance
+# relative slack of the goodput sweep's early stop (float rounding is ~1e-15 relative)
+STOP_MARGIN = 1e-9
 
 # proposers
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
@@ -157,6 +159,8 @@ def goodput_k(
     caps = np.empty(n, dtype=np.int64)
     logs = np.empty(n)
     values = np.empty(n)
+    raw = np.ones(n)  # expected tokens before the cap at the outputs left
+    limits = np.empty(n)  # Σ_j α^j over all j: 1 / (1 − α)
     top = 0
     for i in range(n):
         cap = remaining[i] - 1
@@ -165,6 +169,7 @@ def goodput_k(
         if cap > top:
             top = cap
         logs[i] = log_alpha(alphas[i])
+        limits[i] = 1.0 / (1.0 - alphas[i]) if alphas[i] < 1.0 else math.inf
         e = 1.0
         r = float(remaining[i])
         values[i] = e if e <= r else r
@@ -184,9 +189,12 @@ def goodput_k(
     prefix_kv = 0
     prefix_pairs = 0.0
     drafted = 0.0
-    best_rate = pairwise_sum(values) / _verify_from_groups(
+    tokens = pairwise_sum(values)
+    seconds = _verify_from_groups(
         target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, 0
     )
+    best_rate = tokens / seconds
+    can_stop = target.monotone
     for k in range(1, top + 1):
         # requests whose cap is k - 1 stay there from now on: their group joins the prefix
         count = capped[k - 1]
@@ -198,6 +206,7 @@ def goodput_k(
             prefix_pairs += q * context + count * q * (q + 1) * 0.5
         uncapped -= count
         uncapped_context -= capped_context[k - 1]
+        before = drafted
         if proposer == NGRAM:
             drafting = 0
             for i in range(n):
@@ -208,15 +217,23 @@ def goodput_k(
             drafted += _draft_step_seconds(
                 proposer, draft, uncapped, uncapped_context + uncapped * k
             )
+        # every candidate from k on pays at least candidate k - 1's step and this draft step
+        if can_stop and _beyond_reach(
+            tokens, seconds + (drafted - before), best_rate, k - 1, caps, values, raw, limits,
+            remaining,
+        ):  # fmt: skip
+            break
         for i in range(n):
             if caps[i] >= k:
                 e = emitted(alphas[i], logs[i], k)
+                raw[i] = e
                 r = float(remaining[i])
                 values[i] = e if e <= r else r
         seconds = drafted + _verify_from_groups(
             target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, k
         )
-        rate = pairwise_sum(values) / seconds
+        tokens = pairwise_sum(values)
+        rate = tokens / seconds
         if rate > best_rate * (1.0 + TIE_TOLERANCE):
             best_k = k
             best_rate = rate
@@ -224,6 +241,34 @@ def goodput_k(
     for i in range(n):
         best[i] = best_k if caps[i] > best_k else caps[i]
     return best
+
+
+@numba.njit(cache=True)
+def _beyond_reach(
+    tokens: float,
+    seconds: float,
+    best_rate: float,
+    k: int,
+    caps: IntArray,
+    values: FloatArray,
+    raw: FloatArray,
+    limits: FloatArray,
+    remaining: IntArray,
+) -> bool:
+    """Whether no candidate above k can beat ``best_rate`` (so the sweep may stop): above k a
+    request gains at most Σ_{j>k} α^j = 1/(1−α) − E_k more expected tokens (and never past its
+    outputs left), while the predicted step costs at least ``seconds`` (a monotone cost model:
+    every draft step adds time, more verified tokens never cost less). The bound carries a margin far
+    above float rounding, so a stop never changes the choice the full sweep makes."""
+    gain = 0.0
+    for i in range(len(caps)):
+        if caps[i] > k:
+            room = float(remaining[i]) - values[i]
+            more = limits[i] - raw[i]
+            more = 0.0 if more < 0.0 else more
+            gain += more if more < room else room
+    bound = (tokens + gain) / seconds
+    return bound * (1.0 + STOP_MARGIN) <= best_rate * (1.0 + TIE_TOLERANCE)
 
 
 @numba.njit(cache=True, inline="always")

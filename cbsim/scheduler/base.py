@@ -135,8 +135,9 @@ class SchedulerPolicy(ABC):
     def outstanding_tokens(self) -> int:
         """Tokens this replica still has to process for the requests it holds."""
         total = self.waiting.tokens
-        for req in self.running:
-            total += req.outstanding_tokens
+        for req in self.running:  # Request.outstanding_tokens, spelt out (the router's hot loop)
+            prefill = req.prefill_target - req.kv_tokens
+            total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
         return total
 
     @abstractmethod

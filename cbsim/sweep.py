@@ -29,8 +29,9 @@ resolved to absolute paths before hashing, so keys do not depend on the working 
 ``<out>`` must be new, empty or an earlier sweep's folder (:data:`SWEEP`, see :mod:`cbsim.outputs`);
 a resumed sweep also finishes point writes and deletes temporaries that killed processes left.
 
-Points run on a local process pool (``backend="local"``) or as Ray tasks (``backend="ray"``,
-optional extra ``cbsim[ray]``). A simulation draws its randomness only from generators derived
+Points run on a local process pool (``backend="local"``; its workers end when the sweep's process
+dies, see :mod:`cbsim.parent_watch`) or as Ray tasks (``backend="ray"``, optional extra
+``cbsim[ray]``). A simulation draws its randomness only from generators derived
 from its scenario's seed, so the same point gives the same summary on any backend, in any process.
 
 A point whose scenario is invalid, or whose run fails, is reported with its overrides and skipped;
@@ -72,6 +73,7 @@ from pydantic import (
 
 from cbsim import outputs
 from cbsim.errors import CbsimError, UserError
+from cbsim.parent_watch import exit_with_parent
 from cbsim.results import RESULT_FILES, Results
 from cbsim.scenario import (
     Scenario,
@@ -448,7 +450,12 @@ def _run_local(
 ) -> Generator[_Outcome, None, None]:
     """Run points on a spawn-context process pool; workers write their own results."""
     context = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=min(workers, len(todo)),
+        mp_context=context,
+        initializer=exit_with_parent,  # a killed sweep must not leave workers computing
+        initargs=(os.getpid(),),
+    )
     finished = False
     try:
         futures = {

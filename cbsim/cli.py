@@ -595,9 +595,8 @@ def calibrate_report(
         fit_profile,
         leave_one_gpu_out,
         percent_table,
-        plot_predicted_vs_measured,
+        write_kernel_report,
     )
-    from cbsim.plots import save
 
     get_gpu(gpu)
     if gpu in TRANSFER_SOURCE and data is None:
@@ -612,15 +611,7 @@ def calibrate_report(
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
     table = percent_table(pd.concat(frames, ignore_index=True))
     folder = out or Path("results") / "calibration" / gpu
-    folder.mkdir(parents=True, exist_ok=True)
-    table.to_csv(folder / "errors.csv", index=False)
-    (folder / "report.md").write_text(
-        f"# Calibration of {gpu}: error on held-out data\n\n"
-        + table.to_markdown(index=False)
-        + "\n"
-    )
-    figure = plot_predicted_vs_measured(points, f"{gpu}: held-out predictions vs measurements")
-    save(figure, folder / "predicted_vs_measured.png")  # type: ignore[arg-type]
+    write_kernel_report(folder, gpu, table, points)
     Console().print(_error_table(table, f"{gpu}: held-out error"))
     click.echo(f"report: {folder}")
 

@@ -20,7 +20,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NoReturn
@@ -43,7 +43,8 @@ from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
-from cbsim.results import RESULT_FILES, Results
+from cbsim.outputs import check_replaceable
+from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import scenario_warnings, simulate
@@ -220,60 +221,32 @@ def run_id(seed: int, now: datetime | None = None) -> str:
     return f"{stamp}-s{seed}"
 
 
-def reserve_run_dir(base: Path, rid: str) -> Path:
-    """Create and return ``base/rid`` (or ``rid-2``, ``rid-3``, ... if taken)."""
-    base.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while True:
-        candidate = base / (rid if n == 1 else f"{rid}-{n}")
-        try:
-            candidate.mkdir()
-        except FileExistsError:
-            n += 1
-            continue
-        return candidate
-
-
-def _check_replaceable(out: Path) -> None:
-    """Refuse an ``--out`` that writing would destroy: a file, or a directory of other things.
-
-    :meth:`Results.write` replaces its target wholesale, so only a missing path, an empty
-    directory or an earlier result directory may be given.
-    """
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise UserError(f"{out}: --out exists and is not a directory")
-    allowed = {*RESULT_FILES, "run_info.json"}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in allowed)
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        raise UserError(
-            f"{out}: --out exists and holds files that are not cbsim results ({shown}); "
-            "it would be replaced: give a new or empty directory"
+def _check_out(out: Path, scenario: Path) -> None:
+    """Refuse, before simulating, an ``--out`` that writing would destroy: one holding anything
+    but an earlier run result (see :mod:`cbsim.outputs`), or the scenario file itself."""
+    if scenario.resolve().is_relative_to(out.resolve()):
+        raise CbsimError(
+            "holds the scenario file being run, and --out is replaced as a whole: "
+            "give a new or empty folder",
+            source=str(out),
         )
+    try:
+        check_replaceable(out, RUN_RESULT)
+    except CbsimError as err:
+        raise err.located(field="--out") from None
 
 
 def _write_results(results: Results, out: Path | None, rid: str) -> Path:
-    """Write to ``out`` or to a fresh run directory; OS errors become user errors."""
-    reserved: Path | None = None
+    """Write to ``out`` or to a new run folder; OS errors become user errors."""
     target = out if out is not None else Path("results") / results.scenario.name
     try:
         if out is not None:
-            _check_replaceable(out)
-            target = out.resolve()
-        else:
-            reserved = target = reserve_run_dir(target, rid)
-        results.write(target)
-        reserved = None
-        return out if out is not None else target
+            results.write(out)
+            return out
+        return results.write_new(target, rid)
     except OSError as err:
         where = err.filename or target
         raise UserError(f"{where}: cannot write results: {err.strerror or err}") from None
-    finally:
-        if reserved is not None:
-            with suppress(OSError):
-                reserved.rmdir()
 
 
 # --------------------------------------------------------------------------- commands
@@ -324,7 +297,8 @@ def cli() -> None:
     "-o",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Result directory (replaced if it exists). Default: results/<name>/<run-id>/.",
+    help="Result folder: new, empty, or an earlier run result (replaced). "
+    "Default: results/<name>/<run-id>/.",
 )
 @click.option("--seed", type=int, default=None, help="Replace the scenario's seed.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
@@ -347,6 +321,8 @@ def run(
     """Simulate SCENARIO (a YAML file) and write its results."""
     started = datetime.now(UTC)
     loaded = load_scenario(scenario, overrides=list(overrides), seed=seed)
+    if out is not None:
+        _check_out(out, scenario)
     if compare_no_spec and not loaded.speculative.enabled:
         raise CbsimError("--compare-no-spec needs speculative.enabled: true", source=str(scenario))
     with progress_display(progress_enabled(quiet)) as callback:
@@ -619,9 +595,8 @@ def calibrate_report(
         fit_profile,
         leave_one_gpu_out,
         percent_table,
-        plot_predicted_vs_measured,
+        write_kernel_report,
     )
-    from cbsim.plots import save
 
     get_gpu(gpu)
     if gpu in TRANSFER_SOURCE and data is None:
@@ -636,15 +611,7 @@ def calibrate_report(
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
     table = percent_table(pd.concat(frames, ignore_index=True))
     folder = out or Path("results") / "calibration" / gpu
-    folder.mkdir(parents=True, exist_ok=True)
-    table.to_csv(folder / "errors.csv", index=False)
-    (folder / "report.md").write_text(
-        f"# Calibration of {gpu}: error on held-out data\n\n"
-        + table.to_markdown(index=False)
-        + "\n"
-    )
-    figure = plot_predicted_vs_measured(points, f"{gpu}: held-out predictions vs measurements")
-    save(figure, folder / "predicted_vs_measured.png")  # type: ignore[arg-type]
+    write_kernel_report(folder, gpu, table, points)
     Console().print(_error_table(table, f"{gpu}: held-out error"))
     click.echo(f"report: {folder}")
 

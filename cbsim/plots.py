@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cbsim import outputs
 from cbsim.results import Results
 
 if TYPE_CHECKING:
@@ -643,15 +642,4 @@ def to_png_bytes(fig: Figure, *, dpi: int = DPI) -> bytes:
 
 def save(fig: Figure, path: str | Path, *, dpi: int = DPI) -> Path:
     """Write the figure as a PNG at ``path`` atomically (temporary file, then rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(to_png_bytes(fig, dpi=dpi))
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    return target
+    return outputs.write_bytes(Path(path), to_png_bytes(fig, dpi=dpi))

@@ -2,17 +2,16 @@
 
 ``requests``, ``iterations`` and ``timeseries`` are pandas DataFrames (columns in
 :mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures. :meth:`Results.write` stores them
-as parquet plus ``summary.json`` and the resolved ``scenario.yaml`` in a temporary directory beside
-the target and renames it into place, so a killed run never leaves a half-written result.
+as parquet plus ``summary.json`` and the resolved ``scenario.yaml`` in a folder of kind
+:data:`RUN_RESULT` (see :mod:`cbsim.outputs`): staged beside the target and renamed into place, so
+a killed run never leaves a half-written result, and an existing folder is replaced only when it
+is an earlier run result that holds nothing but what cbsim wrote.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from cbsim.errors import CbsimError
+from cbsim import outputs
 from cbsim.scenario import Scenario
 
 RESULT_FILES = (
@@ -31,6 +30,14 @@ RESULT_FILES = (
     "scenario.yaml",
     "run_info.json",
 )
+
+RUN_RESULT = outputs.OutputKind(
+    name="run",
+    description="a run result",
+    entries=frozenset(RESULT_FILES),
+    required=frozenset({"requests.parquet", "summary.json", "scenario.yaml"}),
+)
+"""A run's result folder: what :meth:`Results.write` may replace."""
 
 
 def _json_safe(value: Any) -> Any:
@@ -51,37 +58,31 @@ class Results:
     run_info: dict[str, Any] = field(default_factory=dict)
 
     def write(self, directory: str | Path) -> Path:
-        """Write all results into ``directory`` (replacing it if it exists) atomically."""
-        target = Path(directory).resolve()
-        if target.exists() and not target.is_dir():
-            raise CbsimError("exists and is not a directory", source=str(directory))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        try:
-            self.requests.to_parquet(tmp / "requests.parquet", index=False)
-            self.iterations.to_parquet(tmp / "iterations.parquet", index=False)
-            self.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
-            summary = {k: _json_safe(v) for k, v in self.summary.items()}
-            (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-            (tmp / "scenario.yaml").write_text(
-                yaml.safe_dump(self.scenario.to_dict(), sort_keys=False)
-            )
-            if self.run_info:
-                (tmp / "run_info.json").write_text(json.dumps(self.run_info, indent=2) + "\n")
-            os.chmod(tmp, 0o755)
-            if target.exists():
-                old = target.with_name(f".{target.name}.old")
-                if old.exists():
-                    shutil.rmtree(old)
-                target.rename(old)
-                tmp.rename(target)
-                shutil.rmtree(old)
-            else:
-                tmp.rename(target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return target
+        """Write all results into the folder ``directory`` atomically and return its path.
+
+        An existing ``directory`` is replaced only if it is empty or an earlier run result holding
+        nothing but what cbsim wrote; anything else raises :class:`~cbsim.errors.CbsimError`.
+        """
+        return outputs.replace_folder(Path(directory), RUN_RESULT, self.write_files)
+
+    def write_new(self, parent: str | Path, name: str) -> Path:
+        """Write all results into a new folder ``parent/name`` (``name-2``, ... if taken), which
+        appears complete or not at all; return its path."""
+        return outputs.publish_new_folder(Path(parent), name, RUN_RESULT, self.write_files)
+
+    def write_files(self, folder: Path) -> None:
+        """Write the result files into the existing folder ``folder`` (not atomically: writers
+        stage a folder this fills, see :mod:`cbsim.outputs`)."""
+        self.requests.to_parquet(folder / "requests.parquet", index=False)
+        self.iterations.to_parquet(folder / "iterations.parquet", index=False)
+        self.timeseries.to_parquet(folder / "timeseries.parquet", index=False)
+        summary = {k: _json_safe(v) for k, v in self.summary.items()}
+        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (folder / "scenario.yaml").write_text(
+            yaml.safe_dump(self.scenario.to_dict(), sort_keys=False)
+        )
+        if self.run_info:
+            (folder / "run_info.json").write_text(json.dumps(self.run_info, indent=2) + "\n")
 
     @classmethod
     def read(cls, directory: str | Path) -> Results:
@@ -89,6 +90,8 @@ class Results:
         from cbsim.scenario import load_scenario
 
         path = Path(directory)
+        if not path.exists():  # a replacement killed half way: the old result is restored
+            outputs.recover(path, RUN_RESULT)
         summary = json.loads((path / "summary.json").read_text())
         return cls(
             scenario=load_scenario(path / "scenario.yaml"),

@@ -18,17 +18,20 @@ keys with the values to try (the sweep is their Cartesian product), optional exp
 
 Every point (override mapping × seed) is resolved to a validated :class:`~cbsim.scenario.Scenario`
 and named by its *key*: a short SHA-256 of the canonical JSON of the resolved scenario (seed
-included). Results go to ``<out>/points/<key>/`` (written atomically by
-:meth:`~cbsim.results.Results.write`, plus ``point.json`` with the overrides, seed and key) and one
-row per point × seed to ``<out>/sweep.parquet``: the override values (dotted key names as columns),
+included). Results go to ``<out>/points/<key>/`` (the files of
+:meth:`~cbsim.results.Results.write` plus ``point.json`` with the overrides, seed and key, written
+atomically) and one row per point × seed to ``<out>/sweep.parquet``: the override values (dotted key names as columns),
 ``seed``, ``key`` and every summary field. Because the key is derived from the resolved scenario,
 re-running a sweep skips points already done, and a point whose scenario changed (a new base, a
 new default) is simulated afresh; old results are never mixed in. Relative file paths in the base
 are taken relative to the base file, those in overrides relative to the sweep file; both are
 resolved to absolute paths before hashing, so keys do not depend on the working directory.
+``<out>`` must be new, empty or an earlier sweep's folder (:data:`SWEEP`, see :mod:`cbsim.outputs`);
+a resumed sweep also finishes point writes and deletes temporaries that killed processes left.
 
-Points run on a local process pool (``backend="local"``) or as Ray tasks (``backend="ray"``,
-optional extra ``cbsim[ray]``). A simulation draws its randomness only from generators derived
+Points run on a local process pool (``backend="local"``; its workers end when the sweep's process
+dies, see :mod:`cbsim.parent_watch`) or as Ray tasks (``backend="ray"``, optional extra
+``cbsim[ray]``). A simulation draws its randomness only from generators derived
 from its scenario's seed, so the same point gives the same summary on any backend, in any process.
 
 A point whose scenario is invalid, or whose run fails, is reported with its overrides and skipped;
@@ -49,9 +52,7 @@ import logging
 import math
 import multiprocessing
 import os
-import shutil
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -70,8 +71,10 @@ from pydantic import (
     field_validator,
 )
 
+from cbsim import outputs
 from cbsim.errors import CbsimError, UserError
-from cbsim.results import Results
+from cbsim.parent_watch import exit_with_parent
+from cbsim.results import RESULT_FILES, Results
 from cbsim.scenario import (
     Scenario,
     _error_from_validation,
@@ -105,10 +108,30 @@ SweepProgress = Callable[[int, int], None]
 
 KEY_LENGTH = 12
 TABLE_FILE = "sweep.parquet"
+POINTS_DIR = "points"
 POINT_FILE = "point.json"
 RAY_INSTALL_HINT = "pip install 'cbsim[ray]'"
 # sweep.parquet is rewritten as points complete, but not more often than this (and at the end)
 TABLE_REWRITE_INTERVAL_S = 1.0
+
+
+SWEEP = outputs.OutputKind(
+    name="sweep",
+    description="a sweep",
+    entries=frozenset({TABLE_FILE, POINTS_DIR}),
+    required=frozenset({TABLE_FILE, POINTS_DIR}),
+    directories=frozenset({POINTS_DIR}),
+    whole_folder=False,
+)
+"""A sweep's folder: cbsim adds points and rewrites its table; other files in it stay untouched."""
+
+SWEEP_POINT = outputs.OutputKind(
+    name="sweep point",
+    description="a sweep point",
+    entries=frozenset({*RESULT_FILES, POINT_FILE}),
+    required=frozenset({"summary.json", "scenario.yaml", POINT_FILE}),
+)
+"""One point's folder in ``<sweep>/points/``: replaced as a whole."""
 
 
 # --------------------------------------------------------------------------- the sweep file
@@ -376,21 +399,16 @@ def _point_meta(point: SweepPoint, key: str) -> dict[str, Any]:
 
 
 def write_point(points_dir: Path, key: str, results: Results, meta: Mapping[str, Any]) -> Path:
-    """Write one point's results and ``point.json`` to ``points_dir/key`` atomically."""
-    target = points_dir / key
-    points_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}.", suffix=".tmp", dir=points_dir))
-    try:
-        results.write(staging)
-        text = json.dumps(dict(meta), indent=2, ensure_ascii=False, default=str) + "\n"
-        (staging / POINT_FILE).write_text(text, encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    """Write one point's results and ``point.json`` to ``points_dir/key`` atomically (replacing
+    only an earlier result of that point, see :data:`SWEEP_POINT`)."""
+    text = json.dumps(dict(meta), indent=2, ensure_ascii=False, default=str) + "\n"
+
+    def fill(folder: Path) -> None:
+        results.write_files(folder)
+        (folder / POINT_FILE).write_text(text, encoding="utf-8")
+
+    # the sweep deletes its points' stale temporaries once when it starts, not at every point
+    return outputs.replace_folder(points_dir / key, SWEEP_POINT, fill, clean_parent=False)
 
 
 def _simulate_point(
@@ -413,7 +431,7 @@ def _simulate_point(
         return _Outcome(key, results=results)
     try:
         write_point(Path(points_dir), key, results, meta)
-    except OSError as err:
+    except (OSError, CbsimError) as err:
         return _Outcome(key, error=f"cannot write results: {err}")
     except Exception:
         return _Outcome(key, error=traceback.format_exc(), internal=True)
@@ -432,7 +450,12 @@ def _run_local(
 ) -> Generator[_Outcome, None, None]:
     """Run points on a spawn-context process pool; workers write their own results."""
     context = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context)
+    pool = cf.ProcessPoolExecutor(
+        max_workers=min(workers, len(todo)),
+        mp_context=context,
+        initializer=exit_with_parent,  # a killed sweep must not leave workers computing
+        initargs=(os.getpid(),),
+    )
     finished = False
     try:
         futures = {
@@ -529,7 +552,7 @@ def _write_returned(outcome: _Outcome, point: SweepPoint, points_dir: Path) -> _
         return outcome
     try:
         write_point(points_dir, outcome.key, outcome.results, _point_meta(point, outcome.key))
-    except OSError as err:
+    except (OSError, CbsimError) as err:
         return _Outcome(outcome.key, error=f"cannot write results: {err}")
     return _Outcome(outcome.key)
 
@@ -604,18 +627,25 @@ def sweep_frame(
 
 def _write_table(frame: pd.DataFrame, path: Path) -> None:
     """Write ``frame`` as parquet to ``path`` atomically (temporary file, then rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    outputs.write_file(path, lambda tmp: frame.to_parquet(tmp, index=False))
 
 
 # --------------------------------------------------------------------------- running a sweep
+
+
+def _prepare_sweep_folder(out_dir: Path) -> None:
+    """Create (or resume) the sweep folder: refuse one that is not a sweep's; finish point
+    replacements and delete temporaries that killed processes left in it."""
+    points_dir = out_dir / POINTS_DIR
+    try:
+        outputs.prepare_folder(out_dir, SWEEP)
+        points_dir.mkdir(exist_ok=True)
+        outputs.recover_all(points_dir, SWEEP_POINT)
+        outputs.remove_stale_temporaries(points_dir)
+    except OSError as err:
+        raise CbsimError(
+            f"cannot create the sweep directory: {err.strerror or err}", source=str(out_dir)
+        ) from None
 
 
 @dataclass
@@ -666,14 +696,9 @@ def execute_sweep(
     points, failures = resolve_points(spec)
     invalid = len(failures)
     out_dir = Path(out) if out is not None else Path("results") / "sweeps" / spec.sweep_name
-    points_dir = out_dir / "points"
+    points_dir = out_dir / POINTS_DIR
     table_path = out_dir / TABLE_FILE
-    try:
-        points_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise CbsimError(
-            f"cannot create the sweep directory: {err.strerror or err}", source=str(out_dir)
-        ) from None
+    _prepare_sweep_folder(out_dir)
 
     keys = [p.key for p in points]
     unique: dict[str, SweepPoint] = {}

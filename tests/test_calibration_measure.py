@@ -257,7 +257,7 @@ def test_out_holding_other_files_is_refused_before_measuring(
     out = tmp_path / "busy"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(CbsimError, match="not measurements"):
+    with pytest.raises(CbsimError, match=r"cbsim did not write \(notes\.txt\)"):
         measure(str(tiny_config), "cpu", out, grid="quick")
     assert (out / "notes.txt").read_text() == "mine"
     a_file = tmp_path / "file.txt"

@@ -18,7 +18,9 @@ from click.testing import CliRunner, Result
 
 import cbsim
 import cbsim.cli as cli_module
-from cbsim.cli import cli, main, reserve_run_dir, run_id
+from cbsim.cli import cli, main, run_id
+from cbsim.outputs import publish_new_folder
+from cbsim.results import RUN_RESULT
 
 TINY = """\
 name: tiny
@@ -140,7 +142,10 @@ def test_default_output_directory_is_results_name_run_id(
 def test_run_id_and_collision_suffixes(tmp_path: Path) -> None:
     rid = run_id(5, datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC))
     assert rid == "20250304-050607-s5"
-    dirs = [reserve_run_dir(tmp_path / "results" / "x", rid) for _ in range(3)]
+    dirs = [
+        publish_new_folder(tmp_path / "results" / "x", rid, RUN_RESULT, lambda folder: None)
+        for _ in range(3)
+    ]
     assert [d.name for d in dirs] == [rid, f"{rid}-2", f"{rid}-3"]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 import cbsim
 from cbsim.engine import cost_model_for
+from cbsim.errors import CbsimError
 from cbsim.results import RESULT_FILES, Results
 from tests.conftest import small_scenario, summaries_equal
 
@@ -402,12 +403,15 @@ def test_summary_json_uses_null_for_nan(tmp_path: Path, default_results: cbsim.R
     assert json.loads(text)["acceptance_rate"] is None
 
 
-def test_write_replaces_an_existing_directory(tmp_path: Path, default_results: cbsim.Results):
+def test_write_replaces_an_earlier_result_only(tmp_path: Path, default_results: cbsim.Results):
     out = tmp_path / "out"
     out.mkdir()
     (out / "stale.txt").write_text("old")
+    with pytest.raises(CbsimError, match=r"stale\.txt"):
+        default_results.write(out)
+    assert [p.name for p in out.iterdir()] == ["stale.txt"]
+    (out / "stale.txt").unlink()
     default_results.write(out)
-    assert not (out / "stale.txt").exists()
     assert set(CONTRACT_FILES) <= {p.name for p in out.iterdir()}
     other = run(workload__num_requests=7)
     other.write(out)

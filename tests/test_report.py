@@ -383,8 +383,7 @@ def test_format_option_overrides_the_suffix(infeasible_file: Path, tmp_path: Pat
 
 def test_rewriting_a_report_replaces_it(infeasible_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "out" / "plan.html"
-    out.parent.mkdir()
-    out.write_text("old", encoding="utf-8")
+    write_report(infeasible_file, out, title="first")
     write_report(infeasible_file, out, title="second")
     assert "<title>second</title>" in out.read_text(encoding="utf-8")
     assert sorted(p.name for p in out.parent.iterdir()) == ["plan.html"]

@@ -24,9 +24,11 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from cbsim import outputs
 from cbsim.calibration import e2e
 from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
 from cbsim.calibration.errors import ape
+from cbsim.calibration.fit import CALIBRATION_REPORT
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -39,6 +41,10 @@ from cbsim.errors import CbsimError, UserError
 REPORT_BATCHES = (1, 64, 512, 4096)
 REFERENCE = ("llama-3.1-8b", "h100-sxm", 1024)
 SHARED_ENGINES = ("vllm", "sglang", "tensorrt-llm")
+SHARED_REPORT_FILES = (
+    *(f"{key}.csv" for key in ("errors", "overhead", "a100_static", "excluded", "predictions")),
+    "report.md",
+)
 
 
 def overhead_at_batches(profile: EngineProfile) -> pd.DataFrame:
@@ -170,6 +176,7 @@ def shared_report(
     """Fit every engine on the shipped H100 benchmarks with leave-one-model-out, check the fitted
     profiles on the A100 static batches, and write the tables (CSV and Markdown) to ``out``."""
     say = progress or (lambda message: None)
+    outputs.check_files_into(out, CALIBRATION_REPORT, SHARED_REPORT_FILES)  # before minutes of fits
     results: dict[str, pd.DataFrame] = {}
     per_model, overheads, excluded, statics, rows = [], [], [], [], []
     for engine in SHARED_ENGINES:
@@ -199,7 +206,6 @@ def shared_report(
             .agg(batches="size", median="median", p90=lambda v: np.percentile(v, 90))
             .reset_index()
         )
-    out.mkdir(parents=True, exist_ok=True)
     sections = ["# End-to-end validation on the shipped benchmarks\n"]
     titles = {
         "errors": "Median / P90 absolute % error per engine and model (fit: in-sample; held: "
@@ -208,12 +214,14 @@ def shared_report(
         "a100_static": "H100-fitted profiles on LLM-Inference-Bench's A100 static batches (APE %)",
         "excluded": "Benchmarks left out",
     }
+    files: dict[str, bytes] = {}
     for key, title in titles.items():
         if key in results:
-            results[key].to_csv(out / f"{key.replace('/', '_')}.csv", index=False)
+            files[f"{key}.csv"] = results[key].to_csv(index=False).encode("utf-8")
             sections.append(f"## {title}\n\n{_markdown(results[key])}\n")
-    results["rows"].to_csv(out / "predictions.csv", index=False)
-    (out / "report.md").write_text("\n".join(sections))
+    files["predictions.csv"] = results["rows"].to_csv(index=False).encode("utf-8")
+    files["report.md"] = "\n".join(sections).encode("utf-8")
+    outputs.write_files_into(out, CALIBRATION_REPORT, files)
     return results
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cbsim import outputs
 from cbsim.calibration import attention, comm, gemm, vidur
 from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
 from cbsim.calibration.errors import summarize
@@ -30,6 +31,15 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
 DEFAULT_NAME = "aiconfigurator-vllm"
+CALIBRATION_REPORT = outputs.OutputKind(
+    name="calibration report",
+    description="a calibration report",
+    entries=frozenset({"errors.csv", "report.md", "predicted_vs_measured.png"}),
+    required=frozenset({"report.md"}),
+    whole_folder=False,
+)
+"""Tables and figures of ``cbsim calibrate report``, written among other files (profiles)."""
+KERNEL_REPORT_FILES = ("errors.csv", "report.md", "predicted_vs_measured.png")
 ENGINE_LABELS = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
 # where a GPU without Vidur operator tables takes its element-wise fit from (same architecture,
 # or the nearest one measured)
@@ -431,3 +441,24 @@ def plot_predicted_vs_measured(points: pd.DataFrame, title: str) -> object:
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def write_kernel_report(folder: Path, gpu: str, table: pd.DataFrame, points: pd.DataFrame) -> Path:
+    """Write ``errors.csv``, ``report.md`` and ``predicted_vs_measured.png`` of a GPU's held-out
+    error into ``folder``, replacing only files an earlier report wrote (see
+    :func:`cbsim.outputs.write_files_into`)."""
+    from cbsim.plots import to_png_bytes
+
+    outputs.check_files_into(folder, CALIBRATION_REPORT, KERNEL_REPORT_FILES)
+    markdown = (
+        f"# Calibration of {gpu}: error on held-out data\n\n"
+        + table.to_markdown(index=False)
+        + "\n"
+    )
+    figure = plot_predicted_vs_measured(points, f"{gpu}: held-out predictions vs measurements")
+    files = {
+        "errors.csv": table.to_csv(index=False).encode("utf-8"),
+        "report.md": markdown.encode("utf-8"),
+        "predicted_vs_measured.png": to_png_bytes(figure),  # type: ignore[arg-type]
+    }
+    return outputs.write_files_into(folder, CALIBRATION_REPORT, files)

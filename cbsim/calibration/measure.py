@@ -33,11 +33,8 @@ an output path holding other files — raises :class:`~cbsim.errors.CbsimError`.
 from __future__ import annotations
 
 import json
-import os
 import platform
-import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -48,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import pandas as pd
 
+from cbsim import outputs
 from cbsim.errors import CbsimError, UserError
 from cbsim.models import ModelShape, get_model
 
@@ -72,6 +70,13 @@ DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
 GRIDS: tuple[str, ...] = ("full", "quick")
 TABLES: tuple[str, ...] = ("gemm", "decode_attention", "prefill_attention", "iterations")
 OUTPUT_FILES: frozenset[str] = frozenset({*(f"{t}.parquet" for t in TABLES), "meta.json"})
+MEASUREMENTS = outputs.OutputKind(
+    name="measurements",
+    description="kernel measurements",
+    entries=OUTPUT_FILES,
+    required=frozenset({"meta.json"}),
+)
+"""The folder ``cbsim calibrate measure`` writes: replaced as a whole (see :mod:`cbsim.outputs`)."""
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 3
 KERNEL = "torch_sdpa"
@@ -612,57 +617,25 @@ class _Run:
 
 
 def _check_out(out: Path) -> None:
-    """Refuse an ``out`` that writing would destroy: a file, or a directory of other things."""
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise CbsimError("exists and is not a directory", source=str(out))
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in OUTPUT_FILES)
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-        raise CbsimError(
-            f"exists and holds files that are not measurements ({shown}); it would be "
-            "replaced: give a new or empty directory",
-            source=str(out),
-        )
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+    """Refuse an ``out`` that writing would destroy: a file, or a folder of other things."""
+    outputs.check_replaceable(out, MEASUREMENTS)
 
 
 def _write(out: Path, tables: dict[str, pd.DataFrame], meta: dict[str, Any]) -> Path:
     """Write the tables and ``meta.json`` to a temporary sibling, then rename it to ``out``."""
-    _check_out(out)
-    target = out.resolve()
-    tmp: Path | None = None
-    old: Path | None = None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the result should not be
+
+    def fill(folder: Path) -> None:
         for name, frame in tables.items():
-            frame.to_parquet(tmp / f"{name}.parquet", index=False)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if target.exists():
-            old = Path(
-                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
-            )
-            target.rename(old / "previous")
-        tmp.rename(target)
-        tmp = None
+            frame.to_parquet(folder / f"{name}.parquet", index=False)
+        (folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    try:
+        outputs.replace_folder(out, MEASUREMENTS, fill)
     except OSError as err:
-        where = err.filename or target
+        where = err.filename or out
         raise CbsimError(
             f"cannot write measurements: {err.strerror or err}", source=str(where)
         ) from None
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from cbsim import outputs
 from cbsim.calibration.grid import LogGrid
 from cbsim.errors import CbsimError, unknown_name
 
@@ -212,16 +213,29 @@ def read_profile(path: Path | Any) -> CalibrationProfile:
         raise CbsimError(f"{where}: {first['msg']}", source=str(path)) from None
 
 
+def _holds_json_of(kind: type[BaseModel]) -> Callable[[Path], bool]:
+    """A check that a file holds a JSON object that validates as ``kind`` (a profile cbsim wrote)."""
+
+    def check(path: Path) -> bool:
+        try:
+            kind.model_validate(_read_json(path))
+        except (CbsimError, ValidationError, ValueError, RecursionError):
+            return False
+        return True
+
+    return check
+
+
 def write_json(model: BaseModel, path: Path) -> Path:
-    """Write a profile atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(
-        json.dumps(_rounded(model.model_dump(mode="json")), separators=(",", ":")) + "\n",
-        encoding="utf-8",
+    """Write a profile atomically (temporary file, then rename); an existing file is replaced
+    only if it holds a profile of the same type."""
+    text = json.dumps(_rounded(model.model_dump(mode="json")), separators=(",", ":")) + "\n"
+    return outputs.write_bytes(
+        path,
+        text.encode("utf-8"),
+        replaceable=_holds_json_of(type(model)),
+        description=f"a cbsim {type(model).__name__}",
     )
-    tmp.replace(path)
-    return path
 
 
 def _rounded(value: Any, key: str = "") -> Any:

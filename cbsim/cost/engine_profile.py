@@ -46,6 +46,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from cbsim import outputs
 from cbsim.calibration.profile import Measured as KernelMeasured
 from cbsim.errors import CbsimError
 
@@ -321,14 +322,24 @@ def read_engine_profile(path: Path | Any) -> EngineProfile:
         raise CbsimError(f"{where}: {first['msg']}", source=name) from None
 
 
+def _is_engine_profile(path: Path) -> bool:
+    try:
+        read_engine_profile(path)
+    except (CbsimError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def write_engine_profile(profile: EngineProfile, path: Path) -> Path:
-    """Write a profile as JSON atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Write a profile as JSON atomically (temporary file, then rename); an existing file is
+    replaced only if it holds an engine profile."""
     data = profile.model_dump(mode="json", exclude_none=True)
-    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return outputs.write_bytes(
+        path,
+        (json.dumps(data, indent=1) + "\n").encode("utf-8"),
+        replaceable=_is_engine_profile,
+        description="a cbsim engine profile",
+    )
 
 
 def _shipped_dir() -> Any:

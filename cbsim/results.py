@@ -4,6 +4,12 @@
 :mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures. :meth:`Results.write` stores them
 as parquet plus ``summary.json`` and the resolved ``scenario.yaml`` in a temporary directory beside
 the target and renames it into place, so a killed run never leaves a half-written result.
+
+A streamed run (``simulate(..., stream_to=PATH)``, ``cbsim run --stream``) holds no iterations:
+``iterations`` is an empty frame with the columns, ``iterations_path`` the parquet file written
+during the run, and :meth:`Results.load_iterations` reads it. :meth:`Results.write` links (or
+copies) that file into the result directory; once written, the run's own file is removed and
+``iterations_path`` points at the written one.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import math
 import os
 import shutil
 import tempfile
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +56,38 @@ class Results:
     timeseries: pd.DataFrame
     summary: dict[str, Any]
     run_info: dict[str, Any] = field(default_factory=dict)
+    iterations_path: Path | None = None  # streamed: the iterations' parquet file
+    _path_written: bool = field(default=False, repr=False, compare=False)
+
+    def load_iterations(self) -> pd.DataFrame:
+        """The iterations: the frame held, or a streamed run's file read."""
+        if self.iterations_path is None:
+            return self.iterations
+        return pd.read_parquet(self.iterations_path)
+
+    def _write_iterations(self, path: Path) -> None:
+        """The iterations into ``path``: the frame, or a streamed run's file. The run's own file
+        is hard-linked (copied across file systems), so that it stays whole if the write fails;
+        one an earlier write put in a result directory is copied."""
+        if self.iterations_path is None:
+            self.iterations.to_parquet(path, index=False)
+            return
+        if not self._path_written:
+            with suppress(OSError):
+                os.link(self.iterations_path, path)
+                return
+        shutil.copyfile(self.iterations_path, path)
+
+    def _written_iterations(self, target: Path) -> None:
+        """After a write into ``target``: a streamed run's own file (not an earlier result's)
+        removed, and ``iterations_path`` pointed at the written one."""
+        if self.iterations_path is None:
+            return
+        written = target / "iterations.parquet"
+        if not self._path_written and self.iterations_path.resolve() != written:
+            self.iterations_path.unlink(missing_ok=True)
+        self.iterations_path = written
+        self._path_written = True
 
     def write(self, directory: str | Path) -> Path:
         """Write all results into ``directory`` (replacing it if it exists) atomically."""
@@ -59,7 +98,7 @@ class Results:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         try:
             self.requests.to_parquet(tmp / "requests.parquet", index=False)
-            self.iterations.to_parquet(tmp / "iterations.parquet", index=False)
+            self._write_iterations(tmp / "iterations.parquet")
             self.timeseries.to_parquet(tmp / "timeseries.parquet", index=False)
             summary = {k: _json_safe(v) for k, v in self.summary.items()}
             (tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -81,6 +120,7 @@ class Results:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self._written_iterations(target)
         return target
 
     @classmethod

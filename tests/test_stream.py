@@ -12,8 +12,12 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
+import yaml
+from click.testing import CliRunner
 
+import cbsim.cli as cli_module
 import cbsim.metrics
+from cbsim.cli import cli
 from cbsim.cost.engine_profile import (
     Frontend,
     StepOverhead,
@@ -192,3 +196,38 @@ def test_failed_write_keeps_the_streamed_file(tmp_path: Path) -> None:
     streamed.timeseries = timeseries
     streamed.write(tmp_path / "out")
     pd.testing.assert_frame_equal(Results.read(tmp_path / "out").iterations, expected)
+
+
+def test_cli_stream_flag_writes_a_result_that_reads_back(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario(replicas=2)))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(path), "--out", str(out), "--quiet", "--stream"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.yaml"]  # no stray files
+    held = simulate(scenario(replicas=2))
+    read = Results.read(out)
+    rows = read.iterations.sort_values(["start_s", "replica"], kind="stable")
+    pd.testing.assert_frame_equal(rows.reset_index(drop=True), held.iterations)
+    pd.testing.assert_frame_equal(read.requests, held.requests)
+    assert json.loads((out / "run_info.json").read_text())["streamed"] is True
+
+
+def test_cli_streams_automatically_above_the_threshold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_module, "AUTO_STREAM_REQUESTS", 100)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario()))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(cli, ["run", str(path), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "streaming iterations" in result.output
+    assert json.loads((out / "run_info.json").read_text())["streamed"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.yaml"]
+    # below it, held
+    monkeypatch.setattr(cli_module, "AUTO_STREAM_REQUESTS", 200)
+    result = CliRunner().invoke(cli, ["run", str(path), "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "streaming" not in result.output
+    assert "streamed" not in json.loads((out / "run_info.json").read_text())

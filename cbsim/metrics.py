@@ -21,6 +21,22 @@ follow common serving benchmarks (vLLM, Vidur):
 * Timeseries use fixed windows; an iteration belongs to the window its start falls in. ``waiting``
   and ``kv_utilization`` are time averages over the window (cluster-wide sum of waiting requests;
   mean KV utilisation over replicas), ``batch_size`` the mean batch size of the iterations run.
+
+Streaming (:meth:`Recorder.stream`, ``simulate(..., stream_to=PATH)``): instead of holding every
+iteration row until the end, the recorder writes its iteration columns to a parquet file, one row
+group each time it holds :data:`STREAM_ROWS` rows (after a whole decode run, so a group may be a
+little larger), and keeps of every row only what the end needs: its delivery time (the iteration's
+end, or the front end's delivery), its count of tokens one step after their previous one, and with
+several replicas its replica (12 or 20 bytes a row), from which the inter-token latency and the
+requests' client times are computed exactly as for a held run. The timeseries' per-window sums
+(:class:`WindowSums`) and the summary's iteration figures (:class:`IterationTotals`) are added up a
+row group at a time. So the requests frame and every summary figure equal the held run's, except
+``draft_time_s``, ``target_time_s`` and ``busy_fraction``: sums of per-row seconds, added group by
+group, they may differ by float rounding. With one replica the timeseries is equal bit for bit
+(the same additions in the same order) and the file holds exactly the held ``iterations`` frame.
+With several, the held frame is sorted by (start, replica) as a whole, a streamed file only within
+each row group (sorting the file by ``start_s``, then ``replica``, stably, gives the held frame),
+and the timeseries, whose sums follow the row order, may differ by float rounding.
 """
 
 from __future__ import annotations
@@ -67,10 +83,11 @@ TIMESERIES_COLUMNS = [
 PERCENTILES = (50, 90, 99)
 CHUNK_ROWS = 1 << 18  # rows a column-wise step takes at a time, to keep temporaries small
 
-STREAM_ROWS = 1 << 18
+STREAM_ROWS = 1 << 17
 """Iteration rows a streaming recorder holds before it writes them as one parquet row group (a
-decode run's rows are written together, so a group may be a little larger). A module constant
-that tests may lower."""
+decode run's rows are written together, so a group may be a little larger). The parquet writer
+buffers a group's encoded columns, about its raw size (131,072 rows × 18 columns: 18 MiB), so
+larger groups cost memory for no gain. A module constant that tests may lower."""
 
 # iteration columns that are the same for every row, unless the run speculates
 _CONSTANT_UNLESS_SPECULATIVE = (
@@ -99,7 +116,7 @@ class Recorder:
         self._emitted = array("q")
         self._kv_used = array("q")
         self._waiting = array("q")
-        self._gap_tokens = array("q")
+        self._gap_tokens = array("i")  # per row: tokens one step after their previous one
         self._delivered = array("d")  # front-end delivery times, only when the front end streams
         self.itl: dict[str, float] = {}
         # speculative columns, filled only when the scenario speculates (no decode runs then)
@@ -311,11 +328,11 @@ class Recorder:
         times are read from)."""
         logs = [r.scheduler.gap_pairs for r in replicas]
         for r in replicas:  # consumed (and freed) by the ITL
-            r.scheduler.gap_pairs = array("q")
+            r.scheduler.gap_pairs = array(r.scheduler.gap_pairs.typecode)
         self.itl = inter_token_latency(
             delivered,
             replica,
-            self._take("_gap_tokens", np.int64),
+            self._take("_gap_tokens", np.int32),
             logs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
@@ -442,6 +459,8 @@ class IterationStream:
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.path, _arrow_table(empty).schema)
         self._writer.close()
+        self._writer = None
+        pa.default_memory_pool().release_unused()  # the writer's buffers, before the ITL's
 
 
 def _arrow_table(columns: dict[str, np.ndarray]) -> pa.Table:
@@ -580,7 +599,8 @@ def inter_token_latency(
         log = gap_pairs.pop()
         while len(log):
             cut = max(0, len(log) - 2 * CHUNK_ROWS)
-            pairs = np.frombuffer(log, dtype=np.int64, offset=8 * cut).reshape(-1, 2)
+            pairs = np.frombuffer(log, dtype=log.typecode, offset=log.itemsize * cut)
+            pairs = pairs.reshape(-1, 2)
             np.subtract(
                 delivered[pairs[:, 0]], delivered[pairs[:, 1]], out=merged[at - len(pairs) : at]
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -113,13 +114,19 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     spec TPOT), ``speedup_e2e_mean``, ``speedup_output_tokens_per_s`` (spec / no-spec throughput);
     ``time_saved_s`` is the decode time speculation saved over all requests (Σ (finish − first
     token) without minus with), the seeds' "time saved" measured rather than assumed.
-    The same figures are added to ``results.summary``.
+    The same figures are added to ``results.summary``. When ``results`` streamed its iterations,
+    so does the baseline, to a temporary file beside them (only its requests and summary are read).
     """
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
     data = results.scenario.to_dict()
     data["speculative"]["enabled"] = False
-    baseline = simulate(load_scenario(data), source=source)
+    if results.iterations_path is None:
+        baseline = simulate(load_scenario(data), source=source)
+    else:
+        with tempfile.TemporaryDirectory(dir=results.iterations_path.parent) as tmp:
+            stream_to = Path(tmp) / "iterations.parquet"
+            baseline = simulate(load_scenario(data), source=source, stream_to=stream_to)
     spec, base = results.summary, baseline.summary
 
     def ratio(numerator: float, denominator: float) -> float:

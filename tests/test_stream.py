@@ -25,7 +25,7 @@ from cbsim.cost.engine_profile import (
     write_engine_profile,
 )
 from cbsim.results import Results
-from cbsim.simulate import simulate
+from cbsim.simulate import compare_no_spec, simulate
 
 SCENARIO: dict[str, Any] = {
     "name": "stream",
@@ -231,3 +231,30 @@ def test_cli_streams_automatically_above_the_threshold(
     assert result.exit_code == 0, result.output
     assert "streaming" not in result.output
     assert "streamed" not in json.loads((out / "run_info.json").read_text())
+
+
+def test_cli_stream_compare_no_spec_streams_the_baseline_too(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario(speculative=True)))
+    out = tmp_path / "run"
+    args = ["run", str(path), "--out", str(out), "--quiet", "--stream", "--compare-no-spec"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.yaml"]
+    held = simulate(scenario(speculative=True))
+    expected = compare_no_spec(held)
+    summary = Results.read(out).summary
+    for key, value in expected.items():
+        assert summary[key] == value, key
+
+
+def test_cli_stream_without_out_writes_a_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario()))
+    result = CliRunner().invoke(cli, ["run", "s.yaml", "--quiet", "--stream"])
+    assert result.exit_code == 0, result.output
+    written = Path(result.output.strip().splitlines()[-1])
+    assert [p.name for p in (tmp_path / "results" / "stream").iterdir()] == [written.name]
+    pd.testing.assert_frame_equal(Results.read(written).iterations, simulate(scenario()).iterations)

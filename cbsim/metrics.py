@@ -779,10 +779,10 @@ def summarize(
 _INTEGRANDS = ("busy", "batch", "kv_frac", "k_weight", "waiting")
 _AT_START = {"drafted": "drafted_tokens", "accepted": "accepted_tokens"}
 _AT_END = {"emitted": "emitted_tokens"}
-# the iteration columns the timeseries and the summary read
-_SUMMED_COLUMNS = (
+# the iteration columns the timeseries reads
+_WINDOW_COLUMNS = (
     "start_s", "duration_s", "batch_size", "kv_blocks_used", "kv_blocks_total", "mean_k",
-    "waiting", "drafted_tokens", "accepted_tokens", "emitted_tokens", "draft_s",
+    "waiting", "drafted_tokens", "accepted_tokens", "emitted_tokens",
 )  # fmt: skip
 
 
@@ -824,14 +824,14 @@ class WindowSums:
     def of(cls, iterations: pd.DataFrame, window_s: float) -> WindowSums:
         """The sums over a whole iterations frame."""
         sums = cls(window_s)
-        sums.add({name: iterations[name].to_numpy() for name in _SUMMED_COLUMNS})
+        sums.add({name: iterations[name].to_numpy() for name in _WINDOW_COLUMNS})
         return sums
 
     def _bins(self, times: np.ndarray) -> np.ndarray:
         return (times // self.window_s).astype(np.int64)
 
     def add(self, columns: Mapping[str, np.ndarray]) -> None:
-        """Add iteration rows (the columns of :data:`_SUMMED_COLUMNS`, later rows than any
+        """Add iteration rows (the columns of :data:`_WINDOW_COLUMNS`, later rows than any
         added before) a chunk of :data:`CHUNK_ROWS` at a time."""
         for begin in range(0, len(columns["start_s"]), CHUNK_ROWS):
             self._add_chunk(columns, slice(begin, begin + CHUNK_ROWS))

@@ -1,8 +1,10 @@
 """The ``cbsim`` command line: run, validate and cost.
 
-* ``cbsim run SCENARIO.yaml [--out DIR] [--seed N] [--set dotted.key=value ...] [--quiet]``
-  simulates a scenario and writes its results (parquet + ``summary.json`` + ``scenario.yaml``)
-  to ``--out`` or ``results/<scenario name>/<UTC timestamp>-s<seed>/``.
+* ``cbsim run SCENARIO.yaml [--out DIR] [--seed N] [--set dotted.key=value ...] [--quiet]
+  [--stream]`` simulates a scenario and writes its results (parquet + ``summary.json`` +
+  ``scenario.yaml``) to ``--out`` or ``results/<scenario name>/<UTC timestamp>-s<seed>/``;
+  ``--stream`` writes the iterations during the run instead of holding them (automatic with
+  ``--out`` above :data:`AUTO_STREAM_REQUESTS` open-loop requests).
 * ``cbsim validate SCENARIO.yaml [--set ...]`` loads and validates a scenario, nothing more.
 * ``cbsim cost --model M --gpu G --batch 1x1000,512x0`` prints the roofline cost model's
   per-op breakdown of one iteration.
@@ -19,6 +21,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -48,6 +51,7 @@ from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import scenario_warnings, simulate
+from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -236,6 +240,44 @@ def _check_out(out: Path, scenario: Path) -> None:
         raise err.located(field="--out") from None
 
 
+AUTO_STREAM_REQUESTS = 500_000
+"""``cbsim run --out`` streams the iterations of an open-loop workload of more requests."""
+
+
+def _request_count(scenario: Scenario, source: str) -> int | None:
+    """How many requests an open-loop workload sends (None: a closed loop)."""
+    if scenario.workload.closed_loop is not None:
+        return None
+    if scenario.workload.num_requests is not None:
+        return scenario.workload.num_requests
+    workload = build_workload(scenario, source)
+    return None if isinstance(workload, ClosedLoopWorkload) else len(workload)
+
+
+def _stream_file(out: Path | None, name: str) -> Path:
+    """A hidden file for the streamed iterations beside the result directory (on its file
+    system, so that writing the results links it rather than copying it)."""
+    parent = out.resolve().parent if out is not None else (Path("results") / name).resolve()
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".iterations.parquet", dir=parent)
+    os.close(fd)
+    return Path(path)
+
+
+def _should_stream(stream: bool, scenario: Scenario, out: Path | None, source: str) -> bool:
+    """``--stream``, or ``--out`` with more than :data:`AUTO_STREAM_REQUESTS` open-loop requests
+    (a note on stderr says so)."""
+    if stream or out is None:
+        return stream
+    count = _request_count(scenario, source)
+    if count is None or count <= AUTO_STREAM_REQUESTS:
+        return False
+    click.echo(
+        f"note: {count:,} requests: streaming iterations to {out}/iterations.parquet", err=True
+    )
+    return True
+
+
 def _write_results(results: Results, out: Path | None, rid: str) -> Path:
     """Write to ``out`` or to a new run folder; OS errors become user errors."""
     target = out if out is not None else Path("results") / results.scenario.name
@@ -310,6 +352,12 @@ def cli() -> None:
     is_flag=True,
     help="Also run with speculation off and add the measured speedups to the summary.",
 )
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Write iterations.parquet during the run (row groups) instead of holding it in memory; "
+    f"automatic with --out above {AUTO_STREAM_REQUESTS:,} requests.",
+)
 def run(
     scenario: Path,
     out: Path | None,
@@ -317,6 +365,7 @@ def run(
     overrides: tuple[str, ...],
     quiet: bool,
     compare_no_spec: bool,
+    stream: bool,
 ) -> None:
     """Simulate SCENARIO (a YAML file) and write its results."""
     started = datetime.now(UTC)
@@ -325,11 +374,18 @@ def run(
         _check_out(out, scenario)
     if compare_no_spec and not loaded.speculative.enabled:
         raise CbsimError("--compare-no-spec needs speculative.enabled: true", source=str(scenario))
-    with progress_display(progress_enabled(quiet)) as callback:
-        results = simulate(loaded, progress=callback, source=str(scenario))
-    if compare_no_spec:
-        compare_speculation(results, source=str(scenario))
-    written = _write_results(results, out, run_id(loaded.seed, started))
+    stream_to: Path | None = None
+    if _should_stream(stream, loaded, out, str(scenario)):
+        stream_to = _stream_file(out, loaded.name)
+    try:
+        with progress_display(progress_enabled(quiet)) as callback:
+            results = simulate(loaded, progress=callback, source=str(scenario), stream_to=stream_to)
+        if compare_no_spec:
+            compare_speculation(results, source=str(scenario))
+        written = _write_results(results, out, run_id(loaded.seed, started))
+    finally:
+        if stream_to is not None:
+            stream_to.unlink(missing_ok=True)  # a failed run's (a written one's is gone already)
     _print_warnings(results.summary.get("warnings", ""))
     if quiet:
         click.echo(str(written))

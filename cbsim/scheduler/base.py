@@ -116,7 +116,9 @@ class SchedulerPolicy(ABC):
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
-        self.gap_pairs = array("q")  # flat (row, row of the previous token) pairs
+        # flat (row, row of the previous token) pairs, 32-bit (rows up to 2**31 - 1): there are
+        # about as many as requests times the mean batch, the largest log a run keeps
+        self.gap_pairs = array("i")
         self.zero_gaps = 0
 
     # ------------------------------------------------------------------ queue interface

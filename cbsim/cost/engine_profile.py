@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cbsim.calibration.profile import Measured as KernelMeasured
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, canonical_name, did_you_mean
 
 SCHEMA_VERSION = 2
 BARE = "none"
@@ -350,6 +350,14 @@ def is_profile_path(engine: str) -> bool:
     return engine.endswith(".json") or Path(engine).is_file()
 
 
+def canonical_engine(engine: str) -> str:
+    """A shipped engine's name in its own spelling (names compare without case: ``vLLM`` is
+    ``vllm``); anything else (a profile path, an unknown name) unchanged."""
+    if engine in (BARE, *engine_names()) or is_profile_path(engine):
+        return engine
+    return canonical_name(engine, engine_names()) or engine
+
+
 @lru_cache(maxsize=32)
 def load_engine_profile(engine: str) -> EngineProfile:
     """A shipped engine profile by name, a profile JSON by path, or the bare one for ``none``.
@@ -360,10 +368,13 @@ def load_engine_profile(engine: str) -> EngineProfile:
         return bare_profile()
     if is_profile_path(engine):
         return read_engine_profile(Path(engine))
+    engine = canonical_engine(engine)
+    if engine == BARE:
+        return bare_profile()
     path = _shipped_dir() / f"{engine}.json"
     if not path.is_file():
         raise CbsimError(
             f"unknown engine {engine!r}; known: {', '.join(engine_names())} "
-            "(or a path to an engine profile JSON)"
+            f"(or a path to an engine profile JSON){did_you_mean(engine, engine_names())}"
         )
     return read_engine_profile(path)

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from cbsim.errors import CbsimError
 from cbsim.kvcache import KVCache
+from cbsim.limits import WINDOWS
 from cbsim.request import Request
 from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
@@ -617,6 +619,18 @@ class _Windows:
         return rows, cols, secs
 
 
+def _window_count(end_s: float, window_s: float) -> int:
+    """Windows covering ``[0, end_s]``; more than the limit is an error (before allocating)."""
+    windows = end_s / window_s + 1
+    if not WINDOWS.contains(windows):
+        raise CbsimError(
+            f"the run lasted {end_s:.6g} s: {windows:.3g} windows of {window_s:g} s; the "
+            f"timeseries {WINDOWS.violation(windows)}: raise the window",
+            field="output.timeseries_window_s",
+        )
+    return int(end_s // window_s) + 1
+
+
 def timeseries(
     requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
 ) -> pd.DataFrame:
@@ -628,7 +642,7 @@ def timeseries(
         ends.append(_max_end(start, duration))
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
-    windows = int(max(ends) // window_s) + 1
+    windows = _window_count(max(ends), window_s)
 
     def bins(times: np.ndarray) -> np.ndarray:
         return np.minimum((times // window_s).astype(np.int64), windows - 1)

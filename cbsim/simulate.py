@@ -10,11 +10,12 @@ import numpy as np
 import pandas as pd
 
 from cbsim.engine import ProgressCallback, Simulation
+from cbsim.errors import CbsimError
 from cbsim.metrics import summarize, timeseries
 from cbsim.results import Results
 from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
-from cbsim.workload import ClosedLoopWorkload, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
 
 def simulate(
@@ -38,13 +39,17 @@ def simulate(
     warnings = run_warnings(scenario, simulation, iterations)
     info = run_info(simulation, wall, recorder.end_s)
     del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
+    try:
+        series = timeseries(
+            requests, iterations, scenario.output.timeseries_window_s, scenario.cluster.replicas
+        )
+    except CbsimError as err:  # too many windows for how long the run lasted
+        raise err.located(source=source) from None
     return Results(
         scenario=scenario,
         requests=requests,
         iterations=iterations,
-        timeseries=timeseries(
-            requests, iterations, scenario.output.timeseries_window_s, scenario.cluster.replicas
-        ),
+        timeseries=series,
         summary=summarize(
             requests,
             iterations,
@@ -69,8 +74,12 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
 
 def run_warnings(scenario: Scenario, simulation: Simulation, iterations: pd.DataFrame) -> list[str]:
     """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
-    batches far beyond what the engine's overhead was fitted on."""
-    warnings = scheduler_warnings(scenario.scheduler, simulation.prompt_lengths())
+    batches far beyond what the engine's overhead was fitted on, doubts about a replayed trace's
+    times."""
+    warnings = [
+        *simulation.workload_warnings,
+        *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
+    ]
     max_batch = int(iterations["batch_size"].max()) if len(iterations) else 0
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
@@ -78,15 +87,20 @@ def run_warnings(scenario: Scenario, simulation: Simulation, iterations: pd.Data
     return warnings
 
 
-def scenario_warnings(scenario: Scenario, source: str | None = None) -> list[str]:
-    """The scheduler warnings of a scenario before it runs (closed loop: its first requests)."""
-    workload = build_workload(scenario, source)
+def scenario_warnings(
+    scenario: Scenario,
+    source: str | None = None,
+    workload: RequestSpecs | ClosedLoopWorkload | None = None,
+) -> list[str]:
+    """The warnings of a scenario before it runs: doubts about a replayed trace's times and the
+    scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
+    if workload is None:
+        workload = build_workload(scenario, source)
     if isinstance(workload, ClosedLoopWorkload):
         count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-    else:
-        prompts = workload.prompt_tokens
-    return scheduler_warnings(scenario.scheduler, prompts)
+        return scheduler_warnings(scenario.scheduler, prompts)
+    return [*workload.warnings, *scheduler_warnings(scenario.scheduler, workload.prompt_tokens)]
 
 
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:

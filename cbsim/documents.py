@@ -65,13 +65,14 @@ def decode_utf8(data: bytes, source: str | None) -> str:
 # --------------------------------------------------------------------------- JSON
 
 
-def parse_json(text: str, source: str | None) -> Any:
-    """The JSON value in ``text``; invalid or too deeply nested JSON is a located error."""
+def parse_json(text: str, source: str | None, *, invalid: str = "invalid JSON") -> Any:
+    """The JSON value in ``text``; invalid (``invalid`` starts the message) or too deeply nested
+    JSON is a located error."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
         raise CbsimError(
-            f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}", source=source
+            f"{invalid} at line {err.lineno} column {err.colno}: {err.msg}", source=source
         ) from None
     except RecursionError:
         raise CbsimError(_too_deep(), source=source) from None

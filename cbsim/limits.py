@@ -127,6 +127,13 @@ TOKENS = Limit(
     "above the longest context any model supports (Llama 4 Scout: 10,485,760) and far "
     "below where token arithmetic overflows",
 )
+CACHED_TOKENS = Limit(
+    "cached tokens of a request (cbsim cost --context, --batch QxC)",
+    0,
+    TOKENS.high,
+    "tokens",
+    TOKENS.reason,
+)
 LOGNORMAL_SIGMA = Limit(
     "log-space sigma of lognormal lengths",
     0.0,
@@ -263,6 +270,7 @@ ALL_LIMITS: tuple[Limit, ...] = (
     RATE,
     GAMMA_CV,
     TOKENS,
+    CACHED_TOKENS,
     LOGNORMAL_SIGMA,
     TIME_SCALE,
     REPLICAS,

@@ -647,6 +647,10 @@ def _error_from_validation(err: ValidationError, source: str | None) -> CbsimErr
         message = "missing key 'kind' (it picks which variant this is)"
     elif first["type"] == "literal_error" and loc and loc[-1] in ("kind", "router", "dtype"):
         message = f"unknown {loc[-1]} {first.get('input')!r}; known: {ctx.get('expected')}"
+    elif first["type"] == "int_parsing_size" or (
+        first["type"] == "float_type" and isinstance(first.get("input"), int)
+    ):
+        message = "number too large to be a physical quantity here"
     more = len(err.errors()) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"

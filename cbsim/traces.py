@@ -313,8 +313,9 @@ def _note_order(arrivals: npt.NDArray[np.float64], warnings: list[str]) -> None:
     if earlier.size:
         row = int(earlier[0]) + 2
         warnings.append(
-            f"rows are not in time order (row {row} arrives before row {row - 1}, "
-            f"{earlier.size:,} such rows); they are replayed sorted by arrival"
+            f"rows are not in time order (row {row} arrives before row {row - 1}; "
+            f"{earlier.size:,} row{'s' if earlier.size > 1 else ''} arrive before the one "
+            "above); they are replayed sorted by arrival"
         )
 
 

@@ -200,10 +200,15 @@ def test_out_may_replace_a_result_directory_but_not_other_data(
 def test_validate_ok(scenario_file: Path) -> None:
     result = invoke("validate", scenario_file)
     assert result.exit_code == 0, result.output
-    first, second = result.stdout.strip().splitlines()
+    first, second, *described = result.stdout.strip().splitlines()
     assert first == f"OK: {scenario_file} (tiny)"
     for fragment in ("llama-3-8b", "h100-sxm", "tp=1", "1 replica", "vllm", "speculation off"):
         assert fragment in second
+    requests, prompts, outputs, cluster = described
+    assert requests.startswith("requests: 30 over ") and "poisson arrivals" in requests
+    assert prompts == "prompt tokens: p50 128, p90 128, p99 128, max 128"
+    assert outputs == "output tokens: p50 16, p90 16, p99 16, max 16"
+    assert cluster == "cluster: llama-3-8b on h100-sxm, tp 1 x 1 replica = 1 GPU in total"
 
 
 def test_validate_with_overrides(scenario_file: Path) -> None:

@@ -47,6 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cbsim.calibration.profile import Measured as KernelMeasured
+from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
 
 SCHEMA_VERSION = 2
@@ -290,15 +291,12 @@ def read_engine_profile(path: Path | Any) -> EngineProfile:
     """An engine profile from a JSON file (version 2, or a version-1 overhead file)."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
-        raise CbsimError(f"cannot read engine profile: {reason or err}", source=name) from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
-        where = f" (line {err.lineno})" if isinstance(err, json.JSONDecodeError) else ""
-        raise CbsimError(f"not valid JSON{where}", source=name) from None
+        raw = path.read_bytes()
+    except OSError as err:
+        raise CbsimError(
+            f"cannot read engine profile: {err.strerror or err}", source=name
+        ) from None
+    data = parse_json(decode_utf8(raw, name), name, invalid="not valid JSON")
     if not isinstance(data, dict):
         raise CbsimError("an engine profile must hold a JSON object", source=name)
     version = data.get("schema_version")

@@ -216,6 +216,11 @@ def _where(err: yaml.YAMLError) -> str:
 
 
 def _yaml_problem(err: yaml.YAMLError) -> str:
+    if isinstance(err, yaml.reader.ReaderError):
+        return (
+            f"invalid YAML: character {err.character!r} at position {err.position} is not "
+            "allowed in YAML text"
+        )
     problem = getattr(err, "problem", None) or "not valid YAML"
     where = _where(err).removesuffix(": ")
     return f"invalid YAML{' at ' + where if where else ''}: {problem}"

@@ -30,7 +30,13 @@ class CbsimError(Exception):
         return ": ".join([*parts, self.message])
 
     def located(self, source: str | None = None, field: str | None = None) -> CbsimError:
-        """The same error with a source file and/or an outer field path added."""
+        """The same error with a source file and/or an outer field path added.
+
+        An error in another file that ``source`` refers to (a trace, a profile, a model config)
+        keeps that file and its own field inside the message, after the outer file and field:
+        ``scenario.yaml: cluster.engine: profile.json: not valid JSON``."""
+        if self.source and source and self.source != source:
+            return CbsimError(str(self), source=source, field=field)
         new_field = self.field
         if field:
             new_field = f"{field}.{self.field}" if self.field else field

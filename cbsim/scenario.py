@@ -260,7 +260,7 @@ class Cluster(StrictModel):
     router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
     engine: str = "vllm"
     calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9
     max_model_len: TokenCount | None = None
 
     @field_validator("tp")
@@ -328,7 +328,7 @@ class Scheduler(StrictModel):
     max_batched_tokens: TokenCount = 8192
     block_size: BlockSize = 16
     chunk_size: TokenCount = 512
-    watermark: float = Field(default=0.01, ge=0.0, lt=1.0)
+    watermark: Annotated[float, NotBool, Field(ge=0.0, lt=1.0)] = 0.01
 
 
 # --------------------------------------------------------------------------- speculative
@@ -390,9 +390,9 @@ class PerRequestAcceptance(StrictModel):
     drifts by ``drift_per_1k_tokens`` for every thousand tokens of output (clamped to [0, 1])."""
 
     kind: Literal["per_request"]
-    mean: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.7
+    mean: Annotated[float, NotBool, Field(gt=0.0, lt=1.0)] = 0.7
     concentration: Concentration = 10.0
-    drift_per_1k_tokens: float = Field(default=0.0, ge=-1.0, le=1.0)
+    drift_per_1k_tokens: Annotated[float, NotBool, Field(ge=-1.0, le=1.0)] = 0.0
 
 
 class TraceAcceptance(StrictModel):
@@ -408,7 +408,7 @@ class TokenLevelAcceptance(StrictModel):
     from a seeded process whose ``divergence`` sets how far the draft is from the target."""
 
     kind: Literal["token_level"]
-    vocab_size: Annotated[int, Field(ge=2, le=100_000)] = 1000
+    vocab_size: Annotated[int, NotBool, Field(ge=2, le=100_000)] = 1000
     divergence: Divergence = 0.15  # α ≈ 0.70 at vocab 1000
 
 
@@ -458,7 +458,7 @@ class EwmaLookaheadPolicy(StrictModel):
     initial: DraftLength = 5
     k_min: DraftLength = 2
     k_max: DraftLength = 12
-    alpha: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2
+    alpha: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.2
     cooldown_steps: StepCount = 4
 
     @model_validator(mode="after")

@@ -238,6 +238,8 @@ def _read_json_lines(path: Path, where: _Where) -> pd.DataFrame:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise where.error(f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        except RecursionError:
+            raise where.error("is not a trace: its JSON is nested too deeply") from None
         bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
         if bad is not None:
             raise where.error(f"row {bad + 1}: expected a JSON object with the request's fields")
@@ -250,6 +252,8 @@ def _read_json_lines(path: Path, where: _Where) -> pd.DataFrame:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise where.error(f"line {lineno}: not valid JSON ({exc.msg})") from exc
+            except RecursionError:
+                raise where.error(f"line {lineno}: JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise where.error(f"line {lineno}: expected a JSON object, one request per line")
             records.append(record)

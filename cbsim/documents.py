@@ -82,18 +82,20 @@ def parse_json(text: str, source: str | None, *, invalid: str = "invalid JSON") 
 
 
 def _json_depth(value: Any) -> int:
-    """Nesting depth of a parsed JSON value (a scalar is 0), without recursion."""
+    """Containers nested in a parsed JSON value (a scalar is 0, ``[[]]`` is 2), without
+    recursion; stops counting past the limit."""
     deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack and deepest <= MAX_NESTING:
         item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > MAX_NESTING:
-            break
         if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
+            children: Any = item.values()
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
     return deepest
 
 

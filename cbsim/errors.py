@@ -19,11 +19,13 @@ import click
 class CbsimError(Exception):
     """A problem with user input, stated as ``source: field: reason``."""
 
-    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+    def __init__(self, message: str, source: str | None = None, field: str | None = None):
         self.message = message
         self.source = source
         self.field = field
-        super().__init__(self.__str__())
+        # args rebuild the same error: SimPy re-raises a process's failure as type(e)(*e.args),
+        # and pickling (sweep workers) does the same
+        super().__init__(message, source, field)
 
     def __str__(self) -> str:
         parts = [p for p in (self.source, self.field) if p]

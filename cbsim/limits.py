@@ -71,7 +71,7 @@ def _number(value: float) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, int):
-        if abs(value) < 10**15:
+        if abs(value) < 10**19:
             return f"{value:,}"
         return f"about 10^{int(value.bit_length() * 0.30103)}"  # str() of 10^5000 raises
     if float(value).is_integer() and abs(value) < 1e15:
@@ -246,7 +246,7 @@ MODEL_WIDTH = Limit(
     1,
     2**20,
     "",
-    "sixteen times the widest released model (Llama 3.1 405B: intermediate 53,248)",
+    "twenty times the widest released model (Llama 3.1 405B: intermediate 53,248)",
 )
 MODEL_HEADS = Limit(
     "attention heads",
@@ -260,7 +260,7 @@ VOCABULARY = Limit(
     1,
     2**24,
     "tokens",
-    "sixty times the largest released vocabulary (Gemma: 262,144)",
+    "sixty-four times the largest released vocabulary (Gemma 3: 262,144)",
 )
 
 ALL_LIMITS: tuple[Limit, ...] = (

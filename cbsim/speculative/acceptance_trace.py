@@ -44,6 +44,8 @@ def _positive_int(text: str, where: str, what: str) -> int:
     except ValueError:
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise CbsimError(f"{where}: {what} {shown!r} is not an integer") from None
+    if value < 1:
+        raise CbsimError(f"{where}: {what} must be >= 1, got {value}")
     problem = TOKENS.violation(value)
     if problem is not None:
         raise CbsimError(f"{where}: {what} {problem}")

@@ -8,6 +8,7 @@
 * ``cbsim validate SCENARIO.yaml [--set ...]`` loads and validates a scenario, nothing more.
 * ``cbsim cost --model M --gpu G --batch 1x1000,512x0`` prints the roofline cost model's
   per-op breakdown of one iteration.
+* ``cbsim catalog [gpus|models|engines|traces]`` lists the names a scenario can use.
 
 Errors a user can cause (:class:`~cbsim.errors.CbsimError`: a file, a field, a name) print one
 ``error: ...`` line on stderr and exit with status 2, as do usage errors; an interrupt prints
@@ -45,12 +46,14 @@ from cbsim.cost import CostModel
 from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
+from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
 from cbsim.models import get_model
 from cbsim.outputs import check_replaceable
+from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
-from cbsim.simulate import scenario_warnings, simulate
+from cbsim.simulate import simulate
 from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
@@ -319,7 +322,16 @@ def _parse_batch_entries(
                 raise click.BadParameter(
                     f"{item!r}: need new tokens >= 1 and cached tokens >= 0", ctx=ctx, param=param
                 )
+            problem = TOKENS.violation(q) or CACHED_TOKENS.violation(c)
+            if problem is not None:
+                raise click.BadParameter(f"{item!r}: {problem}", ctx=ctx, param=param)
             entries.append((q, c))
+            if len(entries) > BATCH_SIZE.high:
+                raise click.BadParameter(
+                    f"more than {BATCH_SIZE.high:,} entries ({BATCH_SIZE.reason})",
+                    ctx=ctx,
+                    param=param,
+                )
     return entries
 
 
@@ -407,11 +419,15 @@ def _print_warnings(warnings: str | list[str]) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    """Check SCENARIO (a YAML file) without running it."""
+    """Check SCENARIO (a YAML file) as a run would, without running it, and say what it would
+    run: requests, time span, arrival rate, length percentiles, cluster and GPUs in total."""
     loaded = load_scenario(scenario, overrides=list(overrides))
+    checked = preflight(loaded, source=str(scenario))
     click.echo(f"OK: {scenario} ({loaded.name})")
     click.echo(describe(loaded))
-    _print_warnings(scenario_warnings(loaded, source=str(scenario)))
+    for line in checked.lines:
+        click.echo(line)
+    _print_warnings(checked.warnings)
 
 
 @cli.command()
@@ -441,16 +457,22 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option(
     "--decode",
-    type=click.IntRange(min=1),
+    type=int,
+    callback=option_within(BATCH_SIZE),
     default=None,
     help="Add this many decode entries (1 new token each) at --context cached tokens.",
 )
 @click.option(
-    "--context", type=click.IntRange(min=0), default=None, help="Cached tokens of each --decode."
+    "--context",
+    type=int,
+    callback=option_within(CACHED_TOKENS),
+    default=None,
+    help="Cached tokens of each --decode.",
 )
 @click.option(
     "--prefill",
-    type=click.IntRange(min=1),
+    type=int,
+    callback=option_within(TOKENS),
     multiple=True,
     help="Add a prefill of this many tokens (repeatable).",
 )
@@ -493,10 +515,15 @@ def cost(
     entries.extend((p, 0) for p in prefill)
     if not entries:
         raise click.UsageError("give a batch: --batch QxC,..., --decode B --context C, --prefill P")
+    if len(entries) > BATCH_SIZE.high:
+        raise CbsimError(
+            f"{len(entries):,} entries in one batch; {BATCH_SIZE.violation(len(entries))}",
+            field="--batch/--decode/--prefill",
+        )
     try:
         model_shape = get_model(model)
-    except CbsimError as err:
-        raise err.located(field="--model") from None
+    except CbsimError as err:  # a config.json's own file and key follow the option
+        raise CbsimError(str(err), field="--model") from None
     try:
         gpu_spec = get_gpu(gpu)
     except CbsimError as err:
@@ -607,7 +634,7 @@ def calibrate_fit(
     from cbsim.calibration.fit import DEFAULT_NAME, fit_profile, percent_table
     from cbsim.calibration.profile import write_json
 
-    get_gpu(gpu)
+    gpu = get_gpu(gpu).name
     profile_name = name or (DEFAULT_NAME if data is None else "custom")
     profile, errors, _ = fit_profile(gpu, data, name=profile_name, validate=not no_validate)
     target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
@@ -654,7 +681,7 @@ def calibrate_report(
         write_kernel_report,
     )
 
-    get_gpu(gpu)
+    gpu = get_gpu(gpu).name
     if gpu in TRANSFER_SOURCE and data is None:
         raise CbsimError(
             f"{gpu} has no measurements to report on (its profile is transferred from "
@@ -676,12 +703,14 @@ def _register_commands() -> None:
     from cbsim.calibration.e2e_report import e2e_command
     from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
+    from cbsim.catalog import catalog_command
     from cbsim.report import report_command
     from cbsim.sweep import sweep_command
 
     cli.add_command(sweep_command)
     cli.add_command(capacity_command)
     cli.add_command(report_command)
+    cli.add_command(catalog_command)
     calibrate.add_command(measure_command)
     calibrate.add_command(e2e_command)
 

@@ -37,6 +37,7 @@ from cbsim.decode_run import DecodeRun, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import KVCache
+from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
 from cbsim.request import Request, Status
@@ -129,10 +130,12 @@ class Simulation:
         workload = build_workload(scenario, source)
         self.closed: ClosedLoopWorkload | None = None
         self.specs: RequestSpecs | None = None
+        self.workload_warnings: list[str] = []
         if isinstance(workload, ClosedLoopWorkload):
             self.closed = workload
         else:
             self.specs = workload
+            self.workload_warnings = list(workload.warnings)
         self.env = simpy.Environment()
         self.replicas = [
             Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()), self.env)
@@ -303,6 +306,13 @@ class Simulation:
             return
         if closed.duration_s is not None and sent > closed.duration_s:
             return
+        if index >= REQUESTS.high:
+            raise CbsimError(
+                f"the closed loop has sent {index:,} requests by t = {sent:.6g} s; a run's "
+                f"requests {REQUESTS.violation(index + 1)}: give num_requests or a shorter "
+                "duration_s",
+                field="workload.duration_s",
+            )
         self._check_progress(sent)
         prompt, output = closed.lengths[index]
         req = Request(index, sent, prompt, output, sent_s=sent, client=client)

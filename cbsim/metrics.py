@@ -53,7 +53,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cbsim.errors import CbsimError
 from cbsim.kvcache import KVCache
+from cbsim.limits import WINDOWS
 from cbsim.request import Request
 from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
@@ -911,6 +913,18 @@ def _pieces(
     return rows, cols, secs
 
 
+def _window_count(end_s: float, window_s: float) -> int:
+    """Windows covering ``[0, end_s]``; more than the limit is an error (before allocating)."""
+    windows = end_s / window_s + 1
+    if not WINDOWS.contains(windows):
+        raise CbsimError(
+            f"the run lasted {end_s:.6g} s: {windows:.3g} windows of {window_s:g} s; the "
+            f"timeseries {WINDOWS.violation(windows)}: raise the window",
+            field="output.timeseries_window_s",
+        )
+    return int(end_s // window_s) + 1
+
+
 def timeseries(
     requests: pd.DataFrame,
     iterations: pd.DataFrame,
@@ -928,7 +942,7 @@ def timeseries(
         ends.append(sums.max_end_s)
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
-    windows = int(max(ends) // window_s) + 1
+    windows = _window_count(max(ends), window_s)
 
     def total(times: np.ndarray) -> np.ndarray:
         bins = np.minimum((times // window_s).astype(np.int64), windows - 1)

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from cbsim.engine import ProgressCallback, Simulation
+from cbsim.errors import CbsimError
 from cbsim.metrics import IterationTotals, summarize, timeseries
 from cbsim.results import Results
 from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
-from cbsim.workload import ClosedLoopWorkload, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
 
 def simulate(
@@ -51,17 +52,21 @@ def simulate(
     if streamed is not None:
         info["streamed"] = True
     del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
-    return Results(
-        scenario=scenario,
-        requests=requests,
-        iterations=iterations,
-        timeseries=timeseries(
+    try:
+        series = timeseries(
             requests,
             iterations,
             window_s,
             scenario.cluster.replicas,
             sums=None if streamed is None else streamed.sums,
-        ),
+        )
+    except CbsimError as err:  # too many windows for how long the run lasted
+        raise err.located(source=source) from None
+    return Results(
+        scenario=scenario,
+        requests=requests,
+        iterations=iterations,
+        timeseries=series,
         summary=summarize(
             requests,
             iterations,
@@ -88,23 +93,32 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
 
 def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> list[str]:
     """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
-    batches (the largest: ``max_batch``) far beyond what the engine's overhead was fitted on."""
-    warnings = scheduler_warnings(scenario.scheduler, simulation.prompt_lengths())
+    batches (the largest: ``max_batch``) far beyond what the engine's overhead was fitted on,
+    doubts about a replayed trace's times."""
+    warnings = [
+        *simulation.workload_warnings,
+        *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
+    ]
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
         warnings.append(outside)
     return warnings
 
 
-def scenario_warnings(scenario: Scenario, source: str | None = None) -> list[str]:
-    """The scheduler warnings of a scenario before it runs (closed loop: its first requests)."""
-    workload = build_workload(scenario, source)
+def scenario_warnings(
+    scenario: Scenario,
+    source: str | None = None,
+    workload: RequestSpecs | ClosedLoopWorkload | None = None,
+) -> list[str]:
+    """The warnings of a scenario before it runs: doubts about a replayed trace's times and the
+    scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
+    if workload is None:
+        workload = build_workload(scenario, source)
     if isinstance(workload, ClosedLoopWorkload):
         count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-    else:
-        prompts = workload.prompt_tokens
-    return scheduler_warnings(scenario.scheduler, prompts)
+        return scheduler_warnings(scenario.scheduler, prompts)
+    return [*workload.warnings, *scheduler_warnings(scenario.scheduler, workload.prompt_tokens)]
 
 
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:

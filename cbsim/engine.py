@@ -425,6 +425,7 @@ class Simulation:
                         )
                     else:
                         sched.apply_decode_run(run, on_finish, first_row, replica.last_row)
+                    sched.forget_running_tokens()
                     deliveries = None
                     if streams:
                         ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
@@ -435,10 +436,12 @@ class Simulation:
                     self._release(deliveries, first_row)
                     continue
             batch = sched.next_batch(start)
+            sched.forget_running_tokens()
             if not batch.requests:
                 if sched.has_work:
                     # every running request was preempted: the queue is admissible again
                     batch = sched.next_batch(start)
+                    sched.forget_running_tokens()
                     if not batch.requests:
                         raise RuntimeError(f"replica {index} has work but formed no batch")
                 else:
@@ -450,6 +453,7 @@ class Simulation:
                 duration = cost.time_stats(batch.stats)
             else:
                 duration = spec.plan(batch, sched, index) + cost.time_stats(batch.stats)
+                sched.forget_running_tokens()  # drafts' KV may have preempted requests
             kv_used = sched.kv.used_blocks
             end = start + duration
             yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
@@ -458,6 +462,7 @@ class Simulation:
                 spec.verify(batch, index)
             row = recorder.rows
             emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
+            sched.forget_running_tokens()
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None
             record(index, start, duration, batch, emitted, kv_used, waiting, delivered)
             replica.last_row = row

@@ -232,3 +232,43 @@ def test_token_tables_split_into_linear_and_head_with_their_floors() -> None:
         expected = [table[i:].min() for i in range(len(table))]
         np.testing.assert_array_equal(floor, expected)
     assert (np.diff(compiled.linear_s) < 0).any()  # the floors matter: the table dips somewhere
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "proposer", "model"),
+    [
+        ("sarathi", PROPOSERS[0], {}),
+        ("vllm", PROPOSERS[0], {"cluster.model": "llama-3-70b", "cluster.tp": 4}),
+        ("sarathi", PROPOSERS[1], {"cluster.gpu": "a100-80gb"}),
+        ("orca", PROPOSERS[2], {}),
+    ],
+)
+def test_steps_with_prefill_choose_k_compiled_as_the_policy_does(
+    monkeypatch: pytest.MonkeyPatch,
+    scheduler: str,
+    proposer: dict[str, Any],
+    model: dict[str, Any],
+) -> None:
+    """Every step (prefill chunks beside verifying requests, and pure decode) chooses the same
+    k through the compiled goodput choice as through ``GoodputK.choose`` and the cost model."""
+    data = speculative(scheduler, POLICIES[0], ACCEPTANCE[0], proposer)
+    for key, value in model.items():
+        section, field = key.split(".")
+        data[section][field] = value
+    data["fast_forward"] = False
+    compiled = cbsim.simulate(cbsim.load_scenario(data))
+    calls: list[int] = []
+
+    def python_choice(*args: Any) -> None:
+        calls.append(1)
+        return None
+
+    monkeypatch.setattr("cbsim.speculative.decoder.choose_goodput", python_choice)
+    python = cbsim.simulate(cbsim.load_scenario(data))
+    assert len(calls) > 100
+    for name in ("requests", "iterations", "timeseries"):
+        pd.testing.assert_frame_equal(
+            getattr(python, name), getattr(compiled, name), check_exact=True, obj=name
+        )
+    assert summaries_equal(python.summary, compiled.summary)
+    assert compiled.summary["mean_k"] > 0

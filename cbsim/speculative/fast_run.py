@@ -35,15 +35,13 @@ from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
 from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
 from cbsim.speculative.goodput_kernel import (
-    DRAFT_MODEL,
-    EAGLE,
     NGRAM,
+    compiled_proposer,
     draft_seconds,
     goodput_k,
     no_base,
 )
 from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
-from cbsim.speculative.proposers import DraftModel, EagleHead, Ngram
 
 if TYPE_CHECKING:
     from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
@@ -367,21 +365,10 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
         acceptance, drift = PER_REQUEST, float(model.drift)
     else:
         return f"the {model.kind} acceptance model is not compiled"
-    proposer = spec.proposer
-    extra: tuple[int, int] | None = None
-    if isinstance(proposer, EagleHead):
-        proposer_code = EAGLE
-        extra = (proposer.shape.hidden_size, proposer._fusion_k)
-    elif isinstance(proposer, DraftModel):
-        proposer_code = DRAFT_MODEL
-    elif isinstance(proposer, Ngram):
-        proposer_code = NGRAM
-    else:
-        return f"the {proposer.kind} proposer is not compiled"
-    if spec.target.compiled(1) is None:
-        return "the cost model does not compile (kernels priced through another GPU's)"
-    if isinstance(proposer, EagleHead | DraftModel) and proposer.cost.compiled(1, extra) is None:
-        return "the proposer's cost model does not compile"
+    drafter = compiled_proposer(spec.proposer, spec.target)
+    if isinstance(drafter, str):
+        return drafter
+    proposer_code, extra = drafter
     return KernelSettings(
         proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
         drift, extra,

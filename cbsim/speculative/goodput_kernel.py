@@ -26,9 +26,16 @@ from cbsim.compiled import (
     scaled_step_seconds,
     verify_seconds,
 )
+from cbsim.cost import BatchStats, CostModel
 from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum
 from cbsim.speculative.policies import GoodputK
-from cbsim.speculative.proposers import NGRAM_SECONDS_PER_REQUEST
+from cbsim.speculative.proposers import (
+    NGRAM_SECONDS_PER_REQUEST,
+    DraftModel,
+    EagleHead,
+    Ngram,
+    Proposer,
+)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -314,3 +321,89 @@ def _verify_from_groups(
         base.prefill_attention_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
         pairs, factor,
     )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the Python side
+
+
+class CompiledProposer(NamedTuple):
+    """A proposer as the compiled code prices it: its kind code and, for an EAGLE head, the
+    fusion GEMM (n, k) its cost tables add per draft step."""
+
+    kind: int
+    extra_gemm: tuple[int, int] | None
+
+
+def compiled_proposer(proposer: Proposer, target: CostModel) -> CompiledProposer | str:
+    """How the compiled code prices ``proposer`` drafting for ``target``, or why it cannot."""
+    extra: tuple[int, int] | None = None
+    if isinstance(proposer, EagleHead):
+        kind = EAGLE
+        extra = (proposer.shape.hidden_size, proposer._fusion_k)
+    elif isinstance(proposer, DraftModel):
+        kind = DRAFT_MODEL
+    elif isinstance(proposer, Ngram):
+        kind = NGRAM
+    else:
+        return f"the {proposer.kind} proposer is not compiled"
+    if target.compiled(1) is None:
+        return "the cost model does not compile (kernels priced through another GPU's)"
+    if isinstance(proposer, EagleHead | DraftModel) and proposer.cost.compiled(1, extra) is None:
+        return "the proposer's cost model does not compile"
+    return CompiledProposer(kind, extra)
+
+
+def step_base(target: CostModel, prefill: BatchStats) -> StepBase:
+    """``prefill`` (a step's work beside its decoding requests) as the sweep's :class:`StepBase`."""
+    attention = target.attention_time(
+        prefill.prefill_tokens,
+        prefill.prefill_kv_tokens,
+        prefill.prefill_pairs,
+        decode=False,
+        requests=prefill.prefill_requests,
+    )
+    return StepBase(
+        prefill.num_requests,
+        prefill.num_tokens,
+        prefill.sampled_tokens,
+        attention,
+        prefill.decode_tokens,
+        prefill.decode_kv_tokens,
+        prefill.decode_pairs,
+        prefill.decode_requests,
+    )
+
+
+def choose_goodput(
+    drafter: CompiledProposer,
+    k_max: int,
+    target: CostModel,
+    proposer: Proposer,
+    alphas: FloatArray,
+    remaining: IntArray,
+    contexts: IntArray,
+    prefill: BatchStats,
+) -> IntArray | None:
+    """:meth:`GoodputK.choose <cbsim.speculative.policies.GoodputK.choose>` (per batch) of the
+    decoding requests of a step whose other work is ``prefill``, compiled; None when the cost
+    models do not compile for this step."""
+    count = len(alphas)
+    compiled = target.compiled(prefill.num_tokens + count * (k_max + 1))
+    if compiled is None:
+        return None
+    if drafter.kind == NGRAM:
+        draft = compiled
+    else:
+        draft = proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
+        if draft is None:
+            return None
+    return goodput_k(
+        np.clip(alphas, 0.0, 1.0),
+        np.ascontiguousarray(remaining, dtype=np.int64),
+        np.ascontiguousarray(contexts, dtype=np.int64),
+        k_max,
+        compiled,
+        drafter.kind,
+        draft,
+        step_base(target, prefill),
+    )

@@ -96,7 +96,8 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     spec TPOT), ``speedup_e2e_mean``, ``speedup_output_tokens_per_s`` (spec / no-spec throughput);
     ``time_saved_s`` is the decode time speculation saved over all requests (Σ (finish − first
     token) without minus with), the seeds' "time saved" measured rather than assumed.
-    The same figures are added to ``results.summary``.
+    The same figures are added to ``results.summary``, and the baseline's own summary is kept as
+    ``results.no_spec_summary`` (written beside the result as ``summary_no_spec.json``).
     """
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
@@ -122,4 +123,5 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
         "time_saved_s": decode_seconds(baseline) - decode_seconds(results),
     }
     results.summary.update(figures)
+    results.no_spec_summary = dict(base)
     return figures

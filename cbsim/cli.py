@@ -579,7 +579,8 @@ _register_commands()
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point: run the CLI and exit with its status.
 
-    0 success, 2 bad input or usage (one ``error:`` line, no traceback), 130 interrupted.
+    0 success, 2 bad input or usage (one ``error:`` line, no traceback), 3 a capacity plan that
+    nothing meets (``cbsim capacity``: one ``infeasible:`` line after the plan), 130 interrupted.
     """
     try:
         rv = cli.main(

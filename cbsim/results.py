@@ -31,13 +31,14 @@ RESULT_FILES = (
     "summary.json",
     "scenario.yaml",
     "run_info.json",
-    "summary_no_spec.json",
 )
+COMPARISON_FILES = ("summary_no_spec.json",)
+"""Written beside the result when it was compared with speculation off."""
 
 RUN_RESULT = outputs.OutputKind(
     name="run",
     description="a run result",
-    entries=frozenset(RESULT_FILES),
+    entries=frozenset((*RESULT_FILES, *COMPARISON_FILES)),
     required=frozenset({"requests.parquet", "summary.json", "scenario.yaml"}),
 )
 """A run's result folder: what :meth:`Results.write` may replace."""

@@ -145,7 +145,7 @@ class Evaluation:
 
     Unpacks as ``rate_rps, passed, metrics``; ``reason`` says why it failed (empty when it passed).
     ``metrics`` holds the SLO metrics (worst over the seeds run), ``served_ratio``, ``waiting_q2``,
-    ``waiting_q4``, ``window_s``, ``requests`` and ``output_tokens_per_request``.
+    ``waiting_q4``, ``window_s``, ``requests``, ``output_tokens_per_request`` and ``tpot_mean_s``.
     """
 
     rate_rps: float
@@ -588,6 +588,8 @@ def _check_run(
             "output_tokens_per_request": (
                 float(summary.get("output_tokens", 0)) / n_requests if n_requests else None
             ),
+            # 1 / TPOT is the output tokens/s each user sees (the report's per-user axis)
+            "tpot_mean_s": float(summary.get("tpot_mean_s", math.nan)),
         }
     )
     return reasons, metrics

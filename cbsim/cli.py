@@ -463,6 +463,11 @@ def _error_table(frame: pd.DataFrame, title: str) -> Table:
     return table
 
 
+def _say(message: str) -> None:
+    """Progress of a long step, as one line on stderr (stdout keeps the results)."""
+    click.echo(f"{message} ...", err=True)
+
+
 @calibrate.command("fit")
 @click.option("--gpu", "-g", required=True, help="Catalog GPU name the measurements are from.")
 @click.option(
@@ -493,7 +498,9 @@ def calibrate_fit(
 
     get_gpu(gpu)
     profile_name = name or (DEFAULT_NAME if data is None else "custom")
-    profile, errors, _ = fit_profile(gpu, data, name=profile_name, validate=not no_validate)
+    profile, errors, _ = fit_profile(
+        gpu, data, name=profile_name, validate=not no_validate, progress=_say
+    )
     target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
     write_json(profile, target)
     if not errors.empty:
@@ -545,9 +552,10 @@ def calibrate_report(
             f"{TRANSFER_SOURCE[gpu]}); give --data with your own",
             field="--gpu",
         )
-    _, errors, points = fit_profile(gpu, data)
+    _, errors, points = fit_profile(gpu, data, progress=_say)
     frames = [errors]
     if gpu == "h200" and data is None:
+        _say("h200: predicting from h100-sxm's fit (leave-one-GPU-out)")
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
     table = percent_table(pd.concat(frames, ignore_index=True))
     folder = out or Path("results") / "calibration" / gpu

@@ -29,6 +29,7 @@ from cbsim.calibration import e2e
 from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
 from cbsim.calibration.errors import ape
 from cbsim.calibration.fit import CALIBRATION_REPORT
+from cbsim.calibration.markdown import markdown_table
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -113,7 +114,7 @@ def _print_table(frame: pd.DataFrame, title: str) -> None:
 
 
 def _markdown(frame: pd.DataFrame) -> str:
-    return frame.round(1).to_markdown(index=False)
+    return markdown_table(frame.round(1))
 
 
 # --------------------------------------------------------------------------- A100 check

@@ -71,6 +71,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from cbsim import outputs
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.results import Results
@@ -1223,6 +1224,50 @@ def render(result: Mapping[str, Any], console: Console) -> None:
     console.print(f"simulations: {result['simulations']}", highlight=False)
 
 
+PLAN_FILE_DESCRIPTION = "a capacity plan cbsim wrote"
+
+
+def _is_plan_file(path: Path) -> bool:
+    """Whether ``path`` holds a plan :func:`plan` made (so ``--out`` may replace it)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return (
+        isinstance(data, dict)
+        and {"slo", "max_rate_rps", "simulations"} <= set(data)
+        and ("evaluations" in data or "alternatives" in data)
+    )
+
+
+def _check_plan_file(out: Path) -> None:
+    """Refuse, before searching, an ``--out`` that writing the plan would have to refuse."""
+    if out.is_dir():
+        raise CbsimError("is a folder; give the plan's file name", source=str(out), field="--out")
+    if out.exists() and not _is_plan_file(out):
+        raise CbsimError(
+            f"exists and is not {PLAN_FILE_DESCRIPTION}, so cbsim will not overwrite it: give a "
+            "new file name (or move the file away)",
+            source=str(out),
+            field="--out",
+        )
+
+
+def _write_plan(out: Path, text: str) -> None:
+    """Write the plan's JSON to ``out`` atomically, creating its folders; a user error when it
+    cannot be written."""
+
+    def write(temporary: Path) -> None:
+        temporary.write_text(text + "\n", encoding="utf-8")
+
+    try:
+        outputs.write_file(out, write, replaceable=_is_plan_file, description=PLAN_FILE_DESCRIPTION)
+    except CbsimError as err:
+        raise UserError(str(err.located(field="--out"))) from None
+    except OSError as err:
+        raise UserError(f"{err.filename or out}: cannot write the plan: {err.strerror}") from None
+
+
 class Infeasible(click.ClickException):
     """On the command line: a plan that nothing meets. The plan is printed as usual (the JSON too,
     so it can be reported on); then one ``infeasible:`` line on stderr says why, and the command
@@ -1297,6 +1342,14 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the plan's JSON to this file (its folders are created; an existing file is "
+    "replaced only if it is a plan cbsim wrote), e.g. for cbsim report.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -1314,6 +1367,7 @@ def capacity_command(
     tolerance: float,
     start_rps: float,
     as_json: bool,
+    out: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Find the highest rate one replica of SCENARIO sustains within an SLO; size and cost a fleet
@@ -1326,6 +1380,8 @@ def capacity_command(
             if key in CONTROLLED_KEYS:
                 _check_key(key, "--set")
         loaded = load_scenario(scenario, overrides=list(overrides))
+        if out is not None:
+            _check_plan_file(out)
         progress, stop = _progress_printer()
         result = plan(
             loaded,
@@ -1345,8 +1401,11 @@ def capacity_command(
             err = CbsimError(err.message, source=str(scenario), field=err.field)
         raise UserError(str(err)) from None
     stop()
+    text = json.dumps(result, indent=2, allow_nan=False)
+    if out is not None:
+        _write_plan(out, text)
     if as_json:
-        click.echo(json.dumps(result, indent=2, allow_nan=False))
+        click.echo(text)
     else:
         render(result, Console())
     if not result.get("feasible"):

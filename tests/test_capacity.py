@@ -363,6 +363,25 @@ def test_cli_infeasible_exits_3_with_the_reason_after_the_plan(scenario_file: Pa
     assert "infeasible: nothing meets the SLO" in as_text.stderr
 
 
+def test_cli_out_writes_the_plan_creating_its_folders(scenario_file: Path, tmp_path: Path) -> None:
+    """What the README's 70B plan does in a fresh clone, where results/capacity-70b/ is missing."""
+    out = tmp_path / "results" / "capacity-70b" / "plan.json"
+    args = [str(scenario_file), "--slo", "ttft_p99_s=0.0001", "--window-s", "60", "--out", out]
+    first = CliRunner().invoke(capacity_command, [str(a) for a in args])
+    assert first.exit_code == 3, first.output  # infeasible, and written all the same
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["feasible"] is False and data["reason"].startswith("SLO cannot be met")
+    again = CliRunner().invoke(capacity_command, [*map(str, args), "--json"])
+    assert again.exit_code == 3  # an earlier plan is replaced
+    assert json.loads(out.read_text(encoding="utf-8")) == json.loads(again.stdout)
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": true}', encoding="utf-8")
+    refused = CliRunner().invoke(capacity_command, [*map(str, args[:-1]), str(mine)])
+    assert refused.exit_code == 2 and "not a capacity plan cbsim wrote" in refused.stderr
+    assert "SLO cannot be met" not in refused.output  # refused before any search
+    assert mine.read_text(encoding="utf-8") == '{"mine": true}'
+
+
 def test_admission_check_reason_says_what_it_measured() -> None:
     """Late arrivals waiting 10 s for admission (early ones 0.1 s): the reason names admission
     within the limit, not a share of arrivals 'served'."""

@@ -247,7 +247,11 @@ def print_shared_report(results: dict[str, pd.DataFrame]) -> None:
     "--data", "-d", "paths", multiple=True, required=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="Benchmark results: AI Configurator CSV, vLLM `bench serve` JSON, or a normalised CSV "
-    "(repeatable).",
+    "(repeatable; more files may follow, as a shell glob like --data results/*.json gives them).",
+)  # fmt: skip
+@click.argument(
+    "more_paths", nargs=-1, metavar="[MORE_DATA...]",
+    type=click.Path(dir_okay=False, path_type=Path),
 )  # fmt: skip
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -273,11 +277,12 @@ def e2e_command(
     dtype: str | None,
     tp: int | None,
     holdout: str,
+    more_paths: tuple[Path, ...],
 ) -> None:
     """Fit an engine profile to your own end-to-end benchmark results and report its error."""
     try:
         frame = read_benchmarks(
-            list(paths), engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
+            [*paths, *more_paths], engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
         )
         frame = frame[frame["engine"] == engine]
         if frame.empty:

@@ -227,3 +227,25 @@ def test_fast_commands_are_not_changed_in_meaning() -> None:
     """Shortening only lowers a run's request count; every plan's extra arguments say so."""
     for plan in PLANS:
         assert plan.shorten in ((), SHORT), plan
+
+
+def test_speculation_figure_is_what_the_command_measures() -> None:
+    """The README's --compare-no-spec figures for spec-eagle-goodput, re-measured."""
+    from cbsim.simulate import compare_no_spec, simulate
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    found = re.search(
+        r"spec-eagle-goodput\.yaml` measures (\d+\.\d+)× on mean TPOT at 10 req/s "
+        r"\((\d+\.\d) ms against (\d+\.\d) ms without speculation\) and (\d+\.\d+)× on output "
+        r"throughput",
+        text,
+    )
+    assert found, "the README no longer states the spec-eagle-goodput figures"
+    results = simulate(ROOT / "scenarios" / "spec-eagle-goodput.yaml")
+    figures = compare_no_spec(results)
+    baseline = results.no_spec_summary
+    assert baseline is not None
+    assert found.group(1) == f"{figures['speedup_tpot_mean']:.2f}"
+    assert found.group(2) == f"{results.summary['tpot_mean_s'] * 1e3:.1f}"
+    assert found.group(3) == f"{baseline['tpot_mean_s'] * 1e3:.1f}"
+    assert found.group(4) == f"{figures['speedup_output_tokens_per_s']:.2f}"

@@ -7,6 +7,9 @@ Cases (``--quick`` shortens them; labels say which ran):
     Beta(mean 0.6, concentration 8), goodput k policy, k_max 8);
   * ``synthetic-200k`` and ``synthetic-1m``: Poisson chat requests at 8/s, lognormal lengths, on the
     same replica (``--quick``: 20,000 requests, no 1M case);
+  * ``synthetic-1m-stream``: the 1M case with its iterations streamed to parquet
+    (``simulate(..., stream_to=...)``, a file in a temporary directory) instead of held
+    (``--quick``: ``synthetic-20k-stream``);
   * ``simpy-bare``: a bare SimPy loop (one process yielding ``env.timeout(1e-3)`` N times beside a
     second one with another period, so the heap holds more than one event), the ceiling for
     cbsim's events per second;
@@ -18,12 +21,12 @@ How: each case runs in a fresh subprocess (so its peak RSS, ``ru_maxrss``, is it
 first runs a warm-up simulation of the same kind (the same scenario cut to 20 requests: same
 cluster, scheduler and speculative section), timed as ``startup`` (first-call costs: trace and
 profile loading and, once cbsim compiles kernels, their JIT or on-disk cache), then times
-``cbsim.simulate(scenario)`` alone as ``wall``. SimPy events are counted from the environment of
+``cbsim.simulate(scenario)`` alone as ``wall`` (a streamed case includes writing its file). SimPy events are counted from the environment of
 every simulation run (``Environment._eid``, SimPy's event-id counter, is the number of events
 scheduled; those still queued at the end are subtracted), so ``events/s`` = events processed /
 wall. ``sim req/wall s`` = simulated requests per wall second.
 
-Usage: python benchmarks/bench_suite.py [--quick] [--json FILE]
+Usage: python benchmarks/bench_suite.py [--quick] [--only TEXT ...] [--json FILE]
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def warmup_of(scenario: dict[str, Any]) -> dict[str, Any]:
 # Child process: reads one case spec (JSON, argv[1]), prints one JSON line of figures.
 CHILD = textwrap.dedent(
     """
-    import json, resource, sys, time
+    import json, resource, sys, tempfile, time
     spec = json.loads(sys.argv[1])
     stats = {"events": 0, "requests": 0, "iterations": 0, "simulations": 0}
 
@@ -137,7 +140,7 @@ CHILD = textwrap.dedent(
             recorder = super().run()
             stats["events"] += count_events(self.env)
             stats["requests"] += len(recorder.requests)
-            stats["iterations"] += len(recorder.iterations)
+            stats["iterations"] += recorder.rows
             stats["simulations"] += 1
             return recorder
 
@@ -156,9 +159,11 @@ CHILD = textwrap.dedent(
     out = {"import_s": import_s, "startup_s": startup}
     if spec["kind"] == "simulate":
         scenario = cbsim.load_scenario(spec["scenario"])
-        t0 = time.perf_counter()
-        results = cbsim.simulate(scenario)
-        wall = time.perf_counter() - t0
+        with tempfile.TemporaryDirectory() as tmp:
+            stream_to = f"{tmp}/iterations.parquet" if spec.get("stream") else None
+            t0 = time.perf_counter()
+            results = cbsim.simulate(scenario, stream_to=stream_to)
+            wall = time.perf_counter() - t0
         s = results.summary
         out.update(requests=s["requests"], iterations=s["iterations"],
                    simulated_s=results.run_info["simulated_s"])
@@ -210,15 +215,25 @@ def cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
         (f"azure-{tag}-spec", spec),
     ]
     sims += (
-        [("synthetic-20k", synthetic(20_000))]
+        [("synthetic-20k", synthetic(20_000)), ("synthetic-20k-stream", synthetic(20_000))]
         if quick
         else [
             ("synthetic-200k", synthetic(200_000)),
             ("synthetic-1m", synthetic(1_000_000)),
+            ("synthetic-1m-stream", synthetic(1_000_000)),
         ]
     )
     out: list[tuple[str, dict[str, Any]]] = [
-        (label, {"kind": "simulate", "scenario": s, "warmup": warmup_of(s)}) for label, s in sims
+        (
+            label,
+            {
+                "kind": "simulate",
+                "scenario": s,
+                "warmup": warmup_of(s),
+                "stream": label.endswith("-stream"),
+            },
+        )
+        for label, s in sims
     ]
     events = 200_000 if quick else 2_000_000
     out.append(("simpy-bare", {"kind": "simpy", "events": events, "warmup_events": 1000}))
@@ -310,6 +325,12 @@ def main() -> None:
         action="store_true",
         help="azure cases cut to 600 s, 20k synthetic requests, no 1M case, no capacity search",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="TEXT",
+        help="run only the cases whose label contains TEXT (repeatable)",
+    )
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the figures as JSON")
     args = parser.parse_args()
 
@@ -331,15 +352,19 @@ def main() -> None:
     results: dict[str, dict[str, Any]] = {}
     started = time.perf_counter()
     for label, spec in cases(args.quick):
+        if args.only and not any(text in label for text in args.only):
+            continue
         print(f"running {label} ...", file=sys.stderr, flush=True)
         results[label] = derive(run_case(spec))
         print(row(label, results[label]), flush=True)
     print()
 
     by_kind = {label.rsplit("-", 1)[-1]: r for label, r in results.items() if "azure" in label}
-    ratio = by_kind["spec"]["wall_s"] / by_kind["plain"]["wall_s"]
-    print(f"speculative / plain wall time (azure): {ratio:.2f}x")
-    bare = results["simpy-bare"]["events_per_s"]
+    ratio = None
+    if {"spec", "plain"} <= by_kind.keys():
+        ratio = by_kind["spec"]["wall_s"] / by_kind["plain"]["wall_s"]
+        print(f"speculative / plain wall time (azure): {ratio:.2f}x")
+    bare = results["simpy-bare"]["events_per_s"] if "simpy-bare" in results else None
     sim_rates = [
         r["events_per_s"]
         for label, r in results.items()

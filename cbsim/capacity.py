@@ -66,14 +66,15 @@ from typing import IO, Any, Literal, Union, get_args, get_origin
 
 import click
 import numpy as np
-import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from cbsim import outputs
+from cbsim.documents import parse_yaml
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import GPU_NAMES, get_gpu
+from cbsim.limits import DURATION, RATE, SWEEP_POINTS
 from cbsim.results import Results
 from cbsim.scenario import (
     GammaArrival,
@@ -295,8 +296,10 @@ def parse_vary(texts: Sequence[str]) -> dict[str, list[Any]]:
         for item in raw.split(","):
             item = item.strip()
             try:
-                values.append(yaml.safe_load(item) if item else "")
-            except yaml.YAMLError:
+                values.append(parse_yaml(item, None) if item else "")
+            except CbsimError as err:
+                if not err.message.startswith("invalid YAML"):
+                    raise CbsimError(err.message, field="--vary") from None
                 values.append(item)
         vary[key] = values
     return vary
@@ -702,6 +705,10 @@ def _checked_slo(scenario: Scenario, slo: Mapping[str, float] | None) -> dict[st
 def _check_search(window_s: float, tolerance: float, start_rps: float, min_requests: int) -> None:
     if not (math.isfinite(window_s) and window_s > 0):
         raise CbsimError(f"must be > 0, got {window_s!r}", field="--window-s")
+    if not DURATION.contains(window_s):
+        raise CbsimError(DURATION.violation(window_s) or "", field="--window-s")
+    if not RATE.contains(start_rps) and math.isfinite(start_rps) and start_rps > 0:
+        raise CbsimError(RATE.violation(start_rps) or "", field="--start-rps")
     if not (math.isfinite(tolerance) and 0 < tolerance < 1):
         raise CbsimError(f"must be in (0, 1), got {tolerance!r}", field="--tolerance")
     if not (math.isfinite(start_rps) and start_rps > 0):
@@ -1018,11 +1025,19 @@ def plan(
     _check_search(window_s, tolerance, start_rps, min_requests)
     if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
         raise CbsimError(f"must be > 0, got {target_rps!r}", field="--target-rps")
+    if target_rps is not None and not RATE.contains(target_rps):
+        raise CbsimError(RATE.violation(target_rps) or "", field="--target-rps")
     vary_map = {k: list(v) for k, v in (vary or {}).items()}
     for key, values in vary_map.items():
         _check_key(key, "--vary")
         if not values:
             raise CbsimError(f"{key}: give at least one value", field="--vary")
+    combo_count = math.prod(len(v) for v in vary_map.values())
+    if not SWEEP_POINTS.contains(combo_count):
+        raise CbsimError(
+            f"{combo_count:,} alternatives; {SWEEP_POINTS.violation(combo_count)}",
+            field="--vary",
+        )
     combos: list[dict[str, Any]] = [
         dict(zip(vary_map, values, strict=True)) for values in itertools.product(*vary_map.values())
     ]

@@ -1,11 +1,14 @@
 """The ``cbsim`` command line: run, validate and cost.
 
-* ``cbsim run SCENARIO.yaml [--out DIR] [--seed N] [--set dotted.key=value ...] [--quiet]``
-  simulates a scenario and writes its results (parquet + ``summary.json`` + ``scenario.yaml``)
-  to ``--out`` or ``results/<scenario name>/<UTC timestamp>-s<seed>/``.
+* ``cbsim run SCENARIO.yaml [--out DIR] [--seed N] [--set dotted.key=value ...] [--quiet]
+  [--stream]`` simulates a scenario and writes its results (parquet + ``summary.json`` +
+  ``scenario.yaml``) to ``--out`` or ``results/<scenario name>/<UTC timestamp>-s<seed>/``;
+  ``--stream`` writes the iterations during the run instead of holding them (automatic with
+  ``--out`` above :data:`AUTO_STREAM_REQUESTS` open-loop requests).
 * ``cbsim validate SCENARIO.yaml [--set ...]`` loads and validates a scenario, nothing more.
 * ``cbsim cost --model M --gpu G --batch 1x1000,512x0`` prints the roofline cost model's
   per-op breakdown of one iteration.
+* ``cbsim catalog [gpus|models|engines|traces]`` lists the names a scenario can use.
 
 Errors a user can cause (:class:`~cbsim.errors.CbsimError`: a file, a field, a name) print one
 ``error: ...`` line on stderr and exit with status 2, as do usage errors; an interrupt prints
@@ -19,6 +22,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -42,13 +46,16 @@ from cbsim.cost import CostModel
 from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
+from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
 from cbsim.models import get_model
 from cbsim.outputs import check_replaceable
+from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
-from cbsim.simulate import scenario_warnings, simulate
+from cbsim.simulate import simulate
 from cbsim.terminal import print_run
+from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -175,6 +182,44 @@ def _check_out(out: Path, scenario: Path) -> None:
         raise err.located(field="--out") from None
 
 
+AUTO_STREAM_REQUESTS = 500_000
+"""``cbsim run --out`` streams the iterations of an open-loop workload of more requests."""
+
+
+def _request_count(scenario: Scenario, source: str) -> int | None:
+    """How many requests an open-loop workload sends (None: a closed loop)."""
+    if scenario.workload.closed_loop is not None:
+        return None
+    if scenario.workload.num_requests is not None:
+        return scenario.workload.num_requests
+    workload = build_workload(scenario, source)
+    return None if isinstance(workload, ClosedLoopWorkload) else len(workload)
+
+
+def _stream_file(out: Path | None, name: str) -> Path:
+    """A hidden file for the streamed iterations beside the result directory (on its file
+    system, so that writing the results links it rather than copying it)."""
+    parent = out.resolve().parent if out is not None else (Path("results") / name).resolve()
+    parent.mkdir(parents=True, exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".iterations.parquet", dir=parent)
+    os.close(fd)
+    return Path(path)
+
+
+def _should_stream(stream: bool, scenario: Scenario, out: Path | None, source: str) -> bool:
+    """``--stream``, or ``--out`` with more than :data:`AUTO_STREAM_REQUESTS` open-loop requests
+    (a note on stderr says so)."""
+    if stream or out is None:
+        return stream
+    count = _request_count(scenario, source)
+    if count is None or count <= AUTO_STREAM_REQUESTS:
+        return False
+    click.echo(
+        f"note: {count:,} requests: streaming iterations to {out}/iterations.parquet", err=True
+    )
+    return True
+
+
 def _write_results(results: Results, out: Path | None, rid: str) -> Path:
     """Write to ``out`` or to a new run folder; OS errors become user errors."""
     target = out if out is not None else Path("results") / results.scenario.name
@@ -216,7 +261,16 @@ def _parse_batch_entries(
                 raise click.BadParameter(
                     f"{item!r}: need new tokens >= 1 and cached tokens >= 0", ctx=ctx, param=param
                 )
+            problem = TOKENS.violation(q) or CACHED_TOKENS.violation(c)
+            if problem is not None:
+                raise click.BadParameter(f"{item!r}: {problem}", ctx=ctx, param=param)
             entries.append((q, c))
+            if len(entries) > BATCH_SIZE.high:
+                raise click.BadParameter(
+                    f"more than {BATCH_SIZE.high:,} entries ({BATCH_SIZE.reason})",
+                    ctx=ctx,
+                    param=param,
+                )
     return entries
 
 
@@ -250,6 +304,12 @@ def cli() -> None:
     help="Also run with speculation off: both side by side, the speedups added to the summary "
     "and the baseline's summary written as summary_no_spec.json.",
 )
+@click.option(
+    "--stream",
+    is_flag=True,
+    help="Write iterations.parquet during the run (row groups) instead of holding it in memory; "
+    f"automatic with --out above {AUTO_STREAM_REQUESTS:,} requests.",
+)
 def run(
     scenario: Path,
     out: Path | None,
@@ -257,6 +317,7 @@ def run(
     overrides: tuple[str, ...],
     quiet: bool,
     compare_no_spec: bool,
+    stream: bool,
 ) -> None:
     """Simulate SCENARIO (a YAML file) and write its results."""
     started = datetime.now(UTC)
@@ -265,11 +326,18 @@ def run(
         _check_out(out, scenario)
     if compare_no_spec and not loaded.speculative.enabled:
         raise CbsimError("--compare-no-spec needs speculative.enabled: true", source=str(scenario))
-    with progress_display(progress_enabled(quiet)) as callback:
-        results = simulate(loaded, progress=callback, source=str(scenario))
-    if compare_no_spec:
-        compare_speculation(results, source=str(scenario))
-    written = _write_results(results, out, run_id(loaded.seed, started))
+    stream_to: Path | None = None
+    if _should_stream(stream, loaded, out, str(scenario)):
+        stream_to = _stream_file(out, loaded.name)
+    try:
+        with progress_display(progress_enabled(quiet)) as callback:
+            results = simulate(loaded, progress=callback, source=str(scenario), stream_to=stream_to)
+        if compare_no_spec:
+            compare_speculation(results, source=str(scenario))
+        written = _write_results(results, out, run_id(loaded.seed, started))
+    finally:
+        if stream_to is not None:
+            stream_to.unlink(missing_ok=True)  # a failed run's (a written one's is gone already)
     _print_warnings(results.summary.get("warnings", ""))
     if quiet:
         click.echo(str(written))
@@ -291,11 +359,15 @@ def _print_warnings(warnings: str | list[str]) -> None:
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help=_SET_HELP)
 def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
-    """Check SCENARIO (a YAML file) without running it."""
+    """Check SCENARIO (a YAML file) as a run would, without running it, and say what it would
+    run: requests, time span, arrival rate, length percentiles, cluster and GPUs in total."""
     loaded = load_scenario(scenario, overrides=list(overrides))
+    checked = preflight(loaded, source=str(scenario))
     click.echo(f"OK: {scenario} ({loaded.name})")
     click.echo(describe(loaded))
-    _print_warnings(scenario_warnings(loaded, source=str(scenario)))
+    for line in checked.lines:
+        click.echo(line)
+    _print_warnings(checked.warnings)
 
 
 @cli.command()
@@ -325,16 +397,22 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option(
     "--decode",
-    type=click.IntRange(min=1),
+    type=int,
+    callback=option_within(BATCH_SIZE),
     default=None,
     help="Add this many decode entries (1 new token each) at --context cached tokens.",
 )
 @click.option(
-    "--context", type=click.IntRange(min=0), default=None, help="Cached tokens of each --decode."
+    "--context",
+    type=int,
+    callback=option_within(CACHED_TOKENS),
+    default=None,
+    help="Cached tokens of each --decode.",
 )
 @click.option(
     "--prefill",
-    type=click.IntRange(min=1),
+    type=int,
+    callback=option_within(TOKENS),
     multiple=True,
     help="Add a prefill of this many tokens (repeatable).",
 )
@@ -377,10 +455,15 @@ def cost(
     entries.extend((p, 0) for p in prefill)
     if not entries:
         raise click.UsageError("give a batch: --batch QxC,..., --decode B --context C, --prefill P")
+    if len(entries) > BATCH_SIZE.high:
+        raise CbsimError(
+            f"{len(entries):,} entries in one batch; {BATCH_SIZE.violation(len(entries))}",
+            field="--batch/--decode/--prefill",
+        )
     try:
         model_shape = get_model(model)
-    except CbsimError as err:
-        raise err.located(field="--model") from None
+    except CbsimError as err:  # a config.json's own file and key follow the option
+        raise CbsimError(str(err), field="--model") from None
     try:
         gpu_spec = get_gpu(gpu)
     except CbsimError as err:
@@ -496,7 +579,7 @@ def calibrate_fit(
     from cbsim.calibration.fit import DEFAULT_NAME, fit_profile, percent_table
     from cbsim.calibration.profile import write_json
 
-    get_gpu(gpu)
+    gpu = get_gpu(gpu).name
     profile_name = name or (DEFAULT_NAME if data is None else "custom")
     profile, errors, _ = fit_profile(
         gpu, data, name=profile_name, validate=not no_validate, progress=_say
@@ -545,7 +628,7 @@ def calibrate_report(
         write_kernel_report,
     )
 
-    get_gpu(gpu)
+    gpu = get_gpu(gpu).name
     if gpu in TRANSFER_SOURCE and data is None:
         raise CbsimError(
             f"{gpu} has no measurements to report on (its profile is transferred from "
@@ -568,12 +651,14 @@ def _register_commands() -> None:
     from cbsim.calibration.e2e_report import e2e_command
     from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
+    from cbsim.catalog import catalog_command
     from cbsim.report import report_command
     from cbsim.sweep import sweep_command
 
     cli.add_command(sweep_command)
     cli.add_command(capacity_command)
     cli.add_command(report_command)
+    cli.add_command(catalog_command)
     calibrate.add_command(measure_command)
     calibrate.add_command(e2e_command)
 

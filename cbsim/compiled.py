@@ -45,6 +45,10 @@ class CompiledCost(NamedTuple):
     """A cost model's decode pricing as plain numbers (see the module docstring)."""
 
     token_s: FloatArray  # token_s[n]: non-attention kernels of a decode batch of n tokens
+    # the same split: linear_s[n] the layers' GEMMs, norms and all-reduces at n tokens, head_s[s]
+    # the LM head for s sampled positions (token_s[n] = linear_s[n] + head_s[n], the same float)
+    linear_s: FloatArray
+    head_s: FloatArray
     mode: int
     layers: int
     q_heads: int
@@ -70,9 +74,12 @@ class CompiledCost(NamedTuple):
     overlap: bool
     overhead_zero: bool
     extra_s: FloatArray  # extra_s[n]: a per-step GEMM priced on top (an EAGLE head's fusion layer)
-    # token_s never decreases with n and no step term falls with tokens: a step costs no less
-    # when any request verifies more tokens (what lets the goodput sweep stop early)
-    monotone: bool = False
+    # the least linear_s / head_s from n on (suffix minima): no step of n or more tokens costs
+    # less than these in those kernels, what lets the goodput sweep stop early
+    linear_floor_s: FloatArray
+    head_floor_s: FloatArray
+    # the engine's CPU time per step never falls with more tokens (a non-negative per-token term)
+    overhead_rises: bool
 
 
 def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None = None) -> (
@@ -120,6 +127,8 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
     cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
     compiled = CompiledCost(
         token_s=np.zeros(0),
+        linear_s=np.zeros(0),
+        head_s=np.zeros(0),
         mode=mode,
         layers=cost.model.num_layers,
         q_heads=cost._q_heads,
@@ -144,6 +153,9 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
         overlap=bool(overlap),
         overhead_zero=bool(cost._overhead_zero),
         extra_s=np.zeros(0),
+        linear_floor_s=np.zeros(0),
+        head_floor_s=np.zeros(0),
+        overhead_rises=False,
     )
     return extend_tables(compiled, cost, tokens, extra_gemm)
 
@@ -159,16 +171,30 @@ def extend_tables(
     token_s = np.empty(size)
     token_s[:have] = compiled.token_s
     token_s[0] = 0.0
+    linear_s = np.zeros(size)
+    linear_s[:have] = compiled.linear_s
+    head_s = np.zeros(size)
+    head_s[:have] = compiled.head_s
     for n in range(max(have, 1), size):
         token_s[n] = cost._token_time(n, n)
+        qkv, o_proj, mlp, elementwise, allreduce = cost._linear_times(n)
+        linear_s[n] = qkv + o_proj + mlp + elementwise + allreduce
+        head_s[n] = cost._lm_head_time(n)
     extra_s = np.zeros(size)
     if extra_gemm is not None:
         extra_s[:have] = compiled.extra_s
         n_out, k_in = extra_gemm
         for n in range(max(have, 1), size):
             extra_s[n] = cost.gemm_time(n, n_out, k_in)
-    monotone = bool(np.all(np.diff(token_s) >= 0.0)) and compiled.cpu_per_token_s >= 0.0
-    return compiled._replace(token_s=token_s, extra_s=extra_s, monotone=monotone)
+    return compiled._replace(
+        token_s=token_s,
+        linear_s=linear_s,
+        head_s=head_s,
+        extra_s=extra_s,
+        linear_floor_s=np.minimum.accumulate(linear_s[::-1])[::-1].copy(),
+        head_floor_s=np.minimum.accumulate(head_s[::-1])[::-1].copy(),
+        overhead_rises=compiled.cpu_per_token_s >= 0.0,
+    )
 
 
 @numba.njit(cache=True)
@@ -282,6 +308,31 @@ def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, 
     pairs."""
     factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
     return scaled_verify_seconds(c, requests, tokens, kv_tokens, pairs, factor)
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_step_seconds(
+    c: CompiledCost,
+    requests: int,
+    tokens: int,
+    sampled: int,
+    prefill_attention_s: float,
+    decode_tokens: int,
+    decode_kv_tokens: int,
+    decode_pairs: float,
+    factor: float,
+) -> float:
+    """:meth:`CostModel.time_stats` of a batch given by its stats: ``tokens`` in all (``sampled``
+    of them sampled) over ``requests`` requests, one layer's prefill attention already priced
+    (``prefill_attention_s``), and its decode entries' attention sums (with their
+    :func:`attention_factor`)."""
+    gpu = (
+        (c.linear_s[tokens] + c.head_s[sampled])
+        + c.layers * prefill_attention_s
+        + c.layers
+        * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)
+    )
+    return step_seconds(c, gpu, requests, tokens)
 
 
 @numba.njit(cache=True, inline="always")

@@ -37,6 +37,7 @@ from cbsim.decode_run import DecodeRun, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import KVCache
+from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
 from cbsim.request import Request, Status
@@ -129,10 +130,12 @@ class Simulation:
         workload = build_workload(scenario, source)
         self.closed: ClosedLoopWorkload | None = None
         self.specs: RequestSpecs | None = None
+        self.workload_warnings: list[str] = []
         if isinstance(workload, ClosedLoopWorkload):
             self.closed = workload
         else:
             self.specs = workload
+            self.workload_warnings = list(workload.warnings)
         self.env = simpy.Environment()
         self.replicas = [
             Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()), self.env)
@@ -303,6 +306,13 @@ class Simulation:
             return
         if closed.duration_s is not None and sent > closed.duration_s:
             return
+        if index >= REQUESTS.high:
+            raise CbsimError(
+                f"the closed loop has sent {index:,} requests by t = {sent:.6g} s; a run's "
+                f"requests {REQUESTS.violation(index + 1)}: give num_requests or a shorter "
+                "duration_s",
+                field="workload.duration_s",
+            )
         self._check_progress(sent)
         prompt, output = closed.lengths[index]
         req = Request(index, sent, prompt, output, sent_s=sent, client=client)
@@ -415,6 +425,7 @@ class Simulation:
                         )
                     else:
                         sched.apply_decode_run(run, on_finish, first_row, replica.last_row)
+                    sched.forget_running_tokens()
                     deliveries = None
                     if streams:
                         ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
@@ -425,10 +436,12 @@ class Simulation:
                     self._release(deliveries, first_row)
                     continue
             batch = sched.next_batch(start)
+            sched.forget_running_tokens()
             if not batch.requests:
                 if sched.has_work:
                     # every running request was preempted: the queue is admissible again
                     batch = sched.next_batch(start)
+                    sched.forget_running_tokens()
                     if not batch.requests:
                         raise RuntimeError(f"replica {index} has work but formed no batch")
                 else:
@@ -440,6 +453,7 @@ class Simulation:
                 duration = cost.time_stats(batch.stats)
             else:
                 duration = spec.plan(batch, sched, index) + cost.time_stats(batch.stats)
+                sched.forget_running_tokens()  # drafts' KV may have preempted requests
             kv_used = sched.kv.used_blocks
             end = start + duration
             yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
@@ -448,6 +462,7 @@ class Simulation:
                 spec.verify(batch, index)
             row = recorder.rows
             emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
+            sched.forget_running_tokens()
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None
             record(index, start, duration, batch, emitted, kv_used, waiting, delivered)
             replica.last_row = row

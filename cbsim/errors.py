@@ -8,6 +8,9 @@ exceptions with tracebacks.
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from typing import IO, Any
 
 import click
@@ -16,27 +19,73 @@ import click
 class CbsimError(Exception):
     """A problem with user input, stated as ``source: field: reason``."""
 
-    def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+    def __init__(self, message: str, source: str | None = None, field: str | None = None):
         self.message = message
         self.source = source
         self.field = field
-        super().__init__(self.__str__())
+        # args rebuild the same error: SimPy re-raises a process's failure as type(e)(*e.args),
+        # and pickling (sweep workers) does the same
+        super().__init__(message, source, field)
 
     def __str__(self) -> str:
         parts = [p for p in (self.source, self.field) if p]
         return ": ".join([*parts, self.message])
 
     def located(self, source: str | None = None, field: str | None = None) -> CbsimError:
-        """The same error with a source file and/or an outer field path added."""
+        """The same error with a source file and/or an outer field path added.
+
+        An error in another file that ``source`` refers to (a trace, a profile, a model config)
+        keeps that file and its own field inside the message, after the outer file and field:
+        ``scenario.yaml: cluster.engine: profile.json: not valid JSON``."""
+        if self.source and source and self.source != source:
+            return CbsimError(str(self), source=source, field=field)
         new_field = self.field
         if field:
             new_field = f"{field}.{self.field}" if self.field else field
         return CbsimError(self.message, source=self.source or source, field=new_field)
 
 
-def unknown_name(kind: str, name: str, known: list[str] | tuple[str, ...]) -> CbsimError:
-    """Error for a name missing from a catalog or registry, listing the valid names."""
-    return CbsimError(f"unknown {kind} {name!r}; known: {', '.join(sorted(known))}")
+def unknown_name(kind: str, name: str, known: Iterable[str]) -> CbsimError:
+    """Error for a name missing from a catalog or registry, listing the valid names and, when one
+    is close, suggesting it: ``unknown gpu 'h100'; known: ...; did you mean 'h100-sxm'?``."""
+    names = sorted(known)
+    hint = did_you_mean(name, names)
+    return CbsimError(f"unknown {kind} {name!r}; known: {', '.join(names)}{hint}")
+
+
+def canonical_name(name: str, known: Iterable[str]) -> str | None:
+    """The catalog spelling of ``name`` compared without case (``H100-SXM`` -> ``h100-sxm``)."""
+    folded = name.casefold()
+    return next((k for k in known if k.casefold() == folded), None)
+
+
+def _squashed(name: str) -> str:
+    """A name without case and punctuation: ``Llama3-8B`` and ``llama-3-8b`` both ``llama38b``."""
+    return re.sub(r"[^0-9a-z]", "", name.casefold())
+
+
+def close_names(name: str, known: Iterable[str], limit: int = 3) -> list[str]:
+    """Catalog names ``name`` was probably meant to be, best first: those with the same letters
+    and digits (``llama3-8b`` for ``llama-3-8b``) or that it begins (``h100`` for ``h100-sxm``),
+    else difflib's close matches."""
+    names = list(known)
+    squashed = _squashed(name)
+    if not squashed:
+        return []
+    same = [k for k in names if _squashed(k) == squashed]
+    prefixed = [k for k in names if _squashed(k).startswith(squashed) and k not in same]
+    if same or prefixed:
+        return [*same, *prefixed][:limit]
+    lowered = {k.casefold(): k for k in names}
+    return [lowered[k] for k in difflib.get_close_matches(name.casefold(), lowered, n=limit)]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``; did you mean 'x'?`` (or ``'x' or 'y'``) for the close names, else an empty string."""
+    close = close_names(name, known, limit=2)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
 class UserError(click.ClickException):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cbsim.errors import CbsimError, unknown_name
+from cbsim.errors import CbsimError, canonical_name, unknown_name
 
 GiB = 2**30
 GB = 10**9
@@ -219,8 +219,12 @@ GPU_NAMES: tuple[str, ...] = tuple(_CATALOG)
 
 
 def get_gpu(name: str) -> GPU:
-    """The catalog GPU called ``name``; :class:`CbsimError` listing the known names otherwise."""
-    try:
-        return _CATALOG[name]
-    except KeyError:
-        raise unknown_name("gpu", name, GPU_NAMES) from None
+    """The catalog GPU called ``name`` (compared without case: ``H100-SXM`` is ``h100-sxm``);
+    :class:`CbsimError` listing the known names, and the close ones, otherwise."""
+    gpu = _CATALOG.get(name)
+    if gpu is not None:
+        return gpu
+    canonical = canonical_name(name, GPU_NAMES)
+    if canonical is None:
+        raise unknown_name("gpu", name, GPU_NAMES)
+    return _CATALOG[canonical]

@@ -24,19 +24,41 @@ follow common serving benchmarks (vLLM, Vidur):
   ``span_s`` is the time a window covers: its width, except the last window, which ends with the
   run; rates (``output_tokens_per_s``) and time averages are over that span, so the last window
   reads what happened in it, not a false drop from dividing part of a window by all of it.
+
+Streaming (:meth:`Recorder.stream`, ``simulate(..., stream_to=PATH)``): instead of holding every
+iteration row until the end, the recorder writes its iteration columns to a parquet file, one row
+group each time it holds :data:`STREAM_ROWS` rows (after a whole decode run, so a group may be a
+little larger), and keeps of every row only what the end needs: its delivery time (the iteration's
+end, or the front end's delivery), its count of tokens one step after their previous one, and with
+several replicas its replica (12 or 20 bytes a row), from which the inter-token latency and the
+requests' client times are computed exactly as for a held run. The timeseries' per-window sums
+(:class:`WindowSums`) and the summary's iteration figures (:class:`IterationTotals`) are added up a
+row group at a time. So the requests frame and every summary figure equal the held run's, except
+``draft_time_s``, ``target_time_s`` and ``busy_fraction``: sums of per-row seconds, added group by
+group, they may differ by float rounding. With one replica the timeseries is equal bit for bit
+(the same additions in the same order) and the file holds exactly the held ``iterations`` frame.
+With several, the held frame is sorted by (start, replica) as a whole, a streamed file only within
+each row group (sorting the file by ``start_s``, then ``replica``, stably, gives the held frame),
+and the timeseries, whose sums follow the row order, may differ by float rounding.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
+from cbsim.errors import CbsimError
 from cbsim.kvcache import KVCache
+from cbsim.limits import WINDOWS
 from cbsim.request import Request
 from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
@@ -66,6 +88,12 @@ TIMESERIES_COLUMNS = [
 PERCENTILES = (50, 90, 99)
 CHUNK_ROWS = 1 << 18  # rows a column-wise step takes at a time, to keep temporaries small
 
+STREAM_ROWS = 1 << 17
+"""Iteration rows a streaming recorder holds before it writes them as one parquet row group (a
+decode run's rows are written together, so a group may be a little larger). The parquet writer
+buffers a group's encoded columns, about its raw size (131,072 rows × 18 columns: 18 MiB), so
+larger groups cost memory for no gain. A module constant that tests may lower."""
+
 # iteration columns that are the same for every row, unless the run speculates
 _CONSTANT_UNLESS_SPECULATIVE = (
     "verify_tokens", "drafted_tokens", "accepted_tokens", "kv_blocks_total", "mean_k", "k_min",
@@ -74,7 +102,11 @@ _CONSTANT_UNLESS_SPECULATIVE = (
 
 
 class Recorder:
-    """Collects iterations as they run and requests at the end."""
+    """Collects iterations as they run and requests at the end.
+
+    Held (the default), every iteration row stays in memory until :meth:`finish` turns the columns
+    into the ``iterations`` frame. Streaming (:meth:`stream`), the rows are written to parquet as
+    they accumulate (see the module docstring)."""
 
     def __init__(self, scenario: Scenario, replicas: int, kv: KVCache) -> None:
         self.scenario = scenario
@@ -89,7 +121,7 @@ class Recorder:
         self._emitted = array("q")
         self._kv_used = array("q")
         self._waiting = array("q")
-        self._gap_tokens = array("q")
+        self._gap_tokens = array("i")  # per row: tokens one step after their previous one
         self._delivered = array("d")  # front-end delivery times, only when the front end streams
         self.itl: dict[str, float] = {}
         # speculative columns, filled only when the scenario speculates (no decode runs then)
@@ -106,6 +138,27 @@ class Recorder:
         self.iterations = pd.DataFrame(columns=ITERATION_COLUMNS)
         self.end_s = 0.0
         self.preemptions = 0
+        # rows before _offset are no longer in the columns above (streamed, or handed to the
+        # iterations frame); ``_replica``, ``_gap_tokens`` and ``_delivered`` keep every row
+        self._offset = 0
+        self._stream: IterationStream | None = None
+        self._ends = array("d")  # streamed rows' ends, when the front end does not stream
+
+    def stream(self, path: str | Path, window_s: float) -> None:
+        """Write the iterations to a parquet file at ``path`` as they run, a row group per
+        :data:`STREAM_ROWS` rows, instead of holding them; ``window_s``: the timeseries window
+        their per-window sums are kept for."""
+        self._stream = IterationStream(Path(path), window_s)
+
+    @property
+    def iterations_path(self) -> Path | None:
+        """The parquet file the iterations are streamed to (None: held)."""
+        return None if self._stream is None else self._stream.path
+
+    @property
+    def streamed(self) -> IterationStream | None:
+        """What streaming kept of the iterations written (None: held)."""
+        return self._stream
 
     def record_iteration(
         self,
@@ -133,6 +186,8 @@ class Recorder:
             self._delivered.extend(delivered)
         if self.speculative:
             self._record_speculation(batch)
+        if self._stream is not None and len(self._start) >= STREAM_ROWS:
+            self._flush()
 
     def _record_speculation(self, batch: Batch) -> None:
         ks = batch.ks or []
@@ -150,7 +205,7 @@ class Recorder:
     @property
     def rows(self) -> int:
         """Iterations recorded so far (the row the next one gets)."""
-        return len(self._start)
+        return self._offset + len(self._start)
 
     def record_decode_run(
         self, replica: int, run: DecodeRun, waiting: int, delivered: list[float] | None = None
@@ -181,6 +236,8 @@ class Recorder:
         self._gap_tokens[len(self._gap_tokens) - n] -= run.paused_at_start
         if delivered is not None:
             self._delivered.extend(delivered)
+        if self._stream is not None and len(self._start) >= STREAM_ROWS:
+            self._flush()
 
     def _take(self, name: str, dtype: type) -> np.ndarray:
         """A recorded column as a numpy view (no copy); the recorder lets go of it."""
@@ -189,12 +246,42 @@ class Recorder:
         column: np.ndarray = np.frombuffer(values, dtype=dtype)
         return column
 
+    def _held(self, name: str, dtype: type) -> np.ndarray:
+        """A copy of the rows still held of a column that keeps every row (``_replica``,
+        ``_delivered``): a view would stop the column from growing."""
+        column: np.ndarray = np.frombuffer(getattr(self, name), dtype=dtype)[self._offset :]
+        return column.copy()
+
+    def _flush(self) -> None:
+        """Streaming: write the rows held as one row group, add them into the stream's sums and
+        let them go (all but what :meth:`finish` needs of every row)."""
+        assert self._stream is not None
+        n = len(self._start)
+        starts = self._take("_start", np.float64)
+        durations = self._take("_duration", np.float64)
+        if len(self._delivered):
+            delivered = self._held("_delivered", np.float64)
+        else:
+            delivered = starts + durations
+            self._ends.frombytes(delivered.tobytes())
+        several = self.num_replicas > 1
+        replica = self._held("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
+        columns = self._iteration_columns(n, replica, starts, durations, delivered)
+        del replica, starts, durations, delivered
+        if several:
+            _in_canonical_order(columns, self.speculative)
+        self._stream.write(columns)
+        self._offset += n
+
     def finish(self, requests: RequestTable, end_s: float, replicas: Sequence[Any]) -> None:
         """Build the requests and iterations DataFrames and the inter-token latency. The recorded
         columns become the iterations' columns as they are (not copies): nothing is recorded
-        after this."""
+        after this. Streaming, the last rows are written and ``iterations`` is an empty frame."""
         self.end_s = end_s
         self.preemptions = sum(r.scheduler.preemptions for r in replicas)
+        if self._stream is not None:
+            self._finish_stream(requests, replicas)
+            return
         n = len(self._start)
         take = self._take
         several = self.num_replicas > 1
@@ -203,17 +290,70 @@ class Recorder:
         durations = take("_duration", np.float64)
         delivered = take("_delivered", np.float64) if streamed else starts + durations
         replica = take("_replica", np.int64) if several else np.zeros(n, dtype=np.int64)
+        self._offset = n
+        self._finish_requests(requests, replicas, delivered, replica if several else None, streamed)
+        columns = self._iteration_columns(n, replica, starts, durations, delivered)
+        if n:
+            self.end_s = max(self.end_s, _max_end(starts, durations))
+        if several:  # canonical order: by start time, then replica
+            del replica, starts, durations, delivered  # each original freed as it is reordered
+            _in_canonical_order(columns, self.speculative)
+        self.iterations = pd.DataFrame(columns, copy=False)
+
+    def _finish_stream(self, requests: RequestTable, replicas: Sequence[Any]) -> None:
+        """:meth:`finish` when streaming: the last row group, then the ITL and requests from the
+        delivery times, replicas and gapped tokens kept of every row."""
+        assert self._stream is not None
+        if len(self._start):
+            self._flush()
+        empty = self._iteration_columns(
+            0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), np.zeros(0)
+        )
+        self._stream.close(empty)
+        several = self.num_replicas > 1
+        streamed = len(self._delivered) > 0
+        delivered = self._take("_delivered" if streamed else "_ends", np.float64)
+        replica = self._take("_replica", np.int64) if several else None
+        self._finish_requests(requests, replicas, delivered, replica, streamed)
+        self.iterations = pd.DataFrame(empty, copy=False)
+        if self._stream.sums.max_end_s is not None:
+            self.end_s = max(self.end_s, self._stream.sums.max_end_s)
+
+    def _finish_requests(
+        self,
+        requests: RequestTable,
+        replicas: Sequence[Any],
+        delivered: np.ndarray,
+        replica: np.ndarray | None,
+        client_times: bool,
+    ) -> None:
+        """The inter-token latency (which consumes the schedulers' gap logs) and the requests
+        frame, from every row's delivery time (``replica``: every row's, None with one replica;
+        ``client_times``: the delivery times are the front end's, which the requests' client
+        times are read from)."""
         logs = [r.scheduler.gap_pairs for r in replicas]
         for r in replicas:  # consumed (and freed) by the ITL
-            r.scheduler.gap_pairs = array("q")
+            r.scheduler.gap_pairs = array(r.scheduler.gap_pairs.typecode)
         self.itl = inter_token_latency(
             delivered,
-            replica if several else None,
-            take("_gap_tokens", np.int64),
+            replica,
+            self._take("_gap_tokens", np.int32),
             logs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
-        self.requests = requests.frame(delivered if streamed else None)
+        self.requests = requests.frame(delivered if client_times else None)
+
+    def _iteration_columns(
+        self,
+        n: int,
+        replica: np.ndarray,
+        starts: np.ndarray,
+        durations: np.ndarray,
+        delivered: np.ndarray,
+    ) -> dict[str, np.ndarray]:
+        """The iterations frame's columns for the ``n`` rows held, in recording order, taken
+        from the recorder (``replica``, ``starts``, ``durations``, ``delivered``: those rows')."""
+        take = self._take
 
         def spec_column(name: str, dtype: type) -> np.ndarray:
             if not self.speculative:  # zeros the system backs with memory only when written
@@ -228,7 +368,7 @@ class Recorder:
             del decoding, k_sum
         else:  # no decoding requests counted: 0.0 throughout
             mean_k = np.zeros(n)
-        columns = {
+        return {
             "replica": replica,
             "start_s": starts,
             "duration_s": durations,
@@ -248,16 +388,98 @@ class Recorder:
             "draft_s": spec_column("_draft_s", np.float64),
             "delivered_s": delivered,
         }
-        if n:
-            self.end_s = max(self.end_s, _max_end(starts, durations))
-        if several:  # canonical order: by start time, then replica
-            order = np.lexsort((replica, starts))
-            del replica, starts, durations, delivered, mean_k
-            unordered = ("kv_blocks_total",) if self.speculative else _CONSTANT_UNLESS_SPECULATIVE
-            for name, column in columns.items():  # one at a time: each original freed as it goes
-                if name not in unordered:
-                    columns[name] = column[order]
-        self.iterations = pd.DataFrame(columns, copy=False)
+
+
+def _in_canonical_order(columns: dict[str, np.ndarray], speculative: bool) -> None:
+    """Reorder iteration columns by start time, then replica, in place: one column at a time,
+    so that each original can be freed as it goes (when nothing else holds it)."""
+    order = np.lexsort((columns["replica"], columns["start_s"]))
+    unordered = ("kv_blocks_total",) if speculative else _CONSTANT_UNLESS_SPECULATIVE
+    for name, column in columns.items():
+        if name not in unordered:
+            columns[name] = column[order]
+
+
+@dataclass
+class IterationTotals:
+    """The summary's figures over every iteration row, added up a chunk of rows at a time."""
+
+    rows: int = 0
+    busy_s: float = 0.0  # Σ duration
+    draft_s: float = 0.0
+    batch_sum: int = 0
+    max_batch: int = 0
+    kv_blocks_total: int = 0  # the first row's (0: no rows)
+
+    @classmethod
+    def of(cls, iterations: pd.DataFrame) -> IterationTotals:
+        """The totals of a whole iterations frame."""
+        totals = cls()
+        names = ("duration_s", "draft_s", "batch_size", "kv_blocks_total")
+        totals.add({name: iterations[name].to_numpy() for name in names})
+        return totals
+
+    def add(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Add iteration rows (at least ``duration_s``, ``draft_s``, ``batch_size`` and
+        ``kv_blocks_total``)."""
+        n = len(columns["duration_s"])
+        if n == 0:
+            return
+        if self.rows == 0:
+            self.kv_blocks_total = int(columns["kv_blocks_total"][0])
+        self.rows += n
+        self.busy_s += float(columns["duration_s"].sum())
+        self.draft_s += float(columns["draft_s"].sum())
+        batch = columns["batch_size"]
+        self.batch_sum += int(batch.sum())
+        self.max_batch = max(self.max_batch, int(batch.max()))
+
+    @property
+    def mean_batch_size(self) -> float:
+        return self.batch_sum / self.rows if self.rows else 0.0
+
+
+class IterationStream:
+    """Where a streaming recorder's iterations go: a parquet file at ``path``, a row group per
+    :meth:`write`, and what the summary and the timeseries need of the rows written
+    (:attr:`totals`, :attr:`sums`)."""
+
+    def __init__(self, path: Path, window_s: float) -> None:
+        self.path = path
+        self.totals = IterationTotals()
+        self.sums = WindowSums(window_s)
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        """Write iteration rows (the iterations frame's columns) as one row group."""
+        self.totals.add(columns)
+        self.sums.add(columns)
+        table = _arrow_table(columns)
+        if self._writer is None:
+            self._writer = self._open(table.schema)
+        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+
+    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
+        """The parquet writer. Columns are dictionary-encoded but for the times, nearly all
+        distinct (a dictionary only to give it up: about 3x the time to write them)."""
+        dictionary = [name for name in schema.names if name not in _DISTINCT_COLUMNS]
+        return pq.ParquetWriter(self.path, schema, use_dictionary=dictionary)
+
+    def close(self, empty: dict[str, np.ndarray]) -> None:
+        """Finish the file; ``empty``: the columns with no rows (the schema, if none came)."""
+        if self._writer is None:
+            self._writer = self._open(_arrow_table(empty).schema)
+        self._writer.close()
+        self._writer = None
+        pa.default_memory_pool().release_unused()  # the writer's buffers, before the ITL's
+
+
+_DISTINCT_COLUMNS = ("start_s", "duration_s", "delivered_s")
+
+
+def _arrow_table(columns: dict[str, np.ndarray]) -> pa.Table:
+    """Iteration columns as an arrow table, as ``DataFrame.to_parquet`` writes the frame."""
+    return pa.Table.from_pandas(pd.DataFrame(columns, copy=False), preserve_index=False)
 
 
 def requests_frame(
@@ -391,7 +613,8 @@ def inter_token_latency(
         log = gap_pairs.pop()
         while len(log):
             cut = max(0, len(log) - 2 * CHUNK_ROWS)
-            pairs = np.frombuffer(log, dtype=np.int64, offset=8 * cut).reshape(-1, 2)
+            pairs = np.frombuffer(log, dtype=log.typecode, offset=log.itemsize * cut)
+            pairs = pairs.reshape(-1, 2)
             np.subtract(
                 delivered[pairs[:, 0]], delivered[pairs[:, 1]], out=merged[at - len(pairs) : at]
             )
@@ -471,12 +694,16 @@ def summarize(
     preemptions: int,
     itl: dict[str, float] | None = None,
     warnings: Sequence[str] = (),
+    totals: IterationTotals | None = None,
 ) -> dict[str, Any]:
     """The run's key figures (JSON-serialisable, deterministic for a scenario and seed).
 
     ``warnings`` (joined into one string, empty when none) says where the run's settings or load
     make its figures doubtful: a token budget that can never batch a prompt beside running
-    decodes, batches far outside the range the engine's overhead was fitted on."""
+    decodes, batches far outside the range the engine's overhead was fitted on. ``totals``: the
+    iterations' figures when they are not held (streaming), or already added up."""
+    if totals is None:
+        totals = IterationTotals.of(iterations)
     status = requests["status"]
     finished = (status == "finished").to_numpy()
 
@@ -491,7 +718,7 @@ def summarize(
         makespan = math.nan
     output_tokens = int(done("output_tokens").sum())
     good = int(meets_slo(requests, scenario).sum())
-    busy = float(iterations["duration_s"].sum())
+    busy = totals.busy_s
     summary: dict[str, Any] = {
         "name": scenario.name,
         "seed": scenario.seed,
@@ -522,7 +749,7 @@ def summarize(
     spec_steps = int(requests["spec_steps"].sum())
     decode_steps = int(requests["decode_steps"].sum())
     rejections = int(requests["rejected_steps"].sum())
-    draft_s = float(iterations["draft_s"].sum())
+    draft_s = totals.draft_s
     summary.update(
         {
             # marginal: accepted / drafted (vLLM's draft_acceptance_rate)
@@ -539,142 +766,207 @@ def summarize(
             "draft_time_s": draft_s,
             "target_time_s": busy - draft_s,
             "preemptions": preemptions,
-            "iterations": len(iterations),
-            "mean_batch_size": float(iterations["batch_size"].mean()) if len(iterations) else 0.0,
+            "iterations": totals.rows,
+            "mean_batch_size": totals.mean_batch_size,
             "busy_fraction": busy / (makespan * scenario.cluster.replicas)
             if completed and makespan > 0
             else math.nan,
-            "kv_blocks_total": int(iterations["kv_blocks_total"].iloc[0]) if len(iterations) else 0,
-            "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else 0,
+            "kv_blocks_total": totals.kv_blocks_total,
+            "max_batch_size": totals.max_batch,
             "warnings": "; ".join(warnings),
         }
     )
     return summary
 
 
-class _Windows:
-    """Per-window sums of per-iteration values (:meth:`run`), a chunk of iterations at a time.
+# per-window sums of the timeseries: integrated over time, or summed by the window an iteration
+# starts or ends in (name -> iteration column)
+_INTEGRANDS = ("busy", "batch", "kv_frac", "k_weight", "waiting")
+_AT_START = {"drafted": "drafted_tokens", "accepted": "accepted_tokens"}
+_AT_END = {"emitted": "emitted_tokens"}
+# the iteration columns the timeseries reads
+_WINDOW_COLUMNS = (
+    "start_s", "duration_s", "batch_size", "kv_blocks_used", "kv_blocks_total", "mean_k",
+    "waiting", "drafted_tokens", "accepted_tokens", "emitted_tokens",
+)  # fmt: skip
+
+
+def _integrands(columns: Mapping[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
+    """The values integrated over time, as floats, at some rows."""
+
+    def column(name: str) -> np.ndarray:
+        values: np.ndarray = columns[name][rows].astype(float)
+        return values
+
+    kv_used, kv_total = column("kv_blocks_used"), column("kv_blocks_total")
+    return {
+        "busy": np.ones(len(columns["start_s"][rows])),
+        "batch": column("batch_size"),
+        "kv_frac": kv_used / np.maximum(kv_total, 1.0),
+        "k_weight": column("mean_k"),
+        "waiting": column("waiting"),
+    }
+
+
+class WindowSums:
+    """Per-window sums of per-iteration values for the timeseries, fed the iterations a chunk at a
+    time (:meth:`add`) and read once the number of windows is known (:meth:`result`).
 
     Values are added to their windows with ``np.add.at`` in row order: the same additions, in the
     same order, as one ``np.bincount`` over every row (so the same floats), without temporaries
-    the length of the run. An integral splits each iteration's duration across the windows it
-    overlaps (most lie within one; the rest, few, are split exactly)."""
+    the length of the run; the windows grow as later rows reach them. An integral splits each
+    iteration's duration across the windows it overlaps: most lie within one; the few that do not
+    are kept aside and split exactly at the end, added apart (as before chunking)."""
 
-    def __init__(self, start: np.ndarray, duration: np.ndarray, window_s: float, windows: int):
-        self.start, self.duration = start, duration
-        self.window_s, self.windows = window_s, windows
-        self.sums: dict[str, np.ndarray] = {}
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        names = (*_INTEGRANDS, *_AT_START, *_AT_END)
+        self.sums: dict[str, np.ndarray] = {name: np.zeros(0) for name in names}
+        self.max_end_s: float | None = None  # the latest iteration end (None: no iterations)
+        self._crossing: list[dict[str, np.ndarray]] = []  # start, duration and integrands
 
-    def bins(self, times: np.ndarray) -> np.ndarray:
-        return np.minimum((times // self.window_s).astype(np.int64), self.windows - 1)
+    @classmethod
+    def of(cls, iterations: pd.DataFrame, window_s: float) -> WindowSums:
+        """The sums over a whole iterations frame."""
+        sums = cls(window_s)
+        sums.add({name: iterations[name].to_numpy() for name in _WINDOW_COLUMNS})
+        return sums
 
-    def run(
-        self,
-        integrands: dict[str, Callable[[Any], np.ndarray]],
-        at_start: dict[str, Callable[[Any], np.ndarray]],
-        at_end: dict[str, Callable[[Any], np.ndarray]],
-    ) -> None:
-        """Integrate each of ``integrands`` (functions of a slice or an array of rows) over time,
-        and sum each of ``at_start`` (``at_end``) by the window its iterations start (end) in."""
+    def _bins(self, times: np.ndarray) -> np.ndarray:
+        return (times // self.window_s).astype(np.int64)
+
+    def add(self, columns: Mapping[str, np.ndarray]) -> None:
+        """Add iteration rows (the columns of :data:`_WINDOW_COLUMNS`, later rows than any
+        added before) a chunk of :data:`CHUNK_ROWS` at a time."""
+        for begin in range(0, len(columns["start_s"]), CHUNK_ROWS):
+            self._add_chunk(columns, slice(begin, begin + CHUNK_ROWS))
+
+    def _add_chunk(self, columns: Mapping[str, np.ndarray], rows: slice) -> None:
+        start = np.asarray(columns["start_s"][rows], dtype=float)
+        duration = np.asarray(columns["duration_s"][rows], dtype=float)
+        end = start + duration
+        first, last = self._bins(start), self._bins(end)
+        self._grow(int(last.max()) + 1)
+        latest = float(end.max())
+        self.max_end_s = latest if self.max_end_s is None else max(self.max_end_s, latest)
         sums = self.sums
-        for name in (*integrands, *at_start, *at_end):
-            sums[name] = np.zeros(self.windows)
-        crossing_parts = []
-        for begin in range(0, len(self.start), CHUNK_ROWS):
-            rows = slice(begin, begin + CHUNK_ROWS)
-            start, duration = self.start[rows], self.duration[rows]
-            first = self.bins(start)
-            last = self.bins(start + duration)
-            inside = first == last
-            crossing_parts.append(begin + np.flatnonzero(~inside))
-            for name, values in integrands.items():
-                np.add.at(sums[name], first[inside], values(rows)[inside] * duration[inside])
-            for name, values in at_start.items():
-                np.add.at(sums[name], first, values(rows))
-            for name, values in at_end.items():
-                np.add.at(sums[name], last, values(rows))
-        crossing = np.concatenate(crossing_parts) if crossing_parts else np.zeros(0, np.int64)
-        if len(crossing):
-            pieces, cols, secs = self._pieces(crossing)
-            for name, values in integrands.items():  # added apart, as before chunking
-                sums[name] = sums[name] + np.bincount(
-                    cols, weights=values(pieces) * secs, minlength=self.windows
-                )
+        inside = first == last
+        integrands = _integrands(columns, rows)
+        for name, values in integrands.items():
+            np.add.at(sums[name], first[inside], values[inside] * duration[inside])
+        for name, column in _AT_START.items():
+            np.add.at(sums[name], first, columns[column][rows].astype(float))
+        for name, column in _AT_END.items():
+            np.add.at(sums[name], last, columns[column][rows].astype(float))
+        crossing = ~inside
+        if crossing.any():
+            kept = {"start": start[crossing], "duration": duration[crossing]}
+            self._crossing.append(kept | {k: v[crossing] for k, v in integrands.items()})
 
-    def _pieces(self, crossing: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(iteration, window, seconds in it) of the iterations spanning several windows."""
-        window_s, windows = self.window_s, self.windows
-        start = self.start[crossing]
-        end = start + self.duration[crossing]
-        first, last = self.bins(start), self.bins(end)
-        pieces: list[tuple[int, int, float]] = []
-        for i, row in enumerate(crossing.tolist()):
-            for w in range(int(first[i]), int(last[i]) + 1):
-                lo = max(float(start[i]), w * window_s)
-                hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
-                if hi > lo:
-                    pieces.append((row, w, hi - lo))
-        rows = np.array([p[0] for p in pieces], dtype=np.int64)
-        cols = np.array([p[1] for p in pieces], dtype=np.int64)
-        secs = np.array([p[2] for p in pieces], dtype=np.float64)
-        return rows, cols, secs
+    def _grow(self, windows: int) -> None:
+        for name, values in self.sums.items():
+            if len(values) < windows:
+                self.sums[name] = np.concatenate([values, np.zeros(windows - len(values))])
+
+    def result(self, windows: int) -> dict[str, np.ndarray]:
+        """The sums over ``windows`` windows (at least as many as the rows reached)."""
+        out = {name: _fit(values, windows) for name, values in self.sums.items()}
+        if not self._crossing:
+            return out
+        crossing = {
+            key: np.concatenate([part[key] for part in self._crossing]) for key in self._crossing[0]
+        }
+        pieces, cols, secs = _pieces(
+            crossing["start"], crossing["duration"], self.window_s, windows
+        )
+        for name in _INTEGRANDS:  # added apart, as before chunking
+            out[name] = out[name] + np.bincount(
+                cols, weights=crossing[name][pieces] * secs, minlength=windows
+            )
+        return out
+
+
+def _fit(values: np.ndarray, windows: int) -> np.ndarray:
+    """Per-window sums over exactly ``windows`` windows: zeros after those reached; a window past
+    the last (where floor division rounded an end up) folded into the last."""
+    if len(values) <= windows:
+        return np.concatenate([values, np.zeros(windows - len(values))])
+    fitted = values[:windows].copy()
+    fitted[-1] += values[windows:].sum()
+    return fitted
+
+
+def _pieces(
+    start: np.ndarray, duration: np.ndarray, window_s: float, windows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iteration, window, seconds in it) of iterations spanning several windows."""
+    end = start + duration
+    first = np.minimum((start // window_s).astype(np.int64), windows - 1)
+    last = np.minimum((end // window_s).astype(np.int64), windows - 1)
+    pieces: list[tuple[int, int, float]] = []
+    for i in range(len(start)):
+        for w in range(int(first[i]), int(last[i]) + 1):
+            lo = max(float(start[i]), w * window_s)
+            hi = min(float(end[i]), (w + 1) * window_s) if w < windows - 1 else float(end[i])
+            if hi > lo:
+                pieces.append((i, w, hi - lo))
+    rows = np.array([p[0] for p in pieces], dtype=np.int64)
+    cols = np.array([p[1] for p in pieces], dtype=np.int64)
+    secs = np.array([p[2] for p in pieces], dtype=np.float64)
+    return rows, cols, secs
+
+
+def _window_count(end_s: float, window_s: float) -> int:
+    """Windows covering ``[0, end_s]``; more than the limit is an error (before allocating)."""
+    windows = end_s / window_s + 1
+    if not WINDOWS.contains(windows):
+        raise CbsimError(
+            f"the run lasted {end_s:.6g} s: {windows:.3g} windows of {window_s:g} s; the "
+            f"timeseries {WINDOWS.violation(windows)}: raise the window",
+            field="output.timeseries_window_s",
+        )
+    return int(end_s // window_s) + 1
 
 
 def timeseries(
-    requests: pd.DataFrame, iterations: pd.DataFrame, window_s: float, replicas: int
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame,
+    window_s: float,
+    replicas: int,
+    sums: WindowSums | None = None,
 ) -> pd.DataFrame:
-    """Fixed-window aggregates over the run (see the module docstring for definitions)."""
-    start = iterations["start_s"].to_numpy(dtype=float)
-    duration = iterations["duration_s"].to_numpy(dtype=float)
+    """Fixed-window aggregates over the run (see the module docstring for definitions).
+
+    ``sums``: the iterations' :class:`WindowSums` when they are not held (streaming)."""
+    if sums is None:
+        sums = WindowSums.of(iterations, window_s)
     ends = [0.0]
-    if len(iterations):
-        ends.append(_max_end(start, duration))
+    if sums.max_end_s is not None:
+        ends.append(sums.max_end_s)
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
-    windows = int(max(ends) // window_s) + 1
+    windows = _window_count(max(ends), window_s)
     span = _window_spans(max(ends), window_s, windows)
 
-    def bins(times: np.ndarray) -> np.ndarray:
-        return np.minimum((times // window_s).astype(np.int64), windows - 1)
+    def total(times: np.ndarray) -> np.ndarray:
+        bins = np.minimum((times // window_s).astype(np.int64), windows - 1)
+        return np.bincount(bins, minlength=windows)[:windows]
 
-    def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        return np.bincount(bins(times), weights=weights, minlength=windows)[:windows]
-
-    def column(name: str) -> Callable[[Any], np.ndarray]:
-        """A column's values at some rows, as floats."""
-        values = iterations[name].to_numpy()
-        return lambda rows: values[rows].astype(float)
-
-    kv_used = iterations["kv_blocks_used"].to_numpy()
-    kv_total = iterations["kv_blocks_total"].to_numpy()
-    sums = _Windows(start, duration, window_s, windows)
-    sums.run(
-        integrands={  # Σ value × time spent in each window
-            "busy": lambda rows: np.ones(len(start[rows])),
-            "batch": column("batch_size"),
-            "kv_frac": lambda rows: (
-                kv_used[rows].astype(float) / np.maximum(kv_total[rows].astype(float), 1.0)
-            ),
-            "k_weight": column("mean_k"),
-            "waiting": column("waiting"),
-        },
-        at_start={"drafted": column("drafted_tokens"), "accepted": column("accepted_tokens")},
-        at_end={"emitted": column("emitted_tokens")},
-    )
-    busy, drafted, accepted = sums.sums["busy"], sums.sums["drafted"], sums.sums["accepted"]
+    by_window = sums.result(windows)
+    busy, drafted, accepted = by_window["busy"], by_window["drafted"], by_window["accepted"]
     finished = requests["finish_s"].to_numpy(dtype=float)
     finished = finished[~np.isnan(finished)]
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
                 "t_s": np.arange(windows) * window_s,
-                "output_tokens_per_s": sums.sums["emitted"] / span,
+                "output_tokens_per_s": by_window["emitted"] / span,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": sums.sums["waiting"] / span,
-                "kv_utilization": sums.sums["kv_frac"] / (span * replicas),
-                "batch_size": np.where(busy > 0, sums.sums["batch"] / busy, 0.0),
-                "mean_k": np.where(busy > 0, sums.sums["k_weight"] / busy, 0.0),
+                "waiting": by_window["waiting"] / span,
+                "kv_utilization": by_window["kv_frac"] / (span * replicas),
+                "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
+                "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
                 "span_s": span,
             }

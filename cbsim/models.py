@@ -17,13 +17,21 @@ Face ``config.json`` of each checkpoint; :func:`get_model` also accepts a path t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cbsim.errors import CbsimError, unknown_name
+from cbsim.documents import parse_json, read_text_file
+from cbsim.errors import CbsimError, canonical_name, unknown_name
+from cbsim.limits import (
+    MODEL_HEADS,
+    MODEL_LAYERS,
+    MODEL_WIDTH,
+    TOKENS,
+    VOCABULARY,
+    Limit,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,17 +215,96 @@ _REQUIRED_KEYS = (
     "vocab_size",
 )
 
+# The range of each dimension read from a config.json (see cbsim.limits for the reasons).
+_KEY_LIMITS: dict[str, Limit] = {
+    "num_hidden_layers": MODEL_LAYERS,
+    "hidden_size": MODEL_WIDTH,
+    "num_attention_heads": MODEL_HEADS,
+    "num_key_value_heads": MODEL_HEADS,
+    "intermediate_size": MODEL_WIDTH,
+    "head_dim": MODEL_WIDTH,
+    "vocab_size": VOCABULARY,
+    "max_position_embeddings": TOKENS,
+}
+
 # model_type values whose architecture puts a bias on q/k/v even without attention_bias.
 _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # model_type values whose attention normalises each query and key head (RMSNorm) before rotary.
 _QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
 
+# The dense decoder-only architectures a ModelShape describes exactly (Llama family: Mistral and
+# Qwen2/Qwen3 differ only by the q/k/v bias and the q/k norm read above).
+DENSE_ARCHITECTURES = frozenset(
+    {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+)
+DENSE_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+# Keys whose presence (with more than one expert) marks a mixture-of-experts config.
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+_MOE_MARKERS = ("moe", "mixtral", "deepseek", "dbrx", "jamba", "arctic", "grok", "olmoe", "phimoe")
+MOE_UNSUPPORTED = (
+    "mixture-of-experts models are not supported yet (cbsim models dense transformers only: "
+    f"{', '.join(sorted(DENSE_ARCHITECTURES))})"
+)
+
 
 def _int_key(config: Mapping[str, Any], key: str) -> int:
     value = config[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CbsimError(f"must be a positive integer, got {value!r}", field=key)
+        raise CbsimError(f"must be a positive integer, got {_shown(value)}", field=key)
+    limit = _KEY_LIMITS.get(key)
+    problem = limit.violation(value) if limit is not None else None
+    if problem is not None:
+        raise CbsimError(problem, field=key)
     return value
+
+
+def _shown(value: Any) -> str:
+    """A config value as quoted in an error message (long values cut)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_moe_name(name: str) -> bool:
+    return any(marker in name.casefold() for marker in _MOE_MARKERS)
+
+
+def check_architecture(config: Mapping[str, Any]) -> None:
+    """Refuse a config that is not one of the dense architectures :class:`ModelShape` describes:
+    a mixture-of-experts config (Mixtral's ``num_local_experts``, ``MixtralForCausalLM``, a
+    ``*_moe`` model type) with a message saying MoE is not supported yet, any other unknown
+    ``architectures`` or ``model_type`` with the known ones. A config naming neither is read as
+    a Llama-family model."""
+    for key in _EXPERT_KEYS:
+        experts = config.get(key)
+        if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1:
+            raise CbsimError(f"{MOE_UNSUPPORTED}; this config has {experts} experts", field=key)
+    architectures = config.get("architectures")
+    if architectures is not None:
+        if not isinstance(architectures, list) or not all(
+            isinstance(a, str) for a in architectures
+        ):
+            raise CbsimError(
+                f"must be a list of architecture names, got {_shown(architectures)}",
+                field="architectures",
+            )
+        for name in architectures:
+            if name not in DENSE_ARCHITECTURES:
+                reason = MOE_UNSUPPORTED if _is_moe_name(name) else "unsupported architecture"
+                raise CbsimError(
+                    f"{name!r}: {reason}; known: {', '.join(sorted(DENSE_ARCHITECTURES))}",
+                    field="architectures",
+                )
+    model_type = config.get("model_type")
+    if model_type is not None and model_type not in DENSE_MODEL_TYPES:
+        reason = (
+            MOE_UNSUPPORTED
+            if isinstance(model_type, str) and _is_moe_name(model_type)
+            else "unsupported model type"
+        )
+        raise CbsimError(
+            f"{_shown(model_type)}: {reason}; known: {', '.join(sorted(DENSE_MODEL_TYPES))}",
+            field="model_type",
+        )
 
 
 def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
@@ -227,8 +314,9 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
     ``intermediate_size``, ``vocab_size``. ``num_key_value_heads`` defaults to the number of
     attention heads, ``head_dim`` to ``hidden_size // num_attention_heads``,
     ``tie_word_embeddings`` to False and ``max_position_embeddings`` to 4096. A multimodal config
-    whose text model sits under ``text_config`` is read from there. Raises :class:`CbsimError`
-    naming the offending key.
+    whose text model sits under ``text_config`` is read from there. Only dense Llama-family
+    architectures are accepted (see :func:`check_architecture`); every dimension must lie within
+    its :mod:`cbsim.limits` range. Raises :class:`CbsimError` naming the offending key.
     """
     if not isinstance(config, Mapping):
         raise CbsimError(f"expected a JSON object, got {type(config).__name__}")
@@ -240,6 +328,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
             )
         except CbsimError as err:
             raise err.located(field="text_config") from None
+    check_architecture(config)
     for key in _REQUIRED_KEYS:
         if key not in config:
             raise CbsimError("missing required key", field=key)
@@ -268,20 +357,31 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
     qkv_bias = bool(config.get("attention_bias", False)) or (
         config.get("model_type") in _QKV_BIAS_MODEL_TYPES
     )
-    return ModelShape(
-        name=name,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=head_dim,
-        intermediate_size=inter,
-        vocab_size=vocab,
-        tie_word_embeddings=bool(tied) if tied is not None else False,
-        max_position_embeddings=max_pos,
-        qkv_bias=qkv_bias,
-        qk_norm=config.get("model_type") in _QK_NORM_MODEL_TYPES,
-    )
+    try:
+        return ModelShape(
+            name=name,
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=inter,
+            vocab_size=vocab,
+            tie_word_embeddings=bool(tied) if tied is not None else False,
+            max_position_embeddings=max_pos,
+            qkv_bias=qkv_bias,
+            qk_norm=config.get("model_type") in _QK_NORM_MODEL_TYPES,
+        )
+    except CbsimError as err:  # name the config's key, not the ModelShape attribute
+        raise CbsimError(err.message, field=_CONFIG_KEYS.get(err.field or "", err.field)) from None
+
+
+# ModelShape attribute -> the config.json key it is read from.
+_CONFIG_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+}
 
 
 def _load_config_file(path: Path) -> ModelShape:
@@ -289,17 +389,10 @@ def _load_config_file(path: Path) -> ModelShape:
         path = path / "config.json"
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CbsimError("model config file not found", source=source) from None
-    except OSError as err:
-        raise CbsimError(f"cannot read model config: {err.strerror}", source=source) from None
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CbsimError(
-            f"invalid JSON at line {err.lineno} column {err.colno}: {err.msg}", source=source
-        ) from None
+        text = read_text_file(path, what="model config")
+        config = parse_json(text, source)
+    except CbsimError as err:
+        raise err.located(source=source) from None
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     try:
         return model_from_hf_config(config, name)
@@ -310,13 +403,16 @@ def _load_config_file(path: Path) -> ModelShape:
 def get_model(name_or_path: str) -> ModelShape:
     """A catalog model by name, or the model described by a Hugging Face ``config.json``.
 
-    A catalog name wins over a same-named file. Otherwise a string ending in ``.json``, or naming
+    A catalog name (compared without case) wins over a same-named file. Otherwise a string ending in ``.json``, or naming
     an existing file or directory (read as ``DIR/config.json``), is loaded as a config. Anything
     else raises :class:`CbsimError` listing the catalog names.
     """
     model = _CATALOG.get(name_or_path)
     if model is not None:
         return model
+    canonical = canonical_name(name_or_path, MODEL_NAMES)
+    if canonical is not None:
+        return _CATALOG[canonical]
     path = Path(name_or_path).expanduser()
     if name_or_path.endswith(".json") or path.exists():
         return _load_config_file(path)

@@ -1,19 +1,28 @@
 """Results of a run: DataFrames, a summary, and writing them to disk atomically.
 
 ``requests``, ``iterations`` and ``timeseries`` are pandas DataFrames (columns in
-:mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures; ``no_spec_summary``, when the run was compared with
-speculation off (:func:`cbsim.simulate.compare_no_spec`), is that baseline's summary.
-:meth:`Results.write` stores them as parquet plus ``summary.json`` (and ``summary_no_spec.json``)
-and the resolved ``scenario.yaml`` in a folder of kind
+:mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures; ``no_spec_summary``, when the
+run was compared with speculation off (:func:`cbsim.simulate.compare_no_spec`), is that
+baseline's summary. :meth:`Results.write` stores them as parquet plus ``summary.json`` (and
+``summary_no_spec.json``) and the resolved ``scenario.yaml`` in a folder of kind
 :data:`RUN_RESULT` (see :mod:`cbsim.outputs`): staged beside the target and renamed into place, so
 a killed run never leaves a half-written result, and an existing folder is replaced only when it
 is an earlier run result that holds nothing but what cbsim wrote.
+
+A streamed run (``simulate(..., stream_to=PATH)``, ``cbsim run --stream``) holds no iterations:
+``iterations`` is an empty frame with the columns, ``iterations_path`` the parquet file written
+during the run, and :meth:`Results.load_iterations` reads it. :meth:`Results.write` links (or
+copies) that file into the result directory; once written, the run's own file is removed and
+``iterations_path`` points at the written one.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +82,38 @@ class Results:
     summary: dict[str, Any]
     run_info: dict[str, Any] = field(default_factory=dict)
     no_spec_summary: dict[str, Any] | None = None
+    iterations_path: Path | None = None  # streamed: the iterations' parquet file
+    _path_written: bool = field(default=False, repr=False, compare=False)
+
+    def load_iterations(self) -> pd.DataFrame:
+        """The iterations: the frame held, or a streamed run's file read."""
+        if self.iterations_path is None:
+            return self.iterations
+        return pd.read_parquet(self.iterations_path)
+
+    def _write_iterations(self, path: Path) -> None:
+        """The iterations into ``path``: the frame, or a streamed run's file. The run's own file
+        is hard-linked (copied across file systems), so that it stays whole if the write fails;
+        one an earlier write put in a result directory is copied."""
+        if self.iterations_path is None:
+            self.iterations.to_parquet(path, index=False)
+            return
+        if not self._path_written:
+            with suppress(OSError):
+                os.link(self.iterations_path, path)
+                return
+        shutil.copyfile(self.iterations_path, path)
+
+    def _written_iterations(self, target: Path) -> None:
+        """After a write into ``target``: a streamed run's own file (not an earlier result's)
+        removed, and ``iterations_path`` pointed at the written one."""
+        if self.iterations_path is None:
+            return
+        written = (target / "iterations.parquet").resolve()
+        if not self._path_written and self.iterations_path.resolve() != written:
+            self.iterations_path.unlink(missing_ok=True)
+        self.iterations_path = written
+        self._path_written = True
 
     def write(self, directory: str | Path) -> Path:
         """Write all results into the folder ``directory`` atomically and return its path.
@@ -80,18 +121,22 @@ class Results:
         An existing ``directory`` is replaced only if it is empty or an earlier run result holding
         nothing but what cbsim wrote; anything else raises :class:`~cbsim.errors.CbsimError`.
         """
-        return outputs.replace_folder(Path(directory), RUN_RESULT, self.write_files)
+        target = outputs.replace_folder(Path(directory), RUN_RESULT, self.write_files)
+        self._written_iterations(target)
+        return target
 
     def write_new(self, parent: str | Path, name: str) -> Path:
         """Write all results into a new folder ``parent/name`` (``name-2``, ... if taken), which
         appears complete or not at all; return its path."""
-        return outputs.publish_new_folder(Path(parent), name, RUN_RESULT, self.write_files)
+        target = outputs.publish_new_folder(Path(parent), name, RUN_RESULT, self.write_files)
+        self._written_iterations(target)
+        return target
 
     def write_files(self, folder: Path) -> None:
         """Write the result files into the existing folder ``folder`` (not atomically: writers
         stage a folder this fills, see :mod:`cbsim.outputs`)."""
         self.requests.to_parquet(folder / "requests.parquet", index=False)
-        self.iterations.to_parquet(folder / "iterations.parquet", index=False)
+        self._write_iterations(folder / "iterations.parquet")
         self.timeseries.to_parquet(folder / "timeseries.parquet", index=False)
         _write_summary(folder / "summary.json", self.summary)
         if self.no_spec_summary is not None:

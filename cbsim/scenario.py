@@ -16,21 +16,40 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-import yaml
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
     ValidationError,
     field_validator,
     model_validator,
 )
 
+from cbsim.documents import parse_yaml, read_text_file
 from cbsim.errors import CbsimError
+from cbsim.limits import (
+    TOTAL_GPUS,
+    BatchSize,
+    BlockSize,
+    ClientCount,
+    Concentration,
+    Divergence,
+    GammaCv,
+    LognormalSigma,
+    NotBool,
+    Rate,
+    ReplicaCount,
+    RequestCount,
+    Seconds,
+    Seed,
+    StepCount,
+    TimeOffset,
+    TimeScale,
+    TokenCount,
+    TokenMean,
+    WindowSeconds,
+)
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -59,15 +78,15 @@ class PoissonArrival(StrictModel):
     """Exponential inter-arrival times at ``rate`` requests per second."""
 
     kind: Literal["poisson"] = "poisson"
-    rate: PositiveFloat
+    rate: Rate
 
 
 class GammaArrival(StrictModel):
     """Gamma inter-arrival times: ``rate`` per second, coefficient of variation ``cv`` (1 = Poisson)."""
 
     kind: Literal["gamma"]
-    rate: PositiveFloat
-    cv: PositiveFloat = 1.0
+    rate: Rate
+    cv: GammaCv = 1.0
 
 
 class OfflineArrival(StrictModel):
@@ -80,9 +99,6 @@ class TraceArrival(StrictModel):
     """Arrival times replayed from ``workload.trace``."""
 
     kind: Literal["trace"]
-
-
-MAX_CLIENTS = 1_000_000
 
 
 class ClosedLoopArrival(StrictModel):
@@ -100,10 +116,10 @@ class ClosedLoopArrival(StrictModel):
     ``clients`` stream), which also lets clients drift apart."""
 
     kind: Literal["closed_loop"]
-    concurrency: Annotated[int, Field(ge=1, le=MAX_CLIENTS)]
-    think_time_s: Annotated[float, Field(ge=0.0)] = 0.0
+    concurrency: ClientCount
+    think_time_s: TimeOffset = 0.0
     think_time: Literal["fixed", "exponential"] = "fixed"
-    ramp_s: Annotated[float, Field(ge=0.0)] = 0.0
+    ramp_s: TimeOffset = 0.0
 
 
 Arrival = Annotated[
@@ -115,15 +131,15 @@ Arrival = Annotated[
 
 class FixedLength(StrictModel):
     kind: Literal["fixed"]
-    value: PositiveInt
+    value: TokenCount
 
 
 class UniformLength(StrictModel):
     """Integers drawn uniformly from [low, high], both inclusive."""
 
     kind: Literal["uniform"]
-    low: PositiveInt
-    high: PositiveInt
+    low: TokenCount
+    high: TokenCount
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLength:
@@ -136,10 +152,10 @@ class LognormalLength(StrictModel):
     """Lognormal lengths with arithmetic ``mean`` and log-space ``sigma``, clipped to [min, max]."""
 
     kind: Literal["lognormal"]
-    mean: PositiveFloat
-    sigma: PositiveFloat
-    min: PositiveInt = 1
-    max: PositiveInt | None = None
+    mean: TokenMean
+    sigma: LognormalSigma
+    min: TokenCount = 1
+    max: TokenCount | None = None
 
     @model_validator(mode="after")
     def _ordered(self) -> LognormalLength:
@@ -168,9 +184,9 @@ class TraceReplay(StrictModel):
     """Replay a real request log: its arrival times (scaled) and its prompt/output lengths."""
 
     path: str
-    time_scale: PositiveFloat | None = None
-    rate_scale: PositiveFloat | None = None
-    start_s: float = Field(default=0.0, ge=0.0)
+    time_scale: TimeScale | None = None
+    rate_scale: TimeScale | None = None
+    start_s: TimeOffset = 0.0
 
     @model_validator(mode="after")
     def _one_scale(self) -> TraceReplay:
@@ -189,8 +205,8 @@ class TraceReplay(StrictModel):
 class Workload(StrictModel):
     """What arrives: a synthetic process, a replayed trace, or trace lengths with synthetic arrivals."""
 
-    num_requests: PositiveInt | None = None
-    duration_s: PositiveFloat | None = None
+    num_requests: RequestCount | None = None
+    duration_s: Seconds | None = None
     arrival: Arrival | None = None
     prompt_tokens: Length | None = None
     output_tokens: Length | None = None
@@ -237,15 +253,15 @@ class Cluster(StrictModel):
 
     model: str = "llama-3-8b"
     gpu: str = "h100-sxm"
-    tp: PositiveInt = 1
+    tp: Annotated[int, NotBool, Field(ge=1)] = 1
     dtype: DType = "bf16"
     kv_dtype: KvDType | None = None
-    replicas: PositiveInt = 1
+    replicas: ReplicaCount = 1
     router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
     engine: str = "vllm"
     calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
-    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
-    max_model_len: PositiveInt | None = None
+    gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9
+    max_model_len: TokenCount | None = None
 
     @field_validator("tp")
     @classmethod
@@ -257,24 +273,34 @@ class Cluster(StrictModel):
     @field_validator("gpu")
     @classmethod
     def _known_gpu(cls, gpu: str) -> str:
+        """The catalog spelling of the GPU (names compare without case)."""
         from cbsim.hardware import get_gpu
 
         try:
-            get_gpu(gpu)
+            return get_gpu(gpu).name
         except CbsimError as err:
             raise ValueError(err.message) from None
-        return gpu
 
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str) -> str:
-        from cbsim.models import get_model
+        """The catalog spelling of a catalog model (names compare without case); a config.json
+        path as given, once it reads as a supported model (errors name the key in the file)."""
+        from cbsim.models import MODEL_NAMES, get_model
 
         try:
-            get_model(model)
+            shape = get_model(model)
         except CbsimError as err:
-            raise ValueError(err.message) from None
-        return model
+            raise ValueError(str(err)) from None
+        return shape.name if shape.name in MODEL_NAMES else model
+
+    @field_validator("engine")
+    @classmethod
+    def _engine_spelling(cls, engine: str) -> str:
+        """A shipped engine's name in its own spelling (``vLLM`` is ``vllm``); paths as given."""
+        from cbsim.cost.engine_profile import canonical_engine
+
+        return canonical_engine(engine)
 
     @property
     def effective_kv_dtype(self) -> KvDType:
@@ -298,11 +324,11 @@ class Scheduler(StrictModel):
     """
 
     kind: Literal["static", "orca", "vllm", "sarathi"] = "vllm"
-    max_batch_size: PositiveInt = 256
-    max_batched_tokens: PositiveInt = 8192
-    block_size: PositiveInt = 16
-    chunk_size: PositiveInt = 512
-    watermark: float = Field(default=0.01, ge=0.0, lt=1.0)
+    max_batch_size: BatchSize = 256
+    max_batched_tokens: TokenCount = 8192
+    block_size: BlockSize = 16
+    chunk_size: TokenCount = 512
+    watermark: Annotated[float, NotBool, Field(ge=0.0, lt=1.0)] = 0.01
 
 
 # --------------------------------------------------------------------------- speculative
@@ -339,8 +365,8 @@ Proposer = Annotated[
 ]
 
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-DraftLength = Annotated[int, Field(ge=1, le=32)]
+Probability = Annotated[float, NotBool, Field(ge=0.0, le=1.0)]
+DraftLength = Annotated[int, NotBool, Field(ge=1, le=32)]
 
 
 class IidAcceptance(StrictModel):
@@ -364,9 +390,9 @@ class PerRequestAcceptance(StrictModel):
     drifts by ``drift_per_1k_tokens`` for every thousand tokens of output (clamped to [0, 1])."""
 
     kind: Literal["per_request"]
-    mean: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.7
-    concentration: PositiveFloat = 10.0
-    drift_per_1k_tokens: float = Field(default=0.0, ge=-1.0, le=1.0)
+    mean: Annotated[float, NotBool, Field(gt=0.0, lt=1.0)] = 0.7
+    concentration: Concentration = 10.0
+    drift_per_1k_tokens: Annotated[float, NotBool, Field(ge=-1.0, le=1.0)] = 0.0
 
 
 class TraceAcceptance(StrictModel):
@@ -382,8 +408,8 @@ class TokenLevelAcceptance(StrictModel):
     from a seeded process whose ``divergence`` sets how far the draft is from the target."""
 
     kind: Literal["token_level"]
-    vocab_size: Annotated[int, Field(ge=2, le=100_000)] = 1000
-    divergence: Annotated[float, Field(ge=0.0)] = 0.15  # α ≈ 0.70 at vocab 1000
+    vocab_size: Annotated[int, NotBool, Field(ge=2, le=100_000)] = 1000
+    divergence: Divergence = 0.15  # α ≈ 0.70 at vocab 1000
 
 
 Acceptance = Annotated[
@@ -432,8 +458,8 @@ class EwmaLookaheadPolicy(StrictModel):
     initial: DraftLength = 5
     k_min: DraftLength = 2
     k_max: DraftLength = 12
-    alpha: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2
-    cooldown_steps: PositiveInt = 4
+    alpha: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.2
+    cooldown_steps: StepCount = 4
 
     @model_validator(mode="after")
     def _ordered(self) -> EwmaLookaheadPolicy:
@@ -463,7 +489,7 @@ class BatchTablePolicy(StrictModel):
     off; batch sizes outside every range use k = 0."""
 
     kind: Literal["batch_table"]
-    table: list[tuple[PositiveInt, PositiveInt, Annotated[int, Field(ge=0, le=32)]]] = Field(
+    table: list[tuple[BatchSize, BatchSize, Annotated[int, Field(ge=0, le=32)]]] = Field(
         default_factory=lambda: [(1, 8, 4), (9, 32, 2), (33, 100_000, 0)], min_length=1
     )
 
@@ -516,15 +542,15 @@ class Speculative(StrictModel):
 class Slo(StrictModel):
     """Latency targets a request must meet to count towards goodput."""
 
-    ttft_s: PositiveFloat | None = 2.0
-    tpot_s: PositiveFloat | None = 0.1
-    e2e_s: PositiveFloat | None = None
+    ttft_s: Seconds | None = 2.0
+    tpot_s: Seconds | None = 0.1
+    e2e_s: Seconds | None = None
 
 
 class Output(StrictModel):
     """How results are summarised: the width of the timeseries windows."""
 
-    timeseries_window_s: PositiveFloat = 10.0
+    timeseries_window_s: WindowSeconds = 10.0
 
 
 class Scenario(StrictModel):
@@ -537,14 +563,14 @@ class Scenario(StrictModel):
     """
 
     name: str = "scenario"
-    seed: NonNegativeInt = 0
+    seed: Seed = 0
     workload: Workload
     cluster: Cluster = Field(default_factory=Cluster)
     scheduler: Scheduler = Field(default_factory=Scheduler)
     speculative: Speculative = Field(default_factory=Speculative)
     slo: Slo = Field(default_factory=Slo)
     output: Output = Field(default_factory=Output)
-    horizon_s: PositiveFloat | None = None
+    horizon_s: Seconds | None = None
     fast_forward: bool = True
 
     @field_validator("name")
@@ -621,6 +647,10 @@ def _error_from_validation(err: ValidationError, source: str | None) -> CbsimErr
         message = "missing key 'kind' (it picks which variant this is)"
     elif first["type"] == "literal_error" and loc and loc[-1] in ("kind", "router", "dtype"):
         message = f"unknown {loc[-1]} {first.get('input')!r}; known: {ctx.get('expected')}"
+    elif first["type"] == "int_parsing_size" or (
+        first["type"] == "float_type" and isinstance(first.get("input"), int)
+    ):
+        message = "number too large to be a physical quantity here"
     more = len(err.errors()) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"
@@ -633,9 +663,11 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise CbsimError(f"override {text!r} is not of the form dotted.key=value", field="--set")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+        value = parse_yaml(raw, None) if raw.strip() else ""
+    except CbsimError as err:
+        if not err.message.startswith("invalid YAML"):
+            raise CbsimError(err.message, field=f"--set {key.strip()}") from None
+        value = raw  # not YAML: the text itself
     return key.strip(), value
 
 
@@ -660,21 +692,10 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> dict[
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """The mapping at the top of a YAML file, or a located error."""
+    """The mapping at the top of a YAML file, or a located error (see :mod:`cbsim.documents`:
+    UTF-8 only, no duplicate keys, bounded nesting and alias expansion)."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CbsimError("file not found", source=source) from None
-    except OSError as err:
-        raise CbsimError(f"cannot read file: {err.strerror}", source=source) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise CbsimError(f"invalid YAML{where}: {problem}", source=source) from None
+    data = parse_yaml(read_text_file(path), source)
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -840,6 +861,14 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     cluster = scenario.cluster
     gpu = get_gpu(cluster.gpu)
     model = get_model(cluster.model)
+    total_gpus = cluster.replicas * cluster.tp
+    if not TOTAL_GPUS.contains(total_gpus):
+        raise CbsimError(
+            f"{cluster.replicas:,} replicas of tp={cluster.tp} are {total_gpus:,} GPUs; GPUs in "
+            f"total {TOTAL_GPUS.violation(total_gpus)}",
+            source=source,
+            field="cluster.replicas",
+        )
     if cluster.tp > gpu.gpus_per_node:
         raise CbsimError(
             f"tp {cluster.tp} exceeds the {gpu.gpus_per_node} GPUs of one {gpu.name} node",
@@ -859,6 +888,9 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         )
     if not math.isfinite(scenario.workload.duration_s or 0.0):
         raise CbsimError("must be finite", source=source, field="workload.duration_s")
+    from cbsim.workload import check_workload_size
+
+    check_workload_size(scenario, source)
 
 
 def _check_calibration(cluster: Cluster, source: str | None) -> None:

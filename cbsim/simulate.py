@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from cbsim.engine import ProgressCallback, Simulation
-from cbsim.metrics import summarize, timeseries
+from cbsim.errors import CbsimError
+from cbsim.metrics import IterationTotals, summarize, timeseries
 from cbsim.results import Results
 from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
-from cbsim.workload import ClosedLoopWorkload, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
 
 def simulate(
@@ -22,8 +23,14 @@ def simulate(
     *,
     progress: ProgressCallback | None = None,
     source: str | None = None,
+    stream_to: str | Path | None = None,
 ) -> Results:
-    """Simulate a scenario (a :class:`Scenario`, a YAML path or a mapping) and return its results."""
+    """Simulate a scenario (a :class:`Scenario`, a YAML path or a mapping) and return its results.
+
+    ``stream_to``: a parquet file the iterations are written to as they run, a row group per
+    :data:`~cbsim.metrics.STREAM_ROWS` rows, instead of being held (see :mod:`cbsim.metrics`):
+    ``results.iterations`` is then an empty frame, ``results.iterations_path`` the file and
+    :meth:`Results.load_iterations` reads it."""
     if not isinstance(scenario, Scenario):
         if isinstance(scenario, str | Path):
             source = str(scenario)
@@ -31,20 +38,35 @@ def simulate(
     scenario = apply_engine_defaults(scenario)
     wall_start = time.perf_counter()
     simulation = Simulation(scenario, source=source, progress=progress)
+    window_s = scenario.output.timeseries_window_s
+    if stream_to is not None:
+        simulation.recorder.stream(stream_to, window_s)
     recorder = simulation.run()
     wall = time.perf_counter() - wall_start
     requests = recorder.requests
     iterations = recorder.iterations
-    warnings = run_warnings(scenario, simulation, iterations)
+    streamed = recorder.streamed
+    totals = IterationTotals.of(iterations) if streamed is None else streamed.totals
+    warnings = run_warnings(scenario, simulation, totals.max_batch)
     info = run_info(simulation, wall, recorder.end_s)
+    if streamed is not None:
+        info["streamed"] = True
     del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
+    try:
+        series = timeseries(
+            requests,
+            iterations,
+            window_s,
+            scenario.cluster.replicas,
+            sums=None if streamed is None else streamed.sums,
+        )
+    except CbsimError as err:  # too many windows for how long the run lasted
+        raise err.located(source=source) from None
     return Results(
         scenario=scenario,
         requests=requests,
         iterations=iterations,
-        timeseries=timeseries(
-            requests, iterations, scenario.output.timeseries_window_s, scenario.cluster.replicas
-        ),
+        timeseries=series,
         summary=summarize(
             requests,
             iterations,
@@ -52,8 +74,10 @@ def simulate(
             recorder.preemptions,
             itl=recorder.itl,
             warnings=warnings,
+            totals=totals,
         ),
         run_info=info,
+        iterations_path=recorder.iterations_path,
     )
 
 
@@ -67,26 +91,34 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     return info
 
 
-def run_warnings(scenario: Scenario, simulation: Simulation, iterations: pd.DataFrame) -> list[str]:
+def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> list[str]:
     """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
-    batches far beyond what the engine's overhead was fitted on."""
-    warnings = scheduler_warnings(scenario.scheduler, simulation.prompt_lengths())
-    max_batch = int(iterations["batch_size"].max()) if len(iterations) else 0
+    batches (the largest: ``max_batch``) far beyond what the engine's overhead was fitted on,
+    doubts about a replayed trace's times."""
+    warnings = [
+        *simulation.workload_warnings,
+        *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
+    ]
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
         warnings.append(outside)
     return warnings
 
 
-def scenario_warnings(scenario: Scenario, source: str | None = None) -> list[str]:
-    """The scheduler warnings of a scenario before it runs (closed loop: its first requests)."""
-    workload = build_workload(scenario, source)
+def scenario_warnings(
+    scenario: Scenario,
+    source: str | None = None,
+    workload: RequestSpecs | ClosedLoopWorkload | None = None,
+) -> list[str]:
+    """The warnings of a scenario before it runs: doubts about a replayed trace's times and the
+    scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
+    if workload is None:
+        workload = build_workload(scenario, source)
     if isinstance(workload, ClosedLoopWorkload):
         count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-    else:
-        prompts = workload.prompt_tokens
-    return scheduler_warnings(scenario.scheduler, prompts)
+        return scheduler_warnings(scenario.scheduler, prompts)
+    return [*workload.warnings, *scheduler_warnings(scenario.scheduler, workload.prompt_tokens)]
 
 
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:
@@ -97,13 +129,20 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     ``time_saved_s`` is the decode time speculation saved over all requests (Σ (finish − first
     token) without minus with), the seeds' "time saved" measured rather than assumed.
     The same figures are added to ``results.summary``, and the baseline's own summary is kept as
-    ``results.no_spec_summary`` (written beside the result as ``summary_no_spec.json``).
+    ``results.no_spec_summary`` (written beside the result as ``summary_no_spec.json``). When
+    ``results`` streamed its iterations, so does the baseline, to a temporary file beside them
+    (only its requests and summary are read).
     """
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
     data = results.scenario.to_dict()
     data["speculative"]["enabled"] = False
-    baseline = simulate(load_scenario(data), source=source)
+    if results.iterations_path is None:
+        baseline = simulate(load_scenario(data), source=source)
+    else:
+        with tempfile.TemporaryDirectory(dir=results.iterations_path.parent) as tmp:
+            stream_to = Path(tmp) / "iterations.parquet"
+            baseline = simulate(load_scenario(data), source=source, stream_to=stream_to)
     spec, base = results.summary, baseline.summary
 
     def ratio(numerator: float, denominator: float) -> float:

@@ -65,7 +65,6 @@ import pandas as pd
 from pydantic import (
     BaseModel,
     ConfigDict,
-    NonNegativeInt,
     PrivateAttr,
     ValidationError,
     field_validator,
@@ -73,6 +72,7 @@ from pydantic import (
 
 from cbsim import outputs
 from cbsim.errors import CbsimError, UserError
+from cbsim.limits import SWEEP_POINTS, Seed
 from cbsim.parent_watch import exit_with_parent
 from cbsim.results import RESULT_FILES, Results
 from cbsim.scenario import (
@@ -146,7 +146,7 @@ class Sweep(BaseModel):
     base: str | dict[str, Any]
     grid: dict[str, list[Any]] = {}
     points: list[dict[str, Any]] = []
-    seeds: list[NonNegativeInt] | None = None
+    seeds: list[Seed] | None = None
 
     _source: Path | None = PrivateAttr(default=None)
 
@@ -202,6 +202,11 @@ class Sweep(BaseModel):
             raise ValueError(f"seeds repeat: {repeated}")
         return seeds
 
+    def size(self) -> int:
+        """Points it runs (override mappings times seeds), counted without forming the grid."""
+        grid = math.prod(len(v) for v in self.grid.values()) if self.grid else 0
+        return max(grid + len(self.points), 1) * len(self.seeds or [0])
+
     @property
     def source(self) -> Path | None:
         """The sweep file this came from (None for a mapping)."""
@@ -250,6 +255,13 @@ def load_sweep(sweep: str | Path | Mapping[str, Any]) -> Sweep:
         model = Sweep.model_validate(data)
     except ValidationError as err:
         raise _error_from_validation(err, str(path) if path is not None else None) from None
+    size = model.size()
+    if not SWEEP_POINTS.contains(size):
+        raise CbsimError(
+            f"the sweep has {size:,} points; a sweep {SWEEP_POINTS.violation(size)}",
+            source=str(path) if path is not None else None,
+            field="grid" if model.grid else "points",
+        )
     model._source = path
     return model
 

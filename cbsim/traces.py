@@ -31,11 +31,11 @@ User trace files (``.parquet``, ``.csv``, or ``.jsonl``/``.json`` with one JSON 
 ``.json`` file holding one JSON array of objects also works) are recognised by these column names,
 case-sensitive, the first present one winning:
 
-- arrival: ``arrival_s`` (seconds) | ``timestamp_s`` (seconds) | ``timestamp`` (numbers are
-  milliseconds, as in the Mooncake traces; strings are parsed as date-times) | ``TIMESTAMP``
-  (date-time strings, as in the Azure traces). Optional: a trace with lengths only (such as Vidur's
-  arXiv summarization lengths) gets ``arrival_s`` all NaN and ``attrs["has_arrivals"] = False``,
-  and the workload must supply arrivals itself.
+- arrival: ``arrival_s`` (seconds) | ``timestamp_s`` (seconds) | ``timestamp_ms`` (milliseconds)
+  | ``timestamp`` (strings are parsed as date-times; numbers carry no unit, which is detected: see
+  below) | ``TIMESTAMP`` (date-time strings, as in the Azure traces). Optional: a trace with lengths
+  only (such as Vidur's arXiv summarization lengths) gets ``arrival_s`` all NaN and
+  ``attrs["has_arrivals"] = False``, and the workload must supply arrivals itself.
 - prompt length: ``prompt_tokens`` | ``input_length`` | ``ContextTokens`` | ``num_prefill_tokens``.
 - output length: ``output_tokens`` | ``output_length`` | ``GeneratedTokens`` |
   ``num_decode_tokens``.
@@ -44,9 +44,18 @@ case-sensitive, the first present one winning:
 
 Other columns are ignored; a parquet date-time column under an arrival name is used as is.
 Arrivals are shifted so the first request arrives at 0 s, and requests are sorted by arrival
-(stably, so ties keep the file's order). Token counts must be positive integers and arrivals
-non-negative and present; an error names the first bad row, counting data rows from 1 (a CSV
-header is not a row).
+(stably, so ties keep the file's order; a file out of time order gets a warning). Token counts
+must be positive integers up to :data:`cbsim.limits.TOKENS`, arrivals non-negative and present, a
+trace at most :data:`cbsim.limits.REQUESTS` rows long and its span at most a year; an error names
+the first bad row, counting data rows from 1 (a CSV header is not a row).
+
+Units of a numeric ``timestamp``: since-the-epoch values say their unit by their size (about
+1.7e9 is seconds, 1.7e12 milliseconds, 1.7e15 microseconds, 1.7e18 nanoseconds); relative values
+are milliseconds, as in the Mooncake traces, unless that would put more than
+:data:`PLAUSIBLE_RATE` requests in every second, when they are read as seconds. Either way a
+guess that could be wrong gets a warning (in ``attrs["warnings"]``, which ``cbsim validate`` and
+``cbsim run`` print), as do seconds so sparse they look like milliseconds: name the column
+``timestamp_s`` or ``timestamp_ms`` to say which.
 """
 
 from __future__ import annotations
@@ -65,13 +74,22 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cbsim.errors import CbsimError
+from cbsim.errors import CbsimError, canonical_name, did_you_mean
+from cbsim.limits import REQUESTS, SIMULATED_TIME, TOKENS
 
 __all__ = ["TRACE_NAMES", "load_trace"]
 
 TRACE_NAMES: tuple[str, ...] = ("azure-code-2023", "azure-conv-2023", "mooncake-conversation")
 
-ARRIVAL_COLUMNS: tuple[str, ...] = ("arrival_s", "timestamp_s", "timestamp", "TIMESTAMP")
+ARRIVAL_COLUMNS: tuple[str, ...] = (
+    "arrival_s",
+    "timestamp_s",
+    "timestamp_ms",
+    "timestamp",
+    "TIMESTAMP",
+)
+# Units per second of the numeric arrival columns whose name states it.
+_STATED_UNITS = {"arrival_s": 1.0, "timestamp_s": 1.0, "timestamp_ms": 1000.0}
 PROMPT_COLUMNS: tuple[str, ...] = (
     "prompt_tokens",
     "input_length",
@@ -87,6 +105,16 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
 PREFIX_COLUMNS: tuple[str, ...] = ("prefix_hash_ids", "hash_ids")
 
 _COLUMN_ORDER = ("arrival_s", "prompt_tokens", "output_tokens", "prefix_hash_ids")
+
+PLAUSIBLE_RATE = 1000.0
+"""Requests per second above which a whole trace's mean rate is implausible for one service (the
+Azure traces run at 2.6 and 5.5, Mooncake's at 3.4): a unit read wrongly by 1000."""
+SPARSE_RATE = 1e-3
+"""Requests per second below which a trace in seconds looks like one in milliseconds."""
+MIN_REQUESTS_TO_JUDGE = 10
+"""Fewer requests than this say too little about a trace's rate to judge its unit."""
+# Since-the-epoch magnitudes of today's times in each unit: (at least, units per second, name).
+_EPOCH_UNITS = ((1e17, 1e9, "nanoseconds"), (1e14, 1e6, "microseconds"), (1e11, 1e3, "milliseconds"), (1e8, 1.0, "seconds"))  # fmt: skip
 _SUFFIXES = (".parquet", ".csv", ".jsonl", ".json")
 
 
@@ -126,8 +154,9 @@ def load_trace(
     file and ``"workload.trace.path"``) and prefix every :class:`CbsimError` raised here.
     """
     key = os.fspath(name_or_path)
-    if key in TRACE_NAMES:
-        cached = _load_shipped(key)
+    shipped = key if key in TRACE_NAMES else canonical_name(key, TRACE_NAMES)
+    if shipped is not None and (key in TRACE_NAMES or not Path(key).exists()):
+        cached = _load_shipped(shipped)
         frame = cached.copy()
         frame.attrs = dict(cached.attrs)
         return frame
@@ -136,7 +165,7 @@ def load_trace(
         where = f" (resolved to {path.resolve()})" if not path.is_absolute() else ""
         raise CbsimError(
             f"unknown trace {key!r}: not a shipped trace (shipped: {', '.join(TRACE_NAMES)}) "
-            f"and the path does not exist{where}",
+            f"and the path does not exist{where}{did_you_mean(key, TRACE_NAMES)}",
             source=source,
             field=field,
         )
@@ -209,6 +238,8 @@ def _read_json_lines(path: Path, where: _Where) -> pd.DataFrame:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise where.error(f"is not valid JSON (line {exc.lineno}: {exc.msg})") from exc
+        except RecursionError:
+            raise where.error("is not a trace: its JSON is nested too deeply") from None
         bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
         if bad is not None:
             raise where.error(f"row {bad + 1}: expected a JSON object with the request's fields")
@@ -221,6 +252,8 @@ def _read_json_lines(path: Path, where: _Where) -> pd.DataFrame:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise where.error(f"line {lineno}: not valid JSON ({exc.msg})") from exc
+            except RecursionError:
+                raise where.error(f"line {lineno}: JSON nested too deeply") from None
             if not isinstance(record, dict):
                 raise where.error(f"line {lineno}: expected a JSON object, one request per line")
             records.append(record)
@@ -233,6 +266,8 @@ def _read_json_lines(path: Path, where: _Where) -> pd.DataFrame:
 def _normalize(raw: pd.DataFrame, where: _Where) -> pd.DataFrame:
     if len(raw) == 0:
         raise where.error("contains no requests")
+    if not REQUESTS.contains(len(raw)):
+        raise where.error(f"has {len(raw):,} requests: a trace {REQUESTS.violation(len(raw))}")
     prompt_col = _require(raw, PROMPT_COLUMNS, "prompt-length", where)
     output_col = _require(raw, OUTPUT_COLUMNS, "output-length", where)
     arrival_col = _find(raw, ARRIVAL_COLUMNS)
@@ -248,17 +283,44 @@ def _normalize(raw: pd.DataFrame, where: _Where) -> pd.DataFrame:
         )
 
     has_arrivals = arrival_col is not None
-    columns["arrival_s"] = (
-        _arrival_seconds(raw[arrival_col], arrival_col, where)
-        if arrival_col is not None
-        else np.full(len(raw), np.nan)
-    )
+    warnings: list[str] = []
+    if arrival_col is not None:
+        arrivals = _arrival_seconds(raw[arrival_col], arrival_col, where, warnings)
+        _check_span(arrivals, arrival_col, where)
+        _note_order(arrivals, warnings)
+        columns["arrival_s"] = arrivals
+    else:
+        columns["arrival_s"] = np.full(len(raw), np.nan)
     frame = pd.DataFrame({name: columns[name] for name in _COLUMN_ORDER if name in columns})
     if has_arrivals:
         frame = frame.sort_values("arrival_s", kind="stable", ignore_index=True)
         frame["arrival_s"] -= frame["arrival_s"].iloc[0]
     frame.attrs["has_arrivals"] = has_arrivals
+    frame.attrs["warnings"] = tuple(f"trace file {where.label}: {w}" for w in warnings)
     return frame
+
+
+def _check_span(arrivals: npt.NDArray[np.float64], column: str, where: _Where) -> None:
+    """A trace may span at most a year (a longer one is a unit mistake or not a replay)."""
+    span = float(arrivals.max() - arrivals.min())
+    if span > SIMULATED_TIME.high:
+        raise where.error(
+            f"column {column!r} spans {span / 86_400:,.0f} days; a trace "
+            f"{SIMULATED_TIME.violation(span)}: are its times in milliseconds? (name the column "
+            "timestamp_ms)"
+        )
+
+
+def _note_order(arrivals: npt.NDArray[np.float64], warnings: list[str]) -> None:
+    """Warn when the file is not in time order (it is replayed sorted by arrival)."""
+    earlier = np.flatnonzero(np.diff(arrivals) < 0)
+    if earlier.size:
+        row = int(earlier[0]) + 2
+        warnings.append(
+            f"rows are not in time order (row {row} arrives before row {row - 1}; "
+            f"{earlier.size:,} row{'s' if earlier.size > 1 else ''} arrive before the one "
+            "above); they are replayed sorted by arrival"
+        )
 
 
 def _find(raw: pd.DataFrame, accepted: tuple[str, ...]) -> str | None:
@@ -307,34 +369,97 @@ def _as_numbers(
 
 
 def _token_counts(series: pd.Series[Any], column: str, where: _Where) -> npt.NDArray[np.int64]:
-    what = "a positive integer token count"
+    what = f"a positive integer token count up to {TOKENS.high:,} ({TOKENS.reason})"
     numbers = _as_numbers(series, column, where, what)
-    bad = ~np.isfinite(numbers) | (numbers <= 0) | (numbers != np.floor(numbers))
+    bad = (
+        ~np.isfinite(numbers)
+        | (numbers <= 0)
+        | (numbers != np.floor(numbers))
+        | (numbers > TOKENS.high)
+    )
     row = _first_bad(bad)
     if row is not None:
         raise where.bad_cell(row, column, series.iloc[row - 1], what)
     return numbers.astype(np.int64)
 
 
-def _arrival_seconds(series: pd.Series[Any], column: str, where: _Where) -> npt.NDArray[np.float64]:
-    """Arrival times in seconds (any origin) from the recognised arrival column."""
+def _arrival_seconds(
+    series: pd.Series[Any], column: str, where: _Where, warnings: list[str]
+) -> npt.NDArray[np.float64]:
+    """Arrival times in seconds (any origin) from the recognised arrival column; a doubtful
+    unit adds to ``warnings``."""
     is_datetime = pd.api.types.is_datetime64_any_dtype(series.dtype)
     is_numeric = pd.api.types.is_numeric_dtype(series.dtype) and not is_datetime
     if column == "TIMESTAMP" and is_numeric:
         raise where.error(
             "column 'TIMESTAMP' holds numbers, expected date-time strings as in the Azure traces; "
-            "name a numeric column arrival_s (seconds) or timestamp (milliseconds)"
+            "name a numeric column arrival_s (seconds) or timestamp_ms (milliseconds)"
         )
     if is_datetime or (column in ("timestamp", "TIMESTAMP") and not is_numeric):
         return _datetime_seconds(series, column, where)
-    what = "a non-negative arrival time in " + (
-        "milliseconds" if column == "timestamp" else "seconds"
-    )
+    stated = _STATED_UNITS.get(column)
+    unit = "milliseconds" if stated == 1000.0 else "seconds" if stated else "an unstated unit"
+    what = f"a non-negative arrival time in {unit}"
     numbers = _as_numbers(series, column, where, what)
     row = _first_bad(~np.isfinite(numbers) | (numbers < 0))
     if row is not None:
         raise where.bad_cell(row, column, series.iloc[row - 1], what)
-    return numbers / 1000.0 if column == "timestamp" else numbers
+    if stated is None:
+        stated = _detect_unit(numbers, column, warnings)
+    elif stated == 1.0:
+        _note_sparse_seconds(numbers, column, warnings)
+    seconds: npt.NDArray[np.float64] = numbers / stated
+    return seconds
+
+
+def _mean_rate(times: npt.NDArray[np.float64], units_per_second: float) -> float | None:
+    """Requests per second over the trace's span in that unit; None when too few to judge."""
+    span = float(times.max() - times.min()) / units_per_second
+    if len(times) < MIN_REQUESTS_TO_JUDGE or span <= 0:
+        return None
+    return (len(times) - 1) / span
+
+
+def _detect_unit(numbers: npt.NDArray[np.float64], column: str, warnings: list[str]) -> float:
+    """Units per second of a numeric column that does not name its unit (see the module doc)."""
+    first = float(numbers.min())
+    for magnitude, units_per_second, name in _EPOCH_UNITS:
+        if first >= magnitude:
+            if units_per_second != 1000.0:
+                warnings.append(
+                    f"column {column!r} read as {name} since the epoch (its values are about "
+                    f"{first:.3g}); name the column for its unit to be sure"
+                )
+            return units_per_second
+    as_ms = _mean_rate(numbers, 1000.0)
+    if as_ms is not None and as_ms > PLAUSIBLE_RATE:
+        span = float(numbers.max() - numbers.min())
+        warnings.append(
+            f"column {column!r} read as seconds: as milliseconds (the Mooncake convention) its "
+            f"{len(numbers):,} requests would arrive within {span:,.6g} ms, {as_ms:,.0f} "
+            "requests/s; name the column timestamp_s or timestamp_ms to say which"
+        )
+        return 1.0
+    return 1000.0
+
+
+def _note_sparse_seconds(
+    numbers: npt.NDArray[np.float64], column: str, warnings: list[str]
+) -> None:
+    """Warn when a column in seconds is so sparse (or so large) it looks like milliseconds."""
+    rate = _mean_rate(numbers, 1.0)
+    if float(numbers.min()) >= 1e11:
+        warnings.append(
+            f"column {column!r} holds values of about {float(numbers.min()):.3g}, milliseconds "
+            "since the epoch rather than seconds? name the column timestamp_ms if so"
+        )
+    elif rate is not None and rate < SPARSE_RATE:
+        span = float(numbers.max() - numbers.min())
+        warnings.append(
+            f"column {column!r}: {len(numbers):,} requests over {span / 86_400:,.3g} days "
+            f"({rate:.2g} requests/s) in seconds; are the times milliseconds? name the column "
+            "timestamp_ms if so"
+        )
 
 
 def _datetime_seconds(

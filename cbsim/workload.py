@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from cbsim.errors import CbsimError
+from cbsim.limits import REQUESTS, SIMULATED_TIME, WINDOWS
 from cbsim.rng import stream
 from cbsim.scenario import (
     ClosedLoopArrival,
@@ -46,6 +47,7 @@ class RequestSpecs:
     arrival_s: np.ndarray
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
+    warnings: tuple[str, ...] = ()  # doubts about a replayed trace's times (units, order)
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -142,10 +144,99 @@ def sample_lengths(
     return trace[column].to_numpy(dtype=np.int64)[rows]
 
 
+# --------------------------------------------------------------------------- size checks
+
+
+def expected_span_s(scenario: Scenario) -> float | None:
+    """About how long the arrivals of a synthetic open-loop workload last, before drawing them:
+    ``duration_s``, or ``num_requests / rate`` when that is shorter; None when only the trace or
+    the simulation can tell."""
+    wl = scenario.workload
+    arrival = wl.arrival
+    if not isinstance(arrival, PoissonArrival | GammaArrival):
+        return wl.duration_s if isinstance(arrival, ClosedLoopArrival) else None
+    spans = [wl.duration_s] if wl.duration_s is not None else []
+    if wl.num_requests is not None:
+        spans.append(wl.num_requests / arrival.rate)
+    elif wl.trace is not None and wl.duration_s is None:
+        return None  # as many requests as the trace has rows: known once it is read
+    return min(spans) if spans else None
+
+
+def check_workload_size(scenario: Scenario, source: str | None) -> None:
+    """Before anything is drawn: the arrivals span at most the simulated-time limit, a duration
+    expects at most the request limit, and the timeseries windows stay within their limit."""
+    wl = scenario.workload
+    arrival = wl.arrival
+    if isinstance(arrival, PoissonArrival | GammaArrival):
+        if wl.num_requests is not None and wl.num_requests / arrival.rate > SIMULATED_TIME.high:
+            span = wl.num_requests / arrival.rate
+            raise CbsimError(
+                f"{wl.num_requests:,} requests at {arrival.rate:g} requests/s arrive over about "
+                f"{span:.3g} s; simulated time {SIMULATED_TIME.violation(span)}",
+                source=source,
+                field="workload.arrival.rate",
+            )
+        if wl.num_requests is None and wl.duration_s is not None:
+            expected = arrival.rate * wl.duration_s
+            if expected > REQUESTS.high:
+                raise CbsimError(
+                    f"{arrival.rate:g} requests/s for {wl.duration_s:g} s is about "
+                    f"{expected:.3g} requests; a run's requests {REQUESTS.violation(expected)}",
+                    source=source,
+                    field="workload.duration_s",
+                )
+    expected_span = expected_span_s(scenario)
+    if expected_span is not None:
+        check_windows(scenario, expected_span, source)
+
+
+def check_windows(scenario: Scenario, span_s: float, source: str | None) -> None:
+    """The timeseries of a run lasting ``span_s`` (at most ``horizon_s``) has at most the windows
+    limit of rows."""
+    if scenario.horizon_s is not None:
+        span_s = min(span_s, scenario.horizon_s)
+    window = scenario.output.timeseries_window_s
+    windows = span_s / window + 1
+    if windows > WINDOWS.high:
+        raise CbsimError(
+            f"{span_s:.3g} s of traffic in windows of {window:g} s is {windows:.3g} windows; "
+            f"the timeseries {WINDOWS.violation(windows)}: raise the window",
+            source=source,
+            field="output.timeseries_window_s",
+        )
+
+
+def _check_arrivals(scenario: Scenario, arrivals: np.ndarray, source: str | None) -> None:
+    """Once drawn or replayed: the last arrival within the simulated-time limit, the windows
+    within theirs."""
+    if len(arrivals) == 0:
+        return
+    last = float(arrivals[-1])
+    if not SIMULATED_TIME.contains(last):
+        field = "workload.trace" if scenario.workload.trace is not None else "workload.arrival"
+        raise CbsimError(
+            f"the last request arrives at {last:.3g} s; simulated time "
+            f"{SIMULATED_TIME.violation(last)}",
+            source=source,
+            field=field,
+        )
+    check_windows(scenario, last, source)
+
+
 def build_workload(
     scenario: Scenario, source: str | None = None
 ) -> RequestSpecs | ClosedLoopWorkload:
-    """Materialise the scenario's requests (or, closed-loop, the source of their lengths)."""
+    """Materialise the scenario's requests (or, closed-loop, the source of their lengths), after
+    checking they stay within :mod:`cbsim.limits`."""
+    check_workload_size(scenario, source)
+    specs = _build(scenario, source)
+    if isinstance(specs, RequestSpecs):
+        _check_arrivals(scenario, specs.arrival_s, source)
+    return specs
+
+
+def _build(scenario: Scenario, source: str | None) -> RequestSpecs | ClosedLoopWorkload:
     wl = scenario.workload
     seed = scenario.seed
     closed = wl.closed_loop
@@ -244,6 +335,7 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
         arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=prompts,
         output_tokens=outputs,
+        warnings=() if synthetic else tuple(trace.attrs.get("warnings", ())),
     )
 
 
@@ -311,4 +403,6 @@ def _with_acceptance_trace_lengths(
         return specs
     trace = load_acceptance_trace(config.path, source=source)
     rows = np.arange(len(specs)) % len(trace.output_len)
-    return RequestSpecs(specs.arrival_s, trace.prompt_len[rows], trace.output_len[rows])
+    return RequestSpecs(
+        specs.arrival_s, trace.prompt_len[rows], trace.output_len[rows], specs.warnings
+    )

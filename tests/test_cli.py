@@ -205,10 +205,15 @@ def test_out_may_replace_a_result_directory_but_not_other_data(
 def test_validate_ok(scenario_file: Path) -> None:
     result = invoke("validate", scenario_file)
     assert result.exit_code == 0, result.output
-    first, second = result.stdout.strip().splitlines()
+    first, second, *described = result.stdout.strip().splitlines()
     assert first == f"OK: {scenario_file} (tiny)"
     for fragment in ("llama-3-8b", "h100-sxm", "tp=1", "1 replica", "vllm", "speculation off"):
         assert fragment in second
+    requests, prompts, outputs, cluster = described
+    assert requests.startswith("requests: 30 over ") and "poisson arrivals" in requests
+    assert prompts == "prompt tokens: p50 128, p90 128, p99 128, max 128"
+    assert outputs == "output tokens: p50 16, p90 16, p99 16, max 16"
+    assert cluster == "cluster: llama-3-8b on h100-sxm, tp 1 x 1 replica = 1 GPU in total"
 
 
 def test_validate_with_overrides(scenario_file: Path) -> None:
@@ -485,3 +490,100 @@ def test_fp4_scenario_needs_blackwell(tmp_path: Path) -> None:
     assert "cluster.dtype" in result.output and "FP4" in result.output
     ok = invoke("validate", path, "--set", "cluster.gpu=b200")
     assert ok.exit_code == 0, ok.output
+
+
+# --------------------------------------------------------------------------- names, limits, catalog
+
+
+def test_catalog_lists_every_name_with_facts() -> None:
+    from cbsim.cost.engine_profile import engine_names
+    from cbsim.hardware import GPU_NAMES
+    from cbsim.models import MODEL_NAMES
+    from cbsim.traces import TRACE_NAMES
+
+    result = invoke("catalog")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    for name in (*GPU_NAMES, *MODEL_NAMES, *engine_names(), *TRACE_NAMES):
+        assert any(line.split()[:1] == [name] for line in lines), name
+    assert "80 GiB at 3.35 TB/s" in result.stdout and "8.03B parameters" in result.stdout
+    only = invoke("catalog", "GPUs")
+    assert only.exit_code == 0 and "models" not in only.stdout
+
+
+def test_names_compare_without_case_and_unknown_ones_suggest(scenario_file: Path) -> None:
+    result = invoke("validate", scenario_file, "--set", "cluster.gpu=H100-SXM")
+    assert result.exit_code == 0, result.output
+    assert "on h100-sxm" in result.stdout
+    assert_user_error(
+        invoke("validate", scenario_file, "--set", "cluster.gpu=h100"),
+        str(scenario_file),
+        "cluster.gpu",
+        "did you mean 'h100-sxm'?",
+    )
+
+
+def test_validate_refuses_what_run_refuses_before_saying_ok(tmp_path: Path) -> None:
+    path = tmp_path / "late.yaml"
+    path.write_text(
+        "workload: {trace: {path: azure-conv-2023, start_s: 1.0e+7}}\n"
+        "cluster: {model: llama-3-8b, gpu: h100-sxm}\n"
+    )
+    for args in (("validate", path), ("run", path, "--out", tmp_path / "o")):
+        result = invoke(*args)
+        assert_user_error(result, str(path), "workload.trace", "holds no requests")
+        assert "OK" not in result.stdout
+
+
+def test_validate_warns_about_a_doubtful_time_unit(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(
+        "timestamp,input_length,output_length\n"
+        + "".join(f"{i * 0.01:.2f},100,10\n" for i in range(500))
+    )
+    path = tmp_path / "s.yaml"
+    path.write_text(f"workload: {{trace: {{path: {trace}}}}}\n")
+    result = invoke("validate", path)
+    assert result.exit_code == 0, result.output
+    assert "requests: 500 over 4.99 s" in result.stdout
+    assert "warning: trace file" in result.stderr and "read as seconds" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("--decode", "1000000000", "--context", "10"), "--decode"),
+        (("--decode", "4", "--context", "10000000000"), "--context"),
+        (("--prefill", "99999999999"), "--prefill"),
+        (("--batch", "1x99999999999"), "--batch"),
+    ],
+)
+def test_cost_options_are_bounded(args: tuple[str, ...], option: str) -> None:
+    result = invoke("cost", "--model", "llama-3-8b", "--gpu", "h100-sxm", *args)
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "must be between" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_cost_refuses_a_mixture_of_experts_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "architectures": ["MixtralForCausalLM"],
+                "num_local_experts": 8,
+                "num_hidden_layers": 32,
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "intermediate_size": 14336,
+                "vocab_size": 32000,
+            }
+        )
+    )
+    assert_user_error(
+        invoke("cost", "--model", config, "--gpu", "h100-sxm", "--prefill", "8"),
+        "--model",
+        str(config),
+        "num_local_experts",
+        "not supported yet",
+    )

@@ -202,3 +202,46 @@ def test_no_front_end_means_client_and_server_agree() -> None:
         pd.testing.assert_series_equal(
             frame[f"{name}_s"], frame[f"server_{name}_s"], check_names=False
         )
+
+
+@pytest.mark.parametrize("closed_loop", [True, False])
+@pytest.mark.parametrize("speculative", [False, True])
+def test_a_replicas_remembered_running_tokens_are_always_current(
+    monkeypatch: pytest.MonkeyPatch, closed_loop: bool, speculative: bool
+) -> None:
+    """The least-loaded router reads each replica's running tokens from a sum the replica keeps
+    until it next changes its requests; at every routing decision it equals a fresh sum."""
+    from cbsim.router import LeastLoadedRouter
+    from cbsim.scheduler.base import SchedulerPolicy
+
+    checked = 0
+    route = LeastLoadedRouter.route
+    fresh = SchedulerPolicy.running_tokens
+
+    def checking_route(self: LeastLoadedRouter, replicas: list) -> int:  # type: ignore[type-arg]
+        nonlocal checked
+        for replica in replicas:
+            sched = replica.scheduler
+            remembered = sched.running_tokens()
+            sched.forget_running_tokens()
+            assert remembered == fresh(sched)
+            checked += 1
+        return route(self, replicas)
+
+    monkeypatch.setattr(LeastLoadedRouter, "route", checking_route)
+    if closed_loop:
+        data = closed(24, 400, think_time_s=0.0)
+    else:
+        data = small_scenario({"workload.num_requests": 400, "workload.arrival.rate": 40.0})
+    data["cluster"]["replicas"] = 3
+    data["cluster"]["router"] = "least_loaded"
+    data["scheduler"] = {"kind": "sarathi", "chunk_size": 256, "max_batch_size": 16}
+    if speculative:
+        data["speculative"] = {
+            "enabled": True,
+            "proposer": {"kind": "eagle"},
+            "acceptance": {"kind": "per_request", "mean": 0.6, "concentration": 8},
+            "policy": {"kind": "goodput", "k_max": 4},
+        }
+    run(data)
+    assert checked > 1000

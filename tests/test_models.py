@@ -185,3 +185,70 @@ def test_qwen3_config_reads_its_per_head_qk_norm() -> None:
     assert shape.param_count() == get_model("qwen3-32b").param_count()
     plain = model_from_hf_config({**config, "model_type": "llama"}, "plain")
     assert shape.param_count() - plain.param_count() == 64 * 2 * 128
+
+
+# --------------------------------------------------------------------------- refused configs
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        (
+            {
+                "architectures": ["MixtralForCausalLM"],
+                "model_type": "mixtral",
+                "num_local_experts": 8,
+            },
+            "num_local_experts",
+        ),
+        ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"}, "architectures"),
+        ({"model_type": "deepseek_v3", "architectures": None}, "model_type"),
+    ],
+)
+def test_mixture_of_experts_configs_are_refused_as_such(changes: dict, key: str) -> None:
+    config = {k: v for k, v in {**LLAMA_3_8B_CONFIG, **changes}.items() if v is not None}
+    with pytest.raises(CbsimError, match="mixture-of-experts models are not supported yet") as info:
+        model_from_hf_config(config, "moe")
+    assert info.value.field == key
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"architectures": ["GPT2LMHeadModel"]}, "architectures"),
+        ({"architectures": "LlamaForCausalLM"}, "architectures"),
+        ({"model_type": "falcon"}, "model_type"),
+        ({"num_hidden_layers": 10**30}, "num_hidden_layers"),
+        ({"vocab_size": 2**40}, "vocab_size"),
+        ({"max_position_embeddings": 10**12}, "max_position_embeddings"),
+    ],
+)
+def test_unknown_architectures_and_absurd_dimensions_are_refused(changes: dict, key: str) -> None:
+    with pytest.raises(CbsimError) as info:
+        model_from_hf_config({**LLAMA_3_8B_CONFIG, **changes}, "x")
+    assert info.value.field == key
+
+
+def test_a_config_without_architecture_reads_as_the_llama_family() -> None:
+    config = {
+        k: v for k, v in LLAMA_3_8B_CONFIG.items() if k not in ("architectures", "model_type")
+    }
+    assert model_from_hf_config(config, "plain").num_layers == 32
+
+
+def test_a_scenario_names_the_key_inside_the_config(tmp_path: Path) -> None:
+    from cbsim.scenario import load_scenario
+    from tests.conftest import small_scenario
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**LLAMA_3_8B_CONFIG, "num_attention_heads": -4}))
+    with pytest.raises(CbsimError) as info:
+        load_scenario(small_scenario({"cluster.model": str(path)}))
+    assert info.value.field == "cluster.model"
+    assert f"{path}: num_attention_heads: must be a positive integer" in info.value.message
+
+
+def test_catalog_names_compare_without_case_and_suggest_close_ones() -> None:
+    assert get_model("Llama-3-8B") is get_model("llama-3-8b")
+    with pytest.raises(CbsimError, match="did you mean 'llama-3-8b'"):
+        get_model("llama3-8b")

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.compiled import decode_seconds, extend_tables, verify_seconds
+from cbsim.compiled import decode_seconds, verify_seconds
 from cbsim.cost import BatchStats, CostModel
 from cbsim.speculative.expected import expected_tokens, pairwise_sum
-from cbsim.speculative.fast_run import DRAFT_MODEL, EAGLE, NGRAM, goodput_k
+from cbsim.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, goodput_k, no_base
 from cbsim.speculative.policies import expected_emitted
 from tests.conftest import small_scenario, summaries_equal
 
@@ -193,14 +193,16 @@ def test_expected_tokens_agree_with_the_formula() -> None:
     assert expected_tokens(alphas, ks, remaining) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("target", [{}, {"model": "llama-3-70b", "tp": 4}])
 @pytest.mark.parametrize("proposer", [EAGLE, DRAFT_MODEL, NGRAM])
-def test_the_goodput_sweep_stops_early_only_where_no_candidate_can_win(proposer: int) -> None:
-    target = CostModel(model="llama-3-70b", tp=4)
-    compiled = target.compiled(256 * 9)
-    draft = CostModel(model="llama-3.2-1b").compiled(256, (8192, 2 * 8192))
+def test_the_goodput_sweep_stops_early_only_where_no_candidate_can_win(
+    proposer: int, target: dict[str, Any]
+) -> None:
+    compiled = CostModel(**target).compiled(256 * 9)
+    draft = CostModel(model="llama-3.2-1b").compiled(256, (2048, 2 * 2048))
     assert compiled is not None and draft is not None
-    assert compiled.monotone
-    full = compiled._replace(monotone=False)
+    assert compiled.overhead_rises
+    full = compiled._replace(overhead_rises=False)
     rng = np.random.default_rng(7)
     chosen = set()
     for _ in range(400):
@@ -210,16 +212,63 @@ def test_the_goodput_sweep_stops_early_only_where_no_candidate_can_win(proposer:
         remaining = rng.integers(1, 40, n)
         contexts = rng.integers(1, 16000, n)
         k_max = int(rng.integers(1, 9))
-        stopped = goodput_k(alphas, remaining, contexts, k_max, compiled, proposer, draft)
-        swept = goodput_k(alphas, remaining, contexts, k_max, full, proposer, draft)
+        stopped = goodput_k(
+            alphas, remaining, contexts, k_max, compiled, proposer, draft, no_base()
+        )
+        swept = goodput_k(alphas, remaining, contexts, k_max, full, proposer, draft, no_base())
         np.testing.assert_array_equal(stopped, swept)
         chosen.add(int(swept.max()))
     assert len(chosen) > 3  # the batches chose several different k
 
 
-def test_a_cost_model_whose_steps_can_get_cheaper_is_not_monotone() -> None:
-    compiled = CostModel().compiled(64)
-    assert compiled is not None and compiled.monotone
-    dip = compiled.token_s.copy()
-    dip[10] = dip[9] * 0.5
-    assert not extend_tables(compiled._replace(token_s=dip[:12]), CostModel(), 40, None).monotone
+def test_token_tables_split_into_linear_and_head_with_their_floors() -> None:
+    cost = CostModel()
+    compiled = cost.compiled(2000)
+    assert compiled is not None
+    n = np.arange(1, len(compiled.token_s))
+    np.testing.assert_array_equal(compiled.linear_s[n] + compiled.head_s[n], compiled.token_s[n])
+    for table, floor in ((compiled.linear_s, compiled.linear_floor_s),
+                         (compiled.head_s, compiled.head_floor_s)):  # fmt: skip
+        expected = [table[i:].min() for i in range(len(table))]
+        np.testing.assert_array_equal(floor, expected)
+    assert (np.diff(compiled.linear_s) < 0).any()  # the floors matter: the table dips somewhere
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "proposer", "model"),
+    [
+        ("sarathi", PROPOSERS[0], {}),
+        ("vllm", PROPOSERS[0], {"cluster.model": "llama-3-70b", "cluster.tp": 4}),
+        ("sarathi", PROPOSERS[1], {"cluster.gpu": "a100-80gb"}),
+        ("orca", PROPOSERS[2], {}),
+    ],
+)
+def test_steps_with_prefill_choose_k_compiled_as_the_policy_does(
+    monkeypatch: pytest.MonkeyPatch,
+    scheduler: str,
+    proposer: dict[str, Any],
+    model: dict[str, Any],
+) -> None:
+    """Every step (prefill chunks beside verifying requests, and pure decode) chooses the same
+    k through the compiled goodput choice as through ``GoodputK.choose`` and the cost model."""
+    data = speculative(scheduler, POLICIES[0], ACCEPTANCE[0], proposer)
+    for key, value in model.items():
+        section, field = key.split(".")
+        data[section][field] = value
+    data["fast_forward"] = False
+    compiled = cbsim.simulate(cbsim.load_scenario(data))
+    calls: list[int] = []
+
+    def python_choice(*args: Any) -> None:
+        calls.append(1)
+        return None
+
+    monkeypatch.setattr("cbsim.speculative.decoder.choose_goodput", python_choice)
+    python = cbsim.simulate(cbsim.load_scenario(data))
+    assert len(calls) > 100
+    for name in ("requests", "iterations", "timeseries"):
+        pd.testing.assert_frame_equal(
+            getattr(python, name), getattr(compiled, name), check_exact=True, obj=name
+        )
+    assert summaries_equal(python.summary, compiled.summary)
+    assert compiled.summary["mean_k"] > 0

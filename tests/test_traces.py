@@ -372,3 +372,76 @@ def test_unsupported_suffix(tmp_path):
 def test_directory_is_rejected(tmp_path):
     err = _error(tmp_path)
     assert "directory" in err.message
+
+
+# --------------------------------------------------------------------------- units and bounds
+
+
+def _stamps(tmp_path, column: str, values, name: str = "u.csv"):
+    path = tmp_path / name
+    _write(
+        path,
+        {column: values, "prompt_tokens": [5] * len(values), "output_tokens": [2] * len(values)},
+    )
+    return load_trace(path)
+
+
+def test_relative_timestamps_are_milliseconds_without_a_warning(tmp_path):
+    trace = _stamps(tmp_path, "timestamp", list(range(0, 20_000, 1000)))
+    assert trace["arrival_s"].iloc[-1] == 19.0
+    assert trace.attrs["warnings"] == ()
+
+
+def test_timestamps_too_fast_for_milliseconds_are_read_as_seconds_with_a_warning(tmp_path):
+    seconds = np.round(np.cumsum(np.full(7500, 0.01)), 4).tolist()  # 75 s at 100 requests/s
+    trace = _stamps(tmp_path, "timestamp", seconds)
+    assert trace["arrival_s"].iloc[-1] == pytest.approx(74.99)
+    (warning,) = trace.attrs["warnings"]
+    assert "read as seconds" in warning and "timestamp_s or timestamp_ms" in warning
+
+
+@pytest.mark.parametrize(
+    ("first", "unit", "warned"),
+    [(1.7e9, 1.0, True), (1.7e12, 1e3, False), (1.7e15, 1e6, True), (1.7e18, 1e9, True)],
+)
+def test_epoch_timestamps_say_their_unit_by_their_size(tmp_path, first, unit, warned):
+    trace = _stamps(tmp_path, "timestamp", [first, first + 30 * unit])
+    assert trace["arrival_s"].tolist() == [0.0, 30.0]
+    assert bool(trace.attrs["warnings"]) == warned
+
+
+def test_timestamp_ms_states_its_unit(tmp_path):
+    assert _stamps(tmp_path, "timestamp_ms", [0, 1500])["arrival_s"].tolist() == [0.0, 1.5]
+
+
+def test_seconds_that_look_like_milliseconds_are_warned_about(tmp_path):
+    trace = _stamps(tmp_path, "arrival_s", [i * 60_000.0 for i in range(20)])
+    assert "are the times milliseconds?" in trace.attrs["warnings"][0]
+
+
+def test_rows_out_of_time_order_are_warned_about(tmp_path):
+    trace = _stamps(tmp_path, "arrival_s", [0.0, 5.0, 2.0])
+    assert trace["arrival_s"].tolist() == [0.0, 2.0, 5.0]
+    assert "row 3 arrives before row 2" in trace.attrs["warnings"][0]
+
+
+@pytest.mark.parametrize("count", ["16777217", str(2**63), str(2**64 + 1), "1e30"])
+def test_absurd_token_counts_are_refused(tmp_path, count):
+    path = _csv(tmp_path, f"arrival_s,prompt_tokens,output_tokens\n0,5,2\n1,{count},2\n")
+    err = _error(path)
+    assert "row 2: column 'prompt_tokens'" in err.message and "16,777,216" in err.message
+
+
+def test_a_trace_spanning_more_than_a_year_is_refused(tmp_path):
+    path = _csv(tmp_path, "arrival_s,prompt_tokens,output_tokens\n0,5,2\n4e7,5,2\n")
+    assert "spans 463 days" in _error(path).message
+
+
+def test_shipped_names_compare_without_case_and_suggest_close_ones():
+    assert len(load_trace("Azure-Conv-2023")) == len(load_trace("azure-conv-2023"))
+    assert "did you mean 'mooncake-conversation'?" in _error("mooncake").message
+
+
+def test_shipped_traces_raise_no_warnings():
+    for name in TRACE_NAMES:
+        assert load_trace(name).attrs["warnings"] == ()

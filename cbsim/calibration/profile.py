@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from cbsim import outputs
 from cbsim.calibration.grid import LogGrid
+from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, unknown_name
 
 SCHEMA_VERSION = 1
@@ -182,15 +183,12 @@ class CalibrationProfile(_Strict):
 def _read_json(path: Path | Any) -> dict[str, Any]:
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise CbsimError(
             f"cannot read calibration file: {err.strerror or err}", source=name
         ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise CbsimError(f"not valid JSON (line {err.lineno}): {err.msg}", source=name) from None
+    data = parse_json(decode_utf8(raw, name), name, invalid="not valid JSON")
     if not isinstance(data, dict):
         raise CbsimError("a calibration file must hold a JSON object", source=name)
     version = data.get("schema_version")

@@ -48,7 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cbsim import outputs
 from cbsim.calibration.profile import Measured as KernelMeasured
-from cbsim.errors import CbsimError
+from cbsim.documents import decode_utf8, parse_json
+from cbsim.errors import CbsimError, canonical_name, did_you_mean
 
 SCHEMA_VERSION = 2
 BARE = "none"
@@ -291,15 +292,12 @@ def read_engine_profile(path: Path | Any) -> EngineProfile:
     """An engine profile from a JSON file (version 2, or a version-1 overhead file)."""
     name = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
-        raise CbsimError(f"cannot read engine profile: {reason or err}", source=name) from None
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as err:
-        where = f" (line {err.lineno})" if isinstance(err, json.JSONDecodeError) else ""
-        raise CbsimError(f"not valid JSON{where}", source=name) from None
+        raw = path.read_bytes()
+    except OSError as err:
+        raise CbsimError(
+            f"cannot read engine profile: {err.strerror or err}", source=name
+        ) from None
+    data = parse_json(decode_utf8(raw, name), name, invalid="not valid JSON")
     if not isinstance(data, dict):
         raise CbsimError("an engine profile must hold a JSON object", source=name)
     version = data.get("schema_version")
@@ -361,6 +359,14 @@ def is_profile_path(engine: str) -> bool:
     return engine.endswith(".json") or Path(engine).is_file()
 
 
+def canonical_engine(engine: str) -> str:
+    """A shipped engine's name in its own spelling (names compare without case: ``vLLM`` is
+    ``vllm``); anything else (a profile path, an unknown name) unchanged."""
+    if engine in (BARE, *engine_names()) or is_profile_path(engine):
+        return engine
+    return canonical_name(engine, engine_names()) or engine
+
+
 @lru_cache(maxsize=32)
 def load_engine_profile(engine: str) -> EngineProfile:
     """A shipped engine profile by name, a profile JSON by path, or the bare one for ``none``.
@@ -371,10 +377,13 @@ def load_engine_profile(engine: str) -> EngineProfile:
         return bare_profile()
     if is_profile_path(engine):
         return read_engine_profile(Path(engine))
+    engine = canonical_engine(engine)
+    if engine == BARE:
+        return bare_profile()
     path = _shipped_dir() / f"{engine}.json"
     if not path.is_file():
         raise CbsimError(
             f"unknown engine {engine!r}; known: {', '.join(engine_names())} "
-            "(or a path to an engine profile JSON)"
+            f"(or a path to an engine profile JSON){did_you_mean(engine, engine_names())}"
         )
     return read_engine_profile(path)

@@ -116,8 +116,11 @@ class SchedulerPolicy(ABC):
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
-        self.gap_pairs = array("q")  # flat (row, row of the previous token) pairs
+        # flat (row, row of the previous token) pairs, 32-bit (rows up to 2**31 - 1): there are
+        # about as many as requests times the mean batch, the largest log a run keeps
+        self.gap_pairs = array("i")
         self.zero_gaps = 0
+        self._running_tokens: int | None = None  # see running_tokens
 
     # ------------------------------------------------------------------ queue interface
 
@@ -134,11 +137,24 @@ class SchedulerPolicy(ABC):
 
     def outstanding_tokens(self) -> int:
         """Tokens this replica still has to process for the requests it holds."""
-        total = self.waiting.tokens
-        for req in self.running:  # Request.outstanding_tokens, spelt out (the router's hot loop)
-            prefill = req.prefill_target - req.kv_tokens
-            total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
+        return self.waiting.tokens + self.running_tokens()
+
+    def running_tokens(self) -> int:
+        """The running requests' outstanding tokens, summed once per state of the replica: the
+        replica's process calls :meth:`forget_running_tokens` after every call that may change
+        its running requests (forming a batch, planning drafts, completing an iteration,
+        applying a decode run), and nothing else changes them."""
+        total = self._running_tokens
+        if total is None:
+            total = 0
+            for req in self.running:  # Request.outstanding_tokens, spelt out
+                prefill = req.prefill_target - req.kv_tokens
+                total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
+            self._running_tokens = total
         return total
+
+    def forget_running_tokens(self) -> None:
+        self._running_tokens = None
 
     @abstractmethod
     def next_batch(self, now: float) -> Batch:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cbsim.errors import CbsimError
+from cbsim.limits import REQUESTS, TOKENS
 
 REQUIRED_COLUMNS = ("request_id", "prompt_len", "output_len", "acc_len")
 
@@ -41,9 +42,13 @@ def _positive_int(text: str, where: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise CbsimError(f"{where}: {what} {text!r} is not an integer") from None
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise CbsimError(f"{where}: {what} {shown!r} is not an integer") from None
     if value < 1:
         raise CbsimError(f"{where}: {what} must be >= 1, got {value}")
+    problem = TOKENS.violation(value)
+    if problem is not None:
+        raise CbsimError(f"{where}: {what} {problem}")
     return value
 
 
@@ -85,6 +90,8 @@ def load_acceptance_trace(path: str | Path, *, source: str | None = None) -> Acc
                     raise CbsimError(
                         f"{where}: acc_len has {len(lengths)} positions, fewer than output_len {output}"
                     )
+                if len(ids) >= REQUESTS.high:
+                    raise CbsimError(f"{where}: more than {REQUESTS.high:,} requests")
                 ids.append(row["request_id"] or "")
                 prompts.append(prompt)
                 outputs.append(output)

@@ -29,9 +29,11 @@ from cbsim.request import Request
 from cbsim.rng import stream
 from cbsim.scenario import Speculative
 from cbsim.speculative.acceptance import AcceptanceModel, make_acceptance_model
+from cbsim.speculative.goodput_kernel import CompiledProposer, choose_goodput, compiled_proposer
 from cbsim.speculative.policies import (
     AlphaEstimator,
     BatchView,
+    GoodputK,
     KController,
     KPolicy,
     StepOutcome,
@@ -81,6 +83,13 @@ class SpeculativeDecoding:
         self._draw_rngs: dict[int, np.random.Generator] = {}
         self._request_rngs: dict[int, np.random.Generator] = {}
         self._replica_alphas: dict[int, AlphaEstimator] = {}
+        # the per-batch goodput policy chooses k in compiled code when the cost models compile
+        self._compiled_goodput: CompiledProposer | None = None
+        policy = self.policy
+        if isinstance(policy, GoodputK) and not policy.per_request:
+            drafter = compiled_proposer(self.proposer, target)
+            if not isinstance(drafter, str):
+                self._compiled_goodput = drafter
 
     def draw_rng(self, replica: int) -> np.random.Generator:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
@@ -174,15 +183,25 @@ class SpeculativeDecoding:
                     times.append(self._target_time(prefill, contexts, np.minimum(k, caps), draft))
             return times
 
-        view = BatchView(
-            batch_size=len(batch.requests),
-            proposals=[s.controller.k for s in states],
-            alphas=alphas,
-            remaining=remaining,
-            step_time=step_time,
-            step_time_sweep=step_time_sweep,
-        )
-        chosen = np.minimum(np.asarray(self.policy.choose(view), dtype=np.int64), remaining - 1)
+        compiled = None
+        if self._compiled_goodput is not None:
+            compiled = choose_goodput(
+                self._compiled_goodput, self.policy.k_max, self.target, self.proposer, alphas,
+                remaining, contexts, prefill,
+            )  # fmt: skip
+        if compiled is not None:
+            ks = compiled
+        else:
+            view = BatchView(
+                batch_size=len(batch.requests),
+                proposals=[s.controller.k for s in states],
+                alphas=alphas,
+                remaining=remaining,
+                step_time=step_time,
+                step_time_sweep=step_time_sweep,
+            )
+            ks = np.asarray(self.policy.choose(view), dtype=np.int64)
+        chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
         for j, req in enumerate(reqs):
             k = int(chosen[j])

@@ -29,20 +29,19 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from cbsim.compiled import (
-    CompiledCost,
-    attention_factor,
-    decode_seconds,
-    scaled_verify_seconds,
-    verify_seconds,
-)
+from cbsim.compiled import CompiledCost, verify_seconds
 from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
 from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
-from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum
+from cbsim.speculative.goodput_kernel import (
+    NGRAM,
+    compiled_proposer,
+    draft_seconds,
+    goodput_k,
+    no_base,
+)
 from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
-from cbsim.speculative.proposers import NGRAM_SECONDS_PER_REQUEST, DraftModel, EagleHead, Ngram
 
 if TYPE_CHECKING:
     from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
@@ -51,13 +50,6 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# the policy's tie margin, a class constant there, as a plain number the kernel can read
-TIE_TOLERANCE = GoodputK.tie_tolerance
-# relative slack of the goodput sweep's early stop (float rounding is ~1e-15 relative)
-STOP_MARGIN = 1e-9
-
-# proposers
-NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 # k policies
 FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
 # acceptance models
@@ -69,229 +61,6 @@ BATCH, PLAIN, VERIFY, DRAFTED, ACCEPTED, EMITTED, KV_USED, K_LOW, K_HIGH, OUTSTA
 INT_COLUMNS = 10
 STEPS, DRAFTS, ACCEPTS, DECODE_STEPS, FINISHED_AT = range(5)
 COUNTERS = 5
-
-
-# --------------------------------------------------------------------------- pricing a step
-
-
-@numba.njit(cache=True, inline="always")
-def _draft_step_seconds(
-    kind: int, draft: CompiledCost, requests: int, kv_tokens: int
-) -> float:  # fmt: skip
-    if kind == EAGLE:
-        return float(decode_seconds(draft, requests, kv_tokens) + draft.extra_s[requests])
-    return decode_seconds(draft, requests, kv_tokens)
-
-
-@numba.njit(cache=True)
-def draft_seconds(kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray) -> float:
-    """The proposer's drafting time for draft lengths ``ks`` (``Proposer.draft_time``)."""
-    n = len(ks)
-    if kind == NGRAM:
-        drafting = 0
-        for i in range(n):
-            if ks[i] > 0:
-                drafting += 1
-        return NGRAM_SECONDS_PER_REQUEST * drafting
-    if n == 0:
-        return 0.0
-    k_high = 0
-    for i in range(n):
-        if ks[i] > k_high:
-            k_high = ks[i]
-    total = 0.0
-    for s in range(k_high):
-        active = 0
-        kv = 0
-        for i in range(n):
-            if ks[i] > s:
-                active += 1
-                kv += contexts[i]
-        total += _draft_step_seconds(kind, draft, active, kv + active * (s + 1))
-    return total
-
-
-@numba.njit(cache=True)
-def verify_batch_seconds(target: CompiledCost, ks: IntArray, contexts: IntArray, top: int) -> (
-    float
-):  # fmt: skip
-    """The target's step when request i verifies ks[i] + 1 tokens, entries grouped by k in
-    ascending order (``SpeculativeDecoding._target_time``; ``top`` bounds the ks)."""
-    n = len(ks)
-    tokens = 0
-    kv_tokens = 0
-    pairs = 0.0
-    for k in range(top + 1):
-        count = 0
-        context = 0
-        for i in range(n):
-            if ks[i] == k:
-                count += 1
-                context += contexts[i]
-        if count == 0:
-            continue
-        q = k + 1
-        tokens += count * q
-        kv_tokens += context + count * q
-        pairs += q * context + count * q * (q + 1) * 0.5
-    return verify_seconds(target, n, tokens, kv_tokens, pairs)
-
-
-@numba.njit(cache=True)
-def goodput_k(
-    alphas: FloatArray,
-    remaining: IntArray,
-    contexts: IntArray,
-    k_max: int,
-    target: CompiledCost,
-    proposer: int,
-    draft: CompiledCost,
-) -> IntArray:
-    """The per-batch goodput choice (``GoodputK.choose`` with ``per_request`` off) for a batch of
-    decoding requests only: the k maximising expected tokens per second of the predicted step.
-
-    Candidate k runs request i at min(k, cap_i), so what a candidate shares with the one before
-    is carried over rather than recomputed, in the same float order as :func:`~cbsim.speculative.expected.expected_tokens`
-    and :func:`verify_batch_seconds`: each request's log α once, its expected tokens only while
-    its cap exceeds k, the target's verify sums over the requests capped below k as running
-    prefix sums (groups in ascending k), the draft steps one per k."""
-    n = len(alphas)
-    caps = np.empty(n, dtype=np.int64)
-    logs = np.empty(n)
-    values = np.empty(n)
-    raw = np.ones(n)  # expected tokens before the cap at the outputs left
-    limits = np.empty(n)  # Σ_j α^j over all j: 1 / (1 − α)
-    top = 0
-    for i in range(n):
-        cap = remaining[i] - 1
-        cap = 0 if cap < 0 else (k_max if cap > k_max else cap)
-        caps[i] = cap
-        if cap > top:
-            top = cap
-        logs[i] = log_alpha(alphas[i])
-        limits[i] = 1.0 / (1.0 - alphas[i]) if alphas[i] < 1.0 else math.inf
-        e = 1.0
-        r = float(remaining[i])
-        values[i] = e if e <= r else r
-    # requests per cap and their context sums (the verify groups of the capped requests)
-    capped = np.zeros(top + 1, dtype=np.int64)
-    capped_context = np.zeros(top + 1, dtype=np.int64)
-    for i in range(n):
-        capped[caps[i]] += 1
-        capped_context[caps[i]] += contexts[i]
-    best_k = 0
-    uncapped = n  # requests with cap >= k
-    uncapped_context = 0
-    for i in range(n):
-        uncapped_context += contexts[i]
-    factor = attention_factor(target, n, uncapped_context)
-    prefix_tokens = 0
-    prefix_kv = 0
-    prefix_pairs = 0.0
-    drafted = 0.0
-    tokens = pairwise_sum(values)
-    seconds = _verify_from_groups(
-        target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, 0
-    )
-    best_rate = tokens / seconds
-    can_stop = target.monotone
-    for k in range(1, top + 1):
-        # requests whose cap is k - 1 stay there from now on: their group joins the prefix
-        count = capped[k - 1]
-        if count > 0:
-            q = k
-            context = capped_context[k - 1]
-            prefix_tokens += count * q
-            prefix_kv += context + count * q
-            prefix_pairs += q * context + count * q * (q + 1) * 0.5
-        uncapped -= count
-        uncapped_context -= capped_context[k - 1]
-        before = drafted
-        if proposer == NGRAM:
-            drafting = 0
-            for i in range(n):
-                if caps[i] > 0:
-                    drafting += 1
-            drafted = NGRAM_SECONDS_PER_REQUEST * drafting
-        else:
-            drafted += _draft_step_seconds(
-                proposer, draft, uncapped, uncapped_context + uncapped * k
-            )
-        # every candidate from k on pays at least candidate k - 1's step and this draft step
-        if can_stop and _beyond_reach(
-            tokens, seconds + (drafted - before), best_rate, k - 1, caps, values, raw, limits,
-            remaining,
-        ):  # fmt: skip
-            break
-        for i in range(n):
-            if caps[i] >= k:
-                e = emitted(alphas[i], logs[i], k)
-                raw[i] = e
-                r = float(remaining[i])
-                values[i] = e if e <= r else r
-        seconds = drafted + _verify_from_groups(
-            target, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped, uncapped_context, k
-        )
-        tokens = pairwise_sum(values)
-        rate = tokens / seconds
-        if rate > best_rate * (1.0 + TIE_TOLERANCE):
-            best_k = k
-            best_rate = rate
-    best = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        best[i] = best_k if caps[i] > best_k else caps[i]
-    return best
-
-
-@numba.njit(cache=True)
-def _beyond_reach(
-    tokens: float,
-    seconds: float,
-    best_rate: float,
-    k: int,
-    caps: IntArray,
-    values: FloatArray,
-    raw: FloatArray,
-    limits: FloatArray,
-    remaining: IntArray,
-) -> bool:
-    """Whether no candidate above k can beat ``best_rate`` (so the sweep may stop): above k a
-    request gains at most Σ_{j>k} α^j = 1/(1−α) − E_k more expected tokens (and never past its
-    outputs left), while the predicted step costs at least ``seconds`` (a monotone cost model:
-    every draft step adds time, more verified tokens never cost less). The bound carries a margin far
-    above float rounding, so a stop never changes the choice the full sweep makes."""
-    gain = 0.0
-    for i in range(len(caps)):
-        if caps[i] > k:
-            room = float(remaining[i]) - values[i]
-            more = limits[i] - raw[i]
-            more = 0.0 if more < 0.0 else more
-            gain += more if more < room else room
-    bound = (tokens + gain) / seconds
-    return bound * (1.0 + STOP_MARGIN) <= best_rate * (1.0 + TIE_TOLERANCE)
-
-
-@numba.njit(cache=True, inline="always")
-def _verify_from_groups(
-    target: CompiledCost,
-    factor: float,
-    n: int,
-    tokens: int,
-    kv_tokens: int,
-    pairs: float,
-    count: int,
-    context: int,
-    k: int,
-) -> float:
-    """:func:`verify_batch_seconds` given the sums over the groups below k, the group at k and
-    the batch's attention factor (the same for every candidate: the caches before the step)."""
-    if count > 0:
-        q = k + 1
-        tokens += count * q
-        kv_tokens += context + count * q
-        pairs += q * context + count * q * (q + 1) * 0.5
-    return verify_seconds(target, n, tokens, kv_tokens, pairs)
-    return scaled_verify_seconds(target, n, tokens, kv_tokens, pairs, factor)
 
 
 # --------------------------------------------------------------------------- the run kernel
@@ -312,7 +81,7 @@ def _policy_ks(
 ) -> IntArray:
     n = len(alphas)
     if policy == GOODPUT:
-        return goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft)
+        return goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft, no_base())
     ks = np.empty(n, dtype=np.int64)
     k = fixed_k
     if policy == BATCH_TABLE:
@@ -596,21 +365,10 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
         acceptance, drift = PER_REQUEST, float(model.drift)
     else:
         return f"the {model.kind} acceptance model is not compiled"
-    proposer = spec.proposer
-    extra: tuple[int, int] | None = None
-    if isinstance(proposer, EagleHead):
-        proposer_code = EAGLE
-        extra = (proposer.shape.hidden_size, proposer._fusion_k)
-    elif isinstance(proposer, DraftModel):
-        proposer_code = DRAFT_MODEL
-    elif isinstance(proposer, Ngram):
-        proposer_code = NGRAM
-    else:
-        return f"the {proposer.kind} proposer is not compiled"
-    if spec.target.compiled(1) is None:
-        return "the cost model does not compile (kernels priced through another GPU's)"
-    if isinstance(proposer, EagleHead | DraftModel) and proposer.cost.compiled(1, extra) is None:
-        return "the proposer's cost model does not compile"
+    drafter = compiled_proposer(spec.proposer, spec.target)
+    if isinstance(drafter, str):
+        return drafter
+    proposer_code, extra = drafter
     return KernelSettings(
         proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
         drift, extra,

@@ -1,0 +1,108 @@
+"""The catalog: every name a scenario can use, with a line of key facts each.
+
+``cbsim catalog`` lists the GPUs (memory, bandwidth, peak FLOP/s, interconnect, price), the models
+(parameters, layers, width, heads, context, KV-cache bytes per token), the serving engines (what
+their profile was fitted on) and the shipped traces (requests, span, rate, mean lengths). Names
+compare without case in scenarios and options (``H100-SXM`` is ``h100-sxm``), and an unknown name
+is answered with the close ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from cbsim.cost.engine_profile import engine_names, load_engine_profile
+from cbsim.hardware import GB, GPU_NAMES, TB, TFLOPS, get_gpu
+from cbsim.models import MODEL_NAMES, get_model
+from cbsim.traces import TRACE_NAMES, load_trace
+
+SECTIONS = ("gpus", "models", "engines", "traces")
+
+
+def gpu_lines() -> list[tuple[str, str]]:
+    """(name, facts) of every catalog GPU."""
+    rows = []
+    for name in GPU_NAMES:
+        gpu = get_gpu(name)
+        fp4 = f", {gpu.fp4_flops / TFLOPS:,.0f} fp4" if gpu.has_fp4 else ""
+        rows.append(
+            (
+                name,
+                f"{gpu.memory_gib:.0f} GiB at {gpu.hbm_bandwidth / TB:.2f} TB/s; "
+                f"{gpu.bf16_flops / TFLOPS:,.0f} TFLOP/s bf16, {gpu.fp8_flops / TFLOPS:,.0f} "
+                f"fp8{fp4}; {gpu.nvlink_bandwidth / GB:,.0f} GB/s link, {gpu.gpus_per_node} per "
+                f"node; ${gpu.price_per_hour:.2f}/GPU-hour",
+            )
+        )
+    return rows
+
+
+def model_lines() -> list[tuple[str, str]]:
+    """(name, facts) of every catalog model."""
+    rows = []
+    for name in MODEL_NAMES:
+        model = get_model(name)
+        rows.append(
+            (
+                name,
+                f"{model.param_count() / 1e9:.2f}B parameters, {model.num_layers} layers, "
+                f"hidden {model.hidden_size:,}, {model.num_heads}/{model.num_kv_heads} q/kv "
+                f"heads, {model.max_position_embeddings:,}-token context, "
+                f"{model.kv_bytes_per_token(2) / 1024:,.0f} KiB KV per token (bf16)",
+            )
+        )
+    return rows
+
+
+def engine_lines() -> list[tuple[str, str]]:
+    """(name, facts) of every shipped engine profile, ``none`` included."""
+    return [(name, load_engine_profile(name).description or "-") for name in engine_names()]
+
+
+def trace_lines() -> list[tuple[str, str]]:
+    """(name, facts) of every shipped trace."""
+    rows = []
+    for name in TRACE_NAMES:
+        trace = load_trace(name)
+        span = float(trace["arrival_s"].max())
+        rate = f" ({(len(trace) - 1) / span:.2f} requests/s)" if span > 0 else ""
+        prefix = ", prefix block ids" if "prefix_hash_ids" in trace.columns else ""
+        rows.append(
+            (
+                name,
+                f"{len(trace):,} requests over {span / 60:.1f} min{rate}; mean prompt "
+                f"{trace['prompt_tokens'].mean():,.0f}, mean output "
+                f"{trace['output_tokens'].mean():,.0f} tokens{prefix}",
+            )
+        )
+    return rows
+
+
+SECTION_LINES: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
+    "gpus": ("GPUs (cluster.gpu)", gpu_lines),
+    "models": ("models (cluster.model; or a Hugging Face config.json path)", model_lines),
+    "engines": ("engines (cluster.engine; or an engine profile JSON path)", engine_lines),
+    "traces": ("traces (workload.trace.path; or a trace file path)", trace_lines),
+}
+
+
+def render(sections: tuple[str, ...] = SECTIONS) -> str:
+    """The catalog as text: a heading per section, then one line per name."""
+    blocks = []
+    for section in sections:
+        title, lines = SECTION_LINES[section]
+        rows = lines()
+        width = max(len(name) for name, _ in rows)
+        blocks.append("\n".join([f"{title}:", *(f"  {n:<{width}}  {f}" for n, f in rows)]))
+    return "\n\n".join(blocks)
+
+
+@click.command("catalog")
+@click.argument("sections", nargs=-1, type=click.Choice(SECTIONS, case_sensitive=False))
+def catalog_command(sections: tuple[str, ...]) -> None:
+    """List the GPUs, models, engines and shipped traces a scenario can name (or only the
+    SECTIONS given: gpus, models, engines, traces), with a line of key facts each."""
+    chosen = tuple(s.lower() for s in sections) or SECTIONS
+    click.echo(render(tuple(dict.fromkeys(chosen))))

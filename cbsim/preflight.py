@@ -1,0 +1,111 @@
+"""Preflight: what a scenario will run, told before running it.
+
+``cbsim validate`` builds a scenario's workload exactly as ``cbsim run`` does (so both accept and
+refuse the same scenarios, :mod:`cbsim.limits` included) and, instead of simulating it, describes
+it in a few lines: how many requests arrive over how long and at what rate, how long their prompts
+and outputs are (percentiles), and what serves them (model, GPU, tensor parallelism, replicas,
+GPUs in total). Warnings (a trace whose time unit is doubtful, scheduler settings that cannot
+batch the prompts) come with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cbsim.scenario import Scenario
+from cbsim.simulate import scenario_warnings
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
+
+PERCENTILES = (50, 90, 99)
+CLOSED_LOOP_SAMPLE = 1024
+"""Requests whose lengths describe a closed loop (its lengths are drawn as it sends)."""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """A scenario checked as a run would check it: its description and its warnings."""
+
+    lines: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def preflight(scenario: Scenario, source: str | None = None) -> Preflight:
+    """Build the scenario's workload (raising what a run would raise) and describe it."""
+    workload = build_workload(scenario, source)
+    lines = [*_workload_lines(scenario, workload), _cluster_line(scenario)]
+    return Preflight(lines, scenario_warnings(scenario, source, workload))
+
+
+def _workload_lines(scenario: Scenario, workload: RequestSpecs | ClosedLoopWorkload) -> list[str]:
+    if isinstance(workload, ClosedLoopWorkload):
+        return _closed_loop_lines(workload)
+    arrivals = workload.arrival_s
+    count = len(arrivals)
+    span = float(arrivals[-1] - arrivals[0]) if count else 0.0
+    kind = _arrival_kind(scenario)
+    if span > 0:
+        timing = f"over {_seconds(span)} ({count / span:,.3g} requests/s, {kind})"
+    else:
+        timing = f"all at t = {float(arrivals[0]) if count else 0.0:g} s ({kind})"
+    return [
+        f"requests: {count:,} {timing}",
+        _lengths_line("prompt tokens", workload.prompt_tokens),
+        _lengths_line("output tokens", workload.output_tokens),
+    ]
+
+
+def _closed_loop_lines(workload: ClosedLoopWorkload) -> list[str]:
+    limits = []
+    if workload.max_requests is not None:
+        limits.append(f"{workload.max_requests:,} requests")
+    if workload.duration_s is not None:
+        limits.append(f"{_seconds(workload.duration_s)} of sending")
+    think = f", think time {workload.think_time_s:g} s" if workload.think_time_s else ""
+    sample = min(workload.max_requests or CLOSED_LOOP_SAMPLE, CLOSED_LOOP_SAMPLE)
+    pairs = np.asarray([workload.lengths[i] for i in range(sample)], dtype=np.int64)
+    note = f" (first {sample:,} requests)"
+    return [
+        f"requests: closed loop of {workload.concurrency:,} clients, until "
+        f"{' or '.join(limits)}{think}",
+        _lengths_line("prompt tokens", pairs[:, 0]) + note,
+        _lengths_line("output tokens", pairs[:, 1]) + note,
+    ]
+
+
+def _arrival_kind(scenario: Scenario) -> str:
+    workload = scenario.workload
+    if workload.arrival is not None and workload.arrival.kind != "trace":
+        return f"{workload.arrival.kind} arrivals"
+    assert workload.trace is not None
+    return f"replayed from {workload.trace.path} x{workload.trace.effective_time_scale:g} time"
+
+
+def _lengths_line(what: str, lengths: np.ndarray) -> str:
+    if len(lengths) == 0:
+        return f"{what}: none"
+    points = np.percentile(lengths, PERCENTILES, method="nearest")
+    parts = [f"p{p} {int(v):,}" for p, v in zip(PERCENTILES, points, strict=True)]
+    return f"{what}: {', '.join(parts)}, max {int(lengths.max()):,}"
+
+
+def _cluster_line(scenario: Scenario) -> str:
+    cluster = scenario.cluster
+    replicas = f"{cluster.replicas:,} replica{'s' if cluster.replicas != 1 else ''}"
+    gpus = cluster.replicas * cluster.tp
+    return (
+        f"cluster: {cluster.model} on {cluster.gpu}, tp {cluster.tp} x {replicas} = "
+        f"{gpus:,} GPU{'s' if gpus != 1 else ''} in total"
+    )
+
+
+def _seconds(value: float) -> str:
+    """A span in the unit people read it in: ``42.0 s``, ``12.5 min``, ``3.2 h``, ``4.1 days``."""
+    if value < 120:
+        return f"{value:.3g} s"
+    if value < 2 * 3600:
+        return f"{value / 60:.3g} min"
+    if value < 2 * 86_400:
+        return f"{value / 3600:.3g} h"
+    return f"{value / 86_400:.3g} days"

@@ -4,7 +4,7 @@ A reader of the terminal should not need the YAML to know what a summary is abou
 states:
 
 * **the scenario as run** — its name, seed and every ``--set`` override applied (the title);
-* **the set-up** — model and precisions, GPUs (``gpu × TP × replicas = GPUs in total``), the
+* **the set-up** — model and precisions, GPUs (``gpu, tp T x R replicas = N GPUs in total``), the
   scheduler with its token budget, the serving engine, and speculation (proposer and k policy)
   when it is on;
 * **the figures** — throughput, goodput, latency percentiles, acceptance when speculating;
@@ -28,13 +28,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from cbsim.preflight import gpu_layout
 from cbsim.results import Results
 from cbsim.scenario import Scenario
 
 __all__ = [
     "GOODPUT_PASS_FRACTION",
     "comparison_table",
-    "gpu_layout",
     "print_run",
     "run_title",
     "setup_rows",
@@ -99,14 +99,6 @@ def run_title(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
     if overrides:
         title += " with " + " ".join(f"--set {text}" for text in overrides)
     return title
-
-
-def gpu_layout(scenario: Scenario) -> str:
-    """``h100-sxm × TP 4 × 2 replicas = 8 GPUs``."""
-    cluster = scenario.cluster
-    gpus = cluster.tp * cluster.replicas
-    replicas = f"{cluster.replicas} replica{'s' if cluster.replicas != 1 else ''}"
-    return f"{cluster.gpu} × TP {cluster.tp} × {replicas} = {gpus} GPU{'s' if gpus != 1 else ''}"
 
 
 def _speculation(scenario: Scenario) -> str:

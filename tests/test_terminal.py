@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 import cbsim
 from cbsim.cli import cli
-from cbsim.terminal import gpu_layout, run_title, slo_rows
+from cbsim.terminal import run_title, slo_rows
 
 TINY = """\
 name: tiny
@@ -70,7 +70,7 @@ def test_summary_names_the_scenario_as_run_and_its_setup(
         "--set scheduler.kind=sarathi" in out
     )
     assert "llama-3-8b (bf16 weights, bf16 KV cache)" in out
-    assert "h100-sxm × TP 2 × 3 replicas = 6 GPUs" in out
+    assert "h100-sxm, tp 2 x 3 replicas = 6 GPUs in total" in out
     assert "sarathi (token budget" in out
     assert "engine" in out and "vllm" in out
     assert "speculation" not in out  # off: not stated
@@ -117,11 +117,10 @@ def test_slo_rows_read_targets_at_p99_and_goodput_at_99_percent() -> None:
     assert slo_rows(summary, no_slo) == []
 
 
-def test_title_and_gpu_layout() -> None:
+def test_title() -> None:
     scenario = cbsim.load_scenario(yaml.safe_load(TINY))
     assert run_title(scenario) == "tiny (seed 1)"
     assert run_title(scenario, ["a.b=1"]) == "tiny (seed 1) with --set a.b=1"
-    assert gpu_layout(scenario) == "h100-sxm × TP 1 × 1 replica = 1 GPU"
 
 
 def test_compare_no_spec_shows_both_runs_and_saves_the_baseline_summary(tmp_path: Path) -> None:

@@ -716,23 +716,22 @@ def _place_labels(
     if not labels:
         return
     fig = _figure_of(axis)
-    fig.canvas.draw()  # lay the figure out: label boxes are measured where they will be drawn
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    fig.draw_without_rendering()  # lay the figure out: label boxes measured where they are drawn
     to_display = axis.transData.transform
     marker = 5.0 * fig.dpi / 72.0  # half a marker's width, in pixels
     centres = to_display(points) if len(points) else np.zeros((0, 2))
     taken = [(x - marker, y - marker, x + marker, y + marker) for x, y in centres]
     legend = axis.get_legend()
     if legend is not None:
-        drawn = legend.get_window_extent(renderer)
+        drawn = legend.get_window_extent()
         taken.append((drawn.x0, drawn.y0, drawn.x1, drawn.y1))
-    frame = axis.get_window_extent(renderer)
+    frame = axis.get_window_extent()
     inside = (frame.x0, frame.y0, frame.x1, frame.y1)  # labels stay within the axes
     for text, x, y, important in labels:
         clashes: list[tuple[float, tuple[int, int]]] = []
         for offset in _LABEL_OFFSETS:
             trial = _annotate(axis, text, (x, y), offset, important)
-            box = trial.get_window_extent(renderer)
+            box = trial.get_window_extent()
             trial.remove()
             corners = (box.x0, box.y0, box.x1, box.y1)
             outside = box.width * box.height - _overlap(corners, inside)
@@ -743,7 +742,7 @@ def _place_labels(
         clash, offset = min(clashes, key=lambda pair: pair[0])
         if clash > 0.0 and not important:
             continue  # no clear place: left unlabelled rather than drawn over another
-        box = _annotate(axis, text, (x, y), offset, important).get_window_extent(renderer)
+        box = _annotate(axis, text, (x, y), offset, important).get_window_extent()
         taken.append((box.x0, box.y0, box.x1, box.y1))
 
 

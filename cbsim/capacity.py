@@ -71,7 +71,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cbsim import outputs
-from cbsim.documents import parse_yaml
+from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.limits import DURATION, RATE, SWEEP_POINTS
@@ -1245,8 +1245,8 @@ PLAN_FILE_DESCRIPTION = "a capacity plan cbsim wrote"
 def _is_plan_file(path: Path) -> bool:
     """Whether ``path`` holds a plan :func:`plan` made (so ``--out`` may replace it)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = parse_json(read_text_file(path), str(path))
+    except CbsimError:
         return False
     return (
         isinstance(data, dict)

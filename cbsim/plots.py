@@ -119,7 +119,7 @@ def short_keys(keys: Sequence[str]) -> dict[str, str]:
         return parts[-1]
 
     names = {key: short(key) for key in keys}
-    taken = [name for name in names.values()]
+    taken = list(names.values())
     return {key: (name if taken.count(name) == 1 else key) for key, name in names.items()}
 
 
@@ -694,7 +694,8 @@ def cost_vs_slo_frontier(
         labels += [
             (str(row.name), float(row.latency), float(row.cost), False) for row in rest.itertuples()
         ]
-    _place_labels(axis, labels, points[["latency", "cost"]].to_numpy(dtype=float))  # last: laid out
+    # last: labels are placed on the figure as laid out, title, legend and SLO line included
+    _place_labels(axis, labels, points[["latency", "cost"]].to_numpy(dtype=float))
     return _figure_of(axis)
 
 

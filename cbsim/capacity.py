@@ -10,12 +10,12 @@ SLO, and at what price per token?". cbsim answers it by simulation, in three ste
    default, stretched to at least ``min_requests`` arrivals; a trace replay can end sooner). A rate
    *passes* when, for every seed,
 
-   * the queue is stable: the served throughput keeps up with the offered rate, measured as the
-     share of admitted requests arriving in the last three quarters of the window that finish by
-     the window's end plus a normal latency (the largest end-to-end latency among the first
-     half's requests, ``served_lag_s``), at least 95 % (``served_ratio``: a backlog growing at a fraction
-     f of the offered rate lowers it by about 4f/3, while requests that merely arrived late in the
-     window are not penalised); the time-averaged waiting count of the last quarter is not growing
+   * the queue is stable: late arrivals are admitted about as fast as early ones. Of the admitted
+     requests arriving in the last quarter of the window, at least 95 % (``served_ratio``) wait
+     for admission (``queue_s``) no longer than three times the p90 admission delay of the first
+     half's requests (``served_lag_s``), and never less than 1 s: a backlog that grows makes late
+     arrivals wait ever longer, while a bursty trace's long outputs do not count against it;
+     the time-averaged waiting count of the last quarter is not growing
      against the second quarter (``waiting_q4`` ≤ ``waiting_q2`` + max(2, ``waiting_q2``/2, 1 % of
      the window's arrivals), read from the run's timeseries in windows of a twentieth of the
      window); and nothing is still queued at the horizon (2 × window + 600 s);
@@ -62,7 +62,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import IO, Any, Literal, Union, get_args, get_origin
 
 import click
 import numpy as np
@@ -70,7 +70,8 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from cbsim.documents import parse_yaml
+from cbsim import outputs
+from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.limits import DURATION, RATE, SWEEP_POINTS
@@ -87,8 +88,10 @@ from cbsim.simulate import simulate
 from cbsim.traces import load_trace
 
 __all__ = [
+    "EXIT_INFEASIBLE",
     "CapacityResult",
     "Evaluation",
+    "Infeasible",
     "capacity_command",
     "evaluate_rate",
     "find_max_rate",
@@ -129,6 +132,9 @@ CONTROLLED_KEYS = frozenset(
     }
 )
 
+#: Exit status of ``cbsim capacity`` when nothing meets the SLO (bad input is 2).
+EXIT_INFEASIBLE = 3
+
 Progress = Callable[[str], None]
 
 
@@ -141,7 +147,7 @@ class Evaluation:
 
     Unpacks as ``rate_rps, passed, metrics``; ``reason`` says why it failed (empty when it passed).
     ``metrics`` holds the SLO metrics (worst over the seeds run), ``served_ratio``, ``waiting_q2``,
-    ``waiting_q4``, ``window_s``, ``requests`` and ``output_tokens_per_request``.
+    ``waiting_q4``, ``window_s``, ``requests``, ``output_tokens_per_request`` and ``tpot_mean_s``.
     """
 
     rate_rps: float
@@ -559,7 +565,7 @@ def _check_run(
     metrics: dict[str, float | None] = {}
     reasons: list[str] = []
     if served < SERVED_FRACTION:
-        reasons.append(f"queue unstable: served {served:.1%} of arrivals (< {SERVED_FRACTION:.0%})")
+        reasons.append(_admission_reason(served, arrived, limit, lag))
     if q4 > q2 + allowance:
         reasons.append(f"queue growing: waiting {q2:.1f} → {q4:.1f} requests")
     unfinished = int(summary.get("unfinished", 0))
@@ -586,9 +592,25 @@ def _check_run(
             "output_tokens_per_request": (
                 float(summary.get("output_tokens", 0)) / n_requests if n_requests else None
             ),
+            # 1 / TPOT is the output tokens/s each user sees (the report's per-user axis)
+            "tpot_mean_s": float(summary.get("tpot_mean_s", math.nan)),
         }
     )
     return reasons, metrics
+
+
+def _admission_reason(admitted: float, arrived: int, limit_s: float, lag_s: float) -> str:
+    """Why the admission-delay check failed, in the terms it measured."""
+    basis = (
+        f"3 × the first half's p90 admission delay of {lag_s:.3g} s"
+        if limit_s > QUEUE_DELAY_FLOOR_S
+        else f"the {QUEUE_DELAY_FLOOR_S:g} s floor"
+    )
+    return (
+        f"queue unstable: only {admitted:.1%} of the {arrived} requests arriving in the last "
+        f"quarter of the window were admitted within {limit_s:.3g} s ({basis}); "
+        f"a stable queue admits at least {SERVED_FRACTION:.0%}"
+    )
 
 
 def _combine(
@@ -1217,6 +1239,62 @@ def render(result: Mapping[str, Any], console: Console) -> None:
     console.print(f"simulations: {result['simulations']}", highlight=False)
 
 
+PLAN_FILE_DESCRIPTION = "a capacity plan cbsim wrote"
+
+
+def _is_plan_file(path: Path) -> bool:
+    """Whether ``path`` holds a plan :func:`plan` made (so ``--out`` may replace it)."""
+    try:
+        data = parse_json(read_text_file(path), str(path))
+    except CbsimError:
+        return False
+    return (
+        isinstance(data, dict)
+        and {"slo", "max_rate_rps", "simulations"} <= set(data)
+        and ("evaluations" in data or "alternatives" in data)
+    )
+
+
+def _check_plan_file(out: Path) -> None:
+    """Refuse, before searching, an ``--out`` that writing the plan would have to refuse."""
+    if out.is_dir():
+        raise CbsimError("is a folder; give the plan's file name", source=str(out), field="--out")
+    if out.exists() and not _is_plan_file(out):
+        raise CbsimError(
+            f"exists and is not {PLAN_FILE_DESCRIPTION}, so cbsim will not overwrite it: give a "
+            "new file name (or move the file away)",
+            source=str(out),
+            field="--out",
+        )
+
+
+def _write_plan(out: Path, text: str) -> None:
+    """Write the plan's JSON to ``out`` atomically, creating its folders; a user error when it
+    cannot be written."""
+
+    def write(temporary: Path) -> None:
+        temporary.write_text(text + "\n", encoding="utf-8")
+
+    try:
+        outputs.write_file(out, write, replaceable=_is_plan_file, description=PLAN_FILE_DESCRIPTION)
+    except CbsimError as err:
+        raise UserError(str(err.located(field="--out"))) from None
+    except OSError as err:
+        raise UserError(f"{err.filename or out}: cannot write the plan: {err.strerror}") from None
+
+
+class Infeasible(click.ClickException):
+    """On the command line: a plan that nothing meets. The plan is printed as usual (the JSON too,
+    so it can be reported on); then one ``infeasible:`` line on stderr says why, and the command
+    exits with :data:`EXIT_INFEASIBLE`."""
+
+    exit_code = EXIT_INFEASIBLE
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        message = " ".join(self.format_message().splitlines())
+        click.echo(f"infeasible: {message}", file=file, err=file is None)
+
+
 def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     try:
         interactive = sys.stderr.isatty()
@@ -1279,6 +1357,14 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the plan's JSON to this file (its folders are created; an existing file is "
+    "replaced only if it is a plan cbsim wrote), e.g. for cbsim report.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -1296,10 +1382,12 @@ def capacity_command(
     tolerance: float,
     start_rps: float,
     as_json: bool,
+    out: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
     """Find the highest rate one replica of SCENARIO sustains within an SLO; size and cost a fleet
-    for --target-rps; compare --vary alternatives."""
+    for --target-rps; compare --vary alternatives. Exits with status 3 (after printing the plan)
+    when nothing meets the SLO, 2 on bad input."""
     stop: Callable[[], None] = lambda: None  # noqa: E731
     try:
         for text in overrides:
@@ -1307,6 +1395,8 @@ def capacity_command(
             if key in CONTROLLED_KEYS:
                 _check_key(key, "--set")
         loaded = load_scenario(scenario, overrides=list(overrides))
+        if out is not None:
+            _check_plan_file(out)
         progress, stop = _progress_printer()
         result = plan(
             loaded,
@@ -1326,7 +1416,12 @@ def capacity_command(
             err = CbsimError(err.message, source=str(scenario), field=err.field)
         raise UserError(str(err)) from None
     stop()
+    text = json.dumps(result, indent=2, allow_nan=False)
+    if out is not None:
+        _write_plan(out, text)
     if as_json:
-        click.echo(json.dumps(result, indent=2, allow_nan=False))
-        return
-    render(result, Console())
+        click.echo(text)
+    else:
+        render(result, Console())
+    if not result.get("feasible"):
+        raise Infeasible(f"nothing meets the SLO: {result.get('reason') or 'no reason recorded'}")

@@ -54,6 +54,7 @@ from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
+from cbsim.terminal import print_run
 from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
@@ -90,35 +91,6 @@ class CbsimGroup(click.Group):
 # --------------------------------------------------------------------------- formatting
 
 
-def _finite(value: Any) -> float | None:
-    """``value`` as a float if it is a finite number, else None."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def _fmt(value: Any, spec: str = ".3f", unit: str = "") -> str:
-    """A number with a format and unit, or ``n/a`` when missing or not finite."""
-    number = _finite(value)
-    if number is None:
-        return "n/a"
-    return f"{number:{spec}}{' ' + unit if unit else ''}"
-
-
-def _fmt_latencies(summary: dict[str, Any], metric: str) -> str:
-    """``p50 / p90 / p99`` of a latency metric in one unit (ms below a second, else s)."""
-    values = [_finite(summary.get(f"{metric}_p{p}_s")) for p in (50, 90, 99)]
-    finite = [v for v in values if v is not None]
-    if not finite:
-        return "n/a"
-    if max(finite) < 1.0:
-        scale, unit, spec = 1e3, "ms", ".1f"
-    else:
-        scale, unit, spec = 1.0, "s", ".3f"
-    parts = ["n/a" if v is None else f"{v * scale:{spec}}" for v in values]
-    return f"{' / '.join(parts)} {unit}"
-
-
 def format_duration(seconds: float) -> str:
     """Simulated time for the progress display: ``6.5 s``, ``12m05s``, ``3h02m10s``."""
     if not math.isfinite(seconds) or seconds < 60:
@@ -149,39 +121,6 @@ def describe(scenario: Scenario) -> str:
         f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
         f"blocks of {sched.block_size}), {speculation}"
     )
-
-
-def summary_table(results: Results) -> Table:
-    """The key figures of a run as a rich table."""
-    s = results.summary
-    table = Table(title=f"{s.get('name', results.scenario.name)} (seed {results.scenario.seed})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    table.add_row("completed", f"{s.get('completed', 'n/a')} / {s.get('requests', 'n/a')}")
-    table.add_row("rejected", str(s.get("rejected", "n/a")))
-    if s.get("unfinished"):
-        table.add_row("unfinished", str(s["unfinished"]))
-    table.add_row("throughput", _fmt(s.get("throughput_rps"), ".3f", "req/s"))
-    table.add_row("output tokens", _fmt(s.get("output_tokens_per_s"), ".1f", "tok/s"))
-    table.add_row("goodput (SLO)", _fmt(s.get("goodput_rps"), ".3f", "req/s"))
-    table.add_row("TTFT p50 / p90 / p99", _fmt_latencies(s, "ttft"))
-    table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
-    table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
-    table.add_row("ITL p50 / p90 / p99", _fmt_latencies(s, "itl"))
-    if results.scenario.speculative.enabled:
-        table.add_row("acceptance (accepted/drafted)", _fmt(s.get("acceptance_rate"), ".3f"))
-        table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
-        table.add_row("tokens per verify step", _fmt(s.get("mean_acceptance_length"), ".2f"))
-        table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
-        if "speedup_tpot_mean" in s:
-            table.add_row("speedup vs no-spec (TPOT)", _fmt(s.get("speedup_tpot_mean"), ".3f", "x"))
-            table.add_row(
-                "speedup vs no-spec (tok/s)", _fmt(s.get("speedup_output_tokens_per_s"), ".3f", "x")
-            )
-    table.add_row("preemptions", str(s.get("preemptions", "n/a")))
-    table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
-    table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))
-    return table
 
 
 # --------------------------------------------------------------------------- run helpers
@@ -362,7 +301,8 @@ def cli() -> None:
 @click.option(
     "--compare-no-spec",
     is_flag=True,
-    help="Also run with speculation off and add the measured speedups to the summary.",
+    help="Also run with speculation off: both side by side, the speedups added to the summary "
+    "and the baseline's summary written as summary_no_spec.json.",
 )
 @click.option(
     "--stream",
@@ -403,7 +343,7 @@ def run(
         click.echo(str(written))
         return
     console = Console()
-    console.print(summary_table(results))
+    print_run(console, results, overrides)
     console.print(f"results: {written}", highlight=False, soft_wrap=True)
 
 
@@ -606,6 +546,11 @@ def _error_table(frame: pd.DataFrame, title: str) -> Table:
     return table
 
 
+def _say(message: str) -> None:
+    """Progress of a long step, as one line on stderr (stdout keeps the results)."""
+    click.echo(f"{message} ...", err=True)
+
+
 @calibrate.command("fit")
 @click.option("--gpu", "-g", required=True, help="Catalog GPU name the measurements are from.")
 @click.option(
@@ -636,7 +581,9 @@ def calibrate_fit(
 
     gpu = get_gpu(gpu).name
     profile_name = name or (DEFAULT_NAME if data is None else "custom")
-    profile, errors, _ = fit_profile(gpu, data, name=profile_name, validate=not no_validate)
+    profile, errors, _ = fit_profile(
+        gpu, data, name=profile_name, validate=not no_validate, progress=_say
+    )
     target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
     write_json(profile, target)
     if not errors.empty:
@@ -688,9 +635,10 @@ def calibrate_report(
             f"{TRANSFER_SOURCE[gpu]}); give --data with your own",
             field="--gpu",
         )
-    _, errors, points = fit_profile(gpu, data)
+    _, errors, points = fit_profile(gpu, data, progress=_say)
     frames = [errors]
     if gpu == "h200" and data is None:
+        _say("h200: predicting from h100-sxm's fit (leave-one-GPU-out)")
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
     table = percent_table(pd.concat(frames, ignore_index=True))
     folder = out or Path("results") / "calibration" / gpu
@@ -724,7 +672,8 @@ _register_commands()
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point: run the CLI and exit with its status.
 
-    0 success, 2 bad input or usage (one ``error:`` line, no traceback), 130 interrupted.
+    0 success, 2 bad input or usage (one ``error:`` line, no traceback), 3 a capacity plan that
+    nothing meets (``cbsim capacity``: one ``infeasible:`` line after the plan), 130 interrupted.
     """
     try:
         rv = cli.main(

@@ -21,6 +21,9 @@ follow common serving benchmarks (vLLM, Vidur):
 * Timeseries use fixed windows; an iteration belongs to the window its start falls in. ``waiting``
   and ``kv_utilization`` are time averages over the window (cluster-wide sum of waiting requests;
   mean KV utilisation over replicas), ``batch_size`` the mean batch size of the iterations run.
+  ``span_s`` is the time a window covers: its width, except the last window, which ends with the
+  run; rates (``output_tokens_per_s``) and time averages are over that span, so the last window
+  reads what happened in it, not a false drop from dividing part of a window by all of it.
 
 Streaming (:meth:`Recorder.stream`, ``simulate(..., stream_to=PATH)``): instead of holding every
 iteration row until the end, the recorder writes its iteration columns to a parquet file, one row
@@ -79,7 +82,7 @@ ITERATION_COLUMNS = [
 
 TIMESERIES_COLUMNS = [
     "t_s", "output_tokens_per_s", "requests_completed", "arrivals", "waiting", "kv_utilization",
-    "batch_size", "mean_k", "acceptance_rate",
+    "batch_size", "mean_k", "acceptance_rate", "span_s",
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)
@@ -943,6 +946,7 @@ def timeseries(
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
     windows = _window_count(max(ends), window_s)
+    span = _window_spans(max(ends), window_s, windows)
 
     def total(times: np.ndarray) -> np.ndarray:
         bins = np.minimum((times // window_s).astype(np.int64), windows - 1)
@@ -956,14 +960,25 @@ def timeseries(
         frame = pd.DataFrame(
             {
                 "t_s": np.arange(windows) * window_s,
-                "output_tokens_per_s": by_window["emitted"] / window_s,
+                "output_tokens_per_s": by_window["emitted"] / span,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": by_window["waiting"] / window_s,
-                "kv_utilization": by_window["kv_frac"] / (window_s * replicas),
+                "waiting": by_window["waiting"] / span,
+                "kv_utilization": by_window["kv_frac"] / (span * replicas),
                 "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
                 "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+                "span_s": span,
             }
         )
     return frame
+
+
+def _window_spans(end_s: float, window_s: float, windows: int) -> np.ndarray:
+    """Seconds of the run each window covers: ``window_s``, but the last window only up to the
+    run's end ``end_s`` (a whole window when the run ends on its start, as an empty run does)."""
+    span = np.full(windows, window_s)
+    last = min(window_s, end_s - (windows - 1) * window_s)
+    if last > 0:
+        span[-1] = last
+    return span

@@ -13,10 +13,15 @@ so importing this module does not pick a backend (headless runs fall back to Agg
 * :func:`acceptance_per_request` — per-request draft acceptance rate: histogram and vs output length.
 * :func:`latency_vs_load` — a latency metric against load from a sweep: mean over seeds, min–max band.
 * :func:`cost_vs_slo_frontier` — alternatives by cost and latency with the Pareto frontier marked
-  (:func:`pareto_front` computes it).
+  (:func:`pareto_front` computes it); labels never overlap (a dominated point whose label finds no
+  free place is left unlabelled).
+* :func:`tokens_per_gpu_vs_per_user` — output tokens/s per GPU against output tokens/s per user
+  (1 / TPOT), one line per layout across the loads simulated (the aiconfigurator view).
 * :func:`save` writes a PNG atomically; :func:`to_png_bytes` returns PNG bytes (for HTML reports).
 
-Time series are drawn as steps: a window's value holds from its start ``t_s`` to the next window.
+Time series are drawn as steps: a window's value holds from its start ``t_s`` to the next window
+(the last one to the end of the run, ``span_s``). Points of a sweep or a plan are labelled
+``key=value`` with short keys (:func:`short_keys`, :func:`point_label`): ``gpu=h200, tp=4``.
 """
 
 from __future__ import annotations
@@ -46,9 +51,12 @@ __all__ = [
     "latency_cdfs",
     "latency_vs_load",
     "pareto_front",
+    "point_label",
     "save",
+    "short_keys",
     "throughput_and_queue",
     "to_png_bytes",
+    "tokens_per_gpu_vs_per_user",
 ]
 
 DPI = 110
@@ -69,7 +77,12 @@ _LABELS: dict[str, str] = {
     "cost_per_million_output_tokens": "cost per million output tokens ($)",
     "replicas": "replicas",
     "cluster.replicas": "replicas",
+    "output_tokens_per_s_per_gpu": "output tokens/s per GPU",
+    "output_tokens_per_s_per_user": "output tokens/s per user (1 / TPOT)",
 }
+
+#: Last parts of a dotted key too generic to name it alone: the part before stands in for them.
+_GENERIC_LEAVES = frozenset({"kind", "enabled"})
 
 _METRIC_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "E2E latency", "queue": "queueing delay"}
 
@@ -92,6 +105,30 @@ def label_for(column: str) -> str:
         if column.endswith(suffix) and len(column) > len(suffix):
             return f"{column[: -len(suffix)].replace('_', ' ')} ({unit})"
     return column.replace("_", " ")
+
+
+def short_keys(keys: Sequence[str]) -> dict[str, str]:
+    """A short name for each dotted scenario key, for labels: its last part (``cluster.gpu`` →
+    ``gpu``), or the part before a generic one (``speculative.enabled`` → ``speculative``,
+    ``scheduler.kind`` → ``scheduler``); the whole key where two short names would be the same."""
+
+    def short(key: str) -> str:
+        parts = key.split(".")
+        if len(parts) > 1 and parts[-1] in _GENERIC_LEAVES:
+            return parts[-2]
+        return parts[-1]
+
+    names = {key: short(key) for key in keys}
+    taken = list(names.values())
+    return {key: (name if taken.count(name) == 1 else key) for key, name in names.items()}
+
+
+def point_label(values: Mapping[Any, Any], keys: Sequence[str] | None = None) -> str:
+    """``gpu=h200, tp=4, speculative=False``: the values of ``keys`` (default: all of ``values``)
+    named by their :func:`short_keys`."""
+    chosen = list(values) if keys is None else list(keys)
+    names = short_keys(chosen)
+    return ", ".join(f"{names[key]}={values.get(key)}" for key in chosen)
 
 
 def _pyplot() -> Any:
@@ -148,22 +185,32 @@ def _message(ax: Axes, text: str) -> None:
 
 
 def _timeseries(source: Results | pd.DataFrame) -> tuple[pd.DataFrame, float | None]:
-    """The timeseries frame and its window width (``None`` where it cannot be known)."""
+    """The timeseries frame and the end of its last window: ``t_s + span_s`` of the last row
+    (frames written before ``span_s`` existed: one window width after its start, the width known
+    from the scenario or the spacing of ``t_s``); ``None`` where it cannot be known."""
+    width: float | None
     if isinstance(source, Results):
-        return source.timeseries, float(source.scenario.output.timeseries_window_s)
-    if not isinstance(source, pd.DataFrame):
+        frame, width = source.timeseries, float(source.scenario.output.timeseries_window_s)
+    elif isinstance(source, pd.DataFrame):
+        frame = source
+        steps = np.diff(frame["t_s"].to_numpy(dtype=float))
+        width = float(np.median(steps)) if len(steps) else None
+    else:
         raise TypeError(f"expected Results or a timeseries DataFrame, got {type(source).__name__}")
-    t = source["t_s"].to_numpy(dtype=float)
-    steps = np.diff(t)
-    return source, (float(np.median(steps)) if len(steps) else None)
+    if not len(frame):
+        return frame, None
+    last = float(frame["t_s"].iloc[-1])
+    if "span_s" in frame.columns:
+        return frame, last + float(frame["span_s"].iloc[-1])
+    return frame, (last + width if width is not None else None)
 
 
-def _step(ax: Axes, t: np.ndarray, y: np.ndarray, window: float | None, **kw: Any) -> None:
-    """Draw a windowed series as steps, the last window extended to its end."""
-    if window is None or len(t) == 0:
+def _step(ax: Axes, t: np.ndarray, y: np.ndarray, end: float | None, **kw: Any) -> None:
+    """Draw a windowed series as steps, the last window held to ``end``."""
+    if end is None or len(t) == 0:
         ax.plot(t, y, marker="o", **kw)
         return
-    x = np.append(t, t[-1] + window)
+    x = np.append(t, end)
     ax.plot(x, np.append(y, y[-1]), drawstyle="steps-post", **kw)
 
 
@@ -171,9 +218,9 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=float)
 
 
-def _time_limits(ax: Axes, t: np.ndarray, window: float | None) -> None:
+def _time_limits(ax: Axes, t: np.ndarray, end: float | None) -> None:
     if len(t):
-        ax.set_xlim(float(t[0]), float(t[-1] + (window or 0.0)) or 1.0)
+        ax.set_xlim(float(t[0]), float(end if end is not None else t[-1]) or 1.0)
 
 
 # --------------------------------------------------------------------------- time series
@@ -187,18 +234,18 @@ def throughput_and_queue(
     ``results`` is a :class:`Results` or its ``timeseries`` frame. Draws on ``ax`` (and a twin of
     it) when given. The figure has two axes: the throughput axes and its twin.
     """
-    ts, window = _timeseries(results)
+    ts, end = _timeseries(results)
     (left,) = _axes(ax, (1, 1), (8.0, 4.0))
     right = left.twinx()
     t = _column(ts, "t_s")
-    _step(left, t, _column(ts, "output_tokens_per_s"), window, color="C0", label="output tokens/s")
-    _step(right, t, _column(ts, "waiting"), window, color="C3", label="waiting requests")
+    _step(left, t, _column(ts, "output_tokens_per_s"), end, color="C0", label="output tokens/s")
+    _step(right, t, _column(ts, "waiting"), end, color="C3", label="waiting requests")
     left.set_xlabel("time (s)")
     left.set_ylabel("output throughput (tokens/s)", color="C0")
     right.set_ylabel("waiting requests (time average)", color="C3")
     left.set_ylim(bottom=0)
     right.set_ylim(bottom=0)
-    _time_limits(left, t, window)
+    _time_limits(left, t, end)
     left.set_title(title or "Throughput and queue over time")
     handles = left.get_lines() + right.get_lines()
     left.legend(handles, [str(h.get_label()) for h in handles], loc="upper left", fontsize=8)
@@ -211,36 +258,45 @@ def batch_kv_k_over_time(
     axes: Sequence[Axes] | None = None,
     title: str | None = None,
 ) -> Figure:
-    """Batch size, KV cache utilisation and mean draft length k over time, in three panels.
+    """Batch size, KV cache utilisation and, when the run speculated, mean draft length k over
+    time, one panel each.
 
-    ``results`` is a :class:`Results` or its ``timeseries`` frame; ``axes`` three axes to draw on.
-    The k panel says so when the run did not speculate.
+    ``results`` is a :class:`Results` or its ``timeseries`` frame; ``axes`` the axes to draw on:
+    three, or two for a run that did not speculate (given three then, the third is hidden: a run
+    without drafts has no k to show).
     """
-    ts, window = _timeseries(results)
-    panels = _axes(axes, (3, 1), (8.0, 7.5), sharex=True)
+    ts, end = _timeseries(results)
+    mean_k = _column(ts, "mean_k")
+    speculated = bool(np.any(mean_k > 0))
+    if axes is not None and not speculated:
+        given = list(np.asarray(axes, dtype=object).ravel())
+        if len(given) == 3:
+            given[2].set_visible(False)
+            axes = given[:2]
+    rows = 3 if speculated else 2
+    panels = _axes(axes, (rows, 1), (8.0, 2.5 * rows), sharex=True)
     t = _column(ts, "t_s")
-    batch_ax, kv_ax, k_ax = panels
-    _step(batch_ax, t, _column(ts, "batch_size"), window, color="C0")
+    batch_ax, kv_ax = panels[0], panels[1]
+    _step(batch_ax, t, _column(ts, "batch_size"), end, color="C0")
     batch_ax.set_ylabel("batch size (requests)")
     batch_ax.set_title("Mean batch size")
+    batch_ax.set_ylim(bottom=0)
     kv_percent = 100.0 * _column(ts, "kv_utilization")
-    _step(kv_ax, t, kv_percent, window, color="C2")
+    _step(kv_ax, t, kv_percent, end, color="C2")
     kv_ax.set_ylabel("KV cache used (%)")
     peak = float(np.nanmax(kv_percent)) if len(kv_percent) else 0.0
     # windows hold the iterations that start in them, so a window can read a little over 100 %
     kv_ax.set_ylim(0.0, max(105.0, 1.05 * peak) if peak > 50.0 else max(1.0, 1.2 * peak))
     kv_ax.set_title("KV cache utilisation")
-    mean_k = _column(ts, "mean_k")
-    _step(k_ax, t, mean_k, window, color="C1")
-    k_ax.set_ylabel("mean k (draft tokens)")
-    k_ax.set_title("Mean draft length k")
-    if not np.any(mean_k > 0):
-        _message(k_ax, NO_SPECULATION)
-    for panel in (batch_ax, k_ax):
-        panel.set_ylim(bottom=0)
+    if speculated:
+        k_ax = panels[2]
+        _step(k_ax, t, mean_k, end, color="C1")
+        k_ax.set_ylabel("mean k (draft tokens)")
+        k_ax.set_title("Mean draft length k")
+        k_ax.set_ylim(bottom=0)
     for panel in panels:
-        _time_limits(panel, t, window)
-    k_ax.set_xlabel("time (s)")
+        _time_limits(panel, t, end)
+    panels[-1].set_xlabel("time (s)")
     fig = _figure_of(batch_ax)
     if title:
         fig.suptitle(title)
@@ -282,11 +338,22 @@ def _readable_log_ticks(ax: Axes, low: float, high: float) -> None:
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _slo_lines(ax: Axes, targets: Sequence[float], low: float | None, high: float | None) -> None:
+def _few_linear_ticks(ax: Axes) -> None:
+    """At most six round ticks on a linear x axis, labelled plainly, so labels never run together
+    in a narrow panel."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:g}"))
+
+
+def _slo_lines(
+    ax: Axes, targets: Sequence[float], low: float | None, high: float | None, unit: str = "s"
+) -> None:
     """SLO targets as dashed vertical lines; one far outside the data (more than a factor 2 beyond
     it) is named at the edge it lies beyond instead, so the distribution stays readable."""
     for index, target in enumerate(targets):
-        label = f"SLO {target:g} s"
+        label = f"SLO {target:g} {unit}"
         if low is None or high is None or low / 2.0 <= target <= 2.0 * high:
             ax.axvline(target, color="C3", linestyle="--", linewidth=1.2, label=label)
             continue
@@ -338,16 +405,18 @@ def latency_cdfs(
                     if value is not None and float(value) not in known:
                         known.append(float(value))
     panels = _axes(axes, (1, 3), (13.0, 4.0))
+    # (column, name, axis label, unit, scale from seconds): TPOT in ms, as serving tools state it
     metrics = (
-        ("ttft_s", "TTFT", "time to first token (s)"),
-        ("tpot_s", "TPOT", "time per output token (s)"),
-        ("e2e_s", "E2E latency", "end-to-end latency (s)"),
+        ("ttft_s", "TTFT", "time to first token", "s", 1.0),
+        ("tpot_s", "TPOT", "time per output token", "ms", 1e3),
+        ("e2e_s", "E2E latency", "end-to-end latency", "s", 1.0),
     )
-    for panel, (column, name, xlabel) in zip(panels, metrics, strict=True):
+    for panel, (column, name, what, unit, scale) in zip(panels, metrics, strict=True):
+        xlabel = f"{what} ({unit})"
         series: list[tuple[str | None, np.ndarray]] = []
         for label, run in runs:
             values = _column(_finished(_requests(run)), column)
-            series.append((label, values[np.isfinite(values)]))
+            series.append((label, scale * values[np.isfinite(values)]))
         drawn = [values for _, values in series if len(values)]
         if not drawn:
             _message(panel, "no finished requests" if column != "tpot_s" else "no TPOT data")
@@ -366,9 +435,13 @@ def latency_cdfs(
             if use_log and len(positive):
                 panel.set_xscale("log")
                 _readable_log_ticks(panel, float(positive.min()), float(positive.max()))
-            _slo_lines(panel, targets[column], float(everything.min()), float(everything.max()))
+            else:
+                _few_linear_ticks(panel)
+            low: float | None = float(everything.min())
+            high: float | None = float(everything.max())
         else:
-            _slo_lines(panel, targets[column], None, None)
+            low = high = None
+        _slo_lines(panel, [scale * t for t in targets[column]], low, high, unit)
         panel.set_ylim(0.0, 1.02)
         panel.set_xlabel(xlabel + (" — log scale" if panel.get_xscale() == "log" else ""))
         panel.set_ylabel("fraction of requests")
@@ -466,13 +539,17 @@ def latency_vs_load(
     ax: Axes | None = None,
     log_y: bool = False,
     title: str | None = None,
+    hue_is_label: bool = False,
 ) -> Figure:
     """A metric against load from a sweep frame (one row per point and seed).
 
     Rows are grouped by ``hue`` (one line per value) and by ``x``; each line is the mean of ``y``
     over the rows at that ``x`` (the seeds) with a band from their minimum to their maximum.
     ``x``, ``y`` and ``hue`` may name a column or the last part of a dotted one (``rate`` finds
-    ``workload.arrival.rate``). ``slo`` draws a horizontal target line. NaN values are skipped.
+    ``workload.arrival.rate``). Lines are named ``key=value`` with the hue column's short key
+    (``policy=goodput``), or by the value alone when ``hue_is_label`` (the column holds labels
+    already, such as :func:`point_label`). ``slo`` draws a horizontal target line. NaN values are
+    skipped.
     """
     x_col, y_col = _resolve(frame, x), _resolve(frame, y)
     hue_col = _resolve(frame, hue) if hue is not None else None
@@ -491,9 +568,10 @@ def latency_vs_load(
         keys = list(data[hue_col].unique())
         with contextlib.suppress(TypeError):
             keys = sorted(keys)
+        prefix = "" if hue_is_label else f"{short_keys([hue_col])[hue_col]}="
         groups = [
             (
-                f"{hue_col}={key}",
+                f"{prefix}{key}",
                 data[data[hue_col].isna() if pd.isna(key) else data[hue_col] == key],
             )
             for key in keys
@@ -563,7 +641,8 @@ def cost_vs_slo_frontier(
 
     One point per row, or per ``label`` value when labels repeat (e.g. one row per seed: the mean
     of both metrics is used). Frontier points (see :func:`pareto_front`) are joined by a staircase
-    and labelled; other points are labelled too when there are at most 15. ``slo`` draws the
+    and labelled; other points are labelled too when there are at most 15 and their label finds a
+    place clear of every other label and point (see :func:`_place_labels`). ``slo`` draws the
     latency target as a vertical line. Rows without ``label`` are named by their index.
     """
     cost_col, lat_col = _resolve(frame, cost), _resolve(frame, slo_metric)
@@ -601,25 +680,6 @@ def cost_vs_slo_frontier(
         )
     else:
         _message(axis, "no alternatives with both metrics")
-    for row in best.itertuples(index=False):
-        axis.annotate(
-            str(row.name),
-            (float(row.latency), float(row.cost)),
-            xytext=(5, 5),
-            textcoords="offset points",
-            fontsize=9,
-            fontweight="bold",
-        )
-    if len(points) <= 15:
-        for row in rest.itertuples(index=False):
-            axis.annotate(
-                str(row.name),
-                (float(row.latency), float(row.cost)),
-                xytext=(5, -10),
-                textcoords="offset points",
-                fontsize=8,
-                color="0.45",
-            )
     if slo is not None:
         axis.axvline(slo, color="C3", linestyle="--", linewidth=1.2, label=_slo_label(lat_col, slo))
     axis.set_xlabel(label_for(lat_col))
@@ -627,6 +687,140 @@ def cost_vs_slo_frontier(
     axis.set_title(title or "Cost vs latency: Pareto frontier (lower-left is better)")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
+    labels = [
+        (str(row.name), float(row.latency), float(row.cost), True) for row in best.itertuples()
+    ]
+    if len(points) <= 15:
+        labels += [
+            (str(row.name), float(row.latency), float(row.cost), False) for row in rest.itertuples()
+        ]
+    # last: labels are placed on the figure as laid out, title, legend and SLO line included
+    _place_labels(axis, labels, points[["latency", "cost"]].to_numpy(dtype=float))
+    return _figure_of(axis)
+
+
+#: Where a point's label may go, in points from the point (tried in order): beside it, then
+#: further above or below it, on either side.
+_LABEL_OFFSETS = tuple((dx, dy) for dy in (5, -13, 17, -25, 29, -37, 41, -49) for dx in (6, -6))
+
+
+def _place_labels(
+    axis: Axes, labels: Sequence[tuple[str, float, float, bool]], points: np.ndarray
+) -> None:
+    """Annotate points so that no two labels overlap, no label covers a point or leaves the axes.
+
+    ``labels`` are ``(text, x, y, important)``: important ones (the frontier) first, in bold,
+    each at the first offset of :data:`_LABEL_OFFSETS` that is clear (or, when none is, the one
+    overlapping least); the others only where a clear offset exists, else they are left out.
+    ``points`` are every point drawn (x, y), kept clear of labels, as is the legend. Positions are
+    judged on the figure as laid out; the labels do not take part in the layout."""
+    if not labels:
+        return
+    fig = _figure_of(axis)
+    fig.draw_without_rendering()  # lay the figure out: label boxes measured where they are drawn
+    to_display = axis.transData.transform
+    marker = 5.0 * fig.dpi / 72.0  # half a marker's width, in pixels
+    centres = to_display(points) if len(points) else np.zeros((0, 2))
+    taken = [(x - marker, y - marker, x + marker, y + marker) for x, y in centres]
+    legend = axis.get_legend()
+    if legend is not None:
+        drawn = legend.get_window_extent()
+        taken.append((drawn.x0, drawn.y0, drawn.x1, drawn.y1))
+    frame = axis.get_window_extent()
+    inside = (frame.x0, frame.y0, frame.x1, frame.y1)  # labels stay within the axes
+    for text, x, y, important in labels:
+        clashes: list[tuple[float, tuple[int, int]]] = []
+        for offset in _LABEL_OFFSETS:
+            trial = _annotate(axis, text, (x, y), offset, important)
+            box = trial.get_window_extent()
+            trial.remove()
+            corners = (box.x0, box.y0, box.x1, box.y1)
+            outside = box.width * box.height - _overlap(corners, inside)
+            clash = outside + sum(_overlap(corners, other) for other in taken)
+            clashes.append((clash, offset))
+            if clash == 0.0:
+                break
+        clash, offset = min(clashes, key=lambda pair: pair[0])
+        if clash > 0.0 and not important:
+            continue  # no clear place: left unlabelled rather than drawn over another
+        box = _annotate(axis, text, (x, y), offset, important).get_window_extent()
+        taken.append((box.x0, box.y0, box.x1, box.y1))
+
+
+def _annotate(
+    axis: Axes, text: str, xy: tuple[float, float], offset: tuple[int, int], important: bool
+) -> Any:
+    """A point's label ``offset`` points from it (bold for the frontier), outside the layout."""
+    note = axis.annotate(
+        text,
+        xy,
+        xytext=offset,
+        textcoords="offset points",
+        ha="left" if offset[0] > 0 else "right",
+        fontsize=9 if important else 8,
+        fontweight="bold" if important else "normal",
+        color="black" if important else "0.45",
+        annotation_clip=False,
+    )
+    note.set_in_layout(False)
+    return note
+
+
+def _overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> float:
+    """Area (pixels²) two boxes ``(x0, y0, x1, y1)`` share."""
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return width * height if width > 0 and height > 0 else 0.0
+
+
+def tokens_per_gpu_vs_per_user(
+    frame: pd.DataFrame,
+    per_user: str = "output_tokens_per_s_per_user",
+    per_gpu: str = "output_tokens_per_s_per_gpu",
+    label: str = "alternative",
+    *,
+    order: str | None = None,
+    passed: str | None = None,
+    ax: Axes | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Output tokens/s per GPU (y) against output tokens/s per user (x, 1 / TPOT): what a layout
+    delivers per GPU bought against the speed each user sees, the trade-off aiconfigurator plots.
+
+    One line per ``label`` value (a layout) through its rows, sorted by ``order`` (e.g. the
+    offered rate; default: by tokens/s per user, fastest last); rows where ``passed`` is false
+    are drawn hollow (the load failed a check). Upper right is better on both counts.
+    """
+    (axis,) = _axes(ax, (1, 1), (7.5, 5.0))
+    data = frame.copy()
+    for column in (per_user, per_gpu):
+        data[column] = pd.to_numeric(data[column], errors="coerce")
+    data = data[
+        np.isfinite(data[per_user].to_numpy(float)) & np.isfinite(data[per_gpu].to_numpy(float))
+    ]
+    names = list(dict.fromkeys(data[label].astype(str))) if label in data.columns else [""]
+    for index, name in enumerate(names):
+        group = data[data[label].astype(str) == name] if label in data.columns else data
+        group = group.sort_values(order if order is not None else per_user)
+        color = f"C{index % 10}"
+        x = group[per_user].to_numpy(dtype=float)
+        y = group[per_gpu].to_numpy(dtype=float)
+        axis.plot(x, y, color=color, alpha=0.7, label=name or None)
+        ok = group[passed].astype(bool).to_numpy() if passed else np.ones(len(group), dtype=bool)
+        axis.scatter(x[ok], y[ok], s=30, color=color, zorder=3)
+        axis.scatter(x[~ok], y[~ok], s=30, facecolors="white", edgecolors=color, zorder=3)
+    if not len(data):
+        _message(axis, "no loads with both figures")
+    if passed and len(data) and not data[passed].astype(bool).all():
+        axis.scatter([], [], s=30, facecolors="white", edgecolors="0.4", label="failed a check")
+    axis.set_xlabel(label_for(per_user) if per_user in _LABELS else per_user)
+    axis.set_ylabel(label_for(per_gpu) if per_gpu in _LABELS else per_gpu)
+    axis.set_xlim(left=0)
+    axis.set_ylim(bottom=0)
+    axis.set_title(title or "Tokens/s per GPU vs tokens/s per user (upper right is better)")
+    axis.grid(True, alpha=0.3)
+    if len(names) > 1 or passed:
+        axis.legend(fontsize=8)
     return _figure_of(axis)
 
 

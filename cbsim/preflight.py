@@ -90,14 +90,19 @@ def _lengths_line(what: str, lengths: np.ndarray) -> str:
     return f"{what}: {', '.join(parts)}, max {int(lengths.max()):,}"
 
 
-def _cluster_line(scenario: Scenario) -> str:
+def gpu_layout(scenario: Scenario) -> str:
+    """``h100-sxm, tp 4 x 2 replicas = 8 GPUs in total`` (also what ``cbsim run`` prints)."""
     cluster = scenario.cluster
     replicas = f"{cluster.replicas:,} replica{'s' if cluster.replicas != 1 else ''}"
     gpus = cluster.replicas * cluster.tp
     return (
-        f"cluster: {cluster.model} on {cluster.gpu}, tp {cluster.tp} x {replicas} = "
-        f"{gpus:,} GPU{'s' if gpus != 1 else ''} in total"
+        f"{cluster.gpu}, tp {cluster.tp} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} "
+        "in total"
     )
+
+
+def _cluster_line(scenario: Scenario) -> str:
+    return f"cluster: {scenario.cluster.model} on {gpu_layout(scenario)}"
 
 
 def _seconds(value: float) -> str:

@@ -630,14 +630,15 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
             ],
         )
     )
+    k_words = (" and draft length", " and mean draft length") if speculated else ("", "")
     report.sections.append(
         Section(
-            "Batch, KV cache and draft length",
+            f"Batch, KV cache{k_words[0]}",
             [
                 _figure_image(
                     plots.batch_kv_k_over_time(source_run),
                     "batch-kv-k",
-                    "Batch size, KV cache utilisation and mean draft length over time",
+                    f"Batch size, KV cache utilisation{k_words[1]} over time",
                 )
             ],
         )
@@ -732,7 +733,7 @@ def _sweep_report_from_dir(path: Path, title: str | None) -> Report:
 
 
 def _point_label(row: Mapping[Any, Any], columns: Sequence[str], with_seed: bool) -> str:
-    parts = [f"{c.rsplit('.', 1)[-1]}={row[c]}" for c in columns]
+    parts = [plots.point_label(row, columns)] if columns else []
     if with_seed:
         parts.append(f"seed={row['seed']}")
     return ", ".join(parts) or str(row.get("key"))
@@ -813,14 +814,21 @@ def sweep_report(
         if len(others) == 1:
             hue = others[0]
         elif others:
-            hue = ", ".join(others)
-            data[hue] = [", ".join(str(row[c]) for c in others) for row in frame.to_dict("records")]
+            hue = ", ".join(plots.short_keys(others).values())
+            data[hue] = [plots.point_label(row, others) for row in frame.to_dict("records")]
         for metric in SWEEP_LOAD_METRICS:
             if metric not in data.columns:
                 continue
             target = slo.get(metric.split("_")[0] + "_s") if metric.endswith("_s") else None
             drawn = _slo_in_view(target, data[metric])
-            fig = plots.latency_vs_load(data, x=x, y=metric, hue=hue, slo=target if drawn else None)
+            fig = plots.latency_vs_load(
+                data,
+                x=x,
+                y=metric,
+                hue=hue,
+                slo=target if drawn else None,
+                hue_is_label=len(others) > 1,
+            )
             lines = f"one line per {hue}" if hue else "one line"
             load_blocks.append(
                 _figure_image(
@@ -872,15 +880,27 @@ def _alternatives(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _alt_label(alt: Mapping[str, Any], keys: Sequence[str]) -> str:
-    overrides = alt.get("overrides") or {}
+    """``gpu=h200, tp=4``: the alternative's varied values with short keys (or the scenario)."""
     if keys:
-        return ", ".join(str(overrides.get(k)) for k in keys)
+        return plots.point_label(alt.get("overrides") or {}, keys)
     return str(alt.get("scenario") or "scenario")
 
 
-def _achieved(alt: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    """The metrics at the operating point the alternative's cost was computed for, and which it
-    is: the verified fleet at the target load, else one replica at its maximum rate."""
+@dataclass
+class _OperatingPoint:
+    """Where an alternative's cost was computed: its metrics there, which point it is, the load
+    offered there and the GPUs serving it."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)
+    basis: str = ""
+    rate_rps: float | None = None
+    gpus: float | None = None
+
+
+def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
+    """The operating point the alternative's cost was computed for: the verified fleet at the
+    target load, else one replica at its maximum rate (empty when there is none)."""
+    tp = _finite(alt.get("tp"))
     fleet = alt.get("fleet")
     if isinstance(fleet, list):
         for run in reversed(fleet):
@@ -889,12 +909,37 @@ def _achieved(alt: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
                 and run.get("passed")
                 and run.get("replicas") == alt.get("replicas")
             ):
-                return dict(run.get("metrics") or {}), "fleet at the target load"
+                replicas = _finite(run.get("replicas"))
+                return _OperatingPoint(
+                    dict(run.get("metrics") or {}),
+                    "fleet at the target load",
+                    _finite(run.get("rate_rps")),
+                    replicas * tp if replicas is not None and tp is not None else None,
+                )
     max_rate = alt.get("max_rate_rps")
     for ev in alt.get("evaluations") or []:
         if isinstance(ev, dict) and ev.get("passed") and ev.get("rate_rps") == max_rate:
-            return dict(ev.get("metrics") or {}), "one replica at its maximum rate"
-    return {}, ""
+            return _OperatingPoint(
+                dict(ev.get("metrics") or {}),
+                "one replica at its maximum rate",
+                _finite(max_rate),
+                tp,
+            )
+    return _OperatingPoint()
+
+
+def _token_rates(
+    rate_rps: float | None, metrics: Mapping[str, Any], gpus: float | None
+) -> tuple[float | None, float | None]:
+    """(output tokens/s per GPU, output tokens/s per user) at a load: the offered rate times the
+    output tokens per request over the GPUs serving it, and 1 / mean TPOT (None where a figure is
+    missing, as in plans written before ``tpot_mean_s`` was recorded)."""
+    tokens = _finite(metrics.get("output_tokens_per_request"))
+    per_gpu = (
+        rate_rps * tokens / gpus if rate_rps is not None and tokens is not None and gpus else None
+    )
+    tpot = _finite(metrics.get("tpot_mean_s"))
+    return per_gpu, (1.0 / tpot if tpot else None)
 
 
 def _status(alt: Mapping[str, Any]) -> str:
@@ -1010,16 +1055,25 @@ def capacity_report(
         columns += ["replicas", "GPUs", "$/hour"]
     else:
         columns += ["$/hour per replica"]
-    columns += ["$/M output tokens", *(f"{m} achieved" for m in metric_names), "sims", "status"]
+    columns += [
+        "$/M output tokens",
+        *(f"{m} achieved" for m in metric_names),
+        "output tok/s per GPU",
+        "output tok/s per user",
+        "sims",
+        "status",
+    ]
     rows: list[list[str]] = []
     achieved: list[dict[str, Any]] = []
     bases: set[str] = set()
     notes: list[str] = []
     for i, alt in enumerate(alternatives):
-        metrics, basis = _achieved(alt)
-        if basis:
-            bases.add(basis)
+        point = _achieved(alt)
+        metrics = point.metrics
+        if point.basis:
+            bases.add(point.basis)
         achieved.append(metrics)
+        per_gpu, per_user = _token_rates(point.rate_rps, metrics, point.gpus)
         status = "best" if i == best_index else _status(alt)
         row = [
             *(
@@ -1041,6 +1095,8 @@ def capacity_report(
         row += [
             _money(alt.get("cost_per_million_output_tokens"), ".4f"),
             *(format_value(metrics.get(m)) for m in metric_names),
+            format_value(per_gpu),
+            format_value(per_user),
             format_value(alt.get("simulations")),
             status,
         ]
@@ -1048,7 +1104,11 @@ def capacity_report(
         if alt.get("reason"):
             notes.append(f"{_alt_label(alt, keys)}: {alt['reason']}")
     caption = "Achieved SLO metrics are those at the operating point the cost is computed for"
-    caption += f" ({'; '.join(sorted(bases))})." if bases else "."
+    caption += f" ({'; '.join(sorted(bases))})" if bases else ""
+    caption += (
+        "; there, output tokens/s per GPU = offered rate × output tokens per request ÷ GPUs, and "
+        "output tokens/s per user = 1 / mean TPOT."
+    )
     blocks: list[Block] = [
         Table(
             columns,
@@ -1150,6 +1210,9 @@ def capacity_report(
     else:
         load_blocks.append(Paragraph("The plan holds no evaluations.", note=True))
     report.sections.append(Section("Latency vs load", load_blocks))
+    report.sections.append(
+        Section("Tokens per GPU vs tokens per user", _token_rate_blocks(alternatives, labels))
+    )
 
     # fleet verification
     fleet_rows: list[list[str]] = []
@@ -1185,6 +1248,53 @@ def capacity_report(
     return report
 
 
+def _token_rate_blocks(
+    alternatives: Sequence[Mapping[str, Any]], labels: Sequence[str]
+) -> list[Block]:
+    """Output tokens/s per GPU against per user at every load the search simulated (one replica
+    of each layout, so its GPUs are its tp), one line per alternative."""
+    rows: list[dict[str, Any]] = []
+    for alt, label in zip(alternatives, labels, strict=True):
+        gpus = _finite(alt.get("tp"))
+        for ev in alt.get("evaluations") or []:
+            if not isinstance(ev, dict):
+                continue
+            rate = _finite(ev.get("rate_rps"))
+            per_gpu, per_user = _token_rates(rate, ev.get("metrics") or {}, gpus)
+            if per_gpu is not None and per_user is not None:
+                rows.append(
+                    {
+                        "alternative": label,
+                        "offered_rate_rps": rate,
+                        "passed": bool(ev.get("passed")),
+                        "output_tokens_per_s_per_gpu": per_gpu,
+                        "output_tokens_per_s_per_user": per_user,
+                    }
+                )
+    if not rows:
+        return [
+            Paragraph(
+                "The plan's evaluations do not record the mean TPOT (a plan written by an older "
+                "cbsim), so there is no tokens-per-user figure.",
+                note=True,
+            )
+        ]
+    fig = plots.tokens_per_gpu_vs_per_user(
+        pd.DataFrame(rows), order="offered_rate_rps", passed="passed"
+    )
+    return [
+        _figure_image(
+            fig,
+            "tokens-per-gpu-vs-per-user",
+            "Output tokens per second per GPU against output tokens per second per user",
+            "Every rate the search simulated, one replica per layout: output tokens/s per GPU "
+            "(offered rate × output tokens per request ÷ tp) against output tokens/s per user "
+            "(1 / mean TPOT); hollow points failed a check. Up and to the right is better: more "
+            "work per GPU bought, faster streams for each user.",
+        )
+    ]
+
+
 def _load_figure(
     evals: pd.DataFrame,
     metric: str,
@@ -1204,6 +1314,7 @@ def _load_figure(
         x="offered_rate_rps",
         y=metric,
         hue="alternative" if several else None,
+        hue_is_label=True,
         slo=threshold,
         log_y=log_y,
         title=f"{plots.label_for(metric).split(' (')[0]} vs offered load (per replica)",

@@ -1,8 +1,10 @@
 """Results of a run: DataFrames, a summary, and writing them to disk atomically.
 
 ``requests``, ``iterations`` and ``timeseries`` are pandas DataFrames (columns in
-:mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures. :meth:`Results.write` stores them
-as parquet plus ``summary.json`` and the resolved ``scenario.yaml`` in a folder of kind
+:mod:`cbsim.metrics`); ``summary`` is a flat dict of key figures; ``no_spec_summary``, when the
+run was compared with speculation off (:func:`cbsim.simulate.compare_no_spec`), is that
+baseline's summary. :meth:`Results.write` stores them as parquet plus ``summary.json`` (and
+``summary_no_spec.json``) and the resolved ``scenario.yaml`` in a folder of kind
 :data:`RUN_RESULT` (see :mod:`cbsim.outputs`): staged beside the target and renamed into place, so
 a killed run never leaves a half-written result, and an existing folder is replaced only when it
 is an earlier run result that holds nothing but what cbsim wrote.
@@ -39,11 +41,13 @@ RESULT_FILES = (
     "scenario.yaml",
     "run_info.json",
 )
+COMPARISON_FILES = ("summary_no_spec.json",)
+"""Written beside the result when it was compared with speculation off."""
 
 RUN_RESULT = outputs.OutputKind(
     name="run",
     description="a run result",
-    entries=frozenset(RESULT_FILES),
+    entries=frozenset((*RESULT_FILES, *COMPARISON_FILES)),
     required=frozenset({"requests.parquet", "summary.json", "scenario.yaml"}),
 )
 """A run's result folder: what :meth:`Results.write` may replace."""
@@ -53,6 +57,18 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def _write_summary(path: Path, summary: dict[str, Any]) -> None:
+    """A summary as JSON, non-finite numbers as null."""
+    safe = {k: _json_safe(v) for k, v in summary.items()}
+    path.write_text(json.dumps(safe, indent=2) + "\n")
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    """A summary written by :func:`_write_summary`, nulls back as NaN."""
+    summary = json.loads(path.read_text())
+    return {k: (math.nan if v is None else v) for k, v in summary.items()}
 
 
 @dataclass
@@ -65,6 +81,7 @@ class Results:
     timeseries: pd.DataFrame
     summary: dict[str, Any]
     run_info: dict[str, Any] = field(default_factory=dict)
+    no_spec_summary: dict[str, Any] | None = None
     iterations_path: Path | None = None  # streamed: the iterations' parquet file
     _path_written: bool = field(default=False, repr=False, compare=False)
 
@@ -121,8 +138,9 @@ class Results:
         self.requests.to_parquet(folder / "requests.parquet", index=False)
         self._write_iterations(folder / "iterations.parquet")
         self.timeseries.to_parquet(folder / "timeseries.parquet", index=False)
-        summary = {k: _json_safe(v) for k, v in self.summary.items()}
-        (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        _write_summary(folder / "summary.json", self.summary)
+        if self.no_spec_summary is not None:
+            _write_summary(folder / "summary_no_spec.json", self.no_spec_summary)
         (folder / "scenario.yaml").write_text(
             yaml.safe_dump(self.scenario.to_dict(), sort_keys=False)
         )
@@ -137,11 +155,12 @@ class Results:
         path = Path(directory)
         if not path.exists():  # a replacement killed half way: the old result is restored
             outputs.recover(path, RUN_RESULT)
-        summary = json.loads((path / "summary.json").read_text())
+        baseline = path / "summary_no_spec.json"
         return cls(
             scenario=load_scenario(path / "scenario.yaml"),
             requests=pd.read_parquet(path / "requests.parquet"),
             iterations=pd.read_parquet(path / "iterations.parquet"),
             timeseries=pd.read_parquet(path / "timeseries.parquet"),
-            summary={k: (math.nan if v is None else v) for k, v in summary.items()},
+            summary=_read_summary(path / "summary.json"),
+            no_spec_summary=_read_summary(baseline) if baseline.is_file() else None,
         )

@@ -128,8 +128,10 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     spec TPOT), ``speedup_e2e_mean``, ``speedup_output_tokens_per_s`` (spec / no-spec throughput);
     ``time_saved_s`` is the decode time speculation saved over all requests (Σ (finish − first
     token) without minus with), the seeds' "time saved" measured rather than assumed.
-    The same figures are added to ``results.summary``. When ``results`` streamed its iterations,
-    so does the baseline, to a temporary file beside them (only its requests and summary are read).
+    The same figures are added to ``results.summary``, and the baseline's own summary is kept as
+    ``results.no_spec_summary`` (written beside the result as ``summary_no_spec.json``). When
+    ``results`` streamed its iterations, so does the baseline, to a temporary file beside them
+    (only its requests and summary are read).
     """
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
@@ -160,4 +162,5 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
         "time_saved_s": decode_seconds(baseline) - decode_seconds(results),
     }
     results.summary.update(figures)
+    results.no_spec_summary = dict(base)
     return figures

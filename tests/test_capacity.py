@@ -13,12 +13,17 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from click.testing import CliRunner
 
 from cbsim.capacity import (
+    EXIT_INFEASIBLE,
+    TIMESERIES_WINDOWS,
     CapacityResult,
+    _check_run,
     capacity_command,
     evaluate_rate,
     find_max_rate,
@@ -30,6 +35,8 @@ from cbsim.capacity import (
 )
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
+from cbsim.results import Results
+from cbsim.scenario import load_scenario
 
 WINDOW_S = 60.0
 SLO = {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}
@@ -341,16 +348,65 @@ def test_cli_json_has_the_contract_keys(scenario_file: Path) -> None:
     assert data["simulations"] == sum(a["simulations"] for a in data["alternatives"])
 
 
-def test_cli_infeasible_json_exits_zero_and_text_says_so(scenario_file: Path) -> None:
+def test_cli_infeasible_exits_3_with_the_reason_after_the_plan(scenario_file: Path) -> None:
     args = [str(scenario_file), "--slo", "ttft_p99_s=0.0001", "--window-s", "60"]
     as_json = CliRunner().invoke(capacity_command, [*args, "--json"])
-    assert as_json.exit_code == 0, as_json.output
-    data = json.loads(as_json.output)
+    assert as_json.exit_code == EXIT_INFEASIBLE == 3, as_json.output
+    data = json.loads(as_json.stdout)  # the plan is still printed, to be reported on
     assert data["feasible"] is False and data["max_rate_rps"] is None
     assert data["reason"].startswith("SLO cannot be met even at")
+    assert as_json.stderr.startswith("infeasible: nothing meets the SLO: SLO cannot be met even at")
+    assert len(as_json.stderr.strip().splitlines()) == 1
     as_text = CliRunner().invoke(capacity_command, args)
-    assert as_text.exit_code == 0
-    assert "SLO cannot be met even at 0.01562 req/s" in " ".join(as_text.output.split())
+    assert as_text.exit_code == 3
+    assert "SLO cannot be met even at 0.01562 req/s" in " ".join(as_text.stdout.split())
+    assert "infeasible: nothing meets the SLO" in as_text.stderr
+
+
+def test_cli_out_writes_the_plan_creating_its_folders(scenario_file: Path, tmp_path: Path) -> None:
+    """What the README's 70B plan does in a fresh clone, where results/capacity-70b/ is missing."""
+    out = tmp_path / "results" / "capacity-70b" / "plan.json"
+    args = [str(scenario_file), "--slo", "ttft_p99_s=0.0001", "--window-s", "60", "--out", out]
+    first = CliRunner().invoke(capacity_command, [str(a) for a in args])
+    assert first.exit_code == 3, first.output  # infeasible, and written all the same
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["feasible"] is False and data["reason"].startswith("SLO cannot be met")
+    again = CliRunner().invoke(capacity_command, [*map(str, args), "--json"])
+    assert again.exit_code == 3  # an earlier plan is replaced
+    assert json.loads(out.read_text(encoding="utf-8")) == json.loads(again.stdout)
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": true}', encoding="utf-8")
+    refused = CliRunner().invoke(capacity_command, [*map(str, args[:-1]), str(mine)])
+    assert refused.exit_code == 2 and "not a capacity plan cbsim wrote" in refused.stderr
+    assert "SLO cannot be met" not in refused.output  # refused before any search
+    assert mine.read_text(encoding="utf-8") == '{"mine": true}'
+
+
+def test_admission_check_reason_says_what_it_measured() -> None:
+    """Late arrivals waiting 10 s for admission (early ones 0.1 s): the reason names admission
+    within the limit, not a share of arrivals 'served'."""
+    window = 100.0
+    arrival = np.linspace(0.0, window, 201)
+    queue = np.where(arrival >= 3 * window / 4, 10.0, 0.1)
+    results = Results(
+        scenario=load_scenario(scenario()),
+        requests=pd.DataFrame(
+            {"status": ["finished"] * len(arrival), "arrival_s": arrival, "queue_s": queue}
+        ),
+        iterations=pd.DataFrame(),
+        timeseries=pd.DataFrame({"waiting": np.zeros(TIMESERIES_WINDOWS)}),
+        summary={"requests": len(arrival), "output_tokens": 0, "unfinished": 0},
+    )
+    reasons, metrics = _check_run(results, window, {})
+    assert metrics["served_ratio"] == 0.0
+    assert reasons == [
+        "queue unstable: only 0.0% of the 51 requests arriving in the last quarter of the window "
+        "were admitted within 1 s (the 1 s floor); a stable queue admits at least 95%"
+    ]
+    queue = np.where(arrival >= 3 * window / 4, 10.0, 0.5)
+    results.requests["queue_s"] = queue
+    reasons, _ = _check_run(results, window, {})
+    assert "admitted within 1.5 s (3 × the first half's p90 admission delay of 0.5 s)" in reasons[0]
 
 
 @pytest.mark.slow

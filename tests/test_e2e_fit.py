@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,8 @@ def test_closed_loop_rate_is_littles_law() -> None:
 
 def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     """`cbsim calibrate report --e2e` end to end, on a few of the shipped benchmarks per engine
-    (the full report simulates about a thousand; tools/fit_engines.py makes the same tables)."""
+    (the full report simulates about a thousand; tools/fit_engines.py makes the same tables), on
+    a base install: tabulate (a test extra) cannot be imported."""
     import cbsim.calibration.data as data
     import cbsim.calibration.e2e_report as report
     from cbsim.calibration.benchmarks import shared_h100_benchmarks
@@ -136,6 +138,7 @@ def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     )
     monkeypatch.setattr(data, "argonne_static_batches", lambda: few)
     monkeypatch.setattr(e2e, "DELAY_SAMPLE", 3)
+    monkeypatch.setitem(sys.modules, "tabulate", None)
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["calibrate", "report", "--e2e", "--out", str(out)])
     assert result.exit_code == 0, result.output

@@ -130,7 +130,11 @@ def test_timeseries_columns(default_results: cbsim.Results):
     np.testing.assert_allclose(ts["t_s"], np.arange(len(ts)) * window)
     assert ts["arrivals"].sum() == len(req)
     assert ts["requests_completed"].sum() == default_results.summary["completed"]
-    assert ts["output_tokens_per_s"].sum() * window == pytest.approx(it["emitted_tokens"].sum())
+    # rates are over the time each window covers (the last one ends with the run)
+    assert (ts["output_tokens_per_s"] * ts["span_s"]).sum() == pytest.approx(
+        it["emitted_tokens"].sum()
+    )
+    assert (ts["span_s"].iloc[:-1] == window).all() and 0 < ts["span_s"].iloc[-1] <= window
     assert ((ts["kv_utilization"] >= 0) & (ts["kv_utilization"] <= 1)).all()
     end = float((it["start_s"] + it["duration_s"]).max())
     assert len(ts) == int(end // window) + 1

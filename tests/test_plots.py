@@ -159,8 +159,15 @@ def test_batch_kv_k_over_time(spec_results: Results, plain_results: Results) -> 
     assert "%" in fig.axes[1].get_ylabel()
     assert not any("no speculation" in t for t in texts(fig))
     assert_unchanged(spec_results, before)
+    # a run without drafts has no k to show: its panel is left out, not drawn empty
     plain = plots.batch_kv_k_over_time(plain_results)
-    assert any("no speculation" in t.get_text() for t in plain.axes[2].texts)
+    assert len(plain.axes) == 2
+    assert [ax.get_title() for ax in plain.axes] == ["Mean batch size", "KV cache utilisation"]
+    assert plain.axes[1].get_xlabel() == "time (s)"
+    assert not texts(plain)
+    fig, axes = plt.subplots(3, 1)  # three axes given: the third is hidden
+    plots.batch_kv_k_over_time(plain_results, axes=axes)
+    assert [ax.get_visible() for ax in axes] == [True, True, False]
 
 
 def test_draws_on_given_axes(spec_results: Results) -> None:
@@ -191,7 +198,7 @@ def test_latency_cdfs_single_run(spec_results: Results) -> None:
         assert np.all(np.diff(xdata(line)) >= 0)
         assert ydata(line)[-1] == pytest.approx(1.0)
         assert ax.get_ylabel() == "fraction of requests"
-        assert "(s)" in ax.get_xlabel()
+        assert ("(ms)" if column == "tpot_s" else "(s)") in ax.get_xlabel()
     # the default SLO (2 s, 0.1 s) lies far beyond these tiny latencies: named at the edge
     assert any("SLO 2 s" in t for t in texts(fig))
     assert_unchanged(spec_results, before)
@@ -278,7 +285,7 @@ def test_latency_vs_load_groups_mean_and_band(sweep: pd.DataFrame) -> None:
         "ttft_p99_s"
     ].mean()
     for policy in ("fixed", "goodput"):
-        line = means[f"speculative.policy.kind={policy}"]
+        line = means[f"policy={policy}"]  # key=value, with the key's short name
         np.testing.assert_allclose(xdata(line), [1.0, 2.0, 4.0, 8.0])
         np.testing.assert_allclose(ydata(line), expected[policy].to_numpy())
     bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
@@ -404,3 +411,131 @@ def test_import_does_not_load_pyplot() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "False"
+
+
+# --------------------------------------------------------------------------- readability
+
+
+def _overlapping(boxes: list[Any]) -> list[tuple[int, int]]:
+    return [
+        (i, j)
+        for i in range(len(boxes))
+        for j in range(i + 1, len(boxes))
+        if boxes[i].overlaps(boxes[j])
+    ]
+
+
+def test_last_window_is_drawn_to_the_end_of_the_run(plain_results: Results) -> None:
+    ts = plain_results.timeseries
+    fig = plots.throughput_and_queue(plain_results)
+    line = fig.axes[0].get_lines()[0]
+    end = float(ts["t_s"].iloc[-1] + ts["span_s"].iloc[-1])
+    assert xdata(line)[-1] == pytest.approx(end)
+    assert ts["span_s"].iloc[-1] < 0.5  # the run ends inside its last window
+    assert fig.axes[0].get_xlim()[1] == pytest.approx(end)
+
+
+@pytest.mark.parametrize("low, high", [(0.0025, 0.0125), (0.008, 0.0105), (0.015, 0.05)])
+def test_tpot_tick_labels_do_not_collide(low: float, high: float) -> None:
+    """TPOT of a few milliseconds on a linear axis (what a speculative run shows): the labels
+    used to run together (0.00250.00500.0075...)."""
+    tpot = np.linspace(low, high, 200)
+    requests = pd.DataFrame(
+        {
+            "ttft_s": np.linspace(0.01, 0.05, 200),
+            "tpot_s": tpot,
+            "e2e_s": np.linspace(0.5, 3.0, 200),
+            "status": ["finished"] * 200,
+        }
+    )
+    fig = plots.latency_cdfs(requests, slo={"tpot_s": 0.02})
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in fig.axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        left, right = ax.get_xlim()
+        shown = [t for t in labels if left <= t.get_position()[0] <= right]
+        boxes = [t.get_window_extent(renderer) for t in shown]
+        assert len(boxes) >= 3
+        assert not _overlapping(boxes), [t.get_text() for t in shown]
+    tpot_axis = fig.axes[1]
+    assert tpot_axis.get_xlabel() == "time per output token (ms)"
+    assert xdata(drawn_lines(tpot_axis)[0]).max() == pytest.approx(1e3 * high)
+
+
+def test_point_labels_name_their_keys() -> None:
+    keys = ["cluster.gpu", "cluster.tp", "speculative.enabled", "scheduler.kind"]
+    values = {
+        "cluster.gpu": "h100-sxm",
+        "cluster.tp": 4,
+        "speculative.enabled": False,
+        "scheduler.kind": "sarathi",
+    }
+    assert plots.point_label(values, keys) == (
+        "gpu=h100-sxm, tp=4, speculative=False, scheduler=sarathi"
+    )
+    # two keys with the same short name keep their full names
+    assert plots.short_keys(["cluster.model", "speculative.proposer.model"]) == {
+        "cluster.model": "cluster.model",
+        "speculative.proposer.model": "speculative.proposer.model",
+    }
+
+
+def test_frontier_labels_never_overlap() -> None:
+    """Eight layouts in two tight clusters (the same cost, TPOTs a hair apart): every frontier
+    point is labelled, no two labels overlap, no label covers a point or leaves the axes."""
+    names = [f"gpu={g}, tp={t}, speculative={sp}" for g in ("h100-sxm", "h200") for t in (4, 8)
+             for sp in (False, True)]  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "alternative": names,
+            "cost_per_million_output_tokens": [1.0, 1.0, 1.002, 1.002, 2.0, 2.0, 2.003, 2.003],
+            "tpot_p99_s": [0.030, 0.0302, 0.0299, 0.0301, 0.020, 0.0201, 0.0199, 0.0202],
+        }
+    )
+    fig = plots.cost_vs_slo_frontier(frame, slo_metric="tpot_p99_s", slo=0.05)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    (ax,) = fig.axes
+    front = frame.loc[
+        plots.pareto_front(frame, "cost_per_million_output_tokens", "tpot_p99_s"), "alternative"
+    ]
+    labels = ax.texts
+    assert {t.get_text() for t in labels if t.get_fontweight() == "bold"} == set(front)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    assert not _overlapping(boxes), [t.get_text() for t in labels]
+    frame_box = ax.get_window_extent(renderer)
+    for box in boxes:
+        assert frame_box.x0 <= box.x0 and box.x1 <= frame_box.x1
+        assert frame_box.y0 <= box.y0 and box.y1 <= frame_box.y1
+    points = ax.transData.transform(frame[["tpot_p99_s", "cost_per_million_output_tokens"]])
+    for x, y in points:
+        assert not any(box.contains(x, y) for box in boxes)
+
+
+def test_tokens_per_gpu_vs_per_user() -> None:
+    frame = pd.DataFrame(
+        {
+            "alternative": ["a", "a", "a", "b", "b"],
+            "offered_rate_rps": [1.0, 4.0, 2.0, 1.0, 2.0],
+            "passed": [True, False, True, True, True],
+            "output_tokens_per_s_per_gpu": [100.0, 400.0, 200.0, 50.0, 100.0],
+            "output_tokens_per_s_per_user": [90.0, 20.0, 70.0, 120.0, 110.0],
+        }
+    )
+    copy = frame.copy(deep=True)
+    fig = plots.tokens_per_gpu_vs_per_user(frame, order="offered_rate_rps", passed="passed")
+    (ax,) = fig.axes
+    lines = {label(line): line for line in ax.get_lines()}
+    np.testing.assert_allclose(xdata(lines["a"]), [90.0, 70.0, 20.0])  # by offered rate
+    np.testing.assert_allclose(ydata(lines["a"]), [100.0, 200.0, 400.0])
+    assert "per GPU" in ax.get_ylabel() and "per user" in ax.get_xlabel()
+    hollow = [  # white inside: the load failed a check
+        c
+        for c in ax.collections
+        if isinstance(c, PathCollection)
+        and len(c.get_offsets())
+        and np.allclose(c.get_facecolor()[0][:3], 1.0)
+    ]
+    assert [tuple(map(float, c.get_offsets()[0])) for c in hollow] == [(20.0, 400.0)]
+    pd.testing.assert_frame_equal(frame, copy)

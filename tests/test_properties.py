@@ -198,7 +198,10 @@ def check_invariants(data: dict[str, Any], results: cbsim.Results) -> None:
     assert int(ts["arrivals"].sum()) == arrived
     assert int(ts["requests_completed"].sum()) == summary["completed"]
     window = scenario.output.timeseries_window_s
-    assert ts["output_tokens_per_s"].sum() * window == pytest.approx(it["emitted_tokens"].sum())
+    assert (ts["span_s"].iloc[:-1] == window).all()  # the last window ends with the run
+    assert (ts["output_tokens_per_s"] * ts["span_s"]).sum() == pytest.approx(
+        it["emitted_tokens"].sum()
+    )
 
 
 # --------------------------------------------------------------------------- properties

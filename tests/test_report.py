@@ -34,6 +34,7 @@ from cbsim.capacity import plan
 from cbsim.errors import CbsimError
 from cbsim.report import (
     Report,
+    Table,
     build_report,
     capacity_report,
     detect,
@@ -431,10 +432,16 @@ def test_sweep_without_a_load_column_says_so(sweep_dir: Path) -> None:
 def test_capacity_report(plan_html: Path, capacity_plan: dict[str, Any]) -> None:
     text = plan_html.read_text(encoding="utf-8")
     images = assert_self_contained(text)
-    # a frontier and a latency-vs-load figure per SLO metric
-    assert len(images) == 4
+    # a frontier and a latency-vs-load figure per SLO metric, and tokens per GPU vs per user
+    assert len(images) == 5
     titles = section_titles(text)
-    for title in ("Recommendation", "Alternatives", "Cost vs SLO frontier", "Latency vs load"):
+    for title in (
+        "Recommendation",
+        "Alternatives",
+        "Cost vs SLO frontier",
+        "Latency vs load",
+        "Tokens per GPU vs tokens per user",
+    ):
         assert title in titles
     best = capacity_plan["best"]
     assert best is not None
@@ -449,6 +456,30 @@ def test_capacity_report(plan_html: Path, capacity_plan: dict[str, Any]) -> None
     assert "Fleet verification" in titles
 
 
+def test_capacity_report_tokens_per_gpu_and_per_user(capacity_plan: dict[str, Any]) -> None:
+    """Per alternative, at the operating point of its cost (the verified fleet): output tokens/s
+    per GPU (rate × output tokens per request ÷ GPUs) and per user (1 / mean TPOT); alternatives
+    are named key=value."""
+    report = capacity_report(capacity_plan)
+    (table,) = [
+        b for s in report.sections if s.title == "Alternatives" for b in s.blocks
+        if isinstance(b, Table)
+    ]  # fmt: skip
+    gpu_col = table.columns.index("output tok/s per GPU")
+    user_col = table.columns.index("output tok/s per user")
+    for alt, row in zip(capacity_plan["alternatives"], table.rows, strict=True):
+        (fleet,) = [r for r in alt["fleet"] if r["passed"]]
+        metrics = fleet["metrics"]
+        gpus = fleet["replicas"] * alt["tp"]
+        per_gpu = fleet["rate_rps"] * metrics["output_tokens_per_request"] / gpus
+        assert row[gpu_col] == format_value(per_gpu)
+        assert row[user_col] == format_value(1.0 / metrics["tpot_mean_s"])
+    (figure,) = [i for i in report.images() if i.name == "tokens-per-gpu-vs-per-user"]
+    assert "1 / mean TPOT" in (figure.caption or "")
+    text = render_html(report)
+    assert "gpu=h100-sxm" in text and "gpu=a100-80gb" in text
+
+
 def test_capacity_report_from_a_directory_and_as_markdown(
     capacity_plan: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -459,7 +490,7 @@ def test_capacity_report_from_a_directory_and_as_markdown(
     text = out.read_text(encoding="utf-8")
     assert "## Recommendation" in text and "> - **replicas:**" in text
     refs = MD_IMAGE.findall(text)
-    assert len(refs) == 4 and all((out.parent / r).is_file() for r in refs)
+    assert len(refs) == 5 and all((out.parent / r).is_file() for r in refs)
 
 
 def test_infeasible_hand_written_plan(infeasible_file: Path, tmp_path: Path) -> None:

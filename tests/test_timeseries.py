@@ -53,6 +53,9 @@ def reference_timeseries(
     if len(requests):
         ends.append(float(requests["arrival_s"].max()))
     windows = int(max(ends) // window_s) + 1
+    span = np.full(windows, window_s)  # the last window ends with the run
+    if max(ends) > (windows - 1) * window_s:
+        span[-1] = min(window_s, max(ends) - (windows - 1) * window_s)
 
     def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         bins = np.minimum((times // window_s).astype(np.int64), windows - 1)
@@ -78,14 +81,15 @@ def reference_timeseries(
                 "output_tokens_per_s": total(
                     start + duration, iterations["emitted_tokens"].to_numpy(dtype=float)
                 )
-                / window_s,
+                / span,
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": integral(iterations["waiting"].to_numpy(dtype=float)) / window_s,
-                "kv_utilization": integral(kv_frac) / (window_s * replicas),
+                "waiting": integral(iterations["waiting"].to_numpy(dtype=float)) / span,
+                "kv_utilization": integral(kv_frac) / (span * replicas),
                 "batch_size": np.where(busy > 0, integral(batch) / busy, 0.0),
                 "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+                "span_s": span,
             }
         )
 
@@ -132,3 +136,30 @@ def test_empty_run_timeseries() -> None:
         reference_timeseries(requests, iterations, 1.0, 1),
         check_exact=True,
     )
+
+
+def test_last_window_is_divided_by_the_time_it_covers() -> None:
+    """A steady run cut mid-window: the last window's rate and time averages are over the part of
+    the window the run covers, so a steady throughput does not drop at the end."""
+    window, step, tokens = 1.0, 0.01, 8
+    starts = np.arange(0.0, 2.5, step)  # 250 back-to-back steps: the run ends at 2.5 s
+    n = len(starts)
+    iterations = pd.DataFrame(
+        {name: np.zeros(n) for name in metrics.ITERATION_COLUMNS}
+        | {
+            "start_s": starts,
+            "duration_s": np.full(n, step),
+            "emitted_tokens": np.full(n, tokens),
+            "waiting": np.full(n, 3.0),
+            "kv_blocks_used": np.full(n, 50),
+            "kv_blocks_total": np.full(n, 100),
+            "batch_size": np.full(n, tokens),
+        }
+    )
+    requests = pd.DataFrame({"arrival_s": [0.0], "finish_s": [2.5]})
+    frame = timeseries(requests, iterations, window, 1)
+    assert frame["t_s"].tolist() == [0.0, 1.0, 2.0]
+    np.testing.assert_allclose(frame["span_s"], [1.0, 1.0, 0.5])
+    np.testing.assert_allclose(frame["output_tokens_per_s"], tokens / step, rtol=0.03)
+    np.testing.assert_allclose(frame["waiting"], 3.0)
+    np.testing.assert_allclose(frame["kv_utilization"], 0.5)

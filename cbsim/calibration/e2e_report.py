@@ -29,6 +29,7 @@ from cbsim.calibration import e2e
 from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
 from cbsim.calibration.errors import ape
 from cbsim.calibration.fit import CALIBRATION_REPORT
+from cbsim.calibration.markdown import markdown_table
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -113,7 +114,7 @@ def _print_table(frame: pd.DataFrame, title: str) -> None:
 
 
 def _markdown(frame: pd.DataFrame) -> str:
-    return frame.round(1).to_markdown(index=False)
+    return markdown_table(frame.round(1))
 
 
 # --------------------------------------------------------------------------- A100 check
@@ -246,7 +247,11 @@ def print_shared_report(results: dict[str, pd.DataFrame]) -> None:
     "--data", "-d", "paths", multiple=True, required=True,
     type=click.Path(dir_okay=False, path_type=Path),
     help="Benchmark results: AI Configurator CSV, vLLM `bench serve` JSON, or a normalised CSV "
-    "(repeatable).",
+    "(repeatable; more files may follow, as a shell glob like --data results/*.json gives them).",
+)  # fmt: skip
+@click.argument(
+    "more_paths", nargs=-1, metavar="[MORE_DATA...]",
+    type=click.Path(dir_okay=False, path_type=Path),
 )  # fmt: skip
 @click.option("--out", "-o", required=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -272,11 +277,12 @@ def e2e_command(
     dtype: str | None,
     tp: int | None,
     holdout: str,
+    more_paths: tuple[Path, ...],
 ) -> None:
     """Fit an engine profile to your own end-to-end benchmark results and report its error."""
     try:
         frame = read_benchmarks(
-            list(paths), engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
+            [*paths, *more_paths], engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
         )
         frame = frame[frame["engine"] == engine]
         if frame.empty:

@@ -17,6 +17,7 @@ MI300X gets a profile at all (B200 has its own vLLM measurements, fp4 GEMMs incl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,7 @@ from cbsim import outputs
 from cbsim.calibration import attention, comm, gemm, vidur
 from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
 from cbsim.calibration.errors import summarize
+from cbsim.calibration.markdown import markdown_table
 from cbsim.calibration.profile import CalibrationProfile, Measured, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
@@ -52,6 +54,13 @@ ELEMENTWISE_SOURCE = {
 # GPUs without kernel measurements: profile transferred from this measured GPU
 TRANSFER_SOURCE = {"mi300x": "h100-sxm"}
 GEMM_DTYPES = frozenset({"bf16", "fp8", "fp4"})
+
+Progress = Callable[[str], None]
+"""Told what a fit is doing as it starts each step (a fit with hold-outs takes minutes)."""
+
+
+def _quiet(message: str) -> None:
+    """The default :data:`Progress`: says nothing."""
 
 
 def profile_name(engine: str = DEFAULT_ENGINE) -> str:
@@ -88,11 +97,14 @@ def _gemm_family(
     points: list[pd.DataFrame],
     validate: bool,
     engine: str = DEFAULT_ENGINE,
+    progress: Progress = _quiet,
 ) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
     spec = get_gpu(gpu)
     fits: dict[str, RooflineFit] = {}
     provenance: dict[str, Measured] = {}
     for dtype in sorted(set(table["dtype"].astype(str)) & GEMM_DTYPES):
+        held = ", holding out whole weight shapes (5-fold)" if validate else ""
+        progress(f"{gpu}: fitting GEMM {dtype}{held}")
         fits[dtype] = gemm.fit_gemm(table, spec, dtype)
         if not validate:
             continue
@@ -132,11 +144,14 @@ def _attention_family(
     points: list[pd.DataFrame],
     validate: bool,
     engine: str = DEFAULT_ENGINE,
+    progress: Progress = _quiet,
 ) -> tuple[dict[str, RooflineFit], dict[str, Measured]]:
     spec = get_gpu(gpu)
     fits: dict[str, RooflineFit] = {}
     provenance: dict[str, Measured] = {}
     for kv_dtype in sorted(set(table["kv_dtype"].astype(str)) & {"bf16", "fp8"}):
+        held = ", holding out whole head configurations (5-fold)" if validate else ""
+        progress(f"{gpu}: fitting {phase} attention, {kv_dtype} KV cache{held}")
         features = attention.EXTENDED_FEATURES
         fits[kv_dtype] = attention.fit_attention(table, spec, phase, kv_dtype, features=features)
         if not validate:
@@ -194,11 +209,12 @@ def fit_profile(
     name: str | None = None,
     validate: bool = True,
     engine: str = DEFAULT_ENGINE,
+    progress: Progress = _quiet,
 ) -> tuple[CalibrationProfile, pd.DataFrame, pd.DataFrame]:
     """Fit every op family of one GPU; returns the profile, the held-out error table and the
     held-out predictions (family, measured_s, predicted_s) behind it. ``engine`` names whose
     shipped kernel tables to fit (``vllm``, ``trtllm``, ``sglang``); ``name`` defaults to
-    :func:`profile_name` of it."""
+    :func:`profile_name` of it. ``progress`` is told each step as it starts."""
     spec = get_gpu(gpu)
     engine = engine_name(engine)
     name = name or profile_name(engine)
@@ -213,19 +229,22 @@ def fit_profile(
             + ": give --data DIR with gemm.parquet (see `cbsim calibrate measure`)",
             field="--gpu",
         )
-    gemm_fits, found = _gemm_family(gemm_table, gpu, rows, points, validate, engine)
+    gemm_fits, found = _gemm_family(gemm_table, gpu, rows, points, validate, engine, progress)
     provenance.update(found)
     attention_fits: dict[str, dict[str, RooflineFit]] = {}
     for phase in ("decode", "prefill"):
         table = _optional_table(f"{phase}_attention", gpu, data_dir, engine)
         fits: dict[str, RooflineFit] = {}
         if table is not None:
-            fits, found = _attention_family(table, gpu, phase, rows, points, validate, engine)
+            fits, found = _attention_family(
+                table, gpu, phase, rows, points, validate, engine, progress
+            )
             provenance.update(found)
         attention_fits[phase] = fits
     allreduce = {}
     comm_rows, comm_source = _allreduce_rows(gpu, data_dir, engine)
     if comm_rows is not None:
+        progress(f"{gpu}: fitting all-reduce ({comm_source})")
         allreduce = comm.fit_allreduce_rows(comm_rows)
         if validate:
             held = comm.holdout_rows(comm_rows)
@@ -450,11 +469,7 @@ def write_kernel_report(folder: Path, gpu: str, table: pd.DataFrame, points: pd.
     from cbsim.plots import to_png_bytes
 
     outputs.check_files_into(folder, CALIBRATION_REPORT, KERNEL_REPORT_FILES)
-    markdown = (
-        f"# Calibration of {gpu}: error on held-out data\n\n"
-        + table.to_markdown(index=False)
-        + "\n"
-    )
+    markdown = f"# Calibration of {gpu}: error on held-out data\n\n" + markdown_table(table) + "\n"
     figure = plot_predicted_vs_measured(points, f"{gpu}: held-out predictions vs measurements")
     files = {
         "errors.csv": table.to_csv(index=False).encode("utf-8"),

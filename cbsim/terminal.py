@@ -1,0 +1,283 @@
+"""What ``cbsim run`` prints: the run as it was run, its key figures, and its SLO verdict.
+
+A reader of the terminal should not need the YAML to know what a summary is about, so the summary
+states:
+
+* **the scenario as run** — its name, seed and every ``--set`` override applied (the title);
+* **the set-up** — model and precisions, GPUs (``gpu, tp T x R replicas = N GPUs in total``), the
+  scheduler with its token budget, the serving engine, and speculation (proposer and k policy)
+  when it is on;
+* **the figures** — throughput, goodput, latency percentiles, acceptance when speculating;
+* **the SLO** — each target of the scenario's ``slo`` against the p99 it is read at (TTFT p99 vs
+  ``slo.ttft_s``, TPOT p99 vs ``slo.tpot_s``, E2E p99 vs ``slo.e2e_s``) with *met* or *missed*,
+  and goodput (requests meeting every target per second) with the share of requests meeting them,
+  which passes at 99 % or more (the same p99 standard);
+* **with** ``--compare-no-spec`` — the speculative and the plain run side by side (their own
+  TTFT, TPOT, throughput and goodput) with the speed-up of each (> 1: speculation is better).
+
+:func:`print_run` prints all of it; the tables are built by :func:`summary_table`,
+:func:`slo_table` and :func:`comparison_table`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cbsim.preflight import gpu_layout
+from cbsim.results import Results
+from cbsim.scenario import Scenario
+
+__all__ = [
+    "GOODPUT_PASS_FRACTION",
+    "comparison_table",
+    "print_run",
+    "run_title",
+    "setup_rows",
+    "slo_rows",
+    "slo_table",
+    "summary_table",
+]
+
+GOODPUT_PASS_FRACTION = 0.99
+"""Goodput passes when at least this share of requests meets every SLO target (the p99 standard
+the latency targets are read at)."""
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float if it is a finite number, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _fmt(value: Any, spec: str = ".3f", unit: str = "") -> str:
+    """A number with a format and unit, or ``n/a`` when missing or not finite."""
+    number = _finite(value)
+    if number is None:
+        return "n/a"
+    return f"{number:{spec}}{' ' + unit if unit else ''}"
+
+
+def _seconds(value: Any) -> str:
+    """A latency in ms below a second, else in s; ``n/a`` when missing."""
+    number = _finite(value)
+    if number is None:
+        return "n/a"
+    if abs(number) < 1.0:
+        return f"{number * 1e3:.1f} ms"
+    return f"{number:.3f} s"
+
+
+def _fmt_latencies(summary: Mapping[str, Any], metric: str) -> str:
+    """``p50 / p90 / p99`` of a latency metric in one unit (ms below a second, else s)."""
+    values = [_finite(summary.get(f"{metric}_p{p}_s")) for p in (50, 90, 99)]
+    finite = [v for v in values if v is not None]
+    if not finite:
+        return "n/a"
+    if max(finite) < 1.0:
+        scale, unit, spec = 1e3, "ms", ".1f"
+    else:
+        scale, unit, spec = 1.0, "s", ".3f"
+    parts = ["n/a" if v is None else f"{v * scale:{spec}}" for v in values]
+    return f"{' / '.join(parts)} {unit}"
+
+
+# --------------------------------------------------------------------------- the set-up
+
+
+def run_title(scenario: Scenario, overrides: Sequence[str] = ()) -> str:
+    """The scenario as run: ``name (seed N)``, then ``--set key=value`` for every override."""
+    title = f"{scenario.name} (seed {scenario.seed})"
+    if overrides:
+        title += " with " + " ".join(f"--set {text}" for text in overrides)
+    return title
+
+
+def _speculation(scenario: Scenario) -> str:
+    spec = scenario.speculative
+    model = getattr(spec.proposer, "model", None)
+    proposer = f"{spec.proposer.kind} ({model})" if model else str(spec.proposer.kind)
+    k = getattr(spec.policy, "k", None)
+    policy = f"{spec.policy.kind} k={k}" if k is not None else str(spec.policy.kind)
+    return f"{proposer} proposer, {policy} policy"
+
+
+def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
+    """(label, value) of what ran: model, GPUs, scheduler, engine, and speculation when on."""
+    cluster, sched = scenario.cluster, scenario.scheduler
+    budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
+    rows = [
+        (
+            "model",
+            f"{cluster.model} ({cluster.dtype} weights, {cluster.effective_kv_dtype} KV cache)",
+        ),
+        ("GPUs", gpu_layout(scenario)),
+        (
+            "scheduler",
+            f"{sched.kind} (token budget {budget}, batch up to {sched.max_batch_size})",
+        ),
+        ("engine", cluster.engine),
+    ]
+    if cluster.replicas > 1:
+        rows.append(("router", cluster.router))
+    if scenario.speculative.enabled:
+        rows.append(("speculation", _speculation(scenario)))
+    return rows
+
+
+# --------------------------------------------------------------------------- the SLO
+
+
+def slo_rows(summary: Mapping[str, Any], scenario: Scenario) -> list[tuple[str, str, str, str]]:
+    """(target, threshold, measured, result) per SLO target of the scenario, then goodput.
+
+    A latency target is met when the run's p99 is within it; a missing p99 (no finished request)
+    is missed. Goodput passes when at least :data:`GOODPUT_PASS_FRACTION` of the requests meet
+    every target. Empty when the scenario sets no target."""
+    rows: list[tuple[str, str, str, str]] = []
+    for name, label in (("ttft", "TTFT p99"), ("tpot", "TPOT p99"), ("e2e", "E2E p99")):
+        target = getattr(scenario.slo, f"{name}_s")
+        if target is None:
+            continue
+        measured = _finite(summary.get(f"{name}_p99_s"))
+        met = measured is not None and measured <= target
+        rows.append((label, f"≤ {_seconds(target)}", _seconds(measured), _verdict(met)))
+    if not rows:
+        return rows
+    attainment = _finite(summary.get("slo_attainment"))
+    share = "n/a" if attainment is None else f"{attainment:.1%}"
+    rows.append(
+        (
+            "goodput",
+            f"≥ {GOODPUT_PASS_FRACTION:.0%} of requests",
+            f"{_fmt(summary.get('goodput_rps'), '.3f', 'req/s')}, {share} of requests",
+            _verdict(attainment is not None and attainment >= GOODPUT_PASS_FRACTION),
+        )
+    )
+    return rows
+
+
+def _verdict(met: bool) -> str:
+    return "[green]met[/green]" if met else "[bold red]missed[/bold red]"
+
+
+def slo_table(summary: Mapping[str, Any], scenario: Scenario) -> Table | None:
+    """The SLO targets against what the run measured, or None when the scenario sets none."""
+    rows = slo_rows(summary, scenario)
+    if not rows:
+        return None
+    table = Table(
+        title="SLO (scenario slo; latency read at p99, goodput = requests meeting every target)"
+    )
+    table.add_column("target")
+    table.add_column("threshold", justify="right")
+    table.add_column("measured", justify="right")
+    table.add_column("result")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+# --------------------------------------------------------------------------- the figures
+
+
+def summary_table(results: Results) -> Table:
+    """The set-up and key figures of a run as a rich table."""
+    s = results.summary
+    table = Table(title="set-up and key figures")
+    table.add_column("")
+    table.add_column("value", justify="right")
+    for label, value in setup_rows(results.scenario):
+        table.add_row(label, value)
+    table.add_section()
+    table.add_row("completed", f"{s.get('completed', 'n/a')} / {s.get('requests', 'n/a')}")
+    table.add_row("rejected", str(s.get("rejected", "n/a")))
+    if s.get("unfinished"):
+        table.add_row("unfinished", str(s["unfinished"]))
+    table.add_row("throughput", _fmt(s.get("throughput_rps"), ".3f", "req/s"))
+    table.add_row("output tokens", _fmt(s.get("output_tokens_per_s"), ".1f", "tok/s"))
+    table.add_row("goodput (SLO)", _fmt(s.get("goodput_rps"), ".3f", "req/s"))
+    table.add_row("TTFT p50 / p90 / p99", _fmt_latencies(s, "ttft"))
+    table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
+    table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
+    table.add_row("ITL p50 / p90 / p99", _fmt_latencies(s, "itl"))
+    if results.scenario.speculative.enabled:
+        table.add_row("acceptance (accepted/drafted)", _fmt(s.get("acceptance_rate"), ".3f"))
+        table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
+        table.add_row("tokens per verify step", _fmt(s.get("mean_acceptance_length"), ".2f"))
+        table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
+    table.add_row("preemptions", str(s.get("preemptions", "n/a")))
+    table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
+    table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))
+    return table
+
+
+#: (label, summary key, kind): latencies in s (lower is better), rates (higher is better).
+_COMPARED = (
+    ("TTFT p50", "ttft_p50_s", "latency"),
+    ("TTFT p99", "ttft_p99_s", "latency"),
+    ("TPOT mean", "tpot_mean_s", "latency"),
+    ("TPOT p50", "tpot_p50_s", "latency"),
+    ("TPOT p99", "tpot_p99_s", "latency"),
+    ("E2E mean", "e2e_mean_s", "latency"),
+    ("E2E p99", "e2e_p99_s", "latency"),
+    ("throughput", "throughput_rps", "req/s"),
+    ("output tokens", "output_tokens_per_s", "tok/s"),
+    ("goodput (SLO)", "goodput_rps", "req/s"),
+)
+
+
+def _speedup(spec: Any, base: Any, kind: str) -> str:
+    """No-spec / spec for latencies, spec / no-spec for rates: > 1 favours speculation."""
+    a, b = _finite(spec), _finite(base)
+    if a is None or b is None:
+        return "n/a"
+    numerator, denominator = (b, a) if kind == "latency" else (a, b)
+    return f"{numerator / denominator:.3f}x" if denominator else "n/a"
+
+
+def _value(value: Any, kind: str) -> str:
+    if kind == "latency":
+        return _seconds(value)
+    return _fmt(value, ".1f" if kind == "tok/s" else ".3f", kind)
+
+
+def comparison_table(summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> Table:
+    """The speculative run and the same scenario without speculation, side by side."""
+    table = Table(
+        title="speculation vs the same run without it (same seed; speed-up > 1 favours speculation)"
+    )
+    table.add_column("")
+    table.add_column("speculative", justify="right")
+    table.add_column("no speculation", justify="right")
+    table.add_column("speed-up", justify="right")
+    for label, key, kind in _COMPARED:
+        spec, base = summary.get(key), baseline.get(key)
+        table.add_row(label, _value(spec, kind), _value(base, kind), _speedup(spec, base, kind))
+    saved = _finite(summary.get("time_saved_s"))
+    if saved is not None:
+        table.add_section()
+        table.add_row("decode time saved", "", "", f"{saved:.1f} s")
+    return table
+
+
+def print_run(console: Console, results: Results, overrides: Sequence[str] = ()) -> None:
+    """Print the summary of a run: the scenario as run (one line, never wrapped), set-up and
+    figures, the SLO verdict, and the comparison with speculation off when the run has one
+    (:attr:`Results.no_spec_summary`)."""
+    title = run_title(results.scenario, overrides)
+    console.print(f"run: {title}", soft_wrap=True, highlight=False, markup=False)
+    console.print(summary_table(results))
+    slo = slo_table(results.summary, results.scenario)
+    if slo is not None:
+        console.print(slo)
+    if results.no_spec_summary is not None:
+        console.print(comparison_table(results.summary, results.no_spec_summary))

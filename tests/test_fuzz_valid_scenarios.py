@@ -66,6 +66,20 @@ INVARIANTS = (
     "runs", "conservation", "summary", "time", "kv", "determinism", "fast_forward", "round_trip",
 )  # fmt: skip
 
+# Violations the campaign found that are not fixed yet, counted apart (``known``) rather than as
+# failures: (invariant, start of the message) -> the defect. Remove an entry once it is fixed.
+KNOWN_ISSUES: dict[tuple[str, str], str] = {
+    ("conservation", "request sent after the horizon"): (
+        "closed loop with a horizon: a request a client has scheduled for after the horizon "
+        "(ramp_s or think time) is reported as waiting although it never arrived"
+    ),
+    ("fast_forward", 'iterations: DataFrame.iloc[:, 12] (column name="waiting")'): (
+        "closed loop: a decode run cut by an arrival landing exactly (float-equal) on an "
+        "iteration end counts it waiting at the next iteration; stepping forms that iteration "
+        "first (SimPy orders the earlier-scheduled iteration end first)"
+    ),
+}
+
 SMALL_MODELS = (
     "llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-3.1-8b", "llama-3.2-1b", "mistral-7b",
     "qwen2.5-7b",
@@ -314,9 +328,17 @@ class Case:
     draws: int
 
     @property
+    def arrival(self) -> str:
+        """The arrival process: its kind, ``trace`` for a replay, ``poisson+trace`` for
+        synthetic arrivals over a trace's lengths."""
+        workload = self.data["workload"]
+        kind = (workload.get("arrival") or {}).get("kind", "trace")
+        return f"{kind}+trace" if "trace" in workload and kind != "trace" else kind
+
+    @property
     def label(self) -> str:
-        wl, cl = self.data["workload"], self.data["cluster"]
-        arrival = (wl.get("arrival") or {}).get("kind", "trace")
+        cl = self.data["cluster"]
+        arrival = self.arrival
         spec = self.data.get("speculative")
         speculation = (
             f" spec {spec['proposer']['kind']}/{spec['acceptance']['kind']}/{spec['policy']['kind']}"
@@ -563,6 +585,19 @@ class Outcome:
     def fail(self, invariant: str, what: str) -> None:
         self.violations.append((invariant, what))
 
+    @property
+    def unexpected(self) -> list[tuple[str, str]]:
+        """The violations that are not :data:`KNOWN_ISSUES`."""
+        return [v for v in self.violations if known_issue(*v) is None]
+
+
+def known_issue(invariant: str, what: str) -> str | None:
+    """The known, unfixed defect a violation is, or None."""
+    for (known_invariant, start), defect in KNOWN_ISSUES.items():
+        if invariant == known_invariant and what.startswith(start):
+            return defect
+    return None
+
 
 def _simulate(data: Draw, **overrides: Any) -> cbsim.Results:
     return cbsim.simulate(cbsim.load_scenario({**data, **overrides}))
@@ -600,7 +635,12 @@ def figures(outcomes: list[Outcome]) -> dict[str, int]:
     """Scenarios, extra draws refused as invalid, and the violations of each invariant (scenarios
     with at least one)."""
     per_invariant = Counter(
-        invariant for o in outcomes for invariant in {inv for inv, _ in o.violations}
+        invariant for o in outcomes for invariant in {inv for inv, _ in o.unexpected}
+    )
+    known = Counter(
+        invariant
+        for o in outcomes
+        for invariant in {inv for inv, what in o.violations if known_issue(inv, what)}
     )
     result = {
         "scenarios": len(outcomes),
@@ -608,14 +648,16 @@ def figures(outcomes: list[Outcome]) -> dict[str, int]:
         "fast-forward twins": sum(1 for o in outcomes if o.case.index % FAST_FORWARD_EVERY == 0),
     }
     result.update({f"violations: {inv}": per_invariant[inv] for inv in INVARIANTS})
+    result.update({f"known (unfixed): {inv}": n for inv, n in sorted(known.items())})
     return result
 
 
 def report(outcomes: list[Outcome]) -> str:
     lines = [str(figures(outcomes))]
     for outcome in [o for o in outcomes if o.violations][:30]:
-        first = outcome.violations[0]
-        lines.append(f"- {outcome.case.label}: [{first[0]}] {first[1]}")
+        first = (outcome.unexpected or outcome.violations)[0]
+        known = " (known)" if known_issue(*first) else ""
+        lines.append(f"- {outcome.case.label}: [{first[0]}]{known} {first[1]}")
     return "\n".join(lines)
 
 
@@ -631,23 +673,37 @@ def test_campaign_is_seeded_and_valid():
 
 def test_quick_slice_covers_the_scenario_space():
     cases = quick_slice()
-    arrivals = {(c.data["workload"].get("arrival") or {}).get("kind", "trace") for c in cases}
-    assert {"poisson", "gamma", "closed_loop", "trace"} <= arrivals | (
-        {"trace"} if any("trace" in c.data["workload"] for c in cases) else set()
-    )
+    assert len(cases) == QUICK_CASES
+    assert {"poisson", "gamma", "offline", "closed_loop", "trace"} <= {c.arrival for c in cases}
     assert {c.data["scheduler"]["kind"] for c in cases} == {"static", "orca", "vllm", "sarathi"}
-    assert sum("speculative" in c.data for c in cases) >= len(cases) // 4
+    assert {c.data["cluster"]["engine"] for c in cases} == set(ENGINES)
+    speculative = [c.data["speculative"] for c in cases if "speculative" in c.data]
+    assert len(speculative) >= len(cases) // 4
+    assert {s["proposer"]["kind"] for s in speculative} == {"draft_model", "eagle", "ngram"}
+    assert len({s["policy"]["kind"] for s in speculative}) == 6
 
 
 def test_quick_slice_of_valid_scenarios():
     outcomes = [run_case(case) for case in quick_slice()]
-    assert all(not o.violations for o in outcomes), report(outcomes)
+    assert all(not o.unexpected for o in outcomes), report(outcomes)
+
+
+@pytest.mark.xfail(strict=True, reason=next(iter(KNOWN_ISSUES.values())))
+def test_known_issue_closed_loop_horizon_reports_an_unsent_request():
+    results = _simulate(make_case(222).data)  # one client, ramp 1.2 s, horizon 0.12 s
+    assert (results.requests["arrival_s"] < results.scenario.horizon_s).all()
+
+
+@pytest.mark.xfail(strict=True, reason=list(KNOWN_ISSUES.values())[1])
+def test_known_issue_arrival_on_an_iteration_end_fast_forwards_differently():
+    data = make_case(501).data  # closed loop, static, tensorrt-llm front end
+    assert frames_differ(_simulate(data), _simulate(data, fast_forward=True)) is None
 
 
 @pytest.mark.slow
 def test_whole_campaign_of_valid_scenarios():
     outcomes = [run_case(case) for case in campaign()]
-    assert all(not o.violations for o in outcomes), report(outcomes)
+    assert all(not o.unexpected for o in outcomes), report(outcomes)
 
 
 def main(argv: list[str]) -> None:
@@ -666,7 +722,7 @@ def main(argv: list[str]) -> None:
         f"{time.perf_counter() - started:.1f} s in all; slowest scenario {slowest.seconds:.2f} s "
         f"({slowest.case.label}); mean {math.fsum(o.seconds for o in outcomes) / len(outcomes):.2f} s"
     )
-    sys.exit(0 if all(not o.violations for o in outcomes) else 1)
+    sys.exit(0 if all(not o.unexpected for o in outcomes) else 1)
 
 
 if __name__ == "__main__":

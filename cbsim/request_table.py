@@ -60,7 +60,12 @@ _SPEC_FIELDS: tuple[tuple[str, type], ...] = (
 )
 _STATUSES = list(Status)
 _STATUS_CODE = {status: code for code, status in enumerate(_STATUSES)}
-_STATUS_DTYPE = pd.CategoricalDtype([status.name.lower() for status in _STATUSES])
+STATUS_DTYPE = pd.CategoricalDtype([status.name.lower() for status in _STATUSES])
+"""The requests frame's ``status`` column: every status a category, whichever the rows hold."""
+REASON_DTYPE = pd.Series([""]).dtype
+"""The requests frame's ``rejected_reason`` column (``""`` when not rejected): what pandas makes
+of text (``str`` from pandas 3 on, ``object`` before), also when the frame has no rows (where an
+empty list would make it float64)."""
 
 
 class RequestTable:
@@ -224,8 +229,10 @@ class RequestTable:
             else:  # no decode steps counted: 0.0 throughout
                 mean_k = np.zeros(n)
         ema = col("ema_acceptance") if self.speculative else np.full(n, np.nan)
-        status = pd.Categorical.from_codes(self._status[:n], dtype=_STATUS_DTYPE)
-        reasons = np.asarray(self._reasons, dtype=object)[self._reason[:n]].tolist()
+        status = pd.Categorical.from_codes(self._status[:n], dtype=STATUS_DTYPE)
+        reasons = pd.Series(
+            np.asarray(self._reasons, dtype=object)[self._reason[:n]], dtype=REASON_DTYPE
+        )
         return pd.DataFrame(
             {
                 "request_id": col("request_id"),

@@ -31,6 +31,7 @@ import pandas as pd
 import yaml
 
 from cbsim import outputs
+from cbsim.request_table import STATUS_DTYPE
 from cbsim.scenario import Scenario
 
 RESULT_FILES = (
@@ -51,6 +52,16 @@ RUN_RESULT = outputs.OutputKind(
     required=frozenset({"requests.parquet", "summary.json", "scenario.yaml"}),
 )
 """A run's result folder: what :meth:`Results.write` may replace."""
+
+
+def read_requests(path: Path) -> pd.DataFrame:
+    """The requests frame from its parquet file, with the dtypes the run gave it: parquet keeps a
+    categorical column's categories in its dictionary pages, which a file without rows lacks, so
+    ``status`` is given its categories back."""
+    requests = pd.read_parquet(path)
+    if "status" in requests:
+        requests["status"] = requests["status"].astype(STATUS_DTYPE)
+    return requests
 
 
 def _json_safe(value: Any) -> Any:
@@ -158,7 +169,7 @@ class Results:
         baseline = path / "summary_no_spec.json"
         return cls(
             scenario=load_scenario(path / "scenario.yaml"),
-            requests=pd.read_parquet(path / "requests.parquet"),
+            requests=read_requests(path / "requests.parquet"),
             iterations=pd.read_parquet(path / "iterations.parquet"),
             timeseries=pd.read_parquet(path / "timeseries.parquet"),
             summary=_read_summary(path / "summary.json"),

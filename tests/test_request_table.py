@@ -91,7 +91,10 @@ def legacy_requests_frame(
             "ema_acceptance": ema,
             "status": status,
             "generated_tokens": col("generated", np.int64),
-            "rejected_reason": [r.rejected_reason for r in requests],
+            # text also without rows (a plain empty list gave float64: fixed with the table)
+            "rejected_reason": pd.Series(
+                [r.rejected_reason for r in requests], dtype=request_table.REASON_DTYPE
+            ),
             "server_arrival_s": arrival,
             "server_first_token_s": first,
             "server_finish_s": finish,

@@ -306,6 +306,9 @@ class Simulation:
             return
         if closed.duration_s is not None and sent > closed.duration_s:
             return
+        horizon = self.scenario.horizon_s
+        if horizon is not None and sent >= horizon:  # as an open-loop arrival then: never seen
+            return
         if index >= REQUESTS.high:
             raise CbsimError(
                 f"the closed loop has sent {index:,} requests by t = {sent:.6g} s; a run's "

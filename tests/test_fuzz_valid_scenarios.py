@@ -69,10 +69,6 @@ INVARIANTS = (
 # Violations the campaign found that are not fixed yet, counted apart (``known``) rather than as
 # failures: (invariant, start of the message) -> the defect. Remove an entry once it is fixed.
 KNOWN_ISSUES: dict[tuple[str, str], str] = {
-    ("conservation", "request sent after the horizon"): (
-        "closed loop with a horizon: a request a client has scheduled for after the horizon "
-        "(ramp_s or think time) is reported as waiting although it never arrived"
-    ),
     ("fast_forward", 'iterations: DataFrame.iloc[:, 12] (column name="waiting")'): (
         "closed loop: a decode run cut by an arrival landing exactly (float-equal) on an "
         "iteration end counts it waiting at the next iteration; stepping forms that iteration "
@@ -687,13 +683,14 @@ def test_quick_slice_of_valid_scenarios():
     assert all(not o.unexpected for o in outcomes), report(outcomes)
 
 
-@pytest.mark.xfail(strict=True, reason=next(iter(KNOWN_ISSUES.values())))
-def test_known_issue_closed_loop_horizon_reports_an_unsent_request():
+def test_a_closed_loop_send_after_the_horizon_never_arrives():
+    """A client's send scheduled at or after the horizon (ramp or think time) is not a request,
+    as an open-loop arrival after the horizon is not (it used to be reported waiting)."""
     results = _simulate(make_case(222).data)  # one client, ramp 1.2 s, horizon 0.12 s
     assert (results.requests["arrival_s"] < results.scenario.horizon_s).all()
 
 
-@pytest.mark.xfail(strict=True, reason=list(KNOWN_ISSUES.values())[1])
+@pytest.mark.xfail(strict=True, reason=next(iter(KNOWN_ISSUES.values())))
 def test_known_issue_arrival_on_an_iteration_end_fast_forwards_differently():
     data = make_case(501).data  # closed loop, static, tensorrt-llm front end
     assert frames_differ(_simulate(data), _simulate(data, fast_forward=True)) is None

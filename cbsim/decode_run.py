@@ -14,13 +14,14 @@ same rows in the iterations table, same request times): the run stops at the fir
 that ends at or after the next arrival, after the first finish when requests are waiting, before
 an iteration that would need more KV blocks than are free (the step-by-step path then preempts)
 and before an iteration that would end at or after the horizon.
+
+The plan's type (:class:`~cbsim.decode_plan.DecodeRun`) lives in :mod:`cbsim.decode_plan`, where the
+schedulers that apply a run can import it without importing the engine side; it is re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import numba
 import numpy as np
@@ -28,6 +29,7 @@ import numpy.typing as npt
 
 from cbsim.compiled import CompiledCost, decode_seconds
 from cbsim.cost import CostModel
+from cbsim.decode_plan import DecodeRun, SpecColumns
 from cbsim.request import Request
 
 IntArray = npt.NDArray[np.int64]
@@ -35,47 +37,13 @@ FloatArray = npt.NDArray[np.float64]
 
 MAX_RUN_ITERATIONS = 8192
 
-
-@dataclass(slots=True)
-class SpecColumns:
-    """A speculative run's per-iteration columns (as the recorder keeps them for stepped ones)."""
-
-    verify: list[int]
-    drafted: list[int]
-    accepted: list[int]
-    k_min: list[int]
-    k_max: list[int]
-    draft_s: list[float]
-
-
-@dataclass(slots=True)
-class DecodeRun:
-    """A planned run of ``len(durations)`` pure-decode iterations starting at ``starts[0]``.
-
-    Without speculation every running request emits one token per iteration; a speculative run
-    (:mod:`cbsim.speculative.fast_run`) also has its emitted and plain-decode tokens, its
-    speculative columns, the outputs still to come after each iteration and its effects."""
-
-    starts: list[float]
-    durations: list[float]
-    batch_sizes: list[int]
-    kv_used: list[int]
-    end_s: float
-    kv_used_after: int
-    # running requests whose previous token came before the replica's previous iteration (set
-    # when the run is applied; their first token in the run has a gap of its own)
-    paused_at_start: int = 0
-    emitted: list[int] | None = None
-    decode_tokens: list[int] | None = None
-    speculation: SpecColumns | None = None
-    remaining_after: list[int] | None = None
-    spec: Any = None
-    # the running requests' outputs still to come when the run started (in running order)
-    remaining: Any = None
-
-    @property
-    def iterations(self) -> int:
-        return len(self.durations)
+__all__ = [
+    "MAX_RUN_ITERATIONS",
+    "DecodeRun",
+    "SpecColumns",
+    "plan_decode_run",
+    "plan_decode_run_python",
+]
 
 
 def plan_decode_run(

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import simpy
 
-from cbsim.calibration.profile import DEFAULT_PROFILE
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.cost.profile import DEFAULT_PROFILE
 from cbsim.decode_run import DecodeRun, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu

@@ -64,7 +64,7 @@ from cbsim.request_table import RequestTable
 from cbsim.scenario import Scenario
 
 if TYPE_CHECKING:
-    from cbsim.decode_run import DecodeRun
+    from cbsim.decode_plan import DecodeRun
     from cbsim.scheduler.base import Batch
 
 REQUEST_COLUMNS = [

@@ -896,8 +896,8 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
 def _check_calibration(cluster: Cluster, source: str | None) -> None:
     """The serving engine's profile and the calibration profile exist and parse, and the GPU can
     run the weights' precision."""
-    from cbsim.calibration.profile import DEFAULT_PROFILE, load_profile
     from cbsim.cost.engine_profile import load_engine_profile
+    from cbsim.cost.profile import DEFAULT_PROFILE, load_profile
     from cbsim.hardware import get_gpu
 
     try:

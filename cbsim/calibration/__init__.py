@@ -1,6 +1,7 @@
 """Calibration: fitting the roofline cost model to measured GPU timings, and checking its error.
 
-``grid`` (smooth log-grid corrections), ``profile`` (the fitted parameter files), and the fits and
+``grid`` (fitting smooth log-grid corrections), ``profile`` (writing the fitted parameter files; the
+file types and their loading live in :mod:`cbsim.cost.profile`), and the fits and
 reports per op family. See ``cbsim calibrate --help``.
 """
 

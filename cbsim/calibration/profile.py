@@ -1,214 +1,49 @@
-"""Calibration profiles: the fitted parameters a cost model reads, one JSON file per GPU and source.
-
-A profile holds, for one GPU and one measurement source (a serving engine and version, say), what
-calibration fitted: per GEMM dtype a floor, a compute and a memory efficiency and a smooth
-correction over (m, n, k); the same for decode and prefill attention per KV-cache dtype; all-reduce
-latency by message size per GPU count; element-wise kernel bandwidth. What a serving engine adds
-beyond its kernels lives in engine profiles (:mod:`cbsim.cost.engine_profile`). Profiles ship in
-``cbsim/data/profiles/`` and are written by ``cbsim calibrate fit``; simulation reads only these
-small files, never the measurement tables.
-
-Every file carries ``schema_version``; a file that does not parse or has another version is an
-error naming it — there is no silent fallback to defaults.
+"""Writing calibration profiles; the profile types and their loading live beside the cost model
+that reads them (:mod:`cbsim.cost.profile`) and are re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
-from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from cbsim import outputs
-from cbsim.calibration.grid import LogGrid
-from cbsim.documents import decode_utf8, parse_json
-from cbsim.errors import CbsimError, unknown_name
+from cbsim.cost.profile import (
+    DEFAULT_PROFILE,
+    PROFILE_DIR,
+    SCHEMA_VERSION,
+    UNCALIBRATED,
+    CalibrationProfile,
+    CommFit,
+    GridCorrection,
+    Measured,
+    RooflineFit,
+    _read_json,
+    load_profile,
+    profile_names,
+    read_profile,
+)
+from cbsim.errors import CbsimError
 
-SCHEMA_VERSION = 1
-PROFILE_DIR = "profiles"
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GridCorrection(_Strict):
-    """``log(measured / base)`` on a grid over log2 of the named features."""
-
-    features: list[str]
-    axes: list[list[float]]
-    values: list[float]
-    _grid: LogGrid | None = PrivateAttr(default=None)
-
-    def grid(self) -> LogGrid:
-        if self._grid is None:
-            self._grid = LogGrid.from_lists(self.axes, self.values)
-        return self._grid
-
-    def __call__(self, *features: float) -> float:
-        return self.grid()(*features)
-
-    def restrict(self, fixed: dict[str, float]) -> GridCorrection:
-        """The correction with some features held at given values (exact for multilinear grids)."""
-        keep = [i for i, name in enumerate(self.features) if name not in fixed]
-        if len(keep) == len(self.features):
-            return self
-        mesh = np.meshgrid(*[np.exp2(np.asarray(self.axes[i])) for i in keep], indexing="ij")
-        count = mesh[0].size
-        columns = []
-        position = 0
-        for name in self.features:
-            if name in fixed:
-                columns.append(np.full(count, fixed[name], dtype=np.float64))
-            else:
-                columns.append(mesh[position].ravel())
-                position += 1
-        values = self.grid().evaluate(*columns)
-        return GridCorrection(
-            features=[self.features[i] for i in keep],
-            axes=[self.axes[i] for i in keep],
-            values=[float(v) for v in values],
-        )
-
-
-class RooflineFit(_Strict):
-    """``floor + max(FLOPs / (peak · compute_eff), bytes / (bandwidth · memory_eff))``, times
-    ``exp(correction(features))``."""
-
-    floor_s: float = Field(ge=0.0)
-    compute_eff: float = Field(gt=0.0, le=1.5)
-    memory_eff: float = Field(gt=0.0, le=1.5)
-    correction: GridCorrection | None = None
-
-    def base(self, flops: float, bytes_moved: float, peak: float, bandwidth: float) -> float:
-        return self.floor_s + max(
-            flops / (peak * self.compute_eff), bytes_moved / (bandwidth * self.memory_eff)
-        )
-
-    def specialize(self, fixed: dict[str, float]) -> RooflineFit:
-        """This fit with the correction's features named in ``fixed`` held at those values."""
-        if self.correction is None or not set(fixed) & set(self.correction.features):
-            return self
-        return self.model_copy(update={"correction": self.correction.restrict(fixed)})
-
-    def predict(
-        self, flops: float, bytes_moved: float, peak: float, bandwidth: float, *features: float
-    ) -> float:
-        base = self.base(flops, bytes_moved, peak, bandwidth)
-        if self.correction is None:
-            return base
-        return base * math.exp(self.correction(*features))
-
-    def compiled(self) -> Callable[..., float]:
-        """:meth:`predict` as a plain closure (no model attribute lookups on the hot path), the
-        same value bit for bit."""
-        floor, compute, memory = self.floor_s, self.compute_eff, self.memory_eff
-        if self.correction is None:
-
-            def plain(
-                flops: float, bytes_moved: float, peak: float, bandwidth: float, *features: float
-            ) -> float:
-                return floor + max(flops / (peak * compute), bytes_moved / (bandwidth * memory))
-
-            return plain
-        grid = self.correction.grid().compiled()
-        exp = math.exp
-
-        def corrected(
-            flops: float, bytes_moved: float, peak: float, bandwidth: float, *features: float
-        ) -> float:
-            base = floor + max(flops / (peak * compute), bytes_moved / (bandwidth * memory))
-            return base * exp(grid(*features))
-
-        return corrected
-
-
-class CommFit(_Strict):
-    """All-reduce seconds by message size (bytes) for one GPU count, log-log interpolated;
-    beyond the largest size, extrapolated linearly at ``bus_bandwidth`` message bytes per second
-    (the algorithm bandwidth; NCCL's "bus bandwidth" is this × 2(n − 1)/n)."""
-
-    sizes_bytes: list[float]
-    latency_s: list[float]
-    bus_bandwidth: float = Field(gt=0.0)
-
-    def __call__(self, size_bytes: float) -> float:
-        sizes = np.asarray(self.sizes_bytes)
-        times = np.asarray(self.latency_s)
-        if size_bytes <= sizes[0]:
-            return float(times[0])
-        if size_bytes >= sizes[-1]:
-            return float(times[-1] + (size_bytes - sizes[-1]) / self.bus_bandwidth)
-        return float(np.exp(np.interp(np.log(size_bytes), np.log(sizes), np.log(times))))
-
-
-class Measured(_Strict):
-    """Where a fit came from and how well it did (for reports; not used to predict)."""
-
-    source: str
-    rows: int = 0
-    holdout_median_ape: float | None = None
-    holdout_p90_ape: float | None = None
-
-
-class CalibrationProfile(_Strict):
-    schema_version: Literal[1] = 1
-    gpu: str
-    name: str
-    description: str = ""
-    gemm: dict[str, RooflineFit] = Field(default_factory=dict)
-    decode_attention: dict[str, RooflineFit] = Field(default_factory=dict)
-    prefill_attention: dict[str, RooflineFit] = Field(default_factory=dict)
-    allreduce: dict[str, CommFit] = Field(default_factory=dict)
-    elementwise: RooflineFit | None = None
-    provenance: dict[str, Measured] = Field(default_factory=dict)
-    # "gpu/name" of a profile whose fits this one reuses (a transfer to a GPU with no measurements)
-    based_on: str | None = None
-
-    def allreduce_time(self, num_gpus: int, size_bytes: float) -> float | None:
-        """Seconds for an all-reduce, or None when this GPU count was not measured."""
-        fit = self.allreduce.get(str(num_gpus))
-        return None if fit is None else fit(size_bytes)
-
-
-# --------------------------------------------------------------------------- files
-
-
-def _read_json(path: Path | Any) -> dict[str, Any]:
-    name = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise CbsimError(
-            f"cannot read calibration file: {err.strerror or err}", source=name
-        ) from None
-    data = parse_json(decode_utf8(raw, name), name, invalid="not valid JSON")
-    if not isinstance(data, dict):
-        raise CbsimError("a calibration file must hold a JSON object", source=name)
-    version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise CbsimError(
-            f"schema_version {version!r} is not supported (this cbsim reads version "
-            f"{SCHEMA_VERSION}); refit with `cbsim calibrate fit`",
-            source=name,
-        )
-    return data
-
-
-def read_profile(path: Path | Any) -> CalibrationProfile:
-    data = _read_json(path)
-    try:
-        return CalibrationProfile.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CbsimError(f"{where}: {first['msg']}", source=str(path)) from None
+__all__ = [
+    "DEFAULT_PROFILE",
+    "PROFILE_DIR",
+    "SCHEMA_VERSION",
+    "UNCALIBRATED",
+    "CalibrationProfile",
+    "CommFit",
+    "GridCorrection",
+    "Measured",
+    "RooflineFit",
+    "load_profile",
+    "profile_names",
+    "read_profile",
+    "write_json",
+]
 
 
 def _holds_json_of(kind: type[BaseModel]) -> Callable[[Path], bool]:
@@ -248,60 +83,3 @@ def _rounded(value: Any, key: str = "") -> Any:
     if isinstance(value, dict):
         return {k: _rounded(v, k) for k, v in value.items()}
     return value
-
-
-def _shipped_dir() -> Any:
-    return files("cbsim") / "data" / PROFILE_DIR
-
-
-DEFAULT_PROFILE = "default"
-UNCALIBRATED = "none"
-
-
-def profile_names(gpu: str) -> list[str]:
-    folder = _shipped_dir() / gpu
-    if not folder.is_dir():
-        return []
-    return sorted(
-        p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json")
-    )
-
-
-@lru_cache(maxsize=64)
-def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | None:
-    """A shipped profile by GPU and name, a JSON file path, or None for ``"none"``.
-
-    ``"default"`` is the GPU's documented default profile (``default.json`` naming it); a GPU with
-    no measurements of its own has a profile transferred from its architecture's efficiencies.
-    """
-    if name == UNCALIBRATED:
-        return None
-    if name.endswith(".json") or Path(name).is_file():
-        return read_profile(Path(name))
-    folder = _shipped_dir() / gpu
-    if name == DEFAULT_PROFILE:
-        pointer = folder / "default.txt"
-        if not pointer.is_file():
-            return None
-        name = pointer.read_text(encoding="utf-8").strip()
-    path = folder / f"{name}.json"
-    if not path.is_file():
-        raise unknown_name(
-            f"calibration profile for {gpu}", name, [*profile_names(gpu), UNCALIBRATED]
-        )
-    profile = read_profile(path)
-    if profile.based_on:
-        base_gpu, _, base_name = profile.based_on.partition("/")
-        base = load_profile(base_gpu, base_name)
-        if base is None:
-            raise CbsimError(f"based_on {profile.based_on!r} is not a profile", source=str(path))
-        profile = base.model_copy(
-            update={
-                "gpu": profile.gpu,
-                "name": profile.name,
-                "description": profile.description,
-                "provenance": profile.provenance,
-                "based_on": profile.based_on,
-            }
-        )
-    return profile

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cbsim import outputs
-from cbsim.calibration.profile import Measured as KernelMeasured
+from cbsim.cost.profile import Measured as KernelMeasured
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
 

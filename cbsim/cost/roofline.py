@@ -14,7 +14,7 @@ Per layer and per tensor-parallel shard it runs
 Then the LM head turns every sampled position (each decode/verify token and each finishing prefill)
 into logits. Each op takes ``max(FLOPs / (peak · η_c), bytes / (bandwidth · η_m)) + floor``, with
 efficiencies, floors and corrections from a calibration profile fitted to measured kernel timings
-(:mod:`cbsim.calibration.profile`; :class:`~cbsim.cost.params.CostParams` for the raw roofline).
+(:mod:`cbsim.cost.profile`; :class:`~cbsim.cost.params.CostParams` for the raw roofline).
 The serving engine's CPU-side work per step comes on top, overlapped with the kernels where the
 engine overlaps them (:mod:`cbsim.cost.engine_profile`).
 
@@ -30,15 +30,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cbsim.calibration.profile import (
+from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
+from cbsim.cost.params import CostParams
+from cbsim.cost.profile import (
     DEFAULT_PROFILE,
     UNCALIBRATED,
     CalibrationProfile,
     RooflineFit,
     load_profile,
 )
-from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
-from cbsim.cost.params import CostParams
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from cbsim.cost.roofline import BatchStats
-from cbsim.decode_run import DecodeRun
+from cbsim.decode_plan import DecodeRun
 from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.request import Request, Status

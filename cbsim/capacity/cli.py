@@ -1,0 +1,299 @@
+"""``cbsim capacity``: the command line's option parsing, the plan file it writes and the command."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import click
+from rich.console import Console
+
+from cbsim import outputs
+from cbsim.capacity.fields import CONTROLLED_KEYS, _check_key
+from cbsim.capacity.planning import _check_prices, plan
+from cbsim.capacity.rendering import render
+from cbsim.capacity.search import DEFAULT_START_RPS, DEFAULT_TOLERANCE, DEFAULT_WINDOW_S, Progress
+from cbsim.documents import parse_json, parse_yaml, read_text_file
+from cbsim.errors import CbsimError, UserError
+from cbsim.scenario import load_scenario, parse_override
+
+#: Exit status of ``cbsim capacity`` when nothing meets the SLO (bad input is 2).
+EXIT_INFEASIBLE = 3
+
+
+def _parse_number(text: str, what: str, option: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CbsimError(f"{what}: {text!r} is not a number", field=option) from None
+    if not math.isfinite(value):
+        raise CbsimError(f"{what}: must be finite, got {text!r}", field=option)
+    return value
+
+
+def parse_slo(texts: str | Sequence[str]) -> dict[str, float]:
+    """``"ttft_p99_s=2,tpot_p99_s=0.1"`` (one string or several) as ``{metric: threshold}``."""
+    items = [texts] if isinstance(texts, str) else list(texts)
+    slo: dict[str, float] = {}
+    for text in items:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            key, sep, raw = part.partition("=")
+            key = key.strip()
+            if not sep or not key:
+                raise CbsimError(f"{part!r} is not METRIC=THRESHOLD", field="--slo")
+            slo[key] = _parse_number(raw.strip(), key, "--slo")
+    return slo
+
+
+def parse_prices(texts: str | Sequence[str]) -> dict[str, float]:
+    """``"h100-sxm=2.5,h200=3.2"`` as ``{gpu: USD per GPU-hour}`` (catalog GPU names only)."""
+    items = [texts] if isinstance(texts, str) else list(texts)
+    prices: dict[str, float] = {}
+    for text in items:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            gpu, sep, raw = part.partition("=")
+            gpu = gpu.strip()
+            if not sep or not gpu:
+                raise CbsimError(f"{part!r} is not GPU=USD_PER_HOUR", field="--prices")
+            prices[gpu] = _parse_number(raw.strip(), gpu, "--prices")
+    _check_prices(prices)
+    return prices
+
+
+def parse_vary(texts: Sequence[str]) -> dict[str, list[Any]]:
+    """``["cluster.gpu=h100-sxm,h200", ...]`` as ``{key: [values]}`` (values parsed as YAML)."""
+    vary: dict[str, list[Any]] = {}
+    for text in texts:
+        key, sep, raw = text.partition("=")
+        key = key.strip()
+        if not sep or not key or not raw.strip():
+            raise CbsimError(f"{text!r} is not KEY=V1,V2,...", field="--vary")
+        values: list[Any] = []
+        for item in raw.split(","):
+            item = item.strip()
+            try:
+                values.append(parse_yaml(item, None) if item else "")
+            except CbsimError as err:
+                if not err.message.startswith("invalid YAML"):
+                    raise CbsimError(err.message, field="--vary") from None
+                values.append(item)
+        vary[key] = values
+    return vary
+
+
+def _parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            seed = int(part)
+        except ValueError:
+            raise CbsimError(f"{part!r} is not an integer", field="--seeds") from None
+        if seed < 0:
+            raise CbsimError(f"seeds must be >= 0, got {seed}", field="--seeds")
+        seeds.append(seed)
+    if not seeds:
+        raise CbsimError("give at least one seed", field="--seeds")
+    return seeds
+
+
+PLAN_FILE_DESCRIPTION = "a capacity plan cbsim wrote"
+
+
+def _is_plan_file(path: Path) -> bool:
+    """Whether ``path`` holds a plan :func:`plan` made (so ``--out`` may replace it)."""
+    try:
+        data = parse_json(read_text_file(path), str(path))
+    except CbsimError:
+        return False
+    return (
+        isinstance(data, dict)
+        and {"slo", "max_rate_rps", "simulations"} <= set(data)
+        and ("evaluations" in data or "alternatives" in data)
+    )
+
+
+def _check_plan_file(out: Path) -> None:
+    """Refuse, before searching, an ``--out`` that writing the plan would have to refuse."""
+    if out.is_dir():
+        raise CbsimError("is a folder; give the plan's file name", source=str(out), field="--out")
+    if out.exists() and not _is_plan_file(out):
+        raise CbsimError(
+            f"exists and is not {PLAN_FILE_DESCRIPTION}, so cbsim will not overwrite it: give a "
+            "new file name (or move the file away)",
+            source=str(out),
+            field="--out",
+        )
+
+
+def _write_plan(out: Path, text: str) -> None:
+    """Write the plan's JSON to ``out`` atomically, creating its folders; a user error when it
+    cannot be written."""
+
+    def write(temporary: Path) -> None:
+        temporary.write_text(text + "\n", encoding="utf-8")
+
+    try:
+        outputs.write_file(out, write, replaceable=_is_plan_file, description=PLAN_FILE_DESCRIPTION)
+    except CbsimError as err:
+        raise UserError(str(err.located(field="--out"))) from None
+    except OSError as err:
+        raise UserError(f"{err.filename or out}: cannot write the plan: {err.strerror}") from None
+
+
+class Infeasible(click.ClickException):
+    """On the command line: a plan that nothing meets. The plan is printed as usual (the JSON too,
+    so it can be reported on); then one ``infeasible:`` line on stderr says why, and the command
+    exits with :data:`EXIT_INFEASIBLE`."""
+
+    exit_code = EXIT_INFEASIBLE
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        message = " ".join(self.format_message().splitlines())
+        click.echo(f"infeasible: {message}", file=file, err=file is None)
+
+
+def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
+    try:
+        interactive = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        interactive = False
+    if not interactive:
+        return None, lambda: None
+    console = Console(stderr=True)
+    status = console.status("capacity search")
+    status.start()
+    return (lambda text: status.update(f"capacity search: {text}")), status.stop
+
+
+@click.command(name="capacity", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--slo",
+    "slo_texts",
+    multiple=True,
+    metavar="METRIC=X,...",
+    help="SLO as summary metrics and thresholds, e.g. ttft_p99_s=2,tpot_p99_s=0.1 (at most X; "
+    "slo_attainment/goodput_ratio: at least X). Default: p99 of the scenario's slo.",
+)
+@click.option(
+    "--vary",
+    "vary_texts",
+    multiple=True,
+    metavar="KEY=V1,V2",
+    help="Compare alternatives, e.g. --vary cluster.gpu=h100-sxm,h200 (repeatable: the product).",
+)
+@click.option("--target-rps", type=float, default=None, help="Size a fleet for this load.")
+@click.option("--seeds", default=None, help="Seeds every rate must pass, e.g. 1,2,3.")
+@click.option(
+    "--window-s",
+    type=float,
+    default=DEFAULT_WINDOW_S,
+    show_default=True,
+    help="Seconds of arrivals simulated per rate.",
+)
+@click.option(
+    "--prices",
+    "price_texts",
+    multiple=True,
+    metavar="GPU=USD,...",
+    help="USD per GPU-hour, overriding the catalog defaults, e.g. h100-sxm=2.5.",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=DEFAULT_TOLERANCE,
+    show_default=True,
+    help="Relative width at which the bisection stops.",
+)
+@click.option(
+    "--start-rps",
+    type=float,
+    default=DEFAULT_START_RPS,
+    show_default=True,
+    help="First rate tried.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option(
+    "--out",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the plan's JSON to this file (its folders are created; an existing file is "
+    "replaced only if it is a plan cbsim wrote), e.g. for cbsim report.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario field, e.g. --set scheduler.kind=sarathi (repeatable).",
+)
+def capacity_command(
+    scenario: Path,
+    slo_texts: tuple[str, ...],
+    vary_texts: tuple[str, ...],
+    target_rps: float | None,
+    seeds: str | None,
+    window_s: float,
+    price_texts: tuple[str, ...],
+    tolerance: float,
+    start_rps: float,
+    as_json: bool,
+    out: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Find the highest rate one replica of SCENARIO sustains within an SLO; size and cost a fleet
+    for --target-rps; compare --vary alternatives. Exits with status 3 (after printing the plan)
+    when nothing meets the SLO, 2 on bad input."""
+    stop: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        for text in overrides:
+            key, _ = parse_override(text)
+            if key in CONTROLLED_KEYS:
+                _check_key(key, "--set")
+        loaded = load_scenario(scenario, overrides=list(overrides))
+        if out is not None:
+            _check_plan_file(out)
+        progress, stop = _progress_printer()
+        result = plan(
+            loaded,
+            parse_slo(slo_texts) or None,
+            target_rps=target_rps,
+            prices=parse_prices(price_texts),
+            vary=parse_vary(vary_texts),
+            seeds=_parse_seeds(seeds),
+            window_s=window_s,
+            start_rps=start_rps,
+            tolerance=tolerance,
+            progress=progress,
+        )
+    except CbsimError as err:
+        stop()
+        if err.source is None and err.field is not None and not err.field.startswith("-"):
+            err = CbsimError(err.message, source=str(scenario), field=err.field)
+        raise UserError(str(err)) from None
+    stop()
+    text = json.dumps(result, indent=2, allow_nan=False)
+    if out is not None:
+        _write_plan(out, text)
+    if as_json:
+        click.echo(text)
+    else:
+        render(result, Console())
+    if not result.get("feasible"):
+        raise Infeasible(f"nothing meets the SLO: {result.get('reason') or 'no reason recorded'}")

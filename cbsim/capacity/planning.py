@@ -1,0 +1,325 @@
+"""Steps 2 and 3 of a capacity plan: the fleet for a target load and its cost, and the alternatives
+of ``vary`` (:func:`plan`, one JSON-ready mapping).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cbsim.capacity.checks import _direction
+from cbsim.capacity.fields import _check_key, _set_keys
+from cbsim.capacity.search import (
+    DEFAULT_MIN_REQUESTS,
+    DEFAULT_START_RPS,
+    DEFAULT_TOLERANCE,
+    DEFAULT_WINDOW_S,
+    Evaluation,
+    Progress,
+    _check_search,
+    _checked_slo,
+    _find_max_rate,
+    _load_axis,
+    _rate,
+    _resolve,
+    _Runner,
+    _scenario_data,
+)
+from cbsim.errors import CbsimError
+from cbsim.hardware import GPU_NAMES, get_gpu
+from cbsim.limits import RATE, SWEEP_POINTS
+from cbsim.scenario import Scenario, load_scenario
+
+
+def _check_prices(prices: Mapping[str, float]) -> None:
+    for gpu, price in prices.items():
+        if gpu not in GPU_NAMES:
+            raise CbsimError(
+                f"unknown gpu {gpu!r}; known: {', '.join(sorted(GPU_NAMES))}", field="--prices"
+            )
+        if not math.isfinite(price) or price < 0:
+            raise CbsimError(f"{gpu}: price must be >= 0, got {price!r}", field="--prices")
+
+
+def _price(gpu: str, prices: Mapping[str, float]) -> float:
+    return float(prices[gpu]) if gpu in prices else get_gpu(gpu).price_per_hour
+
+
+def _per_million(cost_per_hour: float, tokens_per_hour: float | None) -> float | None:
+    if tokens_per_hour is None or tokens_per_hour <= 0:
+        return None
+    return cost_per_hour / tokens_per_hour * 1e6
+
+
+def _plan_one(
+    scenario: Scenario,
+    base: dict[str, Any],
+    slo: dict[str, float],
+    *,
+    target_rps: float | None,
+    prices: Mapping[str, float],
+    seeds: list[int],
+    window_s: float,
+    start_rps: float,
+    tolerance: float,
+    min_requests: int,
+    max_extra_replicas: int | None,
+    progress: Progress | None,
+    label: str,
+) -> dict[str, Any]:
+    cluster = scenario.cluster
+    price = _price(cluster.gpu, prices)
+    found = _find_max_rate(
+        scenario,
+        base,
+        slo,
+        seeds=seeds,
+        window_s=window_s,
+        start_rps=start_rps,
+        tolerance=tolerance,
+        min_requests=min_requests,
+        progress=progress,
+        label=label,
+    )
+    out = found.to_dict()
+    out.update(
+        {
+            "scenario": scenario.name,
+            "model": cluster.model,
+            "gpu": cluster.gpu,
+            "tp": cluster.tp,
+            "price_per_gpu_hour": price,
+            "target_rps": target_rps,
+            "replicas": None,
+            "gpus": None,
+            "cost_per_hour": None,
+            "output_tokens_per_hour": None,
+            "cost_per_million_output_tokens": None,
+            "cost_basis": None,
+            "replica_cost_per_hour": cluster.tp * price,
+        }
+    )
+    simulations = found.simulations
+    if found.max_rate_rps is None:
+        out["simulations"] = simulations
+        return out
+    if target_rps is None:
+        tokens = found.output_tokens_per_request
+        per_hour = found.max_rate_rps * 3600 * tokens if tokens is not None else None
+        out["output_tokens_per_hour"] = per_hour
+        out["cost_per_million_output_tokens"] = _per_million(cluster.tp * price, per_hour)
+        out["cost_basis"] = "one replica at its maximum rate"
+        return out
+    # fleet for the target load, verified by simulation
+    axis = _load_axis(scenario)
+    fleet_base = copy.deepcopy(base)
+    runner = _Runner(fleet_base, axis, slo, seeds, window_s, min_requests, progress, label)
+    first = max(1, math.ceil(target_rps / found.max_rate_rps * (1 - 1e-12)))
+    extra = max_extra_replicas if max_extra_replicas is not None else max(8, first)
+    fleet: list[dict[str, Any]] = []
+    verified: Evaluation | None = None
+    replicas = first
+    for replicas in range(first, first + extra + 1):
+        ev = runner.evaluate(target_rps, replicas)
+        fleet.append({"replicas": replicas, **ev.to_dict()})
+        if ev.passed:
+            verified = ev
+            break
+    simulations += runner.simulations
+    out["simulations"] = simulations
+    out["fleet"] = fleet
+    out["initial_replicas"] = first
+    if verified is None:
+        out["feasible"] = False
+        out["reason"] = (
+            f"a fleet of {first}–{replicas} replicas does not meet the SLO at "
+            f"{_rate(target_rps)} req/s ({fleet[-1]['reason']})"
+        )
+        return out
+    gpus = replicas * cluster.tp
+    cost_per_hour = gpus * price
+    tokens = verified.metrics.get("output_tokens_per_request")
+    per_hour = target_rps * 3600 * tokens if tokens is not None else None
+    out.update(
+        {
+            "replicas": replicas,
+            "gpus": gpus,
+            "cost_per_hour": cost_per_hour,
+            "fleet_output_tokens_per_request": tokens,
+            "output_tokens_per_hour": per_hour,
+            "cost_per_million_output_tokens": _per_million(cost_per_hour, per_hour),
+            "cost_basis": f"fleet of {replicas} at {_rate(target_rps)} req/s",
+        }
+    )
+    return out
+
+
+def _cost_key(alt: Mapping[str, Any]) -> tuple[float, float]:
+    per_million = alt.get("cost_per_million_output_tokens")
+    per_hour = alt.get("cost_per_hour")
+    if per_hour is None:
+        per_hour = alt.get("replica_cost_per_hour")
+    return (
+        per_million if per_million is not None else math.inf,
+        per_hour if per_hour is not None else math.inf,
+    )
+
+
+def plan(
+    scenario: Scenario | str | Path | Mapping[str, Any],
+    slo: Mapping[str, float] | None = None,
+    *,
+    target_rps: float | None = None,
+    prices: Mapping[str, float] | None = None,
+    vary: Mapping[str, Sequence[Any]] | None = None,
+    seeds: Sequence[int] | None = None,
+    window_s: float = DEFAULT_WINDOW_S,
+    start_rps: float = DEFAULT_START_RPS,
+    tolerance: float = DEFAULT_TOLERANCE,
+    min_requests: int = DEFAULT_MIN_REQUESTS,
+    max_extra_replicas: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Plan capacity for ``scenario`` (steps 1–3 of the module docstring) as one JSON-ready dict.
+
+    Keys: ``max_rate_rps`` (per replica), ``feasible``, ``reason``, ``slo``, ``simulations`` (all
+    runs), ``evaluations``; with ``target_rps``: ``replicas``, ``gpus``, ``cost_per_hour``,
+    ``cost_per_million_output_tokens`` and the ``fleet`` runs; with ``vary``: ``alternatives``
+    (one such object per combination, with its ``overrides``) and ``best`` (the cheapest that
+    meets the SLO, or None), whose figures are also the top level's. Floats that are not finite
+    are None.
+    """
+    loaded, base = _resolve(scenario)
+    targets = _checked_slo(loaded, slo)
+    price_table = dict(prices or {})
+    _check_prices(price_table)
+    seed_list = list(seeds) if seeds else [loaded.seed]
+    _check_search(window_s, tolerance, start_rps, min_requests)
+    if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
+        raise CbsimError(f"must be > 0, got {target_rps!r}", field="--target-rps")
+    if target_rps is not None and not RATE.contains(target_rps):
+        raise CbsimError(RATE.violation(target_rps) or "", field="--target-rps")
+    vary_map = {k: list(v) for k, v in (vary or {}).items()}
+    for key, values in vary_map.items():
+        _check_key(key, "--vary")
+        if not values:
+            raise CbsimError(f"{key}: give at least one value", field="--vary")
+    combo_count = math.prod(len(v) for v in vary_map.values())
+    if not SWEEP_POINTS.contains(combo_count):
+        raise CbsimError(
+            f"{combo_count:,} alternatives; {SWEEP_POINTS.violation(combo_count)}",
+            field="--vary",
+        )
+    combos: list[dict[str, Any]] = [
+        dict(zip(vary_map, values, strict=True)) for values in itertools.product(*vary_map.values())
+    ]
+    common = {
+        "slo": targets,
+        "slo_directions": {k: _direction(k) for k in targets},
+        "seeds": seed_list,
+        "window_s": window_s,
+        "tolerance": tolerance,
+        "target_rps": target_rps,
+    }
+    alternatives: list[dict[str, Any]] = []
+    for i, overrides in enumerate(combos):
+        label = f"[{i + 1}/{len(combos)}] " if len(combos) > 1 else ""
+        try:
+            alt_scenario = load_scenario(_set_keys(base, overrides)) if overrides else loaded
+            alt_base = _scenario_data(alt_scenario)
+            _load_axis(alt_scenario)
+        except CbsimError as err:
+            alternatives.append(
+                {
+                    "overrides": overrides,
+                    "error": str(err),
+                    "feasible": False,
+                    "reason": f"invalid scenario: {err}",
+                    "max_rate_rps": None,
+                    "simulations": 0,
+                    "replicas": None,
+                    "gpus": None,
+                    "cost_per_hour": None,
+                    "cost_per_million_output_tokens": None,
+                }
+            )
+            continue
+        alt = _plan_one(
+            alt_scenario,
+            alt_base,
+            targets,
+            target_rps=target_rps,
+            prices=price_table,
+            seeds=seed_list,
+            window_s=window_s,
+            start_rps=start_rps,
+            tolerance=tolerance,
+            min_requests=min_requests,
+            max_extra_replicas=max_extra_replicas,
+            progress=progress,
+            label=label,
+        )
+        alternatives.append({"overrides": overrides, "error": None, **alt})
+    total = sum(int(a.get("simulations") or 0) for a in alternatives)
+    if not vary_map:
+        return _json_object({**alternatives[0], **common, "simulations": total})
+    candidates = [a for a in alternatives if a.get("feasible") and a.get("max_rate_rps")]
+    best = min(candidates, key=_cost_key) if candidates else None
+    top: dict[str, Any]
+    if best is not None:
+        top = {k: v for k, v in best.items() if k != "evaluations"}
+        top["best_index"] = alternatives.index(best)
+    else:
+        top = {
+            "feasible": False,
+            "reason": "no alternative meets the SLO: "
+            + "; ".join(
+                f"{_describe_overrides(a['overrides'])}: {a.get('reason')}" for a in alternatives
+            ),
+            "max_rate_rps": None,
+            "replicas": None,
+            "gpus": None,
+            "cost_per_hour": None,
+            "cost_per_million_output_tokens": None,
+            "best_index": None,
+        }
+    return _json_object(
+        {
+            **top,
+            **common,
+            "simulations": total,
+            "vary": vary_map,
+            "alternatives": alternatives,
+            "best": best,
+        }
+    )
+
+
+def _json_object(data: dict[str, Any]) -> dict[str, Any]:
+    safe: dict[str, Any] = _json_safe(data)
+    return safe
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with non-finite floats as None and numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _describe_overrides(overrides: Mapping[str, Any]) -> str:
+    if not overrides:
+        return "scenario"
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())

@@ -1,0 +1,103 @@
+"""Printing a :func:`~cbsim.capacity.planning.plan` result as a rich table with the verdict below
+it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cbsim.capacity.planning import _describe_overrides
+
+
+def _money(value: Any, spec: str = ".2f") -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return f"${value:{spec}}"
+    return "—"
+
+
+def _number(value: Any, spec: str) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return f"{value:{spec}}"
+    return "—"
+
+
+def _status(alt: Mapping[str, Any]) -> str:
+    if alt.get("error"):
+        return "invalid"
+    if not alt.get("feasible"):
+        return "fails SLO"
+    return "ok"
+
+
+def render(result: Mapping[str, Any], console: Console) -> None:
+    """Print a :func:`plan` result as a rich table with the verdict below it."""
+    slo_text = ", ".join(
+        f"{k} {result['slo_directions'].get(k, '≤')} {v:g}" for k, v in result["slo"].items()
+    )
+    seeds = ",".join(str(s) for s in result["seeds"])
+    console.print(
+        f"SLO: {slo_text} · seeds {seeds} · window {result['window_s']:g} s", highlight=False
+    )
+    varied = "alternatives" in result
+    alternatives = result["alternatives"] if varied else [result]
+    keys = list(result.get("vary") or {}) if varied else []
+    target = result.get("target_rps")
+    title = "capacity" + (f" for {target:g} req/s" if target else " of one replica")
+    table = Table(title=title)
+    for key in keys:
+        table.add_column(key)
+    if not keys:
+        table.add_column("scenario")
+    table.add_column("req/s per replica", justify="right")
+    table.add_column("sims", justify="right")
+    if target:
+        table.add_column("replicas", justify="right")
+        table.add_column("GPUs", justify="right")
+        table.add_column("$/hour", justify="right")
+    else:
+        table.add_column("$/hour per replica", justify="right")
+    table.add_column("$/M output tokens", justify="right")
+    table.add_column("status")
+    best_index = result.get("best_index") if varied else None
+    notes: list[str] = []
+    for i, alt in enumerate(alternatives):
+        overrides = alt.get("overrides") or {}
+        names = [str(overrides.get(k)) for k in keys] or [str(alt.get("scenario", "scenario"))]
+        status = _status(alt)
+        if best_index is not None and i == best_index:
+            status = "[bold]best[/bold]"
+        if status in ("invalid", "fails SLO") or (alt.get("feasible") and alt.get("reason")):
+            label = _describe_overrides(overrides) if keys else str(alt.get("scenario"))
+            notes.append(f"{label}: {alt.get('reason')}")
+        row = [*names, _number(alt.get("max_rate_rps"), ".4g"), str(alt.get("simulations"))]
+        if target:
+            row += [
+                _number(alt.get("replicas"), "d"),
+                _number(alt.get("gpus"), "d"),
+                _money(alt.get("cost_per_hour")),
+            ]
+        else:
+            row.append(_money(alt.get("replica_cost_per_hour")))
+        row += [_money(alt.get("cost_per_million_output_tokens"), ".3f"), status]
+        table.add_row(*row)
+    console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
+    if varied:
+        best = result.get("best")
+        if best is not None:
+            console.print(
+                f"best: {_describe_overrides(best['overrides'])} "
+                f"({_money(best.get('cost_per_million_output_tokens'), '.3f')} per million "
+                "output tokens)",
+                highlight=False,
+                markup=False,
+            )
+        else:
+            console.print("no alternative meets the SLO", highlight=False)
+    console.print(f"simulations: {result['simulations']}", highlight=False)

@@ -1,0 +1,179 @@
+"""Smooth corrections on a log grid: how calibration bends the roofline to measured timings.
+
+A roofline gets the scaling right but not the details: kernels reach different fractions of peak at
+different shapes (tile and wave quantisation, split-K, launch latency). Calibration models
+``log(measured / roofline)`` as a smooth function of the log2 of a few shape features (for a GEMM:
+m, n, k), stored as values on a regular grid of nodes and read by multilinear interpolation
+(clamped at the edges). It is fitted by regularised least squares: each measurement pulls on the
+nodes around it, and a penalty on second differences keeps the surface smooth, so shapes never
+measured — held out, or of a new model — get the correction of their neighbours.
+
+This module holds the grid a cost model reads (:class:`LogGrid`) and its multilinear
+interpolation; fitting one is calibration's business (:func:`cbsim.calibration.grid.fit_log_grid`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True, eq=False)
+class LogGrid:
+    """A correction surface: ``values`` on the product of ``axes`` (log2 nodes, ascending)."""
+
+    axes: tuple[np.ndarray, ...]
+    values: np.ndarray
+    # plain-Python copies for the scalar hot path (a cost model evaluates one point per call)
+    _axes_lists: tuple[list[float], ...] = field(init=False, repr=False, compare=False)
+    _flat: list[float] = field(init=False, repr=False, compare=False)
+    _strides: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_axes_lists", tuple(a.tolist() for a in self.axes))
+        object.__setattr__(self, "_flat", self.values.ravel().tolist())
+        strides = []
+        step = 1
+        for axis in reversed(self.axes):
+            strides.append(step)
+            step *= len(axis)
+        object.__setattr__(self, "_strides", tuple(reversed(strides)))
+
+    @classmethod
+    def from_lists(cls, axes: Sequence[Sequence[float]], values: Sequence[float]) -> LogGrid:
+        arrays = tuple(np.asarray(a, dtype=np.float64) for a in axes)
+        shape = tuple(len(a) for a in arrays)
+        flat = np.asarray(values, dtype=np.float64)
+        if flat.size != int(np.prod(shape)):
+            raise ValueError(f"grid has {flat.size} values, axes need {int(np.prod(shape))}")
+        for axis in arrays:
+            if len(axis) < 2 or np.any(np.diff(axis) <= 0):
+                raise ValueError("each grid axis needs at least two ascending nodes")
+        return cls(arrays, flat.reshape(shape))
+
+    def to_lists(self) -> tuple[list[list[float]], list[float]]:
+        return [a.tolist() for a in self.axes], [round(float(v), 6) for v in self.values.ravel()]
+
+    def __call__(self, *features: float) -> float:
+        """The correction at one point (features in natural units, not log2); pure Python, fast."""
+        axes = self._axes_lists
+        if len(features) != len(axes):
+            raise ValueError(f"expected {len(axes)} features, got {len(features)}")
+        base = 0
+        corners: list[tuple[int, float]] = [(0, 1.0)]
+        for axis, stride, value in zip(axes, self._strides, features, strict=True):
+            x = math.log2(value) if value > 1e-30 else -100.0
+            i = bisect.bisect_right(axis, x) - 1
+            i = 0 if i < 0 else (len(axis) - 2 if i > len(axis) - 2 else i)
+            w = (x - axis[i]) / (axis[i + 1] - axis[i])
+            w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
+            base += i * stride
+            corners = [
+                pair
+                for offset, weight in corners
+                for pair in ((offset, weight * (1.0 - w)), (offset + stride, weight * w))
+            ]
+        flat = self._flat
+        return sum(weight * flat[base + offset] for offset, weight in corners)
+
+    def compiled(self) -> Callable[..., float]:
+        """:meth:`__call__` as a plain closure over this grid's lists, for the hot path: the same
+        float operations in the same order (so bit for bit the same value), specialised for one
+        and two features (a cost model's attention corrections, once the head layout is fixed)."""
+        axes = self._axes_lists
+        flat = self._flat
+        log2 = math.log2
+        right = bisect.bisect_right
+        if len(axes) == 1:
+            (axis,) = axes
+            top = len(axis) - 2
+
+            def one(value: float) -> float:
+                x = log2(value) if value > 1e-30 else -100.0
+                i = right(axis, x) - 1
+                i = 0 if i < 0 else (top if i > top else i)
+                w = (x - axis[i]) / (axis[i + 1] - axis[i])
+                w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
+                return 0 + (1.0 - w) * flat[i] + w * flat[i + 1]
+
+            return one
+        if len(axes) == 2:
+            first, second = axes
+            top0, top1 = len(first) - 2, len(second) - 2
+            stride0 = self._strides[0]
+
+            def two(value0: float, value1: float) -> float:
+                x = log2(value0) if value0 > 1e-30 else -100.0
+                i = right(first, x) - 1
+                i = 0 if i < 0 else (top0 if i > top0 else i)
+                w0 = (x - first[i]) / (first[i + 1] - first[i])
+                w0 = 0.0 if w0 < 0.0 else (1.0 if w0 > 1.0 else w0)
+                y = log2(value1) if value1 > 1e-30 else -100.0
+                j = right(second, y) - 1
+                j = 0 if j < 0 else (top1 if j > top1 else j)
+                w1 = (y - second[j]) / (second[j + 1] - second[j])
+                w1 = 0.0 if w1 < 0.0 else (1.0 if w1 > 1.0 else w1)
+                base = i * stride0 + j
+                low, high = 1.0 - w0, w0
+                return (
+                    0
+                    + low * (1.0 - w1) * flat[base]
+                    + low * w1 * flat[base + 1]
+                    + high * (1.0 - w1) * flat[base + stride0]
+                    + high * w1 * flat[base + stride0 + 1]
+                )
+
+            return two
+        return self.__call__
+
+    def evaluate(self, *features: np.ndarray) -> np.ndarray:
+        """The correction at many points."""
+        rows = interpolation_matrix(self.axes, [np.asarray(f, dtype=np.float64) for f in features])
+        result: np.ndarray = rows @ self.values.ravel()
+        return result
+
+
+def _weights(
+    axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> list[tuple[tuple[np.ndarray, ...], np.ndarray]]:
+    """Corner indices and multilinear weights of each point (features in natural units)."""
+    lower: list[np.ndarray] = []
+    frac: list[np.ndarray] = []
+    for axis, values in zip(axes, features, strict=True):
+        x = np.log2(np.maximum(values, 1e-30))
+        i = np.clip(np.searchsorted(axis, x, side="right") - 1, 0, len(axis) - 2)
+        w = np.clip((x - axis[i]) / (axis[i + 1] - axis[i]), 0.0, 1.0)
+        lower.append(i)
+        frac.append(w)
+    corners = []
+    for corner in range(2 ** len(axes)):
+        index = []
+        weight = np.ones_like(frac[0])
+        for d in range(len(axes)):
+            up = (corner >> d) & 1
+            index.append(lower[d] + up)
+            weight = weight * (frac[d] if up else 1.0 - frac[d])
+        corners.append((tuple(index), weight))
+    return corners
+
+
+def interpolation_matrix(
+    axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> sp.csr_matrix:
+    """Sparse (points × nodes) matrix of multilinear interpolation weights."""
+    shape = tuple(len(a) for a in axes)
+    n = len(features[0])
+    rows, cols, vals = [], [], []
+    for index, weight in _weights(axes, features):
+        rows.append(np.arange(n))
+        cols.append(np.ravel_multi_index(index, shape))
+        vals.append(weight)
+    return sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(n, int(np.prod(shape))),
+    )

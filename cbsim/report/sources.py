@@ -1,0 +1,78 @@
+"""Which kind of cbsim output a report source holds: a run, a sweep or a capacity plan
+(:func:`detect`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cbsim import outputs
+from cbsim.errors import CbsimError
+from cbsim.report.document import ReportKind
+from cbsim.results import RUN_RESULT
+
+#: Files a directory may hold the capacity JSON in (the first one present is used).
+CAPACITY_FILES = ("capacity.json", "plan.json")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise CbsimError(f"cannot read: {err}", source=str(path)) from None
+    except json.JSONDecodeError as err:
+        raise CbsimError(f"not valid JSON: {err}", source=str(path)) from None
+
+
+def _is_capacity(data: Any) -> bool:
+    return (
+        isinstance(data, Mapping)
+        and "slo" in data
+        and "max_rate_rps" in data
+        and ("evaluations" in data or "alternatives" in data)
+    )
+
+
+_NOT_RECOGNISED = (
+    "not a cbsim result: expected a run directory (summary.json), a sweep directory "
+    "(sweep.parquet) or a capacity plan (the JSON of cbsim capacity --json, or a directory "
+    f"holding {' or '.join(CAPACITY_FILES)})"
+)
+
+
+def detect(source: str | Path) -> tuple[ReportKind, Path]:
+    """What ``source`` is and the path to read it from: a run or sweep directory, or the capacity
+    JSON file. ``summary.json`` or ``sweep.parquet`` given as files stand for their directory.
+
+    Raises :class:`CbsimError` naming ``source`` when it is missing or not recognised.
+    """
+    path = Path(source)
+    if not path.exists():  # a run result whose replacement was killed half way is restored
+        outputs.recover(path, RUN_RESULT)
+    if not path.exists():
+        raise CbsimError("no such file or directory", source=str(source))
+    if path.is_dir():
+        if (path / "summary.json").is_file():
+            return "run", path
+        if (path / "sweep.parquet").is_file():
+            return "sweep", path
+        for name in CAPACITY_FILES:
+            candidate = path / name
+            if candidate.is_file():
+                if not _is_capacity(_read_json(candidate)):
+                    raise CbsimError(
+                        "not a capacity plan (the JSON of cbsim capacity --json)",
+                        source=str(candidate),
+                    )
+                return "capacity", candidate
+        raise CbsimError(_NOT_RECOGNISED, source=str(source))
+    if path.name == "summary.json":
+        return "run", path.parent
+    if path.name == "sweep.parquet":
+        return "sweep", path.parent
+    if path.suffix.lower() == ".json" and _is_capacity(_read_json(path)):
+        return "capacity", path
+    raise CbsimError(_NOT_RECOGNISED, source=str(source))

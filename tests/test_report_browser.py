@@ -233,10 +233,10 @@ def _rendered(chromium: str, page: Path, tmp_path: Path) -> tuple[_Dom, dict[str
     return dom, json.loads(dom.probe)
 
 
-def _check_images(dom: _Dom, found: dict[str, Any], expected: int) -> None:
+def _check_images(dom: _Dom, found: dict[str, Any], least: int) -> None:
     """Every <img> is an embedded PNG that decodes, and the browser decoded and showed it."""
-    assert len(dom.images) == expected, [i.get("alt") for i in dom.images]
-    assert len(found["images"]) == expected
+    assert len(dom.images) >= least, [i.get("alt") for i in dom.images]
+    assert len(found["images"]) == len(dom.images)
     for attr, seen in zip(dom.images, found["images"], strict=True):
         assert attr.get("alt"), "every figure has alt text"
         match = DATA_URI.match(attr.get("src", ""))
@@ -284,9 +284,8 @@ def test_run_report_dom(chromium: str, run_html: Path, tmp_path: Path) -> None:
     latency, _ = _table_with(dom, "p99")
     assert [row[0] for row in latency[1:]][:3] == ["TTFT", "TPOT", "E2E latency"]
     assert all(float(cell) > 0 for row in latency[1:4] for cell in row[1:])
-    # throughput/queue, three latency CDFs, batch/KV/draft, two acceptance plots
-    _check_images(dom, found, expected=len(dom.images))
-    assert len(dom.images) >= 5
+    # throughput and queue, the latency CDFs, batch / KV / draft length, acceptance
+    _check_images(dom, found, least=4)
     _check_text(dom)
     assert found["width"] <= WIDTH_PX, "the page scrolls sideways"
 
@@ -306,8 +305,7 @@ def test_capacity_report_dom(chromium: str, capacity_html: Path, tmp_path: Path)
     assert any(cell.startswith("$") for cell in cheapest)
     fleet, _ = _table_with(dom, "result")
     assert "pass" in [row[fleet[0].index("result")] for row in fleet[1:]]
-    _check_images(dom, found, expected=len(dom.images))
-    assert len(dom.images) >= 3
+    _check_images(dom, found, least=3)
     _check_text(dom)
 
 

@@ -798,7 +798,8 @@ def tokens_per_gpu_vs_per_user(
     data = data[
         np.isfinite(data[per_user].to_numpy(float)) & np.isfinite(data[per_gpu].to_numpy(float))
     ]
-    names = list(dict.fromkeys(data[label].astype(str))) if label in data.columns else [""]
+    # sorted, as latency_vs_load sorts its lines, so a layout has one colour in both figures
+    names = sorted(set(data[label].astype(str))) if label in data.columns else [""]
     for index, name in enumerate(names):
         group = data[data[label].astype(str) == name] if label in data.columns else data
         group = group.sort_values(order if order is not None else per_user)

@@ -31,7 +31,7 @@ dl.bad { background: #fdf0ef; border-left: 5px solid #c0392b; }
 .table-wrap { overflow-x: auto; margin: 8px 0 16px; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: left; vertical-align: top; }
-th { background: #f0f2f5; font-weight: 600; white-space: nowrap; }
+th { background: #f0f2f5; font-weight: 600; }
 td.num { text-align: right; white-space: nowrap; }
 tbody tr:nth-child(even) { background: #fafbfc; }
 tr.highlight, tbody tr.highlight:nth-child(even) { background: #e6f4ea; font-weight: 600; }

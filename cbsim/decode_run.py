@@ -11,7 +11,8 @@ finish. The engine then waits once for the whole run and applies it.
 
 The result is *identical* to stepping the iterations one by one (same durations bit for bit,
 same rows in the iterations table, same request times): the run stops at the first iteration
-that ends at or after the next arrival, after the first finish when requests are waiting, before
+that ends after the next arrival (one ending at its very time forms the next batch first, see
+:mod:`cbsim.engine` on ties), after the first finish when requests are waiting, before
 an iteration that would need more KV blocks than are free (the step-by-step path then preempts)
 and before an iteration that would end at or after the horizon.
 
@@ -172,7 +173,7 @@ def _plan_kernel(
                 phase_counts[phase[i] % block_size] -= 1
             finished += 1
             finishing = True
-        if end >= next_arrival_s or (finishing and stop_on_finish):
+        if end > next_arrival_s or (finishing and stop_on_finish):
             break
     return j, starts, durations, batch_sizes, kv_used, now, used
 
@@ -251,7 +252,7 @@ def plan_decode_run_python(
                 phase_counts[phase_sorted[finished] % block_size] -= 1
             finished += 1
             finishing = True
-        if end >= next_arrival_s or (finishing and stop_on_finish):
+        if end > next_arrival_s or (finishing and stop_on_finish):
             break
     if not durations:
         return None

@@ -15,6 +15,12 @@ client sends its next request when it has received the last token of its previou
 think time), so a finish makes the next arrival. When such an arrival lands on a replica in the
 middle of a fast-forwarded decode run, the replica is poked and cuts the run at the arrival, as
 stepping would have.
+
+Ties: an iteration that ends at the very time a request arrives forms the next batch first (the
+request waits for the iteration after), whichever event SimPy scheduled first: a replica's
+iteration ends are scheduled with SimPy's urgent priority (:func:`_iteration_end`). A run of
+iterations advanced in one event then stops where stepping would see the arrival, at the first
+iteration ending strictly after it, and the two agree bit for bit even on exact float ties.
 """
 
 from __future__ import annotations
@@ -74,10 +80,13 @@ class Replica:
     run_ends: list[float] | None = None
     run_remaining: np.ndarray | None = None
     run_left: list[int] | None = None  # a speculative run's outputs to come after each iteration
-    # while a decode run is in flight: triggered when an arrival lands here early enough to cut
-    # it (before its last iteration starts; one arriving later is seen when the run ends)
-    poke: simpy.Event | None = None
+    # while a decode run is in flight: an arrival landing here early enough to cut it (before
+    # its last iteration starts; one arriving later is seen when the run ends) interrupts the
+    # replica's process (SimPy interrupts are urgent: the replica cuts before anything else
+    # happening at that time, as a stepped replica's iteration end would come first)
+    pokeable: bool = False
     poke_until: float = -math.inf
+    process: simpy.Process | None = None
     last_row: int = -1  # the recorder row of this replica's latest iteration
     delivered_s: float = 0.0  # when its front end has streamed every token emitted so far
     inbound_tokens: int = 0  # outstanding tokens of requests still in its front end
@@ -259,12 +268,10 @@ class Simulation:
         if replica.wake is not None:
             wake, replica.wake = replica.wake, None
             wake.succeed()
-        elif (
-            replica.poke is not None
-            and not replica.poke.triggered
-            and self.env.now <= replica.poke_until
-        ):
-            replica.poke.succeed()
+        elif replica.pokeable and self.env.now <= replica.poke_until:
+            replica.pokeable = False
+            assert replica.process is not None
+            replica.process.interrupt("arrival")
 
     def _rejection_reason(self, req: Request) -> str:
         if req.prompt_tokens + req.output_tokens > self.max_model_len:
@@ -403,10 +410,10 @@ class Simulation:
                 run = self._plan_run(replica, start, stop_on_finish or closed, horizon)
                 if run is not None:
                     replica.start_run(run)
-                    replica.poke = env.event()
-                    done = env.timeout(_exact_delay(env.now, run.end_s))
-                    yield done | replica.poke
-                    if not done.processed and replica.poke.triggered:
+                    replica.pokeable = True
+                    try:
+                        yield _iteration_end(env, _exact_delay(env.now, run.end_s))
+                    except simpy.Interrupt:
                         # an arrival landed mid-run: stop where stepping would have seen it
                         cut = self._plan_run(
                             replica, start, stop_on_finish or closed, horizon, cut=run
@@ -414,10 +421,9 @@ class Simulation:
                         assert cut is not None
                         run = cut
                         replica.start_run(run)
-                        replica.poke = None
                         if run.end_s > env.now:
-                            yield env.timeout(_exact_delay(env.now, run.end_s))
-                    replica.poke = None
+                            yield _iteration_end(env, _exact_delay(env.now, run.end_s))
+                    replica.pokeable = False
                     clock = run.end_s
                     replica.end_run()
                     first_row = recorder.rows
@@ -459,7 +465,7 @@ class Simulation:
                 sched.forget_running_tokens()  # drafts' KV may have preempted requests
             kv_used = sched.kv.used_blocks
             end = start + duration
-            yield env.timeout(duration if env.now == start else _exact_delay(env.now, end))
+            yield _iteration_end(env, duration if env.now == start else _exact_delay(env.now, end))
             clock = end
             if spec is not None:
                 spec.verify(batch, index)
@@ -543,7 +549,7 @@ class Simulation:
         else:
             env.process(self._arrivals())
         for replica in self.replicas:
-            env.process(self._replica_loop(replica))
+            replica.process = env.process(self._replica_loop(replica))
         horizon = self.scenario.horizon_s
         if self._progress is not None:
             env.process(self._report_progress())
@@ -599,6 +605,17 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         calibration=cluster.calibration or DEFAULT_PROFILE,
         engine=load_engine_profile(cluster.engine),
     )
+
+
+def _iteration_end(env: simpy.Environment, delay: float) -> simpy.Event:
+    """A timeout of ``delay`` that SimPy processes before any normal event of the same time (an
+    arrival, a front end's delivery): what :class:`simpy.events.Timeout` does, at urgent
+    priority (see the module docstring on ties)."""
+    event = simpy.Event(env)
+    event._ok = True
+    event._value = None
+    env.schedule(event, simpy.events.URGENT, delay)
+    return event
 
 
 def _exact_delay(now: float, end: float) -> float:

@@ -68,13 +68,7 @@ INVARIANTS = (
 
 # Violations the campaign found that are not fixed yet, counted apart (``known``) rather than as
 # failures: (invariant, start of the message) -> the defect. Remove an entry once it is fixed.
-KNOWN_ISSUES: dict[tuple[str, str], str] = {
-    ("fast_forward", 'iterations: DataFrame.iloc[:, 12] (column name="waiting")'): (
-        "closed loop: a decode run cut by an arrival landing exactly (float-equal) on an "
-        "iteration end counts it waiting at the next iteration; stepping forms that iteration "
-        "first (SimPy orders the earlier-scheduled iteration end first)"
-    ),
-}
+KNOWN_ISSUES: dict[tuple[str, str], str] = {}
 
 SMALL_MODELS = (
     "llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-3.1-8b", "llama-3.2-1b", "mistral-7b",
@@ -690,8 +684,9 @@ def test_a_closed_loop_send_after_the_horizon_never_arrives():
     assert (results.requests["arrival_s"] < results.scenario.horizon_s).all()
 
 
-@pytest.mark.xfail(strict=True, reason=next(iter(KNOWN_ISSUES.values())))
-def test_known_issue_arrival_on_an_iteration_end_fast_forwards_differently():
+def test_an_arrival_on_an_iteration_end_fast_forwards_as_it_steps():
+    """An arrival float-equal to an iteration end waits for the iteration after, stepped or
+    fast-forwarded (it once cut the run early: SimPy's order of the two events decided)."""
     data = make_case(501).data  # closed loop, static, tensorrt-llm front end
     assert frames_differ(_simulate(data), _simulate(data, fast_forward=True)) is None
 

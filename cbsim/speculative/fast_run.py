@@ -315,7 +315,7 @@ def spec_run_kernel(
         n = still
         now = end
         j += 1
-        if end >= next_arrival_s or (finishing and stop_on_finish):
+        if end > next_arrival_s or (finishing and stop_on_finish):
             break
     return j, now, used, real_rows, int_rows, counters
 

@@ -168,18 +168,15 @@ def extend_tables(
     if have > tokens:
         return compiled
     size = max(tokens + 1, 2 * have, TABLE_CHUNK)
-    token_s = np.empty(size)
-    token_s[:have] = compiled.token_s
-    token_s[0] = 0.0
     linear_s = np.zeros(size)
     linear_s[:have] = compiled.linear_s
     head_s = np.zeros(size)
     head_s[:have] = compiled.head_s
     for n in range(max(have, 1), size):
-        token_s[n] = cost._token_time(n, n)
         qkv, o_proj, mlp, elementwise, allreduce = cost._linear_times(n)
         linear_s[n] = qkv + o_proj + mlp + elementwise + allreduce
         head_s[n] = cost._lm_head_time(n)
+    token_s = linear_s + head_s  # CostModel._token_time(n, n): the same sum, the same float
     extra_s = np.zeros(size)
     if extra_gemm is not None:
         extra_s[:have] = compiled.extra_s
@@ -307,7 +304,7 @@ def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, 
     sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
     pairs."""
     factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
-    return scaled_verify_seconds(c, requests, tokens, kv_tokens, pairs, factor)
+    return scaled_step_seconds(c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, factor)
 
 
 @numba.njit(cache=True, inline="always")
@@ -331,18 +328,5 @@ def scaled_step_seconds(
         + c.layers * prefill_attention_s
         + c.layers
         * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)
-    )
-    return step_seconds(c, gpu, requests, tokens)
-
-
-@numba.njit(cache=True, inline="always")
-def scaled_verify_seconds(
-    c: CompiledCost, requests: int, tokens: int, kv_tokens: int, pairs: float, factor: float
-) -> float:
-    """:func:`verify_seconds` given the batch's :func:`attention_factor`."""
-    gpu = (
-        c.token_s[tokens]
-        + c.layers * 0.0
-        + c.layers * scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
     )
     return step_seconds(c, gpu, requests, tokens)

@@ -24,7 +24,6 @@ from cbsim.compiled import (
     attention_factor,
     decode_seconds,
     scaled_step_seconds,
-    verify_seconds,
 )
 from cbsim.cost import BatchStats, CostModel
 from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum
@@ -88,32 +87,6 @@ def draft_seconds(kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArr
     return total
 
 
-@numba.njit(cache=True)
-def verify_batch_seconds(target: CompiledCost, ks: IntArray, contexts: IntArray, top: int) -> (
-    float
-):  # fmt: skip
-    """The target's step when request i verifies ks[i] + 1 tokens, entries grouped by k in
-    ascending order (``SpeculativeDecoding._target_time``; ``top`` bounds the ks)."""
-    n = len(ks)
-    tokens = 0
-    kv_tokens = 0
-    pairs = 0.0
-    for k in range(top + 1):
-        count = 0
-        context = 0
-        for i in range(n):
-            if ks[i] == k:
-                count += 1
-                context += contexts[i]
-        if count == 0:
-            continue
-        q = k + 1
-        tokens += count * q
-        kv_tokens += context + count * q
-        pairs += q * context + count * q * (q + 1) * 0.5
-    return verify_seconds(target, n, tokens, kv_tokens, pairs)
-
-
 class StepBase(NamedTuple):
     """The work of an iteration beside its decoding requests' verify entries (prefill chunks),
     as the sums of a :class:`~cbsim.cost.BatchStats` the goodput sweep adds them to: requests,
@@ -152,8 +125,9 @@ def goodput_k(
     an iteration whose other work is ``base`` (:func:`no_base` in a pure decode step).
 
     Candidate k runs request i at min(k, cap_i), so what a candidate shares with the one before
-    is carried over rather than recomputed, in the same float order as :func:`~cbsim.speculative.expected.expected_tokens`
-    and :func:`verify_batch_seconds`: each request's log α once, its expected tokens only while
+    is carried over rather than recomputed, in the same float order as
+    :func:`~cbsim.speculative.expected.expected_tokens` and ``SpeculativeDecoding._target_time``
+    (entries grouped by k, ascending): each request's log α once, its expected tokens only while
     its cap exceeds k, the target's verify sums over the requests capped below k as running
     prefix sums (groups in ascending k), the draft steps one per k."""
     n = len(alphas)
@@ -310,7 +284,7 @@ def _verify_from_groups(
 ) -> float:
     """The target's step with the verify sums over the groups below k, the group at k and the
     batch's attention factor (the same for every candidate: the caches before the step) added
-    to ``base`` (:func:`verify_batch_seconds` when there is none)."""
+    to ``base`` (none in a pure decode step)."""
     if count > 0:
         q = k + 1
         tokens += count * q

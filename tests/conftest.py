@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import copy
 import math
+import shutil
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from cbsim.request import Request
 from cbsim.scheduler.base import Batch, SchedulerPolicy
@@ -99,3 +104,43 @@ def summaries_equal(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
         if x != y:
             return False
     return True
+
+
+# --------------------------------------------------------------------------- headless Chromium
+
+# Flags for headless Chromium on a machine without network: without the background-networking
+# ones it hangs on connections this machine refuses.
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+def find_chromium() -> str | None:
+    """The first Chromium (or Chrome) executable on PATH."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def run_chromium(
+    chromium: str, profile: Path, *args: str, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """Run headless Chromium once with the fresh profile folder ``profile``; a run that does not
+    finish within ``timeout_s`` fails the test."""
+    command = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
+    try:
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"chromium did not finish within {timeout_s} s: {' '.join(command)}")

@@ -48,7 +48,7 @@ from cbsim.report import (
 from cbsim.results import Results
 from cbsim.simulate import simulate
 from cbsim.sweep import run_sweep
-from tests.conftest import small_scenario
+from tests.conftest import find_chromium, run_chromium, small_scenario
 
 plt.switch_backend("Agg")
 
@@ -540,17 +540,6 @@ def test_command(infeasible_file: Path, tmp_path: Path) -> None:
 
 BROWSER_TIMEOUT_S = 25
 INSTALL_TIMEOUT_S = 600
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 # Injected into a test copy of a report: external requests are forbidden (and counted), and
 # once the page has loaded the title says whether every image decoded.
 PROBE = """<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:;
@@ -573,20 +562,12 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def _find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 @pytest.fixture(scope="module")
 def chromium() -> str:
     """The Chromium executable, installed from Debian packages when allowed; else skip."""
     if os.environ.get("CBSIM_SKIP_BROWSER"):
         pytest.skip("CBSIM_SKIP_BROWSER is set")
-    found = _find_chromium()
+    found = find_chromium()
     if found:
         return found
     if not (os.environ.get("CI") or os.environ.get("CBSIM_INSTALL_CHROMIUM")):
@@ -609,20 +590,14 @@ def chromium() -> str:
                 pytest.skip(f"installing chromium failed: {' '.join(command)}: {' | '.join(tail)}")
     except (OSError, subprocess.TimeoutExpired) as err:
         pytest.skip(f"installing chromium failed: {err}")
-    found = _find_chromium()
+    found = find_chromium()
     if not found:
         pytest.skip("apt-get installed chromium but no chromium executable was found")
     return found
 
 
 def _browser(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
-    try:
-        return subprocess.run(
-            command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish within {BROWSER_TIMEOUT_S} s: {' '.join(command)}")
+    return run_chromium(chromium, profile, *args, timeout_s=BROWSER_TIMEOUT_S)
 
 
 def test_reports_render_in_a_real_browser(

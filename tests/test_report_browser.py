@@ -36,7 +36,7 @@ import pytest
 from cbsim.capacity import plan
 from cbsim.report import write_report
 from cbsim.simulate import simulate
-from tests.conftest import small_scenario
+from tests.conftest import find_chromium, run_chromium, small_scenario
 
 plt.switch_backend("Agg")
 
@@ -47,18 +47,6 @@ MAX_HEIGHT_PX = 12_000
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DATA_URI = re.compile(r"^data:image/png;base64,([A-Za-z0-9+/=]+)$")
 BAD_TEXT = re.compile(r"\b(NaN|nan|undefined|None|Infinity|\[object Object\])\b")
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--hide-scrollbars",
-]
 # Injected into a copy of a report: once loaded, a <pre id="cbsim-probe"> holds JSON with the
 # page's height and each image's state (the report itself has no script).
 PROBE = """<script>
@@ -82,19 +70,11 @@ window.addEventListener('load', function () {
 # --------------------------------------------------------------------------- browser
 
 
-def _find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 @pytest.fixture(scope="module")
 def chromium() -> str:
     if os.environ.get("CBSIM_SKIP_BROWSER"):
         pytest.skip("CBSIM_SKIP_BROWSER is set")
-    found = _find_chromium()
+    found = find_chromium()
     if not found:
         pytest.skip("no chromium, chromium-browser or google-chrome on PATH")
     return found
@@ -102,13 +82,7 @@ def chromium() -> str:
 
 def _browser(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """Run headless Chromium once with a fresh profile, failing the test if it hangs."""
-    command = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args]
-    try:
-        done = subprocess.run(
-            command, capture_output=True, text=True, timeout=BROWSER_TIMEOUT_S, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish within {BROWSER_TIMEOUT_S} s: {' '.join(command)}")
+    done = run_chromium(chromium, profile, "--hide-scrollbars", *args, timeout_s=BROWSER_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-2000:]
     return done
 

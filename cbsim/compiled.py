@@ -39,16 +39,24 @@ FIT_GRID1 = 2  # with a correction over one feature (batch or context)
 FIT_GRID2 = 3  # with a correction over both
 
 TABLE_CHUNK = 256
+# rows of CompiledCost.tables
+TOKEN, LINEAR, HEAD, EXTRA, LINEAR_FLOOR, HEAD_FLOOR = range(6)
+TABLE_ROWS = 6
 
 
 class CompiledCost(NamedTuple):
-    """A cost model's decode pricing as plain numbers (see the module docstring)."""
+    """A cost model's decode pricing as plain numbers (see the module docstring).
 
-    token_s: FloatArray  # token_s[n]: non-attention kernels of a decode batch of n tokens
-    # the same split: linear_s[n] the layers' GEMMs, norms and all-reduces at n tokens, head_s[s]
-    # the LM head for s sampled positions (token_s[n] = linear_s[n] + head_s[n], the same float)
-    linear_s: FloatArray
-    head_s: FloatArray
+    Its arrays are two, not one per table: a kernel that receives the tuple unpacks (and
+    reference-counts) every array in it, per call, so fewer arrays make calls cheaper."""
+
+    # tables[row, n] by token count n (rows TOKEN .. HEAD_FLOOR): TOKEN the non-attention kernels
+    # of a decode batch of n tokens, split as LINEAR (the layers' GEMMs, norms and all-reduces at
+    # n tokens) + HEAD (the LM head for n sampled positions), the same float; EXTRA a per-step
+    # GEMM priced on top (an EAGLE head's fusion layer); LINEAR_FLOOR and HEAD_FLOOR the least
+    # LINEAR / HEAD from n on (suffix minima): no step of n or more tokens costs less than these
+    # in those kernels, what lets the goodput sweep stop early
+    tables: FloatArray
     mode: int
     layers: int
     q_heads: int
@@ -60,9 +68,11 @@ class CompiledCost(NamedTuple):
     floor_s: float
     compute_eff: float
     memory_eff: float
-    axis0: FloatArray
-    axis1: FloatArray
-    flat: FloatArray
+    # the correction grid: axis 0 (grid[:axis0_size]), axis 1 (the next axis1_size), then the
+    # values, row-major with stride0
+    grid: FloatArray
+    axis0_size: int
+    axis1_size: int
     stride0: int
     uses_batch: bool  # a one-feature grid over the batch (else over the context)
     # step overhead: cpu, per request, per token, serial, serial per request, overlap, zero
@@ -73,13 +83,41 @@ class CompiledCost(NamedTuple):
     serial_per_request_s: float
     overlap: bool
     overhead_zero: bool
-    extra_s: FloatArray  # extra_s[n]: a per-step GEMM priced on top (an EAGLE head's fusion layer)
-    # the least linear_s / head_s from n on (suffix minima): no step of n or more tokens costs
-    # less than these in those kernels, what lets the goodput sweep stop early
-    linear_floor_s: FloatArray
-    head_floor_s: FloatArray
     # the engine's CPU time per step never falls with more tokens (a non-negative per-token term)
     overhead_rises: bool
+
+    @property
+    def size(self) -> int:
+        """Token counts the tables cover: 0 .. size - 1."""
+        return int(self.tables.shape[1])
+
+    def _row(self, row: int) -> FloatArray:
+        values: FloatArray = self.tables[row]
+        return values
+
+    @property
+    def token_s(self) -> FloatArray:
+        return self._row(TOKEN)
+
+    @property
+    def linear_s(self) -> FloatArray:
+        return self._row(LINEAR)
+
+    @property
+    def head_s(self) -> FloatArray:
+        return self._row(HEAD)
+
+    @property
+    def extra_s(self) -> FloatArray:
+        return self._row(EXTRA)
+
+    @property
+    def linear_floor_s(self) -> FloatArray:
+        return self._row(LINEAR_FLOOR)
+
+    @property
+    def head_floor_s(self) -> FloatArray:
+        return self._row(HEAD_FLOOR)
 
 
 def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None = None) -> (
@@ -92,8 +130,7 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
     if cost._transfer is not None:
         return None
     fit = cost._decode_fit_model
-    empty = np.zeros(2)
-    axis0 = axis1 = flat = empty
+    axis0 = axis1 = flat = np.zeros(0)
     stride0 = 0
     uses_batch = False
     if fit is None:
@@ -126,9 +163,7 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
             flat = np.asarray(grid._flat, dtype=np.float64)
     cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
     compiled = CompiledCost(
-        token_s=np.zeros(0),
-        linear_s=np.zeros(0),
-        head_s=np.zeros(0),
+        tables=np.zeros((TABLE_ROWS, 0)),
         mode=mode,
         layers=cost.model.num_layers,
         q_heads=cost._q_heads,
@@ -140,10 +175,10 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
         floor_s=float(floor),
         compute_eff=float(compute),
         memory_eff=float(memory),
-        axis0=axis0,
-        axis1=axis1,
-        flat=flat,
-        stride0=stride0,
+        grid=np.concatenate([axis0, axis1, flat]),
+        axis0_size=len(axis0),
+        axis1_size=len(axis1),
+        stride0=int(stride0),
         uses_batch=uses_batch,
         cpu_s=float(cpu_s),
         cpu_per_request_s=float(per_request),
@@ -152,9 +187,6 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
         serial_per_request_s=float(serial_per_request),
         overlap=bool(overlap),
         overhead_zero=bool(cost._overhead_zero),
-        extra_s=np.zeros(0),
-        linear_floor_s=np.zeros(0),
-        head_floor_s=np.zeros(0),
         overhead_rises=False,
     )
     return extend_tables(compiled, cost, tokens, extra_gemm)
@@ -164,67 +196,73 @@ def extend_tables(
     compiled: CompiledCost, cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None
 ) -> CompiledCost:
     """``compiled`` with its tables covering batches of up to ``tokens`` tokens."""
-    have = len(compiled.token_s)
+    have = compiled.size
     if have > tokens:
         return compiled
     size = max(tokens + 1, 2 * have, TABLE_CHUNK)
-    linear_s = np.zeros(size)
-    linear_s[:have] = compiled.linear_s
-    head_s = np.zeros(size)
-    head_s[:have] = compiled.head_s
+    tables = np.zeros((TABLE_ROWS, size))
+    tables[:, :have] = compiled.tables
+    linear_s, head_s, extra_s = tables[LINEAR], tables[HEAD], tables[EXTRA]
     for n in range(max(have, 1), size):
         qkv, o_proj, mlp, elementwise, allreduce = cost._linear_times(n)
         linear_s[n] = qkv + o_proj + mlp + elementwise + allreduce
         head_s[n] = cost._lm_head_time(n)
-    token_s = linear_s + head_s  # CostModel._token_time(n, n): the same sum, the same float
-    extra_s = np.zeros(size)
+    tables[TOKEN] = linear_s + head_s  # CostModel._token_time(n, n): the same sum, the same float
     if extra_gemm is not None:
-        extra_s[:have] = compiled.extra_s
         n_out, k_in = extra_gemm
         for n in range(max(have, 1), size):
             extra_s[n] = cost.gemm_time(n, n_out, k_in)
-    return compiled._replace(
-        token_s=token_s,
-        linear_s=linear_s,
-        head_s=head_s,
-        extra_s=extra_s,
-        linear_floor_s=np.minimum.accumulate(linear_s[::-1])[::-1].copy(),
-        head_floor_s=np.minimum.accumulate(head_s[::-1])[::-1].copy(),
-        overhead_rises=compiled.cpu_per_token_s >= 0.0,
-    )
+    tables[LINEAR_FLOOR] = np.minimum.accumulate(linear_s[::-1])[::-1]
+    tables[HEAD_FLOOR] = np.minimum.accumulate(head_s[::-1])[::-1]
+    return compiled._replace(tables=tables, overhead_rises=compiled.cpu_per_token_s >= 0.0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def _log2_feature(value: float) -> float:
     return math.log2(value) if value > 1e-30 else -100.0
 
 
-@numba.njit(cache=True)
-def _cell(axis: FloatArray, x: float) -> tuple[int, float]:
-    top = len(axis) - 2
-    i = int(np.searchsorted(axis, x, side="right")) - 1
+@numba.njit(cache=True, inline="always")
+def _cell(grid: FloatArray, lo: int, size: int, x: float) -> tuple[int, float]:
+    """The cell of the axis ``grid[lo:lo + size]`` holding ``x`` (clamped to the axis's ends) and
+    the weight of its upper edge."""
+    top = size - 2
+    i = int(np.searchsorted(grid[lo : lo + size], x, side="right")) - 1
     i = 0 if i < 0 else (top if i > top else i)
-    w = float((x - axis[i]) / (axis[i + 1] - axis[i]))
+    low, high = grid[lo + i], grid[lo + i + 1]
+    w = float((x - low) / (high - low))
     w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
     return i, w
 
 
 @numba.njit(cache=True)
-def _correction(c: CompiledCost, batch: float, per_request: float) -> float:
-    flat = c.flat
-    if c.mode == FIT_GRID1:
-        i, w = _cell(c.axis0, _log2_feature(batch if c.uses_batch else per_request))
-        return float(0.0 + (1.0 - w) * flat[i] + w * flat[i + 1])
-    i, w0 = _cell(c.axis0, _log2_feature(batch))
-    j, w1 = _cell(c.axis1, _log2_feature(per_request))
-    base = i * c.stride0 + j
+def _correction(
+    mode: int,
+    uses_batch: bool,
+    grid: FloatArray,
+    axis0_size: int,
+    axis1_size: int,
+    stride0: int,
+    batch: float,
+    per_request: float,
+) -> float:
+    """The correction grid (a :class:`CompiledCost`'s ``grid`` and its sizes) at (``batch``,
+    ``per_request``), interpolated bilinearly in log2 of its features (given the grid, not the
+    whole cost tuple: a call then costs less than its arithmetic)."""
+    if mode == FIT_GRID1:
+        i, w = _cell(grid, 0, axis0_size, _log2_feature(batch if uses_batch else per_request))
+        flat = axis0_size
+        return float(0.0 + (1.0 - w) * grid[flat + i] + w * grid[flat + i + 1])
+    i, w0 = _cell(grid, 0, axis0_size, _log2_feature(batch))
+    j, w1 = _cell(grid, axis0_size, axis1_size, _log2_feature(per_request))
+    base = axis0_size + axis1_size + i * stride0 + j
     low, high = 1.0 - w0, w0
     return float(
         0.0
-        + low * (1.0 - w1) * flat[base]
-        + low * w1 * flat[base + 1]
-        + high * (1.0 - w1) * flat[base + c.stride0]
-        + high * w1 * flat[base + c.stride0 + 1]
+        + low * (1.0 - w1) * grid[base]
+        + low * w1 * grid[base + 1]
+        + high * (1.0 - w1) * grid[base + stride0]
+        + high * w1 * grid[base + stride0 + 1]
     )
 
 
@@ -238,7 +276,9 @@ def attention_factor(c: CompiledCost, requests: int, context_tokens: int) -> flo
         return 1.0
     batch = requests if requests > 1 else 1
     per_request = context_tokens / batch
-    return math.exp(_correction(c, batch, per_request if per_request > 1.0 else 1.0))
+    per_request = per_request if per_request > 1.0 else 1.0
+    sizes = (c.axis0_size, c.axis1_size, c.stride0)
+    return math.exp(_correction(c.mode, c.uses_batch, c.grid, *sizes, batch, per_request))
 
 
 @numba.njit(cache=True, inline="always")
@@ -290,7 +330,7 @@ def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> f
 @numba.njit(cache=True, inline="always")
 def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
-    gpu = c.token_s[requests] + c.layers * decode_attention(
+    gpu = c.tables[TOKEN, requests] + c.layers * decode_attention(
         c, requests, kv_tokens, float(kv_tokens), requests
     )
     return step_seconds(c, gpu, requests, requests)
@@ -324,7 +364,7 @@ def scaled_step_seconds(
     (``prefill_attention_s``), and its decode entries' attention sums (with their
     :func:`attention_factor`)."""
     gpu = (
-        (c.linear_s[tokens] + c.head_s[sampled])
+        (c.tables[LINEAR, tokens] + c.tables[HEAD, sampled])
         + c.layers * prefill_attention_s
         + c.layers
         * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)

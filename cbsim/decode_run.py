@@ -31,6 +31,7 @@ import numpy.typing as npt
 from cbsim.compiled import CompiledCost, decode_seconds
 from cbsim.cost import CostModel
 from cbsim.decode_plan import DecodeRun, SpecColumns
+from cbsim.kernel_call import KernelCall
 from cbsim.request import Request
 
 IntArray = npt.NDArray[np.int64]
@@ -42,6 +43,7 @@ __all__ = [
     "MAX_RUN_ITERATIONS",
     "DecodeRun",
     "SpecColumns",
+    "decode_run_kernel",
     "plan_decode_run",
     "plan_decode_run_python",
 ]
@@ -59,9 +61,11 @@ def plan_decode_run(
     stop_on_finish: bool,
     next_arrival_s: float,
     horizon_s: float,
+    kernel: KernelCall | None = None,
 ) -> DecodeRun | None:
     """Plan the run starting now, or None when not even one iteration can be planned (compiled
-    when the cost model compiles, else in Python: the same run either way)."""
+    when the cost model compiles, else in Python: the same run either way). ``kernel``: the
+    simulation's call of :func:`decode_run_kernel` (dispatched once, :mod:`cbsim.kernel_call`)."""
     count = len(running)
     compiled = cost.compiled(count) if count else None
     if compiled is None:
@@ -80,7 +84,7 @@ def plan_decode_run(
     kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
     rem = np.fromiter((r.output_tokens - r.generated for r in running), dtype=np.int64, count=count)
     blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
-    planned = _plan_kernel(
+    planned = (decode_run_kernel if kernel is None else kernel)(
         kv, rem, blocks, compiled, start_s, block_size, used_blocks, total_blocks, grows_kv,
         stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
@@ -99,7 +103,7 @@ def plan_decode_run(
 
 
 @numba.njit(cache=True)
-def _plan_kernel(
+def decode_run_kernel(
     kv: IntArray,
     rem: IntArray,
     blocks: IntArray,

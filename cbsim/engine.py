@@ -39,9 +39,10 @@ import simpy
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.cost.profile import DEFAULT_PROFILE
-from cbsim.decode_run import DecodeRun, plan_decode_run
+from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
+from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import KVCache
 from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
@@ -58,6 +59,7 @@ from cbsim.speculative.fast_run import (
     apply_spec_run,
     kernel_settings,
     plan_spec_run,
+    spec_run_kernel,
 )
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
@@ -169,6 +171,9 @@ class Simulation:
         self._sending = False
         # speculative decode runs are fast-forwarded by a compiled kernel where it can run them
         self.spec_kernel: KernelSettings | None = None
+        # the decode-run kernels, each dispatched on its first call only (cbsim.kernel_call)
+        self._spec_run_call = KernelCall(spec_run_kernel)
+        self._decode_run_call = KernelCall(decode_run_kernel)
         self.fast_forward_note = ""
         if self.spec is not None and scenario.fast_forward:
             settings = kernel_settings(self.spec)
@@ -502,6 +507,7 @@ class Simulation:
                 next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
                 horizon_s=horizon,
                 restart=cut,
+                kernel=self._spec_run_call,
             )
         return plan_decode_run(
             sched.running,
@@ -514,6 +520,7 @@ class Simulation:
             stop_on_finish=stop_on_finish,
             next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
             horizon_s=horizon,
+            kernel=self._decode_run_call,
         )
 
     def prompt_lengths(self) -> np.ndarray:

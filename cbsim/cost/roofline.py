@@ -604,7 +604,7 @@ class CostModel:
         have = self._compiled.get(extra_gemm, False)
         if have is False:
             have = compile_cost(self, tokens, extra_gemm)
-        elif have is not None and len(have.token_s) <= tokens:
+        elif have is not None and have.size <= tokens:
             have = extend_tables(have, self, tokens, extra_gemm)
         self._compiled[extra_gemm] = have
         return have

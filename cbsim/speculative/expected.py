@@ -76,8 +76,19 @@ def _block_sum(values: FloatArray, lo: int, n: int) -> float:
 def pairwise_sum(values: FloatArray) -> float:
     """numpy's float64 sum (pairwise: halves rounded to multiples of eight, blocks of at most 128
     summed by :func:`_block_sum`), so the same float; iterative, as numba caches no recursion."""
-    if len(values) <= 128:
-        return _block_sum(values, 0, len(values))
+    return pairwise_sum_head(values, len(values))
+
+
+@numba.njit(cache=True)
+def pairwise_sum_head(values: FloatArray, count: int) -> float:
+    """:func:`pairwise_sum` of ``values[:count]``."""
+    if count <= 128:
+        return _block_sum(values, 0, count)
+    return _pairwise_blocks(values, count)
+
+
+@numba.njit(cache=True)
+def _pairwise_blocks(values: FloatArray, count: int) -> float:
     depth = 64
     los = np.empty(depth, dtype=np.int64)
     sizes = np.empty(depth, dtype=np.int64)
@@ -85,7 +96,7 @@ def pairwise_sum(values: FloatArray) -> float:
     partial = np.empty(depth)
     top = 0
     done = 0
-    los[0], sizes[0], stages[0] = 0, len(values), 0
+    los[0], sizes[0], stages[0] = 0, count, 0
     while top >= 0:
         lo, n = los[top], sizes[top]
         if n <= 128:

@@ -7,7 +7,7 @@ the target verifies, each request accepts a random prefix of its drafts and emit
 token, and rejected drafts give their KV blocks back. Everything such an iteration does depends only
 on the requests' state, the replica's acceptance statistics and its random stream, so
 :func:`spec_run_kernel` computes a whole stretch of them at once (numba), exactly as stepping would:
-the same goodput sweep over candidate k (:func:`goodput_k`, scoring candidates with the
+the same goodput sweep over candidate k (:func:`~cbsim.speculative.goodput_kernel.goodput_sweep`, scoring candidates with the
 compiled expected tokens the stepped policy also uses, :mod:`cbsim.speculative.expected`), the
 same target and draft prices (:mod:`cbsim.compiled`), the same acceptance draws from the
 replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
@@ -22,6 +22,7 @@ in ``run_info.json``).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -37,13 +38,16 @@ from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
 from cbsim.speculative.goodput_kernel import (
     NGRAM,
     compiled_proposer,
-    draft_seconds,
-    goodput_k,
+    draft_seconds_head,
+    goodput_sweep,
     no_base,
+    sweep_ints,
+    sweep_reals,
 )
 from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
 
 if TYPE_CHECKING:
+    from cbsim.kernel_call import KernelCall
     from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
     from cbsim.speculative.decoder import SpecState, SpeculativeDecoding
 
@@ -68,6 +72,7 @@ COUNTERS = 5
 
 @numba.njit(cache=True)
 def _policy_ks(
+    n: int,
     policy: int,
     fixed_k: int,
     table: IntArray,
@@ -78,11 +83,17 @@ def _policy_ks(
     target: CompiledCost,
     proposer: int,
     draft: CompiledCost,
-) -> IntArray:
-    n = len(alphas)
+    reals: FloatArray,
+    ints: IntArray,
+    chosen: IntArray,
+) -> None:
+    """The k policy's draft lengths for the first ``n`` requests, into ``chosen``."""
     if policy == GOODPUT:
-        return goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft, no_base())
-    ks = np.empty(n, dtype=np.int64)
+        goodput_sweep(
+            n, alphas, remaining, contexts, k_max, target, proposer, draft, no_base(), reals,
+            ints, chosen,
+        )  # fmt: skip
+        return
     k = fixed_k
     if policy == BATCH_TABLE:
         k = 0
@@ -90,8 +101,8 @@ def _policy_ks(
             if table[row, 0] <= n <= table[row, 1]:
                 k = table[row, 2]
                 break
-    ks[:] = k
-    return ks
+    for a in range(n):
+        chosen[a] = k
 
 
 @numba.njit(cache=True)
@@ -143,13 +154,21 @@ def spec_run_kernel(
     counters = np.zeros((COUNTERS, count), dtype=np.int64)
     counters[FINISHED_AT, :] = -1
     active = np.arange(count)
+    # per-iteration scratch, the first n entries in use (n = requests still running)
+    new_blocks = np.empty(count, dtype=np.int64)
+    alphas = np.empty(count)
+    remaining = np.empty(count, dtype=np.int64)
+    contexts = np.empty(count, dtype=np.int64)
+    chosen = np.empty(count, dtype=np.int64)
+    outcome = np.empty(count, dtype=np.int64)
+    sweep_real = sweep_reals(count)
+    sweep_int = sweep_ints(count, k_max)
     n = count
     used = used_blocks
     now = start_s
     j = 0
     while j < size and n > 0:
         # the scheduler's decode step: one more token of KV per request, or a preemption
-        new_blocks = np.empty(n, dtype=np.int64)
         need_total = 0
         for a in range(n):
             i = active[a]
@@ -166,18 +185,16 @@ def spec_run_kernel(
         # the k policy over the batch
         clus = cluster[0] + cluster[1] + 0.0
         batch_prior = prior if clus == 0 else (cluster[0] + prior * 0.0) / clus
-        alphas = np.empty(n)
-        remaining = np.empty(n, dtype=np.int64)
-        contexts = np.empty(n, dtype=np.int64)
         for a in range(n):
             i = active[a]
             denominator = accepted_total[i] + rejected_total[i] + PRIOR_STRENGTH
             alphas[a] = (accepted_total[i] + batch_prior * PRIOR_STRENGTH) / denominator
             remaining[a] = output[i] - generated[i]
             contexts[a] = kv[i]
-        chosen = _policy_ks(
-            policy, fixed_k, table, k_max, alphas, remaining, contexts, target, proposer, draft
-        )
+        _policy_ks(
+            n, policy, fixed_k, table, k_max, alphas, remaining, contexts, target, proposer, draft,
+            sweep_real, sweep_int, chosen,
+        )  # fmt: skip
         # clamp to the outputs left, then reserve KV for k + 1 tokens (shorter k when short)
         tokens = 0
         kv_tokens = 0
@@ -210,7 +227,7 @@ def spec_run_kernel(
                 plain += 1
             k_top = k if k > k_top else k_top
             k_bottom = k if k < k_bottom else k_bottom
-        drafting = draft_seconds(proposer, draft, chosen, contexts)
+        drafting = draft_seconds_head(proposer, draft, chosen, contexts, n)
         target_s = verify_seconds(target, n, tokens, kv_tokens, pairs)
         duration = drafting + target_s
         end = now + duration
@@ -223,7 +240,8 @@ def spec_run_kernel(
         verified = 0
         draft_total = 0
         emitted_total = 0
-        outcome = np.zeros(n, dtype=np.int64)
+        for a in range(n):
+            outcome[a] = 0
         for a in range(n):
             k = chosen[a]
             if k == 0:
@@ -375,6 +393,15 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     )  # fmt: skip
 
 
+# what the kernel reads of a running request, in its row order
+_INT_FIELDS = operator.attrgetter(
+    "kv_tokens", "blocks", "generated", "output_tokens", "spec.alpha.accepted",
+    "spec.alpha.rejected",
+)  # fmt: skip
+_REAL_FIELDS = operator.attrgetter("spec.ema_acceptance", "spec.model_alpha")
+_NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
+
+
 @dataclass(slots=True)
 class SpecRunEffects:
     """What a planned speculative run does to its requests and replica (applied if it stands)."""
@@ -402,37 +429,22 @@ def plan_spec_run(
     next_arrival_s: float,
     horizon_s: float,
     restart: DecodeRun | None = None,
+    kernel: KernelCall | None = None,
 ) -> DecodeRun | None:
     """Plan the replica's speculative decode run from now (None: not one iteration), or, with
-    ``restart``, plan again from the same state (an arrival cut that run short)."""
+    ``restart``, plan again from the same state (an arrival cut that run short). ``kernel``: the
+    simulation's call of :func:`spec_run_kernel` (dispatched once, :mod:`cbsim.kernel_call`)."""
     running = sched.running
     count = len(running)
     kv_cache = sched.kv
-    block_size = kv_cache.block_size
-    grows = not sched.reserves_full_length
-    states = [spec.state(r) for r in running]
-    ints = np.array(
-        [
-            (
-                r.kv_tokens,
-                r.blocks,
-                r.generated,
-                r.output_tokens,
-                s.alpha.accepted,
-                s.alpha.rejected,
-            )
-            for r, s in zip(running, states, strict=True)
-        ],
-        dtype=np.int64,
-    ).reshape(count, 6)
-    kv, blocks, generated, output = (np.ascontiguousarray(ints[:, c]) for c in range(4))
-    if grows:  # the first decode step must fit, or stepping preempts
-        need = np.maximum(-(-(kv + 1) // block_size) - blocks, 0).sum()
-        if need > kv_cache.total_blocks - kv_cache.used_blocks:
-            return None
-    reals = np.array([(s.ema_acceptance, s.model_alpha) for s in states], dtype=np.float64).reshape(
-        count, 2
-    )
+    for r in running:
+        if r.spec is None:
+            spec.state(r)  # a request's first speculative step draws its own α
+    # the requests' state as rows (one array per field, contiguous), updated in place by the kernel
+    ints = np.array(list(map(_INT_FIELDS, running)), dtype=np.int64).reshape(count, 6).T.copy()
+    kv, blocks, generated, output, accepted_total, rejected_total = ints
+    reals = np.array(list(map(_REAL_FIELDS, running)), dtype=np.float64).reshape(count, 2).T.copy()
+    ema, model_alpha = reals
     rng = spec.draw_rng(replica)
     if restart is not None:
         assert restart.spec is not None
@@ -449,21 +461,23 @@ def plan_spec_run(
         kv=kv,
         generated=generated,
         blocks=blocks,
-        accepted_total=np.ascontiguousarray(ints[:, 4]),
-        rejected_total=np.ascontiguousarray(ints[:, 5]),
-        ema=np.ascontiguousarray(reals[:, 0]),
+        accepted_total=accepted_total,
+        rejected_total=rejected_total,
+        ema=ema,
         cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
-        counters=np.zeros((COUNTERS, 0), dtype=np.int64),
+        counters=_NO_COUNTERS,
         rng_state=rng_state,
     )
     remaining = output - generated
-    n, end, used_after, real_rows, int_rows, counters = spec_run_kernel(
-        effects.kv, effects.generated, output, effects.blocks, effects.accepted_total,
-        effects.rejected_total, np.ascontiguousarray(reals[:, 1]), effects.ema, effects.cluster,
-        estimator.prior, target, settings.proposer, draft, settings.policy, settings.fixed_k,
-        settings.table, settings.k_max, settings.acceptance, settings.iid_alpha, settings.rates,
-        settings.drift, rng, start_s, block_size, kv_cache.used_blocks, kv_cache.total_blocks,
-        grows, stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
+    call = spec_run_kernel if kernel is None else kernel
+    # a first step that does not fit in the KV cache plans nothing (stepping preempts)
+    n, end, used_after, real_rows, int_rows, counters = call(
+        kv, generated, output, blocks, accepted_total, rejected_total, model_alpha, ema,
+        effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
+        settings.fixed_k, settings.table, settings.k_max, settings.acceptance, settings.iid_alpha,
+        settings.rates, settings.drift, rng, start_s, kv_cache.block_size, kv_cache.used_blocks,
+        kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
+        horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
     if n <= 0:
         return None

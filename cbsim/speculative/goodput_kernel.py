@@ -20,13 +20,18 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.compiled import (
+    EXTRA,
+    HEAD,
+    HEAD_FLOOR,
+    LINEAR,
+    LINEAR_FLOOR,
     CompiledCost,
     attention_factor,
     decode_seconds,
     scaled_step_seconds,
 )
 from cbsim.cost import BatchStats, CostModel
-from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum
+from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum_head
 from cbsim.speculative.policies import GoodputK
 from cbsim.speculative.proposers import (
     NGRAM_SECONDS_PER_REQUEST,
@@ -43,6 +48,8 @@ FloatArray = npt.NDArray[np.float64]
 TIE_TOLERANCE = GoodputK.tie_tolerance
 # relative slack of the sweep's early stop (float rounding is ~1e-15 relative)
 STOP_MARGIN = 1e-9
+# rows of the sweep's scratch
+SWEEP_REALS, SWEEP_INTS = 4, 3
 # proposers
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 
@@ -55,14 +62,21 @@ def _draft_step_seconds(
     kind: int, draft: CompiledCost, requests: int, kv_tokens: int
 ) -> float:  # fmt: skip
     if kind == EAGLE:
-        return float(decode_seconds(draft, requests, kv_tokens) + draft.extra_s[requests])
+        return float(decode_seconds(draft, requests, kv_tokens) + draft.tables[EXTRA, requests])
     return decode_seconds(draft, requests, kv_tokens)
 
 
 @numba.njit(cache=True)
 def draft_seconds(kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray) -> float:
     """The proposer's drafting time for draft lengths ``ks`` (``Proposer.draft_time``)."""
-    n = len(ks)
+    return draft_seconds_head(kind, draft, ks, contexts, len(ks))
+
+
+@numba.njit(cache=True)
+def draft_seconds_head(
+    kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray, n: int
+) -> float:  # fmt: skip
+    """:func:`draft_seconds` of the first ``n`` requests."""
     if kind == NGRAM:
         drafting = 0
         for i in range(n):
@@ -122,7 +136,48 @@ def goodput_k(
 ) -> IntArray:
     """The per-batch goodput choice (``GoodputK.choose`` with ``per_request`` off): the k
     maximising expected tokens per second of the predicted step, for the decoding requests of
-    an iteration whose other work is ``base`` (:func:`no_base` in a pure decode step).
+    an iteration whose other work is ``base`` (:func:`no_base` in a pure decode step); see
+    :func:`goodput_sweep`."""
+    n = len(alphas)
+    best = np.empty(n, dtype=np.int64)
+    goodput_sweep(
+        n, alphas, remaining, contexts, k_max, target, proposer, draft, base,
+        sweep_reals(n), sweep_ints(n, k_max), best,
+    )  # fmt: skip
+    return best
+
+
+@numba.njit(cache=True)
+def sweep_reals(n: int) -> FloatArray:
+    """Scratch of :func:`goodput_sweep` for up to ``n`` requests (real rows)."""
+    return np.empty((SWEEP_REALS, n))
+
+
+@numba.njit(cache=True)
+def sweep_ints(n: int, k_max: int) -> IntArray:
+    """Scratch of :func:`goodput_sweep` for up to ``n`` requests and draft lengths to ``k_max``
+    (integer rows)."""
+    return np.empty((SWEEP_INTS, max(n, k_max + 1)), dtype=np.int64)
+
+
+@numba.njit(cache=True)
+def goodput_sweep(
+    n: int,
+    alphas: FloatArray,
+    remaining: IntArray,
+    contexts: IntArray,
+    k_max: int,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+    base: StepBase,
+    reals: FloatArray,
+    ints: IntArray,
+    best: IntArray,
+) -> None:
+    """:func:`goodput_k` of the first ``n`` requests into ``best``, with the caller's scratch
+    (:func:`sweep_reals`, :func:`sweep_ints`), so a kernel choosing k every iteration allocates
+    nothing.
 
     Candidate k runs request i at min(k, cap_i), so what a candidate shares with the one before
     is carried over rather than recomputed, in the same float order as
@@ -130,12 +185,13 @@ def goodput_k(
     (entries grouped by k, ascending): each request's log α once, its expected tokens only while
     its cap exceeds k, the target's verify sums over the requests capped below k as running
     prefix sums (groups in ascending k), the draft steps one per k."""
-    n = len(alphas)
-    caps = np.empty(n, dtype=np.int64)
-    logs = np.empty(n)
-    values = np.empty(n)
-    raw = np.ones(n)  # expected tokens before the cap at the outputs left
-    limits = np.empty(n)  # Σ_j α^j over all j: 1 / (1 − α)
+    logs = reals[0]
+    values = reals[1]
+    raw = reals[2]  # expected tokens before the cap at the outputs left
+    limits = reals[3]  # Σ_j α^j over all j: 1 / (1 − α)
+    caps = ints[0]
+    capped = ints[1]
+    capped_context = ints[2]
     top = 0
     for i in range(n):
         cap = remaining[i] - 1
@@ -145,12 +201,14 @@ def goodput_k(
             top = cap
         logs[i] = log_alpha(alphas[i])
         limits[i] = 1.0 / (1.0 - alphas[i]) if alphas[i] < 1.0 else math.inf
+        raw[i] = 1.0
         e = 1.0
         r = float(remaining[i])
         values[i] = e if e <= r else r
     # requests per cap and their context sums (the verify groups of the capped requests)
-    capped = np.zeros(top + 1, dtype=np.int64)
-    capped_context = np.zeros(top + 1, dtype=np.int64)
+    for c in range(top + 1):
+        capped[c] = 0
+        capped_context[c] = 0
     for i in range(n):
         capped[caps[i]] += 1
         capped_context[caps[i]] += contexts[i]
@@ -168,7 +226,7 @@ def goodput_k(
     prefix_kv = 0
     prefix_pairs = base.decode_pairs
     drafted = 0.0
-    tokens = pairwise_sum(values)
+    tokens = pairwise_sum_head(values, n)
     seconds = _verify_from_groups(
         target, base, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
         uncapped_context, 0,
@@ -203,7 +261,7 @@ def goodput_k(
         if can_stop and _beyond_reach(
             tokens,
             seconds + (drafted - before) - _token_slack(target, base, verified),
-            best_rate, k - 1, caps, values, raw, limits, remaining,
+            best_rate, k - 1, n, caps, values, raw, limits, remaining,
         ):  # fmt: skip
             break
         for i in range(n):
@@ -216,16 +274,14 @@ def goodput_k(
             target, base, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
             uncapped_context, k,
         )  # fmt: skip
-        tokens = pairwise_sum(values)
+        tokens = pairwise_sum_head(values, n)
         verified = prefix_tokens + uncapped * (k + 1)
         rate = tokens / seconds
         if rate > best_rate * (1.0 + TIE_TOLERANCE):
             best_k = k
             best_rate = rate
-    best = np.empty(n, dtype=np.int64)
     for i in range(n):
         best[i] = best_k if caps[i] > best_k else caps[i]
-    return best
 
 
 @numba.njit(cache=True)
@@ -235,8 +291,9 @@ def _token_slack(target: CompiledCost, base: StepBase, verified: int) -> float:
     calibrated GEMM efficiencies jump between tile shapes)."""
     tokens = base.tokens + verified
     sampled = base.sampled + verified
-    now = target.linear_s[tokens] + target.head_s[sampled]
-    floor = target.linear_floor_s[tokens] + target.head_floor_s[sampled]
+    tables = target.tables
+    now = tables[LINEAR, tokens] + tables[HEAD, sampled]
+    floor = tables[LINEAR_FLOOR, tokens] + tables[HEAD_FLOOR, sampled]
     return float(now - floor)
 
 
@@ -246,6 +303,7 @@ def _beyond_reach(
     seconds: float,
     best_rate: float,
     k: int,
+    n: int,
     caps: IntArray,
     values: FloatArray,
     raw: FloatArray,
@@ -259,7 +317,7 @@ def _beyond_reach(
     token kernels could save). The bound carries a margin far
     above float rounding, so a stop never changes the choice the full sweep makes."""
     gain = 0.0
-    for i in range(len(caps)):
+    for i in range(n):
         if caps[i] > k:
             room = float(remaining[i]) - values[i]
             more = limits[i] - raw[i]

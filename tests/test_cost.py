@@ -11,6 +11,8 @@ import math
 from itertools import pairwise
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from cbsim.cost import BatchStats, CostModel, CostParams
 from cbsim.cost.engine_profile import EngineProfile, StepOverhead
@@ -286,3 +288,20 @@ def test_compiled_fits_predict_bit_for_bit():
             args = (rng.random() * 1e12, rng.random() * 1e9, 9.89e14, 3.35e12)
             features = [2 ** rng.uniform(-3, 22) for _ in range(count)]
             assert compiled(*args, *features) == fit.predict(*args, *features)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 5000), st.integers(0, 100_000), st.integers(0, 16)),
+        max_size=40,
+    )
+)
+def test_add_entries_equals_adding_one_by_one(entries: list[tuple[int, int, int]]) -> None:
+    one_by_one = BatchStats()
+    one_by_one.add(3, 10, 3)
+    for q, c, s in entries:
+        one_by_one.add(q, c, s)
+    together = BatchStats()
+    together.add(3, 10, 3)
+    together.add_entries([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries])
+    assert together == one_by_one

@@ -123,6 +123,37 @@ class BatchStats:
             self.prefill_pairs += pairs
             self.prefill_requests += 1
 
+    def add_entries(
+        self, new_tokens: Sequence[int], cached_tokens: Sequence[int], sampled: Sequence[int]
+    ) -> None:
+        """:meth:`add` of every entry (``new_tokens[i]``, ``cached_tokens[i]``, ``sampled[i]``) in
+        order: the same sums in the same order, kept in locals while adding."""
+        requests, tokens, sampled_tokens = self.num_requests, self.num_tokens, self.sampled_tokens
+        d_tokens, d_kv, d_pairs = self.decode_tokens, self.decode_kv_tokens, self.decode_pairs
+        d_requests = self.decode_requests
+        p_tokens, p_kv, p_pairs = self.prefill_tokens, self.prefill_kv_tokens, self.prefill_pairs
+        p_requests = self.prefill_requests
+        for q, c, s in zip(new_tokens, cached_tokens, sampled, strict=True):
+            pairs = q * (c + (q + 1) * 0.5)
+            requests += 1
+            tokens += q
+            sampled_tokens += s
+            if q <= DECODE_QUERY_MAX:
+                d_tokens += q
+                d_kv += c + q
+                d_pairs += pairs
+                d_requests += 1
+            else:
+                p_tokens += q
+                p_kv += c + q
+                p_pairs += pairs
+                p_requests += 1
+        self.num_requests, self.num_tokens, self.sampled_tokens = requests, tokens, sampled_tokens
+        self.decode_tokens, self.decode_kv_tokens, self.decode_pairs = d_tokens, d_kv, d_pairs
+        self.decode_requests = d_requests
+        self.prefill_tokens, self.prefill_kv_tokens, self.prefill_pairs = p_tokens, p_kv, p_pairs
+        self.prefill_requests = p_requests
+
     def add_many(self, count: int, new_tokens: int, cached_sum: int) -> None:
         """Add ``count`` decode/verify entries of ``new_tokens`` each (all sampled) whose cached
         tokens sum to ``cached_sum``; the same as ``count`` calls of :meth:`add`."""

@@ -256,6 +256,8 @@ class SchedulerPolicy(ABC):
     def _grow_or_preempt(self, req: Request, new_tokens: int, batch: Batch) -> bool:
         """Reserve KV for ``req``, preempting the latest-admitted running requests not yet in the
         batch (or ``req`` itself when it is the latest) until it fits. False if ``req`` was preempted."""
+        if -(-(req.kv_tokens + new_tokens) // self.kv.block_size) <= req.blocks:
+            return True  # its blocks already hold the new tokens
         while not self._try_grow(req, new_tokens):
             victim = self.running[-1]
             if victim in batch.requests:

@@ -24,18 +24,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from cbsim.cost import BatchStats, CostModel
+from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import blocks_for_tokens
 from cbsim.request import Request
 from cbsim.rng import stream
 from cbsim.scenario import Speculative
 from cbsim.speculative.acceptance import AcceptanceModel, make_acceptance_model
-from cbsim.speculative.goodput_kernel import CompiledProposer, choose_goodput, compiled_proposer
+from cbsim.speculative.goodput_kernel import (
+    CompiledProposer,
+    choose_goodput,
+    compiled_proposer,
+    goodput_k,
+)
 from cbsim.speculative.policies import (
     AlphaEstimator,
     BatchView,
     GoodputK,
     KController,
     KPolicy,
+    StaticController,
     StepOutcome,
     make_policy,
 )
@@ -85,6 +92,9 @@ class SpeculativeDecoding:
         self._replica_alphas: dict[int, AlphaEstimator] = {}
         # the per-batch goodput policy chooses k in compiled code when the cost models compile
         self._compiled_goodput: CompiledProposer | None = None
+        self._goodput_call = KernelCall(goodput_k)
+        # whether requests' k controllers learn from outcomes (batch-level policies' do not)
+        self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
         policy = self.policy
         if isinstance(policy, GoodputK) and not policy.per_request:
             drafter = compiled_proposer(self.proposer, target)
@@ -125,6 +135,14 @@ class SpeculativeDecoding:
         assert isinstance(spec, SpecState)
         return spec
 
+    def states(self, reqs: Sequence[Request]) -> list[SpecState]:
+        """:meth:`state` of each of ``reqs``, in order."""
+        states = []
+        for req in reqs:
+            spec = req.spec
+            states.append(spec if isinstance(spec, SpecState) else self.state(req))
+        return states
+
     def prior_alpha(self, replica: int = 0) -> float:
         """The replica's conditional acceptance so far (the model's prior before any step)."""
         return self.replica_alpha(replica).value
@@ -143,9 +161,9 @@ class SpeculativeDecoding:
         if not entries:
             return 0.0
         reqs = [batch.requests[i] for i in entries]
-        states = [self.state(r) for r in reqs]
+        states = self.states(reqs)
         prior = self.prior_alpha(replica)
-        alphas = np.array([self.alpha_estimate(s, prior) for s in states])
+        alphas = np.array([s.alpha.estimate(prior) for s in states])
         remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
         contexts = np.array([r.kv_tokens for r in reqs], dtype=np.int64)
         prefill = BatchStats()
@@ -187,7 +205,7 @@ class SpeculativeDecoding:
         if self._compiled_goodput is not None:
             compiled = choose_goodput(
                 self._compiled_goodput, self.policy.k_max, self.target, self.proposer, alphas,
-                remaining, contexts, prefill,
+                remaining, contexts, prefill, self._goodput_call,
             )  # fmt: skip
         if compiled is not None:
             ks = compiled
@@ -203,22 +221,32 @@ class SpeculativeDecoding:
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
+        block_size = sched.kv.block_size
+        new_tokens = batch.new_tokens
+        chosen_ks = chosen.tolist()
         for j, req in enumerate(reqs):
-            k = int(chosen[j])
-            while k > 0 and not sched._try_grow(req, k + 1):
-                k -= 1
-            chosen[j] = k
+            k = chosen_ks[j]
+            # the blocks the request holds may already cover its drafts (no growth to try)
+            if k > 0 and -(-(req.kv_tokens + k + 1) // block_size) > req.blocks:
+                while k > 0 and not sched._try_grow(req, k + 1):
+                    k -= 1
+            chosen_ks[j] = k
             ks_all[entries[j]] = k
-            batch.new_tokens[entries[j]] = k + 1
-        stats = BatchStats()
+            new_tokens[entries[j]] = k + 1
+        chosen = np.array(chosen_ks, dtype=np.int64)
+        cached = []
+        sampled = []
         prefill_tokens = decode_tokens = 0
-        for req, q, k in zip(batch.requests, batch.new_tokens, ks_all, strict=True):
+        for req, q, k in zip(batch.requests, new_tokens, ks_all, strict=True):
+            cached.append(req.kv_tokens)
             if req.kv_tokens < req.prefill_target:
-                stats.add(q, req.kv_tokens, batch_sampled(req, q))
+                sampled.append(batch_sampled(req, q))
                 prefill_tokens += q
             else:
-                stats.add(q, req.kv_tokens, q)
+                sampled.append(q)
                 decode_tokens += 1 if k == 0 else 0
+        stats = BatchStats()
+        stats.add_entries(new_tokens, cached, sampled)
         batch.stats = stats
         batch.prefill_tokens = prefill_tokens
         batch.decode_tokens = decode_tokens
@@ -255,26 +283,32 @@ class SpeculativeDecoding:
             return
         reqs = [batch.requests[i] for i in rows]
         ks = np.array([ks_all[i] for i in rows], dtype=np.int64)
-        states = [self.state(r) for r in reqs]
+        states = self.states(reqs)
         model_alphas = np.array([s.model_alpha for s in states])
-        accepted = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
-        replica_alpha = self.replica_alpha(replica)
+        accepted = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica)).tolist()
+        learns = self._controllers_learn
+        accepted_sum = rejected_sum = 0
         for j, i in enumerate(rows):
-            req, spec, k, a = reqs[j], states[j], int(ks[j]), int(accepted[j])
+            req, spec, k, a = reqs[j], states[j], ks_all[i], accepted[j]
+            if not 0 <= a <= k:
+                raise ValueError(f"accepted must be in [0, {k}], got {a}")
             accepted_all[i] = a
-            outcome = StepOutcome(drafted=k, accepted=a)
-            spec.alpha.observe(outcome)
-            replica_alpha.observe(outcome)
+            rejected = 1 if a < k else 0
+            spec.alpha.observe_counts(a, rejected)
+            accepted_sum += a
+            rejected_sum += rejected
             rate = a / k
             spec.ema_acceptance = (
                 rate
                 if math.isnan(spec.ema_acceptance)
                 else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * spec.ema_acceptance
             )
-            spec.controller.observe(outcome)
+            if learns:
+                spec.controller.observe(StepOutcome(drafted=k, accepted=a))
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
+        self.replica_alpha(replica).observe_counts(accepted_sum, rejected_sum)
 
 
 def batch_sampled(req: Request, new_tokens: int) -> int:

@@ -31,6 +31,7 @@ from cbsim.compiled import (
     scaled_step_seconds,
 )
 from cbsim.cost import BatchStats, CostModel
+from cbsim.kernel_call import KernelCall
 from cbsim.speculative.expected import emitted, log_alpha, pairwise_sum_head
 from cbsim.speculative.policies import GoodputK
 from cbsim.speculative.proposers import (
@@ -395,14 +396,14 @@ def step_base(target: CostModel, prefill: BatchStats) -> StepBase:
         requests=prefill.prefill_requests,
     )
     return StepBase(
-        prefill.num_requests,
-        prefill.num_tokens,
-        prefill.sampled_tokens,
-        attention,
-        prefill.decode_tokens,
-        prefill.decode_kv_tokens,
-        prefill.decode_pairs,
-        prefill.decode_requests,
+        int(prefill.num_requests),
+        int(prefill.num_tokens),
+        int(prefill.sampled_tokens),
+        float(attention),
+        int(prefill.decode_tokens),
+        int(prefill.decode_kv_tokens),
+        float(prefill.decode_pairs),
+        int(prefill.decode_requests),
     )
 
 
@@ -415,10 +416,12 @@ def choose_goodput(
     remaining: IntArray,
     contexts: IntArray,
     prefill: BatchStats,
+    kernel: KernelCall | None = None,
 ) -> IntArray | None:
     """:meth:`GoodputK.choose <cbsim.speculative.policies.GoodputK.choose>` (per batch) of the
     decoding requests of a step whose other work is ``prefill``, compiled; None when the cost
-    models do not compile for this step."""
+    models do not compile for this step. ``kernel``: the caller's call of :func:`goodput_k`
+    (dispatched once, :mod:`cbsim.kernel_call`)."""
     count = len(alphas)
     compiled = target.compiled(prefill.num_tokens + count * (k_max + 1))
     if compiled is None:
@@ -429,7 +432,8 @@ def choose_goodput(
         draft = proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
         if draft is None:
             return None
-    return goodput_k(
+    call = goodput_k if kernel is None else kernel
+    chosen: IntArray = call(
         np.clip(alphas, 0.0, 1.0),
         np.ascontiguousarray(remaining, dtype=np.int64),
         np.ascontiguousarray(contexts, dtype=np.int64),
@@ -439,3 +443,4 @@ def choose_goodput(
         draft,
         step_base(target, prefill),
     )
+    return chosen

@@ -177,6 +177,12 @@ class AlphaEstimator:
         self._accepted += outcome.accepted
         self._rejected += outcome.accepted < outcome.drafted
 
+    def observe_counts(self, accepted: int, rejected: int) -> None:
+        """Add ``accepted`` accepted drafts and ``rejected`` rejecting steps (the sums of
+        :meth:`observe` over several outcomes)."""
+        self._accepted += accepted
+        self._rejected += rejected
+
     def restore(self, accepted: int, rejected: int) -> None:
         """Set the counts (after a run of steps computed elsewhere, e.g. compiled)."""
         self._accepted = accepted

@@ -31,7 +31,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import simpy
@@ -127,12 +127,13 @@ class Simulation:
         *,
         source: str | None = None,
         progress: ProgressCallback | None = None,
+        cost_models: CostModelCache | None = None,
     ) -> None:
         self.scenario = scenario
         cluster = scenario.cluster
         self.model = get_model(cluster.model)
         self.gpu = get_gpu(cluster.gpu)
-        self.cost = cost_model_for(scenario)
+        self.cost = cost_model_for(scenario) if cost_models is None else cost_models.get(scenario)
         self.frontend = self.cost.engine.frontend
         self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
         self.spec: SpeculativeDecoding | None = None
@@ -612,6 +613,29 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         calibration=cluster.calibration or DEFAULT_PROFILE,
         engine=load_engine_profile(cluster.engine),
     )
+
+
+class CostModelCache:
+    """The cost models of several simulations, one per set of the cluster fields
+    :func:`cost_model_for` reads, so a search of many simulations builds each once.
+
+    Sharing is safe: a cost model is a function of those fields alone, and the tables it fills
+    on demand (:meth:`CostModel.compiled`) hold the same values whichever simulation fills them."""
+
+    _FIELDS: ClassVar[set[str]] = {
+        "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine",
+    }  # fmt: skip
+
+    def __init__(self) -> None:
+        self._models: dict[str, CostModel] = {}
+
+    def get(self, scenario: Scenario) -> CostModel:
+        """``cost_model_for(scenario)``, built on first use."""
+        key = scenario.cluster.model_dump_json(include=self._FIELDS)
+        model = self._models.get(key)
+        if model is None:
+            model = self._models[key] = cost_model_for(scenario)
+        return model
 
 
 def _iteration_end(env: simpy.Environment, delay: float) -> simpy.Event:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from cbsim.engine import ProgressCallback, Simulation
+from cbsim.engine import CostModelCache, ProgressCallback, Simulation
 from cbsim.errors import CbsimError
 from cbsim.metrics import IterationTotals, summarize, timeseries
 from cbsim.results import Results
@@ -24,20 +24,22 @@ def simulate(
     progress: ProgressCallback | None = None,
     source: str | None = None,
     stream_to: str | Path | None = None,
+    cost_models: CostModelCache | None = None,
 ) -> Results:
     """Simulate a scenario (a :class:`Scenario`, a YAML path or a mapping) and return its results.
 
     ``stream_to``: a parquet file the iterations are written to as they run, a row group per
     :data:`~cbsim.metrics.STREAM_ROWS` rows, instead of being held (see :mod:`cbsim.metrics`):
     ``results.iterations`` is then an empty frame, ``results.iterations_path`` the file and
-    :meth:`Results.load_iterations` reads it."""
+    :meth:`Results.load_iterations` reads it. ``cost_models``: cost models shared with other
+    simulations (a search's), built here when absent."""
     if not isinstance(scenario, Scenario):
         if isinstance(scenario, str | Path):
             source = str(scenario)
         scenario = load_scenario(scenario)
     scenario = apply_engine_defaults(scenario)
     wall_start = time.perf_counter()
-    simulation = Simulation(scenario, source=source, progress=progress)
+    simulation = Simulation(scenario, source=source, progress=progress, cost_models=cost_models)
     window_s = scenario.output.timeseries_window_s
     if stream_to is not None:
         simulation.recorder.stream(stream_to, window_s)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from cbsim.capacity.checks import TIMESERIES_WINDOWS, _check_run, _combine, _slo_from_scenario
+from cbsim.engine import CostModelCache
 from cbsim.errors import CbsimError
 from cbsim.limits import DURATION, RATE
 from cbsim.scenario import GammaArrival, PoissonArrival, Scenario, load_scenario
@@ -214,6 +215,7 @@ class _Runner:
         self.progress = progress
         self.label = label
         self.simulations = 0
+        self.cost_models = CostModelCache()  # every point of this search prices the same cluster
 
     def evaluate(self, rate: float, replicas: int = 1) -> Evaluation:
         duration, window = self.axis.window(rate, self.window_s, self.min_requests)
@@ -225,7 +227,7 @@ class _Runner:
                 fleet = f", {replicas} replicas" if replicas > 1 else ""
                 self.progress(f"{self.label}{rate:.4g} req/s{fleet}, seed {seed}")
             data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window)
-            results = simulate(load_scenario(data))
+            results = simulate(load_scenario(data), cost_models=self.cost_models)
             sims += 1
             reasons, metrics = _check_run(results, window, self.slo)
             runs.append(metrics)

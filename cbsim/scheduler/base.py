@@ -227,12 +227,9 @@ class SchedulerPolicy(ABC):
             req.first_scheduled_s = now
         self.running.append(req)
 
-    def _blocks_to_grow(self, req: Request, new_tokens: int) -> int:
-        return blocks_for_tokens(req.kv_tokens + new_tokens, self.kv.block_size) - req.blocks
-
     def _try_grow(self, req: Request, new_tokens: int, *, keep_watermark: bool = False) -> bool:
         """Reserve KV for ``new_tokens`` more tokens of ``req``; False if the cache is too full."""
-        need = self._blocks_to_grow(req, new_tokens)
+        need = blocks_for_tokens(req.kv_tokens + new_tokens, self.kv.block_size) - req.blocks
         if need <= 0:
             return True
         if not self.kv.can_allocate(need, keep_watermark=keep_watermark):
@@ -256,8 +253,6 @@ class SchedulerPolicy(ABC):
     def _grow_or_preempt(self, req: Request, new_tokens: int, batch: Batch) -> bool:
         """Reserve KV for ``req``, preempting the latest-admitted running requests not yet in the
         batch (or ``req`` itself when it is the latest) until it fits. False if ``req`` was preempted."""
-        if -(-(req.kv_tokens + new_tokens) // self.kv.block_size) <= req.blocks:
-            return True  # its blocks already hold the new tokens
         while not self._try_grow(req, new_tokens):
             victim = self.running[-1]
             if victim in batch.requests:

@@ -44,6 +44,7 @@ from cbsim.speculative.policies import (
     KPolicy,
     StaticController,
     StepOutcome,
+    check_outcome,
     make_policy,
 )
 from cbsim.speculative.proposers import Proposer, make_proposer
@@ -147,9 +148,6 @@ class SpeculativeDecoding:
         """The replica's conditional acceptance so far (the model's prior before any step)."""
         return self.replica_alpha(replica).value
 
-    def alpha_estimate(self, spec: SpecState, prior: float) -> float:
-        return spec.alpha.estimate(prior)
-
     # ------------------------------------------------------------------ per iteration
 
     def plan(self, batch: Batch, sched: SchedulerPolicy, replica: int = 0) -> float:
@@ -221,15 +219,12 @@ class SpeculativeDecoding:
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
-        block_size = sched.kv.block_size
         new_tokens = batch.new_tokens
         chosen_ks = chosen.tolist()
         for j, req in enumerate(reqs):
             k = chosen_ks[j]
-            # the blocks the request holds may already cover its drafts (no growth to try)
-            if k > 0 and -(-(req.kv_tokens + k + 1) // block_size) > req.blocks:
-                while k > 0 and not sched._try_grow(req, k + 1):
-                    k -= 1
+            while k > 0 and not sched._try_grow(req, k + 1):
+                k -= 1
             chosen_ks[j] = k
             ks_all[entries[j]] = k
             new_tokens[entries[j]] = k + 1
@@ -290,8 +285,7 @@ class SpeculativeDecoding:
         accepted_sum = rejected_sum = 0
         for j, i in enumerate(rows):
             req, spec, k, a = reqs[j], states[j], ks_all[i], accepted[j]
-            if not 0 <= a <= k:
-                raise ValueError(f"accepted must be in [0, {k}], got {a}")
+            check_outcome(k, a)
             accepted_all[i] = a
             rejected = 1 if a < k else 0
             spec.alpha.observe_counts(a, rejected)

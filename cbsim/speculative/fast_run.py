@@ -38,7 +38,7 @@ from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
 from cbsim.speculative.goodput_kernel import (
     NGRAM,
     compiled_proposer,
-    draft_seconds_head,
+    draft_seconds,
     goodput_sweep,
     no_base,
     sweep_ints,
@@ -227,7 +227,7 @@ def spec_run_kernel(
                 plain += 1
             k_top = k if k > k_top else k_top
             k_bottom = k if k < k_bottom else k_bottom
-        drafting = draft_seconds_head(proposer, draft, chosen, contexts, n)
+        drafting = draft_seconds(proposer, draft, chosen, contexts, n)
         target_s = verify_seconds(target, n, tokens, kv_tokens, pairs)
         duration = drafting + target_s
         end = now + duration
@@ -437,9 +437,7 @@ def plan_spec_run(
     running = sched.running
     count = len(running)
     kv_cache = sched.kv
-    for r in running:
-        if r.spec is None:
-            spec.state(r)  # a request's first speculative step draws its own α
+    spec.states(running)  # a request's first speculative step draws its own α
     # the requests' state as rows (one array per field, contiguous), updated in place by the kernel
     ints = np.array(list(map(_INT_FIELDS, running)), dtype=np.int64).reshape(count, 6).T.copy()
     kv, blocks, generated, output, accepted_total, rejected_total = ints

@@ -68,16 +68,11 @@ def _draft_step_seconds(
 
 
 @numba.njit(cache=True)
-def draft_seconds(kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray) -> float:
-    """The proposer's drafting time for draft lengths ``ks`` (``Proposer.draft_time``)."""
-    return draft_seconds_head(kind, draft, ks, contexts, len(ks))
-
-
-@numba.njit(cache=True)
-def draft_seconds_head(
+def draft_seconds(
     kind: int, draft: CompiledCost, ks: IntArray, contexts: IntArray, n: int
 ) -> float:  # fmt: skip
-    """:func:`draft_seconds` of the first ``n`` requests."""
+    """The proposer's drafting time (``Proposer.draft_time``) for the first ``n`` requests' draft
+    lengths ``ks``."""
     if kind == NGRAM:
         drafting = 0
         for i in range(n):

@@ -82,6 +82,15 @@ IntArray = npt.NDArray[np.int64]
 # --------------------------------------------------------------------------- outcomes and views
 
 
+def check_outcome(drafted: int, accepted: int) -> None:
+    """Refuse a step outcome that cannot happen: fewer than one draft, or accepted drafts outside
+    0..drafted."""
+    if drafted < 1:
+        raise ValueError(f"drafted must be >= 1, got {drafted}")
+    if not 0 <= accepted <= drafted:
+        raise ValueError(f"accepted must be in [0, {drafted}], got {accepted}")
+
+
 @dataclass(frozen=True, slots=True)
 class StepOutcome:
     """What one verification step of one request showed.
@@ -94,10 +103,7 @@ class StepOutcome:
     accepted: int
 
     def __post_init__(self) -> None:
-        if self.drafted < 1:
-            raise ValueError(f"drafted must be >= 1, got {self.drafted}")
-        if not 0 <= self.accepted <= self.drafted:
-            raise ValueError(f"accepted must be in [0, {self.drafted}], got {self.accepted}")
+        check_outcome(self.drafted, self.accepted)
 
     @property
     def rate(self) -> float:

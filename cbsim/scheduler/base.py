@@ -262,6 +262,46 @@ class SchedulerPolicy(ABC):
                 return False
         return True
 
+    def _add_decodes(
+        self, batch: Batch, budget: int, prefilling: list[Request] | None = None
+    ) -> int:
+        """One decode token for each running request, in order, while ``budget`` lasts: KV grown
+        (or the latest-admitted requests preempted) and the entry added, as
+        :meth:`_grow_or_preempt` and :meth:`_add` do one by one. Requests still prefilling go to
+        ``prefilling`` (or into the batch like the others when it is None). Returns the budget
+        left. The decodes' sums go into the batch's stats at the end, in one
+        :meth:`BatchStats.add_many`: they are whole numbers, so the sums are the same."""
+        block_size = self.kv.block_size
+        requests = batch.requests
+        new_tokens = batch.new_tokens
+        count = cached = 0
+        for req in list(self.running):
+            if req.status != Status.RUNNING:
+                continue  # preempted earlier in this loop
+            kv = req.kv_tokens
+            if kv < req.prefill_target:
+                if prefilling is not None:
+                    prefilling.append(req)
+                    continue
+                if budget <= 0:
+                    break
+                if self._grow_or_preempt(req, 1, batch):
+                    self._add(batch, req, 1)
+                    budget -= 1
+                continue
+            if budget <= 0:
+                break
+            if -(-(kv + 1) // block_size) > req.blocks and not self._grow_or_preempt(req, 1, batch):
+                continue
+            requests.append(req)
+            new_tokens.append(1)
+            count += 1
+            cached += kv
+            budget -= 1
+        batch.stats.add_many(count, 1, cached)
+        batch.decode_tokens += count
+        return budget
+
     @staticmethod
     def _add(batch: Batch, req: Request, new_tokens: int) -> None:
         in_prefill = req.kv_tokens < req.prefill_target

@@ -11,6 +11,7 @@ decodes never stall behind a long prompt: that is the point of stall-free batchi
 from __future__ import annotations
 
 from cbsim.kvcache import blocks_for_tokens
+from cbsim.request import Request
 from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 
 
@@ -32,18 +33,8 @@ class SarathiScheduler(SchedulerPolicy):
         cfg = self.config
         batch = Batch()
         budget = cfg.chunk_size
-        prefilling = []
-        for req in list(self.running):
-            if req.status != req.status.RUNNING:
-                continue
-            if req.kv_tokens < req.prefill_target:
-                prefilling.append(req)
-                continue
-            if budget <= 0:
-                break
-            if self._grow_or_preempt(req, 1, batch):
-                self._add(batch, req, 1)
-                budget -= 1
+        prefilling: list[Request] = []
+        budget = self._add_decodes(batch, budget, prefilling)
         for req in prefilling:
             if budget <= 0:
                 break

@@ -51,9 +51,5 @@ class VllmScheduler(SchedulerPolicy):
 
     def _schedule_decodes(self) -> Batch:
         batch = Batch()
-        for req in list(self.running):
-            if req.status != req.status.RUNNING:
-                continue  # preempted earlier in this loop
-            if self._grow_or_preempt(req, 1, batch):
-                self._add(batch, req, 1)
+        self._add_decodes(batch, len(self.running))
         return batch

@@ -152,24 +152,40 @@ class SpeculativeDecoding:
 
     def plan(self, batch: Batch, sched: SchedulerPolicy, replica: int = 0) -> float:
         """Choose k per decoding request, reserve KV, rewrite the batch; returns the draft seconds."""
-        entries = [i for i, r in enumerate(batch.requests) if r.kv_tokens >= r.prefill_target]
-        ks_all = [0] * len(batch.requests)
+        requests = batch.requests
+        new_tokens = batch.new_tokens
+        ks_all = [0] * len(requests)
         batch.ks = ks_all
+        # one pass: the decoding entries' states and figures, the prefill chunks' stats
+        entries: list[int] = []
+        reqs: list[Request] = []
+        states: list[SpecState] = []
+        alpha_list: list[float] = []
+        remaining_list: list[int] = []
+        context_list: list[int] = []
+        prefill = BatchStats()
+        prior = self.prior_alpha(replica)
+        for i, req in enumerate(requests):
+            kv = req.kv_tokens
+            if kv < req.prefill_target:
+                q = new_tokens[i]
+                prefill.add(q, kv, 1 if kv + q >= req.prefill_target else 0)
+                continue
+            spec = req.spec
+            if not isinstance(spec, SpecState):
+                spec = self.state(req)
+            entries.append(i)
+            reqs.append(req)
+            states.append(spec)
+            alpha_list.append(spec.alpha.estimate(prior))
+            remaining_list.append(req.output_tokens - req.generated)
+            context_list.append(kv)
         batch.decoding = entries
         if not entries:
             return 0.0
-        reqs = [batch.requests[i] for i in entries]
-        states = self.states(reqs)
-        prior = self.prior_alpha(replica)
-        alphas = np.array([s.alpha.estimate(prior) for s in states])
-        remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
-        contexts = np.array([r.kv_tokens for r in reqs], dtype=np.int64)
-        prefill = BatchStats()
-        for i, req in enumerate(batch.requests):
-            if req.kv_tokens < req.prefill_target:
-                prefill.add(
-                    batch.new_tokens[i], req.kv_tokens, batch_sampled(req, batch.new_tokens[i])
-                )
+        alphas = np.array(alpha_list)
+        remaining = np.array(remaining_list, dtype=np.int64)
+        contexts = np.array(context_list, dtype=np.int64)
 
         context_sum = int(contexts.sum())
         count = len(reqs)
@@ -219,32 +235,26 @@ class SpeculativeDecoding:
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
-        new_tokens = batch.new_tokens
         chosen_ks = chosen.tolist()
+        # reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short) and add
+        # its verify entry to the prefill chunks' stats: the same sums as the batch's entries in
+        # order, since every term is a multiple of 1/2 far below 2**53
+        block_size = sched.kv.block_size
         for j, req in enumerate(reqs):
             k = chosen_ks[j]
-            while k > 0 and not sched._try_grow(req, k + 1):
-                k -= 1
-            chosen_ks[j] = k
+            if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
+                while k > 0 and not sched._try_grow(req, k + 1):
+                    k -= 1
+                chosen_ks[j] = k
             ks_all[entries[j]] = k
             new_tokens[entries[j]] = k + 1
+        queries = [k + 1 for k in chosen_ks]
+        stats = copy.copy(prefill)
+        stats.add_entries(queries, context_list, queries)
         chosen = np.array(chosen_ks, dtype=np.int64)
-        cached = []
-        sampled = []
-        prefill_tokens = decode_tokens = 0
-        for req, q, k in zip(batch.requests, new_tokens, ks_all, strict=True):
-            cached.append(req.kv_tokens)
-            if req.kv_tokens < req.prefill_target:
-                sampled.append(batch_sampled(req, q))
-                prefill_tokens += q
-            else:
-                sampled.append(q)
-                decode_tokens += 1 if k == 0 else 0
-        stats = BatchStats()
-        stats.add_entries(new_tokens, cached, sampled)
         batch.stats = stats
-        batch.prefill_tokens = prefill_tokens
-        batch.decode_tokens = decode_tokens
+        batch.prefill_tokens = prefill.num_tokens
+        batch.decode_tokens = chosen_ks.count(0)
         draft = self.proposer.draft_time(chosen, contexts)
         batch.draft_s = draft
         return draft

@@ -47,6 +47,7 @@ from cbsim.kvcache import KVCache
 from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
+from cbsim.prefix_cache import PrefixCache, PrefixInterner, Segments, prefix_caching_on
 from cbsim.request import Request, Status
 from cbsim.request_table import RequestTable
 from cbsim.rng import stream
@@ -153,6 +154,13 @@ class Simulation:
             Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()), self.env)
             for i in range(cluster.replicas)
         ]
+        self.prefix_caching = prefix_caching_on(scenario)
+        # chained prompt-segment keys shared by every replica's prefix cache (cbsim.prefix_cache)
+        self.interner: PrefixInterner | None = None
+        if self.prefix_caching:
+            self.interner = PrefixInterner()
+            for replica in self.replicas:
+                replica.scheduler.prefix = PrefixCache(replica.scheduler.kv)
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
         # the requests sent and still in flight, by id; done with, they go into the table
@@ -217,14 +225,28 @@ class Simulation:
             arrival_s = specs.arrival_s[chunk:end].tolist()
             prompts = specs.prompt_tokens[chunk:end].tolist()
             outputs = specs.output_tokens[chunk:end].tolist()
+            content = None
+            if self.interner is not None and specs.prefix_ids is not None:
+                content = specs.prefix_ids[chunk:end]
             for j, sent in enumerate(arrival_s):
                 if sent > env.now:
                     yield env.timeout(sent - env.now)
                 i = chunk + j
                 self._next_arrival = self.sent = i + 1
                 req = Request(i, sent, prompts[j], outputs[j], sent_s=sent)
+                if content is not None:
+                    req.segments = self._segments(content[j], prompts[j])
                 self.requests[i] = req
                 self._dispatch(req)
+
+    def _segments(self, ids: tuple[int, ...] | None, prompt_tokens: int) -> Segments | None:
+        """A replayed request's prompt as cache segments: its trace prefix block ids."""
+        if not ids:
+            return None
+        assert self.interner is not None and self.specs is not None
+        size = self.specs.prefix_block_tokens
+        block_size = self.replicas[0].scheduler.kv.block_size
+        return self.interner.segments(ids, [size] * len(ids), prompt_tokens, block_size)
 
     def next_arrival_s(self) -> float:
         """The earliest time a request may next reach a replica's scheduler (inf: none known)."""
@@ -413,7 +435,10 @@ class Simulation:
             waiting = len(sched.waiting)
             stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
             if stop_on_finish is not None:
-                run = self._plan_run(replica, start, stop_on_finish or closed, horizon)
+                # with cache entries a finish releases shared blocks: the run ends there
+                caching = sched.prefix is not None and bool(sched.prefix.entries)
+                stop_on_finish = stop_on_finish or closed or caching
+                run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:
                     replica.start_run(run)
                     replica.pokeable = True
@@ -421,9 +446,7 @@ class Simulation:
                         yield _iteration_end(env, _exact_delay(env.now, run.end_s))
                     except simpy.Interrupt:
                         # an arrival landed mid-run: stop where stepping would have seen it
-                        cut = self._plan_run(
-                            replica, start, stop_on_finish or closed, horizon, cut=run
-                        )
+                        cut = self._plan_run(replica, start, stop_on_finish, horizon, cut=run)
                         assert cut is not None
                         run = cut
                         replica.start_run(run)

@@ -9,10 +9,13 @@ number of blocks is what remains of GPU memory, times the utilisation target, af
 A small ``watermark`` of blocks is kept free when admitting new requests so that running ones can
 still grow; when a running request cannot grow anyway, the scheduler preempts another (recompute).
 The allocator only counts blocks: which physical block holds which token does not affect timing.
+With prefix caching (:mod:`cbsim.prefix_cache`) blocks nothing uses may stay cached: they count
+as free and are evicted when an allocation needs them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cbsim.hardware import GPU
@@ -67,6 +70,10 @@ class KVCache:
     block_size: int
     watermark_blocks: int = 0
     used_blocks: int = 0
+    # prefix caching: blocks cached for reuse that nothing uses (free, evicted when an allocation
+    # needs them) and the cache's eviction (cbsim.prefix_cache.PrefixCache.evict)
+    cached_blocks: int = 0
+    evict: Callable[[int], None] | None = None
 
     @classmethod
     def for_replica(
@@ -112,6 +119,12 @@ class KVCache:
     def allocate(self, blocks: int) -> None:
         if blocks > self.free_blocks:
             raise RuntimeError(f"KV cache overflow: {blocks} blocks asked, {self.free_blocks} free")
+        if (
+            self.cached_blocks
+            and blocks > self.total_blocks - self.used_blocks - self.cached_blocks
+        ):
+            assert self.evict is not None
+            self.evict(blocks)
         self.used_blocks += blocks
 
     def free(self, blocks: int) -> None:

@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 REQUEST_COLUMNS = [
     "request_id", "replica", "client", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-    "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions", "spec_steps",
+    "cached_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions", "spec_steps",
     "drafted_tokens", "accepted_tokens", "mean_k", "status", "server_arrival_s",
     "server_first_token_s", "server_finish_s", "server_ttft_s", "server_tpot_s", "server_e2e_s",
 ]  # fmt: skip
@@ -733,6 +733,9 @@ def summarize(
         "goodput_rps": good / makespan if completed and makespan > 0 else 0.0,
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
+    admitted = (status != "rejected").to_numpy()
+    prompt_total = int(requests["prompt_tokens"][admitted].sum())
+    cached_total = int(requests["cached_tokens"][admitted].sum())
     _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
     _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
     _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
@@ -773,6 +776,8 @@ def summarize(
             else math.nan,
             "kv_blocks_total": totals.kv_blocks_total,
             "max_batch_size": totals.max_batch,
+            # prefix caching: prompt tokens reused at admission / prompt tokens of admitted requests
+            "prefix_hit_rate": cached_total / prompt_total if prompt_total else 0.0,
             "warnings": "; ".join(warnings),
         }
     )

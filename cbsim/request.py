@@ -19,6 +19,10 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cbsim.prefix_cache import Segments
 
 
 class Status(IntEnum):
@@ -36,6 +40,7 @@ class Request:
         "admit_seq",
         "arrival_s",
         "blocks",
+        "cached_tokens",
         "client",
         "decode_steps",
         "drafted_tokens",
@@ -48,13 +53,16 @@ class Request:
         "kv_tokens",
         "last_row",
         "output_tokens",
+        "owned_keys",
         "preemptions",
         "prefill_target",
         "prompt_tokens",
         "rejected_reason",
         "replica",
         "request_id",
+        "segments",
         "sent_s",
+        "shared_blocks",
         "spec",
         "spec_steps",
         "status",
@@ -96,6 +104,12 @@ class Request:
         self.decode_steps = 0
         self.spec: object | None = None  # the request's speculative decoder, when speculating
         self.rejected_reason = ""
+        # prefix caching (cbsim.prefix_cache): the prompt's content segments, the cache entries
+        # it references, how many of its blocks are theirs, prompt tokens reused at admission
+        self.segments: Segments | None = None
+        self.owned_keys: tuple[int, ...] = ()
+        self.shared_blocks = 0
+        self.cached_tokens = 0
 
     @property
     def in_prefill(self) -> bool:

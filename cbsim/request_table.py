@@ -49,6 +49,7 @@ _FIELDS: tuple[tuple[str, type], ...] = (
     ("output_tokens", np.int64),
     ("generated", np.int64),
     ("preemptions", np.int64),
+    ("cached_tokens", np.int64),
 )
 # fields only speculative runs change from zero
 _SPEC_COUNTS = ("spec_steps", "drafted_tokens", "accepted_tokens", "decode_steps")
@@ -242,6 +243,7 @@ class RequestTable:
                 "first_token_s": client_first,
                 "finish_s": client_finish,
                 "prompt_tokens": col("prompt_tokens"),
+                "cached_tokens": col("cached_tokens"),
                 "output_tokens": outputs,
                 "ttft_s": client_first - sent,
                 "tpot_s": tpot,

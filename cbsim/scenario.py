@@ -181,12 +181,16 @@ Length = Annotated[
 
 
 class TraceReplay(StrictModel):
-    """Replay a real request log: its arrival times (scaled) and its prompt/output lengths."""
+    """Replay a real request log: its arrival times (scaled) and its prompt/output lengths.
+
+    ``prefix_block_tokens``: the tokens each of the trace's prefix block ids stands for (512 in
+    the Mooncake traces); used by prefix caching."""
 
     path: str
     time_scale: TimeScale | None = None
     rate_scale: TimeScale | None = None
     start_s: TimeOffset = 0.0
+    prefix_block_tokens: TokenCount = 512
 
     @model_validator(mode="after")
     def _one_scale(self) -> TraceReplay:
@@ -249,6 +253,11 @@ class Cluster(StrictModel):
     cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
     checkpoint; TensorRT-LLM: fp8). Keys left unset here and in ``scheduler`` take the engine's
     defaults for this GPU (see :func:`apply_engine_defaults`).
+
+    ``prefix_caching``: whether finished requests' KV blocks stay cached for later requests with
+    the same prompt prefix (:mod:`cbsim.prefix_cache`); unset, what the engine does by default
+    (vLLM, SGLang and TensorRT-LLM: on; ``none`` and the other profiles: off). It only matters for
+    requests whose prompt content is known: a replayed trace with prefix block ids.
     """
 
     model: str = "llama-3-8b"
@@ -262,6 +271,7 @@ class Cluster(StrictModel):
     calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
     gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9
     max_model_len: TokenCount | None = None
+    prefix_caching: bool | None = None
 
     @field_validator("tp")
     @classmethod

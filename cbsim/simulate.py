@@ -90,6 +90,10 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     info["fast_forward"] = simulation.fast_forward
     if simulation.fast_forward_note:
         info["fast_forward_note"] = simulation.fast_forward_note
+    info["prefix_caching"] = simulation.prefix_caching
+    if simulation.prefix_caching:
+        caches = [r.scheduler.prefix for r in simulation.replicas]
+        info["prefix_evicted_blocks"] = sum(c.evicted_blocks for c in caches if c is not None)
     return info
 
 

@@ -48,6 +48,10 @@ class RequestSpecs:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     warnings: tuple[str, ...] = ()  # doubts about a replayed trace's times (units, order)
+    # a replayed trace's prefix block ids per request (None: the trace has none), each standing
+    # for prefix_block_tokens tokens of the prompt (prefix caching)
+    prefix_ids: np.ndarray | None = None
+    prefix_block_tokens: int = 512
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -331,11 +335,16 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
         prompts = _lengths(scenario, wl.prompt_tokens, n, "workload.prompt_tokens", source)
     if wl.output_tokens is not None:
         outputs = _lengths(scenario, wl.output_tokens, n, "workload.output_tokens", source)
+    prefix_ids = None
+    if "prefix_hash_ids" in trace.columns:
+        prefix_ids = trace["prefix_hash_ids"].to_numpy(dtype=object)[rows]
     return RequestSpecs(
         arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=prompts,
         output_tokens=outputs,
         warnings=() if synthetic else tuple(trace.attrs.get("warnings", ())),
+        prefix_ids=prefix_ids,
+        prefix_block_tokens=wl.trace.prefix_block_tokens,
     )
 
 

@@ -76,6 +76,7 @@ def legacy_requests_frame(
             "first_token_s": client_first,
             "finish_s": client_finish,
             "prompt_tokens": col("prompt_tokens", np.int64),
+            "cached_tokens": col("cached_tokens", np.int64),
             "output_tokens": outputs,
             "ttft_s": client_first - sent,
             "tpot_s": tpot,

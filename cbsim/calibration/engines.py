@@ -12,18 +12,20 @@ fitted overhead is the overhead *under these defaults*.
   ``chunk_size``. On GPUs with at least 70 GiB (not the A100) the server defaults are 8192
   batched tokens and 1024 sequences, else 2048 and 256. Paged KV in blocks of 16;
   ``gpu_memory_utilization`` 0.9 of all memory; ``kv_cache_dtype=auto`` keeps the activations'
-  precision (bf16) for fp8 weights.
+  precision (bf16) for fp8 weights. Automatic prefix caching on (V1's default).
 * **SGLang** (0.4-0.5): a new prefill batch takes priority over decoding (prefill-first, no mixed
   batches by default) within ``chunked_prefill_size`` tokens (8192 on 80-141 GiB GPUs, 16384 on
   larger ones, 4096 on 48 GiB ones; a longer prompt is chunked) — cbsim's ``vllm`` scheduler with
   that budget. A token-granular radix KV cache (page size 1), ``mem_fraction_static`` about 0.87
-  of all memory, running requests limited only by KV capacity, bf16 KV for fp8 weights.
+  of all memory, running requests limited only by KV capacity, bf16 KV for fp8 weights; the radix
+  cache reuses prompt prefixes (on unless ``--disable-radix-cache``).
 * **TensorRT-LLM** (PyTorch backend, 1.0 and later, ``trtllm-serve``): in-flight batching mixes
   whole context (prefill) requests with generation steps within ``max_num_tokens`` 8192 and
   ``max_batch_size`` 2048, chunked context off, and the default ``GUARANTEED_NO_EVICT`` capacity
   policy admits a request only when its whole length fits — cbsim's ``orca`` scheduler. KV blocks
   of 32 tokens; ``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations;
-  NVIDIA's fp8 checkpoints quantise the KV cache to fp8 too.
+  NVIDIA's fp8 checkpoints quantise the KV cache to fp8 too. KV block reuse
+  (``enable_block_reuse``) on by default.
 
 All three fuse each residual add into the RMSNorm that follows it and the SwiGLU activation into
 one kernel. All three overlap the CPU side of a step with the GPU's work on the previous one — vLLM's async
@@ -51,6 +53,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
         ),
         memory_fraction=0.9,
         memory_basis="total",
+        prefix_caching=True,
     ),
     "sglang": EngineDefaults(
         scheduler=SchedulerDefaults(
@@ -58,6 +61,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
         ),
         memory_fraction=0.87,
         memory_basis="total",
+        prefix_caching=True,
     ),
     "tensorrt-llm": EngineDefaults(
         scheduler=SchedulerDefaults(
@@ -66,6 +70,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
         kv_dtype={"fp8": "fp8"},
         memory_fraction=0.9,
         memory_basis="free",
+        prefix_caching=True,
     ),
 }
 

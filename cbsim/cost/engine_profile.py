@@ -156,12 +156,15 @@ class EngineDefaults(_Strict):
     ``memory_fraction`` of ``memory_basis``: ``total`` GPU memory for weights + KV cache
     (vLLM's ``gpu_memory_utilization``, SGLang's ``mem_fraction_static``) or of the memory
     ``free`` after weights and activations (TensorRT-LLM's ``free_gpu_memory_fraction``).
+    ``prefix_caching``: whether the engine reuses cached prompt prefixes by default (vLLM V1's
+    automatic prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse).
     """
 
     scheduler: SchedulerDefaults = Field(default_factory=SchedulerDefaults)
     kv_dtype: dict[str, KvDtype] = Field(default_factory=dict)
     memory_fraction: float | None = Field(default=None, gt=0.0, le=1.0)
     memory_basis: Literal["total", "free"] | None = None  # None: total
+    prefix_caching: bool | None = None  # None: off
 
     def merged(self, override: EngineDefaults | None) -> EngineDefaults:
         """These defaults with ``override``'s set values on top (a GPU's own defaults)."""
@@ -177,6 +180,11 @@ class EngineDefaults(_Strict):
                 else self.memory_fraction
             ),
             memory_basis=override.memory_basis or self.memory_basis,
+            prefix_caching=(
+                override.prefix_caching
+                if override.prefix_caching is not None
+                else self.prefix_caching
+            ),
         )
 
 

@@ -27,6 +27,7 @@ from cbsim.cost.roofline import BatchStats
 from cbsim.decode_plan import DecodeRun
 from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
+from cbsim.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.request import Request, Status
 from cbsim.scenario import Scheduler as SchedulerConfig
 
@@ -116,6 +117,7 @@ class SchedulerPolicy(ABC):
         self.running: list[Request] = []
         self.preemptions = 0
         self._admissions = 0
+        self.prefix: PrefixCache | None = None  # the engine sets it when prefix caching is on
         # flat (row, row of the previous token) pairs, 32-bit (rows up to 2**31 - 1): there are
         # about as many as requests times the mean batch, the largest log a run keeps
         self.gap_pairs = array("i")
@@ -189,6 +191,7 @@ class SchedulerPolicy(ABC):
         block_size = self.kv.block_size
         grows = not self.reserves_full_length
         still_running = []
+        finished = []
         paused = 0
         gap_pairs = self.gap_pairs
         for req in self.running:
@@ -210,12 +213,29 @@ class SchedulerPolicy(ABC):
                 req.status = Status.FINISHED
                 req.finish_s = ends[steps - 1]
                 req.blocks = 0
+                finished.append(req)
                 on_finish(req)
             else:
                 still_running.append(req)
         run.paused_at_start = paused
         self.running = still_running
         self.kv.used_blocks = run.kv_used_after
+        self.settle_run(run, finished)
+
+    def settle_run(self, run: DecodeRun, finished: list[Request]) -> None:
+        """The prefix cache after a run of iterations computed without it (their allocations only
+        ever took free blocks): the cached blocks stepping would have evicted for them, then the
+        finished requests' entries released, in batch order. With prefix caching on a run with
+        cache entries stops at its first finish, so every release comes after every allocation."""
+        prefix = self.prefix
+        if prefix is None:
+            return
+        if self.kv.cached_blocks:
+            prefix.fit(max(run.kv_used))
+        for req in finished:
+            if req.owned_keys:
+                self.kv.used_blocks += req.shared_blocks  # the run freed all of its blocks
+                prefix.release(req)
 
     # ------------------------------------------------------------------ shared mechanics
 
@@ -226,6 +246,30 @@ class SchedulerPolicy(ABC):
         if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
             req.first_scheduled_s = now
         self.running.append(req)
+
+    def _lookup(self, req: Request) -> Hit:
+        """The cached prefix ``req`` would reuse if admitted now (none without prefix caching)."""
+        return NO_HIT if self.prefix is None else self.prefix.lookup(req)
+
+    def _can_reserve(self, need: int, hit: Hit, *, keep_watermark: bool = False) -> bool:
+        """Whether a request needing ``need`` blocks in all, ``hit`` of them cached, fits now."""
+        return self.kv.can_allocate(need - hit.blocks + hit.revived, keep_watermark=keep_watermark)
+
+    def _reserve(self, req: Request, need: int, hit: Hit, *, keep_watermark: bool = False) -> bool:
+        """Admission's KV: ``need`` blocks for ``req``'s tokens, those of the cached prefix
+        ``hit`` (from :meth:`_lookup`, just now) reused rather than allocated and its tokens not
+        prefilled again. False, changing nothing, when they do not fit."""
+        if not self._can_reserve(need, hit, keep_watermark=keep_watermark):
+            return False
+        if hit.segments:
+            assert self.prefix is not None
+            self.prefix.acquire(req, hit)
+            req.kv_tokens = hit.tokens(self.kv.block_size)
+        if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
+            req.cached_tokens = req.kv_tokens
+        self.kv.allocate(need - hit.blocks)
+        req.blocks = need
+        return True
 
     def _try_grow(self, req: Request, new_tokens: int, *, keep_watermark: bool = False) -> bool:
         """Reserve KV for ``new_tokens`` more tokens of ``req``; False if the cache is too full."""
@@ -239,8 +283,12 @@ class SchedulerPolicy(ABC):
         return True
 
     def _preempt(self, victim: Request) -> None:
-        """Recompute preemption: drop the victim's KV, send it to the front of the queue."""
-        self.kv.free(victim.blocks)
+        """Recompute preemption: drop the victim's KV, send it to the front of the queue (its
+        prefix stays cached)."""
+        self.kv.free(victim.blocks - victim.shared_blocks)
+        if victim.owned_keys:
+            assert self.prefix is not None
+            self.prefix.release(victim)
         victim.blocks = 0
         victim.kv_tokens = 0
         victim.prefill_target = victim.prompt_tokens + victim.generated
@@ -330,6 +378,7 @@ class SchedulerPolicy(ABC):
         accepted = batch.accepted
         release = accepted is not None and not self.reserves_full_length
         block_size = self.kv.block_size
+        prefix = self.prefix
         gap_tokens = 0
         for i, (req, q) in enumerate(zip(batch.requests, batch.new_tokens, strict=True)):
             if req.kv_tokens < req.prefill_target:
@@ -337,6 +386,8 @@ class SchedulerPolicy(ABC):
                 if req.kv_tokens < req.prefill_target:
                     continue
                 emitted = 1
+                if prefix is not None:
+                    prefix.register(req)
             else:
                 emitted = 1 if accepted is None else 1 + accepted[i]
                 req.kv_tokens += emitted
@@ -360,7 +411,10 @@ class SchedulerPolicy(ABC):
             if req.generated >= req.output_tokens:
                 req.status = Status.FINISHED
                 req.finish_s = now
-                self.kv.free(req.blocks)
+                self.kv.free(req.blocks - req.shared_blocks)
+                if req.owned_keys:
+                    assert prefix is not None
+                    prefix.release(req)
                 req.blocks = 0
                 any_finished = True
                 on_finish(req)

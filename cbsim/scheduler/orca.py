@@ -21,10 +21,11 @@ class OrcaScheduler(SchedulerPolicy):
         req = self.waiting[0]
         if len(self.running) >= self.config.max_batch_size:
             return False
-        if req.prefill_target > self.config.max_batched_tokens - len(self.running) and self.running:
+        hit = self._lookup(req)
+        tokens = req.prefill_target - hit.tokens(self.kv.block_size)
+        if tokens > self.config.max_batched_tokens - len(self.running) and self.running:
             return False
-        need = blocks_for_tokens(req.max_kv_tokens, self.kv.block_size)
-        return self.kv.can_allocate(need)
+        return self._can_reserve(blocks_for_tokens(req.max_kv_tokens, self.kv.block_size), hit)
 
     def next_batch(self, now: float) -> Batch:
         cfg = self.config
@@ -35,15 +36,15 @@ class OrcaScheduler(SchedulerPolicy):
             budget -= 1
         while self.waiting and len(self.running) < cfg.max_batch_size:
             req = self.waiting[0]
-            tokens = req.prefill_target
+            hit = self._lookup(req)
+            tokens = req.prefill_target - hit.tokens(self.kv.block_size)
             if tokens > budget and batch.requests:
                 break
-            need = blocks_for_tokens(req.max_kv_tokens, self.kv.block_size)
-            if not self.kv.can_allocate(need):
+            if not self._reserve(
+                req, blocks_for_tokens(req.max_kv_tokens, self.kv.block_size), hit
+            ):
                 break
             self.waiting.popleft()
-            self.kv.allocate(need)
-            req.blocks = need
             self._admit(req, now)
             self._add(batch, req, tokens)
             budget -= tokens

@@ -26,8 +26,9 @@ class SarathiScheduler(SchedulerPolicy):
         budget = self.config.chunk_size - len(self.running)
         if budget <= 0 or len(self.running) >= self.config.max_batch_size:
             return False
-        need = blocks_for_tokens(self.waiting[0].prefill_target, self.kv.block_size)
-        return self.kv.can_allocate(need, keep_watermark=bool(self.running))
+        req = self.waiting[0]
+        need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
+        return self._can_reserve(need, self._lookup(req), keep_watermark=bool(self.running))
 
     def next_batch(self, now: float) -> Batch:
         cfg = self.config
@@ -46,14 +47,12 @@ class SarathiScheduler(SchedulerPolicy):
                 budget -= chunk
         while budget > 0 and self.waiting and len(self.running) < cfg.max_batch_size:
             req = self.waiting[0]
-            chunk = min(req.prefill_target, budget)
             # like vLLM, admission reserves blocks for the whole prompt, not just the first chunk:
             # a prompt admitted chunk by chunk into a nearly full cache would preempt itself
             need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
-            if not self.kv.can_allocate(need, keep_watermark=bool(self.running)):
+            if not self._reserve(req, need, self._lookup(req), keep_watermark=bool(self.running)):
                 break
-            self.kv.allocate(need)
-            req.blocks = need
+            chunk = min(req.prefill_target - req.kv_tokens, budget)
             self.waiting.popleft()
             self._admit(req, now)
             self._add(batch, req, chunk)

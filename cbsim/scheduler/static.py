@@ -33,15 +33,16 @@ class StaticScheduler(SchedulerPolicy):
         budget = cfg.max_batched_tokens
         while self.waiting and len(self.running) < cfg.max_batch_size:
             req = self.waiting[0]
-            if req.prefill_target > budget and batch.requests:
+            hit = self._lookup(req)
+            tokens = req.prefill_target - hit.tokens(self.kv.block_size)
+            if tokens > budget and batch.requests:
                 break
-            need = blocks_for_tokens(req.max_kv_tokens, self.kv.block_size)
-            if not self.kv.can_allocate(need):
+            if not self._reserve(
+                req, blocks_for_tokens(req.max_kv_tokens, self.kv.block_size), hit
+            ):
                 break
             self.waiting.popleft()
-            self.kv.allocate(need)
-            req.blocks = need
             self._admit(req, now)
-            self._add(batch, req, req.prefill_target)
-            budget -= req.prefill_target
+            self._add(batch, req, tokens)
+            budget -= tokens
         return batch

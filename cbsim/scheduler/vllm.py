@@ -29,15 +29,14 @@ class VllmScheduler(SchedulerPolicy):
         budget = cfg.max_batched_tokens
         while self.waiting and len(self.running) < cfg.max_batch_size:
             req = self.waiting[0]
-            tokens = req.prefill_target
+            hit = self._lookup(req)
+            tokens = req.prefill_target - hit.tokens(self.kv.block_size)
             if tokens > budget and batch.requests:
                 break
-            need = blocks_for_tokens(tokens, self.kv.block_size)
-            if not self.kv.can_allocate(need, keep_watermark=bool(self.running)):
+            need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
+            if not self._reserve(req, need, hit, keep_watermark=bool(self.running)):
                 break
             self.waiting.popleft()
-            self.kv.allocate(need)
-            req.blocks = need
             self._admit(req, now)
             self._add(batch, req, tokens)
             budget -= tokens
@@ -46,8 +45,9 @@ class VllmScheduler(SchedulerPolicy):
     def _head_admissible(self) -> bool:
         if len(self.running) >= self.config.max_batch_size:
             return False
-        need = blocks_for_tokens(self.waiting[0].prefill_target, self.kv.block_size)
-        return self.kv.can_allocate(need, keep_watermark=bool(self.running))
+        req = self.waiting[0]
+        need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
+        return self._can_reserve(need, self._lookup(req), keep_watermark=bool(self.running))
 
     def _schedule_decodes(self) -> Batch:
         batch = Batch()

@@ -524,6 +524,7 @@ def apply_spec_run(
     gap_pairs = sched.gap_pairs
     paused = 0
     still_running = []
+    finished = []
     kv = effects.kv.tolist()
     generated = effects.generated.tolist()
     blocks = effects.blocks.tolist()
@@ -551,6 +552,7 @@ def apply_spec_run(
             req.last_row = first_row + done
             req.status = Status.FINISHED
             req.finish_s = ends[done]
+            finished.append(req)
             on_finish(req)
         else:
             req.last_row = first_row + last
@@ -558,5 +560,6 @@ def apply_spec_run(
     sched.zero_gaps += sum(accepted)
     sched.running = still_running
     sched.kv.used_blocks = run.kv_used_after
+    sched.settle_run(run, finished)
     spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
     run.paused_at_start = paused

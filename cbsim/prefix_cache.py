@@ -1,0 +1,231 @@
+"""Prefix caching: reusing the KV cache of prompt prefixes that earlier requests computed.
+
+Serving engines keep the KV blocks of finished requests instead of discarding them (vLLM's
+automatic prefix caching, SGLang's radix cache, TensorRT-LLM's KV block reuse). A block is
+identified by a hash chained over its content and everything before it, so a new request whose
+prompt starts with the same tokens finds those blocks and skips computing them: only the rest of
+its prompt is prefilled (attention still reads the cached keys and values). Blocks nobody uses
+stay cached, counted as free, until an allocation needs the memory, and are then evicted least
+recently used first.
+
+Here a request's prompt is a sequence of *segments* of known content (a replayed trace's prefix
+blocks, 512 tokens each in the Mooncake traces; a session's system prompt, messages and answers),
+each identified by a key chained over the segments before it (:class:`PrefixInterner`). The cache
+holds one entry per segment: the KV blocks of the segment (the blocks of ``block_size`` tokens
+whose last token lies in it), a reference count (the running requests using it) and, when
+nothing references it, its place in the least-recently-used order. Eviction takes whole entries
+from the front of that order; a request releases its entries deepest first, so a prefix is
+evicted from its end, as vLLM frees a request's blocks in reverse order.
+
+At admission a request reuses the longest run of its leading segments that are cached (at most
+all its prompt blocks but the one holding its last prompt token, whose logits must be computed:
+vLLM's rule); entries nobody referenced come back into use. When its prefill completes, the
+segments it computed join the cache (a prefix still being prefilled is not yet reusable). Its own
+blocks are then shared: they stay cached when it finishes or is preempted, and a preempted
+request readmitted later finds its prompt again.
+
+Accounting (one replica): ``kv.used_blocks`` = the running requests' private blocks + the blocks
+of entries with references; ``kv.cached_blocks`` = the blocks of entries without (free for
+allocation, evicted when an allocation needs them). A request's ``blocks`` counts every block its
+tokens occupy, ``shared_blocks`` those that belong to cache entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.kvcache import KVCache
+from cbsim.request import Request
+from cbsim.scenario import Scenario
+
+__all__ = [
+    "CacheEntry",
+    "Hit",
+    "PrefixCache",
+    "PrefixInterner",
+    "Segments",
+    "prefix_caching_on",
+]
+
+
+def prefix_caching_on(scenario: Scenario) -> bool:
+    """``cluster.prefix_caching``, or, unset, what the scenario's engine does by default."""
+    cluster = scenario.cluster
+    if cluster.prefix_caching is not None:
+        return cluster.prefix_caching
+    return bool(load_engine_profile(cluster.engine).defaults_for(cluster.gpu).prefix_caching)
+
+
+@dataclass(slots=True, frozen=True)
+class Segments:
+    """A prompt's content as segments: ``keys[s]`` identifies segment s and everything before it,
+    ``blocks[s]`` is how many KV blocks end inside it, ``tokens[s]`` the tokens up to its end."""
+
+    keys: tuple[int, ...]
+    blocks: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+
+@dataclass(slots=True)
+class PrefixInterner:
+    """Chained segment keys: the key of a segment is a small integer standing for (the key of the
+    segment before it, its own content id, its length), so equal keys mean equal prefixes,
+    exactly (no hash collisions). One interner per simulation, shared by every replica."""
+
+    _keys: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+    def segments(self, content: list[int] | tuple[int, ...], sizes: list[int], prompt_tokens: int,
+                 block_size: int) -> Segments:  # fmt: skip
+        """The segments of a prompt made of ``content[s]`` ids of ``sizes[s]`` tokens each, cut at
+        ``prompt_tokens``."""
+        keys: list[int] = []
+        blocks: list[int] = []
+        ends: list[int] = []
+        parent = -1
+        start = 0
+        table = self._keys
+        for content_id, size in zip(content, sizes, strict=True):
+            if start >= prompt_tokens:
+                break
+            end = min(start + size, prompt_tokens)
+            ident = (parent, int(content_id), end - start)
+            key = table.get(ident)
+            if key is None:
+                key = table[ident] = len(table)
+            keys.append(key)
+            blocks.append(end // block_size - start // block_size)
+            ends.append(end)
+            parent = key
+            start = end
+        return Segments(tuple(keys), tuple(blocks), tuple(ends))
+
+
+@dataclass(slots=True)
+class CacheEntry:
+    """One cached segment's KV blocks and how many running requests use them."""
+
+    blocks: int
+    refs: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Hit:
+    """What a request would reuse: its first ``segments`` segments, ``blocks`` of its KV blocks
+    (``tokens`` tokens), of which ``revived`` blocks belong to entries nobody references now."""
+
+    segments: int
+    blocks: int
+    revived: int
+
+    def tokens(self, block_size: int) -> int:
+        return self.blocks * block_size
+
+
+NO_HIT = Hit(0, 0, 0)
+
+
+class PrefixCache:
+    """The cached segments of one replica (see the module docstring)."""
+
+    def __init__(self, kv: KVCache) -> None:
+        self.kv = kv
+        self.entries: dict[int, CacheEntry] = {}
+        self.lru: dict[int, None] = {}  # unreferenced entries, least recently used first
+        self.evicted_blocks = 0
+        kv.evict = self.evict
+
+    def lookup(self, req: Request) -> Hit:
+        """The longest cached run of ``req``'s leading segments, capped so that the block of its
+        last prompt token is computed."""
+        segments = req.segments
+        if segments is None or not self.entries:
+            return NO_HIT
+        block_size = self.kv.block_size
+        cap = (req.prefill_target - 1) // block_size
+        entries = self.entries
+        count = blocks = revived = 0
+        for key, size in zip(segments.keys, segments.blocks, strict=True):
+            if blocks >= cap:
+                break
+            entry = entries.get(key)
+            if entry is None:
+                break
+            count += 1
+            blocks += size
+            if entry.refs == 0:
+                revived += entry.blocks
+        return Hit(count, min(blocks, cap), revived)
+
+    def acquire(self, req: Request, hit: Hit) -> None:
+        """``req`` uses the entries of ``hit`` (looked up just now)."""
+        segments = req.segments
+        assert segments is not None
+        kv = self.kv
+        for key in segments.keys[: hit.segments]:
+            entry = self.entries[key]
+            if entry.refs == 0:
+                del self.lru[key]
+                kv.cached_blocks -= entry.blocks
+                kv.used_blocks += entry.blocks
+            entry.refs += 1
+        req.owned_keys = segments.keys[: hit.segments]
+        req.shared_blocks = hit.blocks
+
+    def register(self, req: Request) -> None:
+        """``req`` has prefilled its prompt: its segments not cached yet join the cache, their
+        blocks now shared, in use by ``req``."""
+        segments = req.segments
+        if segments is None:
+            return
+        entries = self.entries
+        first = len(req.owned_keys)  # the segments it reused (registering is once per admission)
+        owned = list(req.owned_keys)
+        shared = req.shared_blocks
+        for key, size in zip(segments.keys[first:], segments.blocks[first:], strict=True):
+            if key in entries:
+                continue  # computed meanwhile by another request: ours stays a private copy
+            entries[key] = CacheEntry(size, 1)
+            owned.append(key)
+            shared += size
+        req.owned_keys = tuple(owned)
+        req.shared_blocks = shared
+
+    def release(self, req: Request) -> None:
+        """``req`` finished or was preempted: its entries lose a reference, and those nobody uses
+        any more become evictable, deepest first. Its private blocks are the caller's to free."""
+        keys = req.owned_keys
+        kv = self.kv
+        entries = self.entries
+        lru = self.lru
+        for key in reversed(keys):
+            entry = entries[key]
+            entry.refs -= 1
+            if entry.refs == 0:
+                kv.used_blocks -= entry.blocks
+                kv.cached_blocks += entry.blocks
+                lru[key] = None
+        req.owned_keys = ()
+        req.shared_blocks = 0
+
+    def evict(self, blocks: int) -> None:
+        """Evict least recently used entries until ``blocks`` more blocks are physically free."""
+        kv = self.kv
+        lru = self.lru
+        entries = self.entries
+        while kv.total_blocks - kv.used_blocks - kv.cached_blocks < blocks:
+            key = next(iter(lru))
+            del lru[key]
+            entry = entries.pop(key)
+            kv.cached_blocks -= entry.blocks
+            self.evicted_blocks += entry.blocks
+
+    def fit(self, peak_used: int) -> None:
+        """Evict what allocations reaching ``peak_used`` blocks in use needed (after a run of
+        iterations computed without the cache: they only ever allocate what is free)."""
+        kv = self.kv
+        if peak_used + kv.cached_blocks > kv.total_blocks:
+            used = kv.used_blocks
+            kv.used_blocks = peak_used
+            self.evict(0)
+            kv.used_blocks = used

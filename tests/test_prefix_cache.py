@@ -1,0 +1,217 @@
+"""Prefix caching: the cache's bookkeeping, its hit rate on the Mooncake trace against the trace's
+ideal, LRU eviction, and that it changes nothing when off or when prompts carry no content."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cbsim
+from cbsim.kvcache import KVCache
+from cbsim.prefix_cache import PrefixCache, PrefixInterner, prefix_caching_on
+from cbsim.request import Request
+from cbsim.traces import load_trace
+
+BLOCK = 16
+
+
+def _request(ids: list[int], prompt: int, interner: PrefixInterner, size: int = 64) -> Request:
+    req = Request(0, 0.0, prompt, 8)
+    req.segments = interner.segments(ids, [size] * len(ids), prompt, BLOCK)
+    return req
+
+
+def _admit(cache: PrefixCache, req: Request) -> int:
+    """Admit ``req`` as a scheduler does: its cached prefix reused, the rest allocated; returns the
+    cached tokens."""
+    hit = cache.lookup(req)
+    need = -(-req.prefill_target // BLOCK)
+    cache.acquire(req, hit) if hit.segments else None
+    cache.kv.allocate(need - hit.blocks)
+    req.blocks = need
+    req.kv_tokens = hit.tokens(BLOCK)
+    return req.kv_tokens
+
+
+def _finish(cache: PrefixCache, req: Request) -> None:
+    cache.kv.free(req.blocks - req.shared_blocks)
+    cache.release(req)
+    req.blocks = 0
+
+
+def test_segment_keys_are_chained() -> None:
+    interner = PrefixInterner()
+    a = interner.segments([1, 2, 3], [64] * 3, 192, BLOCK)
+    b = interner.segments([1, 2, 4], [64] * 3, 192, BLOCK)
+    c = interner.segments([9, 2, 3], [64] * 3, 192, BLOCK)
+    assert a.keys[:2] == b.keys[:2] and a.keys[2] != b.keys[2]
+    assert not set(a.keys) & set(c.keys)  # the same ids after another first block differ
+    assert a.blocks == (4, 4, 4)
+    short = interner.segments([1, 2, 3], [64] * 3, 150, BLOCK)  # the last segment is partial
+    assert short.keys[:2] == a.keys[:2] and short.keys[2] != a.keys[2]
+    assert short.blocks == (4, 4, 150 // BLOCK - 128 // BLOCK)
+
+
+def test_a_fully_cached_prompt_computes_its_last_block() -> None:
+    interner = PrefixInterner()
+    cache = PrefixCache(KVCache(total_blocks=100, block_size=BLOCK))
+    first = _request([1, 2], 128, interner)
+    assert _admit(cache, first) == 0
+    cache.register(first)
+    assert cache.kv.used_blocks == 8 and first.shared_blocks == 8
+    again = _request([1, 2], 128, interner)
+    assert _admit(cache, again) == 112  # 7 of the 8 blocks; the block of token 128 is computed
+    assert cache.kv.used_blocks == 9  # the shared 8 and its own copy of the last block
+
+
+def test_finished_prefixes_stay_cached_and_are_evicted_lru_deepest_first() -> None:
+    interner = PrefixInterner()
+    kv = KVCache(total_blocks=24, block_size=BLOCK)
+    cache = PrefixCache(kv)
+    a = _request([1, 2], 128, interner)  # 8 blocks: segments of 4
+    b = _request([5, 6], 128, interner)
+    for req in (a, b):
+        _admit(cache, req)
+        cache.register(req)
+    _finish(cache, a)
+    _finish(cache, b)
+    assert kv.used_blocks == 0 and kv.cached_blocks == 16 and kv.free_blocks == 24
+    key_a1, key_a2 = a.segments.keys  # type: ignore[union-attr]
+    assert list(cache.lru) == [key_a2, key_a1, *reversed(b.segments.keys)]  # type: ignore[union-attr]
+    # reusing a's prefix makes it most recently used again
+    a2 = _request([1, 2, 7], 192, interner)
+    assert _admit(cache, a2) == 128
+    cache.register(a2)
+    _finish(cache, a2)
+    assert list(cache.lru)[:2] == list(reversed(b.segments.keys))  # type: ignore[union-attr]
+    # 8 physically free blocks; 12 more are needed: b's deepest segment goes, then its first
+    kv.allocate(kv.total_blocks - kv.used_blocks - kv.cached_blocks + 4)
+    assert b.segments.keys[1] not in cache.entries  # type: ignore[union-attr]
+    assert b.segments.keys[0] in cache.entries  # type: ignore[union-attr]
+    kv.allocate(4)
+    assert b.segments.keys[0] not in cache.entries  # type: ignore[union-attr]
+    assert key_a1 in cache.entries and cache.evicted_blocks == 8
+
+
+def test_the_engines_default_to_prefix_caching() -> None:
+    def on(engine: str, caching: bool | None = None) -> bool:
+        cluster: dict[str, Any] = {"engine": engine}
+        if caching is not None:
+            cluster["prefix_caching"] = caching
+        return prefix_caching_on(cbsim.load_scenario({"cluster": cluster, "workload": _WL}))
+
+    assert on("vllm") and on("sglang") and on("tensorrt-llm")
+    assert not on("none") and not on("vllm", False) and on("none", True)
+
+
+_WL = {"arrival": {"kind": "poisson", "rate": 1}, "num_requests": 4,
+       "prompt_tokens": {"kind": "fixed", "value": 100},
+       "output_tokens": {"kind": "fixed", "value": 10}}  # fmt: skip
+
+
+def _mooncake(**cluster: Any) -> dict[str, Any]:
+    return {
+        "name": "mooncake",
+        "seed": 3,
+        "workload": {"trace": {"path": "mooncake-conversation"}, "duration_s": 60},
+        "cluster": {"model": "llama-3.2-1b", "gpu": "h200", **cluster},
+        "scheduler": {"kind": "sarathi"},
+    }
+
+
+def _digest(results: cbsim.Results, drop: tuple[str, ...] = ()) -> str:
+    h = hashlib.sha256()
+    for frame in (results.requests.drop(columns=list(drop)), results.iterations):
+        h.update(pd.util.hash_pandas_object(frame, index=False).values.tobytes())
+    return h.hexdigest()
+
+
+def _ideal(prompts: np.ndarray, ids: list[tuple[int, ...]], size: int = 512) -> np.ndarray:
+    """Per request, the prompt tokens it could reuse if every earlier request's prefix blocks
+    were cached: its longest run of leading ids seen in any earlier request, in whole KV blocks,
+    never the block of its last prompt token."""
+    seen: set[tuple[int, ...]] = set()
+    out = np.zeros(len(prompts), dtype=np.int64)
+    for i, (prompt, blocks) in enumerate(zip(prompts.tolist(), ids, strict=True)):
+        n = 0
+        while n < len(blocks) and blocks[: n + 1] in seen:
+            n += 1
+        tokens = min(n * size, prompt) // BLOCK * BLOCK
+        out[i] = min(tokens, (prompt - 1) // BLOCK * BLOCK)
+        seen.update(blocks[: k + 1] for k in range(len(blocks)))
+    return out
+
+
+def test_hit_rate_reaches_the_traces_ideal_when_nothing_is_evicted() -> None:
+    data = _mooncake(tp=8)  # one KV head per GPU: room for every block of the first 10 minutes
+    data["workload"]["duration_s"] = 600
+    results = cbsim.simulate(cbsim.load_scenario(data))
+    assert results.run_info["prefix_caching"] and results.run_info["prefix_evicted_blocks"] == 0
+    req = results.requests
+    trace = load_trace("mooncake-conversation")
+    ids = list(trace["prefix_hash_ids"].iloc[: len(req)])
+    assert (req["prompt_tokens"].to_numpy() == trace["prompt_tokens"].to_numpy()[: len(req)]).all()
+    ideal = _ideal(req["prompt_tokens"].to_numpy(), ids)
+    cached = req["cached_tokens"].to_numpy()
+    assert (cached <= ideal).all()  # never above the ideal, request by request
+    # every shortfall is concurrency: each earlier request with one more matching block had not
+    # finished its prefill when this one was admitted
+    admitted = (req["server_arrival_s"] + req["queue_s"]).to_numpy()
+    prefilled = req["server_first_token_s"].to_numpy()
+    for i in np.flatnonzero(cached < ideal):
+        depth = (cached[i] // BLOCK * BLOCK) // 512 + 1  # the first trace block it missed
+        sharing = [j for j in range(i) if ids[j][:depth] == ids[i][:depth]]
+        assert sharing and min(prefilled[j] for j in sharing) > admitted[i]
+    rate = results.summary["prefix_hit_rate"]
+    assert rate == pytest.approx(cached.sum() / req["prompt_tokens"].sum())
+    assert rate > 0.25 and 0.99 * ideal.sum() / req["prompt_tokens"].sum() <= rate
+
+
+def test_a_small_cache_evicts_and_hits_less() -> None:
+    large = cbsim.simulate(cbsim.load_scenario(_mooncake()))
+    small = cbsim.simulate(cbsim.load_scenario(_mooncake(gpu_memory_utilization=0.05)))
+    assert small.run_info["prefix_evicted_blocks"] > 0
+    assert small.summary["prefix_hit_rate"] < large.summary["prefix_hit_rate"]
+    assert small.summary["prefix_hit_rate"] > 0
+
+
+def test_off_is_identical_to_prompts_without_content(tmp_path: Path) -> None:
+    off = cbsim.simulate(cbsim.load_scenario(_mooncake(prefix_caching=False)))
+    assert off.summary["prefix_hit_rate"] == 0.0 and (off.requests["cached_tokens"] == 0).all()
+    trace = load_trace("mooncake-conversation").drop(columns=["prefix_hash_ids"])
+    path = tmp_path / "no-ids.parquet"
+    trace.to_parquet(path)
+    data = _mooncake()
+    data["workload"]["trace"]["path"] = str(path)
+    no_ids = cbsim.simulate(cbsim.load_scenario(data))
+    assert _digest(off) == _digest(no_ids)
+
+
+@pytest.mark.parametrize("kind", ["sarathi", "vllm", "orca", "static"])
+@pytest.mark.parametrize("speculative", [False, True])
+def test_fast_forward_equals_stepping_with_prefix_caching(kind: str, speculative: bool) -> None:
+    """Small caches (evictions, preemptions), two replicas, a horizon."""
+    runs = []
+    for fast in (True, False):
+        data = _mooncake(gpu_memory_utilization=0.04, replicas=2, router="least_loaded")
+        data.update(fast_forward=fast, horizon_s=150.0)
+        data["scheduler"]["kind"] = kind
+        data["workload"]["trace"]["rate_scale"] = 3.0
+        data["workload"]["duration_s"] = 60
+        if speculative:
+            data["speculative"] = {
+                "enabled": True,
+                "proposer": {"kind": "eagle"},
+                "acceptance": {"kind": "per_request", "mean": 0.6},
+                "policy": {"kind": "goodput", "k_max": 6},
+            }
+        runs.append(cbsim.simulate(cbsim.load_scenario(data)))
+    assert runs[0].run_info["prefix_evicted_blocks"] > 0
+    assert runs[0].summary["prefix_hit_rate"] > 0
+    assert _digest(runs[0]) == _digest(runs[1])
+    assert runs[0].run_info["prefix_evicted_blocks"] == runs[1].run_info["prefix_evicted_blocks"]

@@ -83,6 +83,7 @@ class Replica:
     run_ends: list[float] | None = None
     run_remaining: np.ndarray | None = None
     run_left: list[int] | None = None  # a speculative run's outputs to come after each iteration
+    run: DecodeRun | None = None
     # while a decode run is in flight: an arrival landing here early enough to cut it (before
     # its last iteration starts; one arriving later is seen when the run ends) interrupts the
     # replica's process (SimPy interrupts are urgent: the replica cuts before anything else
@@ -107,13 +108,26 @@ class Replica:
         waiting = self.scheduler.waiting.tokens
         return running + waiting + self.inbound_tokens
 
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Prompt tokens of ``req`` this replica's prefix cache holds now (mid-run: after the
+        evictions of the iterations started so far, as a step-by-step replica would show)."""
+        sched = self.scheduler
+        run = self.run
+        if run is not None and sched.prefix is not None and sched.kv.cached_blocks:
+            started = bisect.bisect_right(run.starts, self.env.now)
+            if started:
+                sched.prefix.fit(max(run.kv_used[:started]))
+        return sched.cached_prefix_tokens(req)
+
     def start_run(self, run: DecodeRun) -> None:
+        self.run = run
         self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
         self.run_remaining = run.remaining
         self.run_left = run.remaining_after
 
     def end_run(self) -> None:
+        self.run = None
         self.run_ends = None
         self.run_remaining = None
         self.run_left = None
@@ -260,7 +274,7 @@ class Simulation:
         """A request leaves its client now: routed to a replica, and through that replica's front
         end (``request_s + prompt_token_s · P``, plus jitter) to its scheduler. With no front-end
         terms it reaches the scheduler at once."""
-        replica = self.replicas[self.router.route(self.replicas)]
+        replica = self.replicas[self.router.route(self.replicas, req)]
         req.replica = replica.index
         frontend = self.frontend
         if not frontend.delays_requests:

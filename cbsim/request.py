@@ -62,6 +62,7 @@ class Request:
         "request_id",
         "segments",
         "sent_s",
+        "session",
         "shared_blocks",
         "spec",
         "spec_steps",
@@ -110,6 +111,7 @@ class Request:
         self.owned_keys: tuple[int, ...] = ()
         self.shared_blocks = 0
         self.cached_tokens = 0
+        self.session = -1  # the conversation of a multi-turn workload (-1: none)
 
     @property
     def in_prefill(self) -> bool:

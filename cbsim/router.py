@@ -2,58 +2,137 @@
 
 ``round_robin`` cycles through replicas; ``least_loaded`` picks the replica with the fewest
 outstanding tokens (prefill still to do plus outputs still to sample, over waiting and running
-requests; ties to the lowest index); ``random`` draws uniformly from the scenario's "router" stream.
+requests, and requests still in its front end; ties to the lowest index); ``random`` draws
+uniformly from the scenario's "router" stream.
+
+With prefix caching two more route for cache hits, as fleet routers do (llm-d's precise
+prefix-cache scorer, SGLang's cache-aware router, Dynamo's KV router):
+
+``prefix_aware`` looks into every replica's prefix cache (:mod:`cbsim.prefix_cache`) and scores
+each replica ``hit − load / max_load``: ``hit`` is the fraction of the request's prompt that
+replica has cached now, ``load`` its outstanding tokens and ``max_load`` the largest over the
+replicas (all idle: every load term 0). A cached prefix is worth as much as an idle replica; a
+replica twice as loaded as another needs half the prompt more cached to win. Ties go to the
+lowest index; with no cache anywhere it is ``least_loaded``.
+
+``session_affinity`` sends every request of a conversation to the replica its first request went
+to (chosen ``least_loaded``): the session of a multi-turn workload, or, for a replayed trace
+(which has no sessions), the content of the prompt's first 1,024 tokens, as a gateway hashing
+the start of the prompt does (a system prompt most requests share, as in the Mooncake traces'
+first block, would otherwise send them all to one replica); requests with neither are routed
+``least_loaded``.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from cbsim.errors import unknown_name
+from cbsim.request import Request
 
 
 class Loaded(Protocol):
     def outstanding_tokens(self) -> int: ...
 
+    def cached_prefix_tokens(self, req: Request) -> int: ...
+
 
 class Router(Protocol):
-    def route(self, replicas: Sequence[Loaded]) -> int: ...
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int: ...
 
 
 class RoundRobinRouter:
     def __init__(self, rng: np.random.Generator) -> None:
         self._next = 0
 
-    def route(self, replicas: Sequence[Loaded]) -> int:
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int:
         index = self._next % len(replicas)
         self._next += 1
         return index
+
+
+def least_loaded(replicas: Sequence[Loaded]) -> int:
+    """The replica with the fewest outstanding tokens (the lowest index on ties)."""
+    loads = [r.outstanding_tokens() for r in replicas]
+    return loads.index(min(loads))
 
 
 class LeastLoadedRouter:
     def __init__(self, rng: np.random.Generator) -> None:
         pass
 
-    def route(self, replicas: Sequence[Loaded]) -> int:
-        loads = [r.outstanding_tokens() for r in replicas]
-        return loads.index(min(loads))
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int:
+        return least_loaded(replicas)
 
 
 class RandomRouter:
     def __init__(self, rng: np.random.Generator) -> None:
         self._rng = rng
 
-    def route(self, replicas: Sequence[Loaded]) -> int:
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int:
         return int(self._rng.integers(len(replicas)))
+
+
+class PrefixAwareRouter:
+    """``hit − load / max_load`` per replica, the highest wins (see the module docstring)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        pass
+
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int:
+        loads = [r.outstanding_tokens() for r in replicas]
+        top = max(loads)
+        prompt = req.prompt_tokens
+        best, best_score = 0, -np.inf
+        for index, replica in enumerate(replicas):
+            hit = replica.cached_prefix_tokens(req) / prompt if req.segments is not None else 0.0
+            score = hit - (loads[index] / top if top > 0 else 0.0)
+            if score > best_score:
+                best, best_score = index, score
+        return best
+
+
+class SessionAffinityRouter:
+    """A conversation's requests to one replica (see the module docstring)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._home: dict[tuple[str, int], int] = {}
+
+    def route(self, replicas: Sequence[Loaded], req: Request) -> int:
+        if req.session >= 0:
+            key = ("session", req.session)
+        elif req.segments is not None and req.segments.keys:
+            key = ("prefix", _affinity_key(req))
+        else:
+            return least_loaded(replicas)
+        home = self._home.get(key)
+        if home is None:
+            home = self._home[key] = least_loaded(replicas)
+        return home
+
+
+AFFINITY_PREFIX_TOKENS = 1024
+
+
+def _affinity_key(req: Request) -> int:
+    """The key of the prompt's first :data:`AFFINITY_PREFIX_TOKENS` tokens (its whole prompt when
+    shorter): the segment holding token 1,024 stands for everything up to it."""
+    segments = req.segments
+    assert segments is not None
+    index = bisect.bisect_left(segments.tokens, AFFINITY_PREFIX_TOKENS)
+    return segments.keys[min(index, len(segments.keys) - 1)]
 
 
 ROUTERS: dict[str, Callable[[np.random.Generator], Router]] = {
     "round_robin": RoundRobinRouter,
     "least_loaded": LeastLoadedRouter,
     "random": RandomRouter,
+    "prefix_aware": PrefixAwareRouter,
+    "session_affinity": SessionAffinityRouter,
 }
 
 

@@ -266,7 +266,9 @@ class Cluster(StrictModel):
     dtype: DType = "bf16"
     kv_dtype: KvDType | None = None
     replicas: ReplicaCount = 1
-    router: Literal["round_robin", "least_loaded", "random"] = "round_robin"
+    router: Literal["round_robin", "least_loaded", "random", "prefix_aware", "session_affinity"] = (
+        "round_robin"
+    )
     engine: str = "vllm"
     calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
     gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9

@@ -30,7 +30,8 @@ SLO, and at what price per token?". cbsim answers it by simulation, in three ste
    bracket until its width is within a relative tolerance (2 %). Every simulation is counted.
 
 2. **Fleet for a target load.** ``replicas = ceil(target / max_rate)``, then the fleet is
-   simulated at the target rate (``cluster.replicas = N``, router ``least_loaded``) under the same
+   simulated at the target rate (``cluster.replicas = N``, router ``least_loaded`` unless the
+   scenario routes ``prefix_aware`` or ``session_affinity``) under the same
    checks and grown one replica at a time until it passes. ``gpus = replicas × tp``,
    ``cost_per_hour = gpus × price per GPU-hour`` (:attr:`cbsim.hardware.GPU.price_per_hour`, or a
    ``prices`` override), and ``cost_per_million_output_tokens = cost_per_hour / output tokens per

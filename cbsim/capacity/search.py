@@ -30,6 +30,8 @@ DEFAULT_TOLERANCE = 0.02
 DEFAULT_MIN_REQUESTS = 200
 MAX_HALVINGS = 6  # the lowest rate tried is start / 2**6
 MAX_DOUBLINGS = 20
+# routers a fleet keeps (they see the replicas' load); any other becomes least_loaded
+LOAD_AWARE_ROUTERS = ("least_loaded", "prefix_aware", "session_affinity")
 
 
 Progress = Callable[[str], None]
@@ -184,7 +186,7 @@ def _point_data(
         wl["trace"]["time_scale"] = None
     cluster = data.setdefault("cluster", {})
     cluster["replicas"] = replicas
-    if replicas > 1:
+    if replicas > 1 and cluster.get("router") not in LOAD_AWARE_ROUTERS:
         cluster["router"] = "least_loaded"
     data["seed"] = seed
     data["horizon_s"] = 2 * duration + 600.0
@@ -316,7 +318,8 @@ def evaluate_rate(
     min_requests: int = DEFAULT_MIN_REQUESTS,
 ) -> Evaluation:
     """Whether ``replicas`` replicas of ``scenario`` sustain ``rate_rps`` within ``slo``: the same
-    checks, window and seeds as the search (a fleet uses the ``least_loaded`` router)."""
+    checks, window and seeds as the search (a fleet routes ``least_loaded`` unless the scenario
+    routes ``prefix_aware`` or ``session_affinity``)."""
     loaded, base = _resolve(scenario)
     targets = _checked_slo(loaded, slo)
     _check_search(window_s, DEFAULT_TOLERANCE, rate_rps, min_requests)

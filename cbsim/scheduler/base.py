@@ -247,6 +247,10 @@ class SchedulerPolicy(ABC):
             req.first_scheduled_s = now
         self.running.append(req)
 
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Prompt tokens of ``req`` this replica's prefix cache holds now (what routers see)."""
+        return self._lookup(req).tokens(self.kv.block_size)
+
     def _lookup(self, req: Request) -> Hit:
         """The cached prefix ``req`` would reuse if admitted now (none without prefix caching)."""
         return NO_HIT if self.prefix is None else self.prefix.lookup(req)

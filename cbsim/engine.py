@@ -54,6 +54,7 @@ from cbsim.rng import stream
 from cbsim.router import make_router
 from cbsim.scenario import Scenario
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
+from cbsim.sessions import SessionWorkload
 from cbsim.speculative.decoder import SpeculativeDecoding
 from cbsim.speculative.fast_run import (
     KernelSettings,
@@ -157,9 +158,14 @@ class Simulation:
         workload = build_workload(scenario, source)
         self.closed: ClosedLoopWorkload | None = None
         self.specs: RequestSpecs | None = None
+        self.sessions: SessionWorkload | None = None
+        self._turn_of: dict[int, int] = {}  # sessions: request id -> its turn
+        self._next_session = 0
         self.workload_warnings: list[str] = []
         if isinstance(workload, ClosedLoopWorkload):
             self.closed = workload
+        elif isinstance(workload, SessionWorkload):
+            self.sessions = workload
         else:
             self.specs = workload
             self.workload_warnings = list(workload.warnings)
@@ -262,9 +268,60 @@ class Simulation:
         block_size = self.replicas[0].scheduler.kv.block_size
         return self.interner.segments(ids, [size] * len(ids), prompt_tokens, block_size)
 
+    # ------------------------------------------------------------------ sessions
+
+    def _session_starts(self) -> Generator[simpy.Event, Any, None]:
+        """Each session sends its first turn when it starts."""
+        env = self.env
+        sessions = self.sessions
+        assert sessions is not None
+        for session, start in enumerate(sessions.starts.tolist()):
+            if start > env.now:
+                yield env.timeout(start - env.now)
+            self._next_session = session + 1
+            self._send_turn(session, 0, start)
+
+    def _send_turn(self, session: int, turn: int, sent: float) -> None:
+        """Turn ``turn`` of ``session`` leaves its user at ``sent`` (now or later)."""
+        sessions = self.sessions
+        assert sessions is not None
+        horizon = self.scenario.horizon_s
+        if horizon is not None and sent >= horizon:
+            return
+        spec = sessions.turn(session, turn)
+        index = self.sent
+        req = Request(index, sent, spec.prompt_tokens, spec.output_tokens, sent_s=sent,
+                      client=session)  # fmt: skip
+        req.session = session
+        if self.interner is not None:
+            block_size = self.replicas[0].scheduler.kv.block_size
+            limit = spec.prompt_tokens + spec.output_tokens
+            req.segments = self.interner.segments(spec.content, spec.sizes, limit, block_size)
+        self._turn_of[index] = turn
+        self.requests[index] = req
+        self.sent = index + 1
+        if sent <= self.env.now:
+            self._dispatch(req)
+            return
+        heapq.heappush(self._pending, sent)
+        event = self.env.timeout(sent - self.env.now)
+        event.callbacks.append(lambda _: self._dispatch_pending(req))
+
+    def _next_turn(self, req: Request, delivered: float) -> None:
+        """``req``'s answer reached its user at ``delivered``: the session's next turn follows."""
+        sessions = self.sessions
+        assert sessions is not None
+        turn = self._turn_of.pop(req.request_id) + 1
+        if turn < int(sessions.turns[req.session]):
+            self._send_turn(req.session, turn, delivered + sessions.think(self._clients))
+
     def next_arrival_s(self) -> float:
         """The earliest time a request may next reach a replica's scheduler (inf: none known)."""
         pending = self._pending[0] if self._pending else math.inf
+        sessions = self.sessions
+        if sessions is not None and self._next_session < len(sessions.starts):
+            start = float(sessions.starts[self._next_session])
+            return start if start < pending else pending
         if self.specs is not None and self._next_arrival < len(self.specs):
             sent = float(self.specs.arrival_s[self._next_arrival])
             return sent if sent < pending else pending
@@ -305,6 +362,8 @@ class Simulation:
             self._done_with(req)
             if self.closed is not None:
                 self._send(req.client, self.env.now + self._think_time())
+            elif self.sessions is not None:
+                self._turn_of.pop(req.request_id)  # a rejected turn ends its session
             return
         replica.scheduler.enqueue(req)
         if replica.wake is not None:
@@ -401,12 +460,14 @@ class Simulation:
         token has reached them."""
         finished, self._finished = self._finished, []
         self._done += len(finished)
-        closed = self.closed
-        if closed is None:
+        if self.closed is None and self.sessions is None:
             return
         for req in finished:
             delivered = req.finish_s if deliveries is None else deliveries[req.last_row - first_row]
-            self._send(req.client, delivered + self._think_time())
+            if self.sessions is not None:
+                self._next_turn(req, delivered)
+            else:
+                self._send(req.client, delivered + self._think_time())
 
     def _think_time(self) -> float:
         closed = self.closed
@@ -440,7 +501,7 @@ class Simulation:
         spec = self.spec
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
         streams = self.frontend.output_token_s > 0.0
-        closed = self.closed is not None
+        closed = self.closed is not None or self.sessions is not None  # finishes make arrivals
         # The replica keeps its own clock: iteration ends are start + duration exactly, whether
         # stepped or advanced in a decode run, even where SimPy's now + delay would round.
         clock = env.now
@@ -565,6 +626,8 @@ class Simulation:
         """The prompt lengths of the requests this run sends (so far, closed-loop)."""
         if self.specs is not None:
             return self.specs.prompt_tokens
+        if self.sessions is not None:
+            return self.sessions.prompt_lengths()
         assert self.closed is not None
         lengths = self.closed.lengths  # request i was sent with the i-th lengths
         return np.fromiter((lengths[i][0] for i in range(self.sent)), dtype=np.int64)
@@ -591,6 +654,8 @@ class Simulation:
         env = self.env
         if self.closed is not None:
             self._start_clients()
+        elif self.sessions is not None:
+            env.process(self._session_starts())
         else:
             env.process(self._arrivals())
         for replica in self.replicas:
@@ -620,7 +685,9 @@ class Simulation:
         return last
 
     def _all_sent(self) -> bool:
-        if self.closed is not None:
+        if self.sessions is not None and self._next_session < len(self.sessions.starts):
+            return False
+        if self.closed is not None or self.sessions is not None:
             return not self._pending and not any(r.scheduler.has_work for r in self.replicas)
         return self.sent == self.total_requests
 

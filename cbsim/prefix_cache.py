@@ -78,7 +78,8 @@ class PrefixInterner:
     def segments(self, content: list[int] | tuple[int, ...], sizes: list[int], prompt_tokens: int,
                  block_size: int) -> Segments:  # fmt: skip
         """The segments of a prompt made of ``content[s]`` ids of ``sizes[s]`` tokens each, cut at
-        ``prompt_tokens``."""
+        ``prompt_tokens``: the prompt's own ids, or (a session's turn) with its answer as one more
+        segment beyond the prompt, cut at the prompt and that answer's end."""
         keys: list[int] = []
         blocks: list[int] = []
         ends: list[int] = []
@@ -152,9 +153,12 @@ class PrefixCache:
             if entry is None:
                 break
             count += 1
-            blocks += size
             if entry.refs == 0:
                 revived += entry.blocks
+            if entry.blocks < size:  # an answer cached without its last, unfinished block
+                blocks += entry.blocks
+                break
+            blocks += size
         return Hit(count, min(blocks, cap), revived)
 
     def acquire(self, req: Request, hit: Hit) -> None:
@@ -182,7 +186,11 @@ class PrefixCache:
         first = len(req.owned_keys)  # the segments it reused (registering is once per admission)
         owned = list(req.owned_keys)
         shared = req.shared_blocks
-        for key, size in zip(segments.keys[first:], segments.blocks[first:], strict=True):
+        prompt = req.prompt_tokens
+        for s in range(first, len(segments.keys)):
+            if segments.tokens[s] > prompt:
+                break  # a session turn's answer: cached when it finishes
+            key, size = segments.keys[s], segments.blocks[s]
             if key in entries:
                 continue  # computed meanwhile by another request: ours stays a private copy
             entries[key] = CacheEntry(size, 1)
@@ -190,6 +198,31 @@ class PrefixCache:
             shared += size
         req.owned_keys = tuple(owned)
         req.shared_blocks = shared
+
+    def finish(self, req: Request) -> None:
+        """``req`` finished holding ``req.blocks`` blocks (in use): a session turn's answer joins
+        the cache (unreferenced, so evicted before the prompt it follows), its other private
+        blocks are freed and its entries released."""
+        kv = self.kv
+        segments = req.segments
+        kept = 0
+        if segments is not None and segments.tokens[-1] > req.prompt_tokens:
+            key = segments.keys[-1]
+            block_size = kv.block_size
+            start = req.prompt_tokens
+            # the KV holds every token but the last one sampled
+            kept = (start + req.output_tokens - 1) // block_size - start // block_size
+            if kept > 0 and key not in self.entries:
+                self.entries[key] = CacheEntry(kept, 0)
+                self.lru[key] = None
+                kv.used_blocks -= kept
+                kv.cached_blocks += kept
+            else:
+                kept = 0
+        kv.free(req.blocks - kept - req.shared_blocks)
+        if req.owned_keys:
+            self.release(req)
+        req.blocks = 0
 
     def release(self, req: Request) -> None:
         """``req`` finished or was preempted: its entries lose a reference, and those nobody uses

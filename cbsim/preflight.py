@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cbsim.scenario import Scenario
+from cbsim.sessions import SessionWorkload
 from cbsim.simulate import scenario_warnings
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
 
@@ -38,9 +39,13 @@ def preflight(scenario: Scenario, source: str | None = None) -> Preflight:
     return Preflight(lines, scenario_warnings(scenario, source, workload))
 
 
-def _workload_lines(scenario: Scenario, workload: RequestSpecs | ClosedLoopWorkload) -> list[str]:
+def _workload_lines(
+    scenario: Scenario, workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload
+) -> list[str]:
     if isinstance(workload, ClosedLoopWorkload):
         return _closed_loop_lines(workload)
+    if isinstance(workload, SessionWorkload):
+        return _session_lines(scenario, workload)
     arrivals = workload.arrival_s
     count = len(arrivals)
     span = float(arrivals[-1] - arrivals[0]) if count else 0.0
@@ -71,6 +76,19 @@ def _closed_loop_lines(workload: ClosedLoopWorkload) -> list[str]:
         f"{' or '.join(limits)}{think}",
         _lengths_line("prompt tokens", pairs[:, 0]) + note,
         _lengths_line("output tokens", pairs[:, 1]) + note,
+    ]
+
+
+def _session_lines(scenario: Scenario, workload: SessionWorkload) -> list[str]:
+    starts = workload.starts
+    span = float(starts[-1] - starts[0]) if len(starts) else 0.0
+    think = f", think time {workload.think_time_s:g} s" if workload.think_time_s else ""
+    return [
+        f"sessions: {len(starts):,} over {_seconds(span)} ({_arrival_kind(scenario)}), "
+        f"{len(workload):,} turns in all{think}",
+        _lengths_line("turns per session", workload.turns),
+        _lengths_line("prompt tokens", workload.prompt_lengths()),
+        _lengths_line("output tokens", workload.answer_tokens),
     ]
 
 

@@ -206,8 +206,37 @@ class TraceReplay(StrictModel):
         return self.time_scale if self.time_scale is not None else 1.0
 
 
+class SystemPrompt(StrictModel):
+    """A system prompt sessions share: ``templates`` different ones, each ``tokens`` long (drawn
+    once per template); a session uses template r (r = 1, 2, ...) with probability proportional
+    to 1 / r**zipf (0: all alike)."""
+
+    templates: Annotated[int, NotBool, Field(ge=1, le=10_000)] = 4
+    tokens: Length
+    zipf: Annotated[float, NotBool, Field(ge=0.0, le=10.0)] = 1.0
+
+
+class Sessions(StrictModel):
+    """Multi-turn conversations (:mod:`cbsim.sessions`). Sessions start by ``workload.arrival``
+    (poisson or gamma; its rate counts sessions per second), ``count`` of them or as many as
+    start within ``workload.duration_s``. A session has ``turns`` turns; turn t sends the whole
+    conversation so far as its prompt (the system prompt, every earlier user message and answer,
+    then its own ``user_tokens`` message) and asks for ``answer_tokens`` tokens; it is sent
+    ``think_time_s`` (``fixed``, or ``exponential`` with that mean) after the previous answer has
+    reached the user. A rejected turn ends its session."""
+
+    count: RequestCount | None = None
+    turns: Length
+    user_tokens: Length
+    answer_tokens: Length
+    think_time_s: TimeOffset = 0.0
+    think_time: Literal["fixed", "exponential"] = "fixed"
+    system_prompt: SystemPrompt | None = None
+
+
 class Workload(StrictModel):
-    """What arrives: a synthetic process, a replayed trace, or trace lengths with synthetic arrivals."""
+    """What arrives: a synthetic process, a replayed trace, trace lengths with synthetic arrivals,
+    or multi-turn sessions."""
 
     num_requests: RequestCount | None = None
     duration_s: Seconds | None = None
@@ -215,9 +244,12 @@ class Workload(StrictModel):
     prompt_tokens: Length | None = None
     output_tokens: Length | None = None
     trace: TraceReplay | None = None
+    sessions: Sessions | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
+        if self.sessions is not None:
+            return self._sessions_complete()
         if self.trace is None:
             if self.arrival is None:
                 raise ValueError(
@@ -230,6 +262,27 @@ class Workload(StrictModel):
                 raise ValueError("give num_requests or duration_s (or a trace)")
         if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
             raise ValueError("arrival kind 'offline' needs num_requests")
+        return self
+
+    def _sessions_complete(self) -> Workload:
+        assert self.sessions is not None
+        if not isinstance(self.arrival, PoissonArrival | GammaArrival):
+            raise ValueError(
+                "sessions start by workload.arrival: give it (kind poisson or gamma; its rate "
+                "is sessions per second)"
+            )
+        extra = [
+            name
+            for name in ("trace", "prompt_tokens", "output_tokens", "num_requests")
+            if getattr(self, name) is not None
+        ]
+        if extra:
+            raise ValueError(
+                f"with sessions leave out {', '.join(extra)} (sessions.count, user_tokens and "
+                "answer_tokens say it)"
+            )
+        if self.sessions.count is None and self.duration_s is None:
+            raise ValueError("give sessions.count or duration_s")
         return self
 
     @property
@@ -598,7 +651,7 @@ class Scenario(StrictModel):
         from_acceptance_trace = self.speculative.enabled and isinstance(
             self.speculative.acceptance, TraceAcceptance
         )
-        if wl.trace is not None or from_acceptance_trace:
+        if wl.trace is not None or wl.sessions is not None or from_acceptance_trace:
             return []
         return [n for n in ("prompt_tokens", "output_tokens") if getattr(wl, n) is None]
 

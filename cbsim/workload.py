@@ -36,6 +36,7 @@ from cbsim.scenario import (
     TraceArrival,
     UniformLength,
 )
+from cbsim.sessions import SessionWorkload, build_sessions
 from cbsim.speculative.acceptance_trace import load_acceptance_trace
 from cbsim.traces import load_trace
 
@@ -230,10 +231,20 @@ def _check_arrivals(scenario: Scenario, arrivals: np.ndarray, source: str | None
 
 def build_workload(
     scenario: Scenario, source: str | None = None
-) -> RequestSpecs | ClosedLoopWorkload:
-    """Materialise the scenario's requests (or, closed-loop, the source of their lengths), after
-    checking they stay within :mod:`cbsim.limits`."""
+) -> RequestSpecs | ClosedLoopWorkload | SessionWorkload:
+    """Materialise the scenario's requests (or, closed-loop, the source of their lengths; with
+    sessions, the drawn sessions), after checking they stay within :mod:`cbsim.limits`."""
     check_workload_size(scenario, source)
+    if scenario.workload.sessions is not None:
+        if _acceptance_trace(scenario) is not None:
+            raise CbsimError(
+                "sessions draw their own lengths: an acceptance trace cannot supply them",
+                source=source,
+                field="speculative.acceptance",
+            )
+        sessions = build_sessions(scenario, source)
+        _check_arrivals(scenario, sessions.starts, source)
+        return sessions
     specs = _build(scenario, source)
     if isinstance(specs, RequestSpecs):
         _check_arrivals(scenario, specs.arrival_s, source)

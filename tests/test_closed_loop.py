@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import cbsim
 from cbsim.cost.engine_profile import Frontend, StepOverhead, load_engine_profile
 from cbsim.errors import CbsimError
+from cbsim.request import Request
 from tests.conftest import small_scenario, summaries_equal
 
 
@@ -218,7 +219,7 @@ def test_a_replicas_remembered_running_tokens_are_always_current(
     route = LeastLoadedRouter.route
     fresh = SchedulerPolicy.running_tokens
 
-    def checking_route(self: LeastLoadedRouter, replicas: list) -> int:  # type: ignore[type-arg]
+    def checking_route(self: LeastLoadedRouter, replicas: list, req: Request) -> int:  # type: ignore[type-arg]
         nonlocal checked
         for replica in replicas:
             sched = replica.scheduler
@@ -226,7 +227,7 @@ def test_a_replicas_remembered_running_tokens_are_always_current(
             sched.forget_running_tokens()
             assert remembered == fresh(sched)
             checked += 1
-        return route(self, replicas)
+        return route(self, replicas, req)
 
     monkeypatch.setattr(LeastLoadedRouter, "route", checking_route)
     if closed_loop:

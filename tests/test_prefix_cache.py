@@ -233,7 +233,7 @@ def _fleet(router: str) -> cbsim.Results:
                     "replicas": 4,
                     "router": router,
                 },
-            }  # fmt: skip
+            }
         )
     )
 

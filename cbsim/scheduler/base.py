@@ -212,8 +212,7 @@ class SchedulerPolicy(ABC):
             if req.generated >= req.output_tokens:
                 req.status = Status.FINISHED
                 req.finish_s = ends[steps - 1]
-                req.blocks = 0
-                finished.append(req)
+                finished.append(req)  # holding its final blocks until settled
                 on_finish(req)
             else:
                 still_running.append(req)
@@ -223,19 +222,21 @@ class SchedulerPolicy(ABC):
         self.settle_run(run, finished)
 
     def settle_run(self, run: DecodeRun, finished: list[Request]) -> None:
-        """The prefix cache after a run of iterations computed without it (their allocations only
-        ever took free blocks): the cached blocks stepping would have evicted for them, then the
-        finished requests' entries released, in batch order. With prefix caching on a run with
-        cache entries stops at its first finish, so every release comes after every allocation."""
+        """After a run of iterations computed without the prefix cache (their allocations only
+        ever took free blocks, and the run freed its finished requests' ``blocks``): the cached
+        blocks stepping would have evicted for them, then each finished request's blocks back
+        in the cache's hands (answer cached, entries released), in batch order. With prefix
+        caching on, a run with cache entries stops at its first finish, so every release comes
+        after every allocation."""
         prefix = self.prefix
-        if prefix is None:
-            return
-        if self.kv.cached_blocks:
-            prefix.fit(max(run.kv_used))
+        if prefix is not None:
+            if self.kv.cached_blocks:
+                prefix.fit(max(run.kv_used))
+            for req in finished:
+                self.kv.used_blocks += req.blocks  # as if the run had not freed them
+                prefix.finish(req)
         for req in finished:
-            if req.owned_keys:
-                self.kv.used_blocks += req.shared_blocks  # the run freed all of its blocks
-                prefix.release(req)
+            req.blocks = 0
 
     # ------------------------------------------------------------------ shared mechanics
 
@@ -415,10 +416,10 @@ class SchedulerPolicy(ABC):
             if req.generated >= req.output_tokens:
                 req.status = Status.FINISHED
                 req.finish_s = now
-                self.kv.free(req.blocks - req.shared_blocks)
-                if req.owned_keys:
-                    assert prefix is not None
-                    prefix.release(req)
+                if prefix is None:
+                    self.kv.free(req.blocks)
+                else:
+                    prefix.finish(req)
                 req.blocks = 0
                 any_finished = True
                 on_finish(req)

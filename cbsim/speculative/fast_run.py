@@ -309,8 +309,7 @@ def spec_run_kernel(
             generated[i] += emitted
             emitted_total += emitted
             if generated[i] >= output[i]:
-                used -= blocks[i]
-                blocks[i] = 0
+                used -= blocks[i]  # its final blocks stay in blocks[i] (see apply_spec_run)
                 counters[FINISHED_AT, i] = j_row
                 finishing = True
             else:

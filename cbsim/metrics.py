@@ -24,6 +24,9 @@ follow common serving benchmarks (vLLM, Vidur):
   ``span_s`` is the time a window covers: its width, except the last window, which ends with the
   run; rates (``output_tokens_per_s``) and time averages are over that span, so the last window
   reads what happened in it, not a false drop from dividing part of a window by all of it.
+  ``prefix_hit_rate`` is the prompt tokens reused from the prefix cache over the prompt tokens of
+  the requests first admitted in the window (NaN when none was); the summary's is the same over
+  the whole run, :func:`prefix_hit_rates` per replica.
 
 Streaming (:meth:`Recorder.stream`, ``simulate(..., stream_to=PATH)``): instead of holding every
 iteration row until the end, the recorder writes its iteration columns to a parquet file, one row
@@ -82,7 +85,7 @@ ITERATION_COLUMNS = [
 
 TIMESERIES_COLUMNS = [
     "t_s", "output_tokens_per_s", "requests_completed", "arrivals", "waiting", "kv_utilization",
-    "batch_size", "mean_k", "acceptance_rate", "span_s",
+    "batch_size", "mean_k", "acceptance_rate", "prefix_hit_rate", "span_s",
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)
@@ -673,6 +676,15 @@ def _percentiles(values: np.ndarray, prefix: str, out: dict[str, float]) -> None
     out[f"{prefix}_mean_s"] = float(values.mean()) if len(values) else math.nan
 
 
+def prefix_hit_rates(requests: pd.DataFrame) -> pd.Series:
+    """Prefix-cache hit rate per replica: its requests' reused prompt tokens over their prompt
+    tokens (rejected requests left out)."""
+    admitted = requests[requests["status"] != "rejected"]
+    sums = admitted.groupby("replica")[["cached_tokens", "prompt_tokens"]].sum()
+    rates: pd.Series = sums["cached_tokens"] / sums["prompt_tokens"]
+    return rates.rename("prefix_hit_rate")
+
+
 def meets_slo(requests: pd.DataFrame, scenario: Scenario) -> np.ndarray:
     """Boolean per request: finished and within every SLO target the scenario gives."""
     ok = (requests["status"] == "finished").to_numpy().copy()
@@ -735,7 +747,9 @@ def summarize(
     }
     admitted = (status != "rejected").to_numpy()
     prompt_total = int(requests["prompt_tokens"][admitted].sum())
-    cached_total = int(requests["cached_tokens"][admitted].sum())
+    cached_total = (
+        int(requests["cached_tokens"][admitted].sum()) if "cached_tokens" in requests else 0
+    )
     _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
     _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
     _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
@@ -953,14 +967,22 @@ def timeseries(
     windows = _window_count(max(ends), window_s)
     span = _window_spans(max(ends), window_s, windows)
 
-    def total(times: np.ndarray) -> np.ndarray:
+    def total(times: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
         bins = np.minimum((times // window_s).astype(np.int64), windows - 1)
-        return np.bincount(bins, minlength=windows)[:windows]
+        return np.bincount(bins, weights=weights, minlength=windows)[:windows]
 
     by_window = sums.result(windows)
     busy, drafted, accepted = by_window["busy"], by_window["drafted"], by_window["accepted"]
     finished = requests["finish_s"].to_numpy(dtype=float)
     finished = finished[~np.isnan(finished)]
+    # prefix caching: prompt tokens reused / prompt tokens of the requests first admitted in a
+    # window
+    reused = prompted = np.zeros(windows)
+    if {"server_arrival_s", "queue_s", "cached_tokens"} <= set(requests.columns):
+        admitted = (requests["server_arrival_s"] + requests["queue_s"]).to_numpy(dtype=float)
+        seen = ~np.isnan(admitted)
+        reused = total(admitted[seen], requests["cached_tokens"].to_numpy(dtype=float)[seen])
+        prompted = total(admitted[seen], requests["prompt_tokens"].to_numpy(dtype=float)[seen])
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
@@ -973,6 +995,7 @@ def timeseries(
                 "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
                 "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+                "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
                 "span_s": span,
             }
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -250,6 +251,28 @@ def throughput_and_queue(
     handles = left.get_lines() + right.get_lines()
     left.legend(handles, [str(h.get_label()) for h in handles], loc="upper left", fontsize=8)
     return _figure_of(left)
+
+
+def prefix_hit_rate_over_time(
+    results: Results | pd.DataFrame, *, ax: Axes | None = None, title: str | None = None
+) -> Figure:
+    """The prefix-cache hit rate over time (reused / prompt tokens of the requests first admitted
+    in each window; windows admitting nothing are left blank), with the run's overall rate dashed
+    when ``results`` is a :class:`Results` (else its ``timeseries`` frame)."""
+    ts, end = _timeseries(results)
+    (axis,) = _axes(ax, (1, 1), (8.0, 3.2))
+    t = _column(ts, "t_s")
+    _step(axis, t, _column(ts, "prefix_hit_rate"), end, color="C2", label="per window")
+    if isinstance(results, Results):
+        overall = float(results.summary.get("prefix_hit_rate", math.nan))
+        axis.axhline(overall, color="C2", linestyle="--", linewidth=1, label="whole run")
+    axis.set_xlabel("time (s)")
+    axis.set_ylabel("prefix cache hit rate")
+    axis.set_ylim(0, 1)
+    _time_limits(axis, t, end)
+    axis.set_title(title or "Prompt tokens reused from the prefix cache")
+    axis.legend(loc="upper left", fontsize=8)
+    return _figure_of(axis)
 
 
 def batch_kv_k_over_time(

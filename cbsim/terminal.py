@@ -214,6 +214,8 @@ def summary_table(results: Results) -> Table:
         table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
         table.add_row("tokens per verify step", _fmt(s.get("mean_acceptance_length"), ".2f"))
         table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
+    if s.get("prefix_hit_rate"):
+        table.add_row("prefix cache hit rate", _fmt(s.get("prefix_hit_rate"), ".3f"))
     table.add_row("preemptions", str(s.get("preemptions", "n/a")))
     table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
     table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))

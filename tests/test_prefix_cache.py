@@ -255,3 +255,24 @@ def test_session_affinity_keeps_a_prefix_on_one_replica() -> None:
     homes = pd.DataFrame({"first": start, "replica": req["replica"]})
     assert (homes.groupby("first")["replica"].nunique() == 1).all()
     assert results.summary["prefix_hit_rate"] > _fleet("round_robin").summary["prefix_hit_rate"]
+
+
+def test_hit_rate_views_add_up(tmp_path: Path) -> None:
+    from cbsim import plots
+    from cbsim.metrics import prefix_hit_rates
+    from cbsim.report import render_markdown, run_report
+
+    results = cbsim.simulate(cbsim.load_scenario(_mooncake(replicas=2, router="prefix_aware")))
+    req = results.requests
+    per_replica = prefix_hit_rates(req)
+    assert list(per_replica.index) == [0, 1]
+    for replica, rate in per_replica.items():
+        mine = req[req["replica"] == replica]
+        assert rate == pytest.approx(mine["cached_tokens"].sum() / mine["prompt_tokens"].sum())
+    ts = results.timeseries
+    rates = ts["prefix_hit_rate"].dropna()
+    assert len(rates) > 2 and rates.between(0, 1).all()
+    figure = plots.prefix_hit_rate_over_time(results)
+    assert figure.axes and figure.axes[0].get_lines()
+    text, _images = render_markdown(run_report(results))
+    assert "Prefix cache" in text and "prefix cache hit rate" in text

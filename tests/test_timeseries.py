@@ -74,6 +74,12 @@ def reference_timeseries(
     drafted = total(start, iterations["drafted_tokens"].to_numpy(dtype=float))
     accepted = total(start, iterations["accepted_tokens"].to_numpy(dtype=float))
     k_weight = integral(iterations["mean_k"].to_numpy(dtype=float))
+    reused = prompted = np.zeros(windows)
+    if "cached_tokens" in requests:
+        admitted = (requests["server_arrival_s"] + requests["queue_s"]).to_numpy(dtype=float)
+        seen = ~np.isnan(admitted)
+        reused = total(admitted[seen], requests["cached_tokens"].to_numpy(dtype=float)[seen])
+        prompted = total(admitted[seen], requests["prompt_tokens"].to_numpy(dtype=float)[seen])
     with np.errstate(invalid="ignore", divide="ignore"):
         return pd.DataFrame(
             {
@@ -89,6 +95,7 @@ def reference_timeseries(
                 "batch_size": np.where(busy > 0, integral(batch) / busy, 0.0),
                 "mean_k": np.where(busy > 0, k_weight / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+                "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
                 "span_s": span,
             }
         )

@@ -16,6 +16,7 @@ import yaml
 
 from cbsim import plots
 from cbsim.errors import CbsimError
+from cbsim.metrics import prefix_hit_rates
 from cbsim.report.document import Code, Facts, Report, Section, Table
 from cbsim.report.formatting import _figure_image, _get, _with_unit, format_value
 from cbsim.report.sources import _read_json
@@ -197,6 +198,15 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
         ("busy fraction", format_value(s.get("busy_fraction")), "fraction"),
         ("makespan", format_value(s.get("makespan_s")), "s"),
     ]
+    cached = bool(
+        "cached_tokens" in data.requests.columns
+        and float(pd.to_numeric(data.requests["cached_tokens"]).sum()) > 0
+    )
+    if cached or data.run_info.get("prefix_caching"):
+        headline.append(
+            ("prefix cache hit rate (reused / prompt tokens)", format_value(
+                s.get("prefix_hit_rate")), "fraction")
+        )  # fmt: skip
     if speculated:
         headline += [
             (
@@ -282,6 +292,27 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
             ],
         )
     )
+    if cached:
+        rates = prefix_hit_rates(data.requests)
+        report.sections.append(
+            Section(
+                "Prefix cache",
+                [
+                    _figure_image(
+                        plots.prefix_hit_rate_over_time(source_run),
+                        "prefix-hit-rate",
+                        "Prefix cache hit rate over time",
+                        "Prompt tokens reused from the prefix cache over the prompt tokens of the "
+                        "requests first admitted in each window.",
+                    ),
+                    Table(
+                        ["replica", "hit rate"],
+                        [[str(r), format_value(v)] for r, v in rates.items()],
+                        caption="Hit rate per replica (reused / prompt tokens of its requests).",
+                    ),
+                ],
+            )
+        )
     if speculated:
         report.sections.append(
             Section(

@@ -32,6 +32,8 @@ tokens occupy, ``shared_blocks`` those that belong to cache entries.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass, field
 
 from cbsim.cost.engine_profile import load_engine_profile
@@ -70,35 +72,48 @@ class Segments:
 @dataclass(slots=True)
 class PrefixInterner:
     """Chained segment keys: the key of a segment is a small integer standing for (the key of the
-    segment before it, its own content id, its length), so equal keys mean equal prefixes,
-    exactly (no hash collisions). One interner per simulation, shared by every replica."""
+    segment before it, its own content id, and its length when the prompt cuts it short), so equal
+    keys mean equal prefixes, exactly (no hash collisions). One interner per simulation, shared by
+    every replica."""
 
-    _keys: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    _keys: dict[tuple[int, ...], int] = field(default_factory=dict)
 
     def segments(self, content: list[int] | tuple[int, ...], sizes: list[int], prompt_tokens: int,
                  block_size: int) -> Segments:  # fmt: skip
         """The segments of a prompt made of ``content[s]`` ids of ``sizes[s]`` tokens each, cut at
         ``prompt_tokens``: the prompt's own ids, or (a session's turn) with its answer as one more
         segment beyond the prompt, cut at the prompt and that answer's end."""
-        keys: list[int] = []
-        blocks: list[int] = []
-        ends: list[int] = []
-        parent = -1
-        start = 0
+        ends = list(itertools.accumulate(sizes))
+        count = bisect.bisect_left(ends, prompt_tokens) + 1  # segments that start in the prompt
+        if count > len(ends):
+            count = len(ends)
+        ends = ends[:count]
+        if ends[-1] > prompt_tokens:
+            ends[-1] = prompt_tokens
         table = self._keys
-        for content_id, size in zip(content, sizes, strict=True):
-            if start >= prompt_tokens:
-                break
-            end = min(start + size, prompt_tokens)
-            ident = (parent, int(content_id), end - start)
-            key = table.get(ident)
+        get = table.get
+        keys: list[int] = []
+        parent = -1
+        for content_id in content[: count - 1]:  # whole segments: (parent, content)
+            ident = (parent, content_id)
+            key = get(ident)
             if key is None:
                 key = table[ident] = len(table)
             keys.append(key)
-            blocks.append(end // block_size - start // block_size)
-            ends.append(end)
             parent = key
-            start = end
+        start = ends[-2] if count > 1 else 0
+        length = ends[-1] - start
+        last: tuple[int, ...] = (parent, content[count - 1])
+        if length < sizes[count - 1]:  # cut short: only its first tokens are this content
+            last = (parent, content[count - 1], length)
+        key = get(last)
+        if key is None:
+            key = table[last] = len(table)
+        keys.append(key)
+        starts = [0, *ends[:-1]]
+        blocks = [
+            end // block_size - begin // block_size for begin, end in zip(starts, ends, strict=True)
+        ]
         return Segments(tuple(keys), tuple(blocks), tuple(ends))
 
 

@@ -49,6 +49,7 @@ from cbsim.hardware import get_gpu
 from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
 from cbsim.models import get_model
 from cbsim.outputs import check_replaceable
+from cbsim.prefix_cache import prefix_caching_on
 from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import Scenario, load_scenario
@@ -105,7 +106,7 @@ def format_duration(seconds: float) -> str:
 
 def describe(scenario: Scenario) -> str:
     """One line: model, GPU, tensor parallelism, precisions, replicas, engine, scheduler and its
-    budget, speculation (with the engine's defaults filled in)."""
+    budget, prefix caching, speculation (with the engine's defaults filled in)."""
     cluster = scenario.cluster
     sched = scenario.scheduler
     spec = scenario.speculative
@@ -114,12 +115,15 @@ def describe(scenario: Scenario) -> str:
     else:
         speculation = "speculation off"
     replicas = f"{cluster.replicas} replica{'s' if cluster.replicas != 1 else ''}"
+    if cluster.replicas > 1:
+        replicas += f" ({cluster.router})"
+    caching = "prefix caching on" if prefix_caching_on(scenario) else "prefix caching off"
     budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
     return (
         f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}, {cluster.dtype} weights, "
         f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
         f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
-        f"blocks of {sched.block_size}), {speculation}"
+        f"blocks of {sched.block_size}), {caching}, {speculation}"
     )
 
 

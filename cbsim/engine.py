@@ -43,7 +43,7 @@ from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kernel_call import KernelCall
-from cbsim.kvcache import KVCache
+from cbsim.kvcache import KVCache, kv_bytes_per_token_per_gpu
 from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
@@ -179,8 +179,16 @@ class Simulation:
         self.interner: PrefixInterner | None = None
         if self.prefix_caching:
             self.interner = PrefixInterner()
+            cpu_blocks, load_s_per_block = self._cpu_tier()
             for replica in self.replicas:
-                replica.scheduler.prefix = PrefixCache(replica.scheduler.kv)
+                kv = replica.scheduler.kv
+                replica.scheduler.prefix = PrefixCache(kv, cpu_blocks, load_s_per_block)
+        elif cluster.kv_offload is not None:
+            raise CbsimError(
+                "a CPU tier holds what the prefix cache evicts: turn prefix caching on",
+                source=source,
+                field="cluster.kv_offload",
+            )
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
         # the requests sent and still in flight, by id; done with, they go into the table
@@ -214,6 +222,18 @@ class Simulation:
             self.spec is None or self.spec_kernel is not None
         )
         self.total_requests = len(workload)
+
+    def _cpu_tier(self) -> tuple[int, float]:
+        """The CPU tier's capacity in blocks and the seconds one block takes to load (0, 0.0:
+        none): per GPU, its bytes of one block over its host memory and PCIe bandwidth."""
+        offload = self.scenario.cluster.kv_offload
+        if offload is None:
+            return 0, 0.0
+        cluster = self.scenario.cluster
+        per_token = kv_bytes_per_token_per_gpu(self.model, cluster.tp, self.cost.kv_dtype)
+        block_bytes = per_token * self.scenario.scheduler.block_size
+        blocks = int(offload.cpu_gib * 2**30 // block_bytes)
+        return blocks, block_bytes / (offload.bandwidth_gib_s * 2**30)
 
     def _new_kv_cache(self) -> KVCache:
         cluster = self.scenario.cluster
@@ -567,6 +587,8 @@ class Simulation:
             else:
                 duration = spec.plan(batch, sched, index) + cost.time_stats(batch.stats)
                 sched.forget_running_tokens()  # drafts' KV may have preempted requests
+            if batch.load_s > duration:  # a CPU-tier load overlapped layer by layer
+                duration = batch.load_s
             kv_used = sched.kv.used_blocks
             end = start + duration
             yield _iteration_end(env, duration if env.now == start else _exact_delay(env.now, end))

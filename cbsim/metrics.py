@@ -72,7 +72,8 @@ if TYPE_CHECKING:
 
 REQUEST_COLUMNS = [
     "request_id", "replica", "client", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-    "cached_tokens", "output_tokens", "ttft_s", "tpot_s", "e2e_s", "queue_s", "preemptions", "spec_steps",
+    "cached_tokens", "cached_tokens_cpu", "kv_load_s", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+    "queue_s", "preemptions", "spec_steps",
     "drafted_tokens", "accepted_tokens", "mean_k", "status", "server_arrival_s",
     "server_first_token_s", "server_finish_s", "server_ttft_s", "server_tpot_s", "server_e2e_s",
 ]  # fmt: skip
@@ -750,6 +751,9 @@ def summarize(
     cached_total = (
         int(requests["cached_tokens"][admitted].sum()) if "cached_tokens" in requests else 0
     )
+    cpu_total = (
+        int(requests["cached_tokens_cpu"][admitted].sum()) if "cached_tokens_cpu" in requests else 0
+    )
     _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
     _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
     _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
@@ -792,6 +796,8 @@ def summarize(
             "max_batch_size": totals.max_batch,
             # prefix caching: prompt tokens reused at admission / prompt tokens of admitted requests
             "prefix_hit_rate": cached_total / prompt_total if prompt_total else 0.0,
+            # of which loaded from the CPU tier
+            "prefix_hit_rate_cpu": cpu_total / prompt_total if prompt_total else 0.0,
             "warnings": "; ".join(warnings),
         }
     )

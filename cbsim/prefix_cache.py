@@ -24,6 +24,16 @@ segments it computed join the cache (a prefix still being prefilled is not yet r
 blocks are then shared: they stay cached when it finishes or is preempted, and a preempted
 request readmitted later finds its prompt again.
 
+With a CPU tier (``cluster.kv_offload``, as LMCache, vLLM's offloading connector or SGLang's
+HiCache) an entry evicted from GPU memory is kept in host memory (least recently used entries
+dropped when it is full). A request's cached run may continue there after its GPU part: those
+blocks are allocated in GPU memory and loaded over PCIe, taking ``blocks · bytes per block /
+bandwidth`` (per GPU, all GPUs of a replica loading their shards at once); the step that
+prefills the request waits for the load only where it is longer than its compute (the load
+overlaps the step layer by layer, LMCache's layer-wise mode and HiCache's behaviour). The
+loaded segments join the GPU cache again when the request's prefill completes; their CPU copies
+stay.
+
 Accounting (one replica): ``kv.used_blocks`` = the running requests' private blocks + the blocks
 of entries with references; ``kv.cached_blocks`` = the blocks of entries without (free for
 allocation, evicted when an allocation needs them). A request's ``blocks`` counts every block its
@@ -127,15 +137,19 @@ class CacheEntry:
 
 @dataclass(slots=True, frozen=True)
 class Hit:
-    """What a request would reuse: its first ``segments`` segments, ``blocks`` of its KV blocks
-    (``tokens`` tokens), of which ``revived`` blocks belong to entries nobody references now."""
+    """What a request would reuse: its first ``segments`` segments from GPU memory, ``blocks`` of
+    its KV blocks, of which ``revived`` blocks belong to entries nobody references now; then
+    ``cpu_segments`` more from the CPU tier, ``cpu_blocks`` blocks to load."""
 
     segments: int
     blocks: int
     revived: int
+    cpu_segments: int = 0
+    cpu_blocks: int = 0
 
     def tokens(self, block_size: int) -> int:
-        return self.blocks * block_size
+        """Prompt tokens reused, from either tier."""
+        return (self.blocks + self.cpu_blocks) * block_size
 
 
 NO_HIT = Hit(0, 0, 0)
@@ -144,23 +158,30 @@ NO_HIT = Hit(0, 0, 0)
 class PrefixCache:
     """The cached segments of one replica (see the module docstring)."""
 
-    def __init__(self, kv: KVCache) -> None:
+    def __init__(self, kv: KVCache, cpu_blocks: int = 0, load_s_per_block: float = 0.0) -> None:
         self.kv = kv
         self.entries: dict[int, CacheEntry] = {}
         self.lru: dict[int, None] = {}  # unreferenced entries, least recently used first
         self.evicted_blocks = 0
+        # the CPU tier: segments evicted from GPU memory, least recently used first
+        self.cpu: dict[int, int] = {}  # key -> blocks
+        self.cpu_capacity = cpu_blocks
+        self.cpu_used = 0
+        self.cpu_evicted_blocks = 0
+        self.load_s_per_block = load_s_per_block
         kv.evict = self.evict
 
     def lookup(self, req: Request) -> Hit:
         """The longest cached run of ``req``'s leading segments, capped so that the block of its
         last prompt token is computed."""
         segments = req.segments
-        if segments is None or not self.entries:
+        if segments is None or not (self.entries or self.cpu):
             return NO_HIT
         block_size = self.kv.block_size
         cap = (req.prefill_target - 1) // block_size
         entries = self.entries
         count = blocks = revived = 0
+        whole = True
         for key, size in zip(segments.keys, segments.blocks, strict=True):
             if blocks >= cap:
                 break
@@ -172,9 +193,25 @@ class PrefixCache:
                 revived += entry.blocks
             if entry.blocks < size:  # an answer cached without its last, unfinished block
                 blocks += entry.blocks
+                whole = False
                 break
             blocks += size
-        return Hit(count, min(blocks, cap), revived)
+        if blocks >= cap or not whole or not self.cpu:
+            return Hit(count, min(blocks, cap), revived)
+        cpu = self.cpu
+        cpu_count = loaded = 0
+        for key, size in zip(segments.keys[count:], segments.blocks[count:], strict=True):
+            if blocks + loaded >= cap:
+                break
+            held = cpu.get(key)
+            if held is None:
+                break
+            cpu_count += 1
+            if held < size:
+                loaded += held
+                break
+            loaded += size
+        return Hit(count, blocks, revived, cpu_count, min(loaded, cap - blocks))
 
     def acquire(self, req: Request, hit: Hit) -> None:
         """``req`` uses the entries of ``hit`` (looked up just now)."""
@@ -190,6 +227,12 @@ class PrefixCache:
             entry.refs += 1
         req.owned_keys = segments.keys[: hit.segments]
         req.shared_blocks = hit.blocks
+        if hit.cpu_segments:
+            cpu = self.cpu
+            for key in segments.keys[hit.segments : hit.segments + hit.cpu_segments]:
+                cpu[key] = cpu.pop(key)  # most recently used
+            # loaded into blocks of its own: they join the GPU cache when its prefill completes
+            req.load_s = hit.cpu_blocks * self.load_s_per_block
 
     def register(self, req: Request) -> None:
         """``req`` has prefilled its prompt: its segments not cached yet join the cache, their
@@ -267,6 +310,24 @@ class PrefixCache:
             entry = entries.pop(key)
             kv.cached_blocks -= entry.blocks
             self.evicted_blocks += entry.blocks
+            if self.cpu_capacity:
+                self._offload(key, entry.blocks)
+
+    def _offload(self, key: int, blocks: int) -> None:
+        """An entry evicted from GPU memory goes to the CPU tier (its least recently used
+        entries evicted for it), unless larger than the whole tier."""
+        cpu = self.cpu
+        if key in cpu:
+            cpu[key] = cpu.pop(key)
+            return
+        if blocks > self.cpu_capacity:
+            return
+        while self.cpu_used + blocks > self.cpu_capacity:
+            dropped = cpu.pop(next(iter(cpu)))
+            self.cpu_used -= dropped
+            self.cpu_evicted_blocks += dropped
+        cpu[key] = blocks
+        self.cpu_used += blocks
 
     def fit(self, peak_used: int) -> None:
         """Evict what allocations reaching ``peak_used`` blocks in use needed (after a run of

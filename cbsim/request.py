@@ -41,6 +41,7 @@ class Request:
         "arrival_s",
         "blocks",
         "cached_tokens",
+        "cached_tokens_cpu",
         "client",
         "decode_steps",
         "drafted_tokens",
@@ -50,8 +51,10 @@ class Request:
         "first_token_s",
         "generated",
         "k_sum",
+        "kv_load_s",
         "kv_tokens",
         "last_row",
+        "load_s",
         "output_tokens",
         "owned_keys",
         "preemptions",
@@ -111,6 +114,9 @@ class Request:
         self.owned_keys: tuple[int, ...] = ()
         self.shared_blocks = 0
         self.cached_tokens = 0
+        self.cached_tokens_cpu = 0  # of those, loaded from the CPU tier
+        self.load_s = 0.0  # a CPU-tier load its next step waits for
+        self.kv_load_s = 0.0  # seconds its first admission's load took
         self.session = -1  # the conversation of a multi-turn workload (-1: none)
 
     @property

@@ -50,6 +50,8 @@ _FIELDS: tuple[tuple[str, type], ...] = (
     ("generated", np.int64),
     ("preemptions", np.int64),
     ("cached_tokens", np.int64),
+    ("cached_tokens_cpu", np.int64),
+    ("kv_load_s", np.float64),
 )
 # fields only speculative runs change from zero
 _SPEC_COUNTS = ("spec_steps", "drafted_tokens", "accepted_tokens", "decode_steps")
@@ -244,6 +246,8 @@ class RequestTable:
                 "finish_s": client_finish,
                 "prompt_tokens": col("prompt_tokens"),
                 "cached_tokens": col("cached_tokens"),
+                "cached_tokens_cpu": col("cached_tokens_cpu"),
+                "kv_load_s": col("kv_load_s"),
                 "output_tokens": outputs,
                 "ttft_s": client_first - sent,
                 "tpot_s": tpot,

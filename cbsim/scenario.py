@@ -297,6 +297,16 @@ DType = Literal["bf16", "fp16", "fp8", "fp4"]
 KvDType = Literal["bf16", "fp16", "fp8"]
 
 
+class KvOffload(StrictModel):
+    """A CPU tier under the prefix cache: blocks evicted from GPU memory are kept in ``cpu_gib``
+    GiB of host memory per GPU and loaded back at ``bandwidth_gib_s`` GiB/s per GPU (PCIe; Gen5
+    x16 moves about 50 GB/s each way, 25 is a realistic sustained rate) when a request reuses
+    them (:mod:`cbsim.prefix_cache`)."""
+
+    cpu_gib: Annotated[float, NotBool, Field(gt=0.0, le=65536.0)]
+    bandwidth_gib_s: Annotated[float, NotBool, Field(gt=0.0, le=10000.0)] = 25.0
+
+
 class Cluster(StrictModel):
     """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each, run by
     the serving ``engine`` (``vllm``, ``sglang``, ``tensorrt-llm``, ``none`` for the bare roofline,
@@ -310,7 +320,8 @@ class Cluster(StrictModel):
     ``prefix_caching``: whether finished requests' KV blocks stay cached for later requests with
     the same prompt prefix (:mod:`cbsim.prefix_cache`); unset, what the engine does by default
     (vLLM, SGLang and TensorRT-LLM: on; ``none`` and the other profiles: off). It only matters for
-    requests whose prompt content is known: a replayed trace with prefix block ids.
+    requests whose prompt content is known: a replayed trace with prefix block ids, or
+    sessions. ``kv_offload`` adds a CPU tier to it (:class:`KvOffload`).
     """
 
     model: str = "llama-3-8b"
@@ -327,6 +338,7 @@ class Cluster(StrictModel):
     gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9
     max_model_len: TokenCount | None = None
     prefix_caching: bool | None = None
+    kv_offload: KvOffload | None = None
 
     @field_validator("tp")
     @classmethod

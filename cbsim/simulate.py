@@ -95,6 +95,10 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     if simulation.prefix_caching:
         caches = [r.scheduler.prefix for r in simulation.replicas]
         info["prefix_evicted_blocks"] = sum(c.evicted_blocks for c in caches if c is not None)
+        if simulation.scenario.cluster.kv_offload is not None:
+            info["prefix_cpu_evicted_blocks"] = sum(
+                c.cpu_evicted_blocks for c in caches if c is not None
+            )
     return info
 
 

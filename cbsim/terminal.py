@@ -216,6 +216,8 @@ def summary_table(results: Results) -> Table:
         table.add_row("mean k", _fmt(s.get("mean_k"), ".2f"))
     if s.get("prefix_hit_rate"):
         table.add_row("prefix cache hit rate", _fmt(s.get("prefix_hit_rate"), ".3f"))
+        if s.get("prefix_hit_rate_cpu"):
+            table.add_row("  from the CPU tier", _fmt(s.get("prefix_hit_rate_cpu"), ".3f"))
     table.add_row("preemptions", str(s.get("preemptions", "n/a")))
     table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
     table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))

@@ -352,6 +352,8 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
 def combination_cases(rng: random.Random) -> Iterator[BadInput]:
     for (label, settings, field_path), base_name in itertools.product(COMBINATIONS, sorted(BASES)):
         data = BASES[base_name]
+        if "sessions" in data["workload"] and any(k.startswith("workload.") for k in settings):
+            continue  # combinations of a request-level workload's keys: not a sessions base's
         for key, value in settings.items():
             data = _set(data, key, value)
         data["workload"] = {k: v for k, v in data["workload"].items() if v is not None}

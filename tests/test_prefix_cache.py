@@ -198,7 +198,12 @@ def test_fast_forward_equals_stepping_with_prefix_caching(kind: str, speculative
     """Small caches (evictions, preemptions), two replicas, a horizon."""
     runs = []
     for fast in (True, False):
-        data = _mooncake(gpu_memory_utilization=0.04, replicas=2, router="prefix_aware")
+        data = _mooncake(
+            gpu_memory_utilization=0.04,
+            replicas=2,
+            router="prefix_aware",
+            kv_offload={"cpu_gib": 32.0, "bandwidth_gib_s": 4.0},
+        )
         data.update(fast_forward=fast, horizon_s=150.0)
         data["scheduler"]["kind"] = kind
         data["workload"]["trace"]["rate_scale"] = 3.0
@@ -212,7 +217,7 @@ def test_fast_forward_equals_stepping_with_prefix_caching(kind: str, speculative
             }
         runs.append(cbsim.simulate(cbsim.load_scenario(data)))
     assert runs[0].run_info["prefix_evicted_blocks"] > 0
-    assert runs[0].summary["prefix_hit_rate"] > 0
+    assert runs[0].summary["prefix_hit_rate_cpu"] > 0
     assert _digest(runs[0]) == _digest(runs[1])
     assert runs[0].run_info["prefix_evicted_blocks"] == runs[1].run_info["prefix_evicted_blocks"]
 
@@ -276,3 +281,58 @@ def test_hit_rate_views_add_up(tmp_path: Path) -> None:
     assert figure.axes and figure.axes[0].get_lines()
     text, _images = render_markdown(run_report(results))
     assert "Prefix cache" in text and "prefix cache hit rate" in text
+
+
+def test_the_cpu_tier_keeps_what_gpu_memory_evicts() -> None:
+    kv = KVCache(total_blocks=12, block_size=BLOCK)
+    cache = PrefixCache(kv, cpu_blocks=8, load_s_per_block=0.5)
+    interner = PrefixInterner()
+    a = _request([1, 2], 128, interner)
+    _admit(cache, a)
+    cache.register(a)
+    _finish(cache, a)
+    kv.allocate(12)  # GPU memory wanted whole: a's segments go to the CPU tier
+    assert not cache.entries and cache.cpu_used == 8
+    kv.free(12)
+    again = _request([1, 2, 3], 192, interner)
+    hit = cache.lookup(again)
+    assert (hit.segments, hit.blocks, hit.cpu_segments, hit.cpu_blocks) == (0, 0, 2, 8)
+    assert hit.tokens(BLOCK) == 128
+    cache.acquire(again, hit)
+    assert again.load_s == 8 * 0.5  # blocks x (bytes per block / bandwidth)
+    # a third segment that does not fit drops the least recently used one
+    cache._offload(99, 4)
+    assert list(cache.cpu) == [a.segments.keys[1], 99]  # type: ignore[union-attr]
+    assert cache.cpu_used == 8 and cache.cpu_evicted_blocks == 4
+
+
+def test_a_cpu_tier_raises_the_hit_rate_when_gpu_memory_is_short() -> None:
+    def run(offload: dict[str, float] | None) -> cbsim.Results:
+        data = _mooncake(model="llama-3-8b", gpu="h100-sxm", gpu_memory_utilization=0.3)
+        data["workload"]["duration_s"] = 600
+        if offload:
+            data["cluster"]["kv_offload"] = offload
+        return cbsim.simulate(cbsim.load_scenario(data))
+
+    gpu_only = run(None)
+    tiered = run({"cpu_gib": 64, "bandwidth_gib_s": 25})
+    assert gpu_only.run_info["prefix_evicted_blocks"] > 0
+    assert tiered.summary["prefix_hit_rate"] > gpu_only.summary["prefix_hit_rate"] + 0.05
+    assert tiered.summary["prefix_hit_rate_cpu"] > 0
+    req = tiered.requests
+    loaded = req[req["cached_tokens_cpu"] > 0]
+    assert len(loaded) > 10
+    # Llama-3-8B: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes per token, on one GPU
+    seconds = loaded["cached_tokens_cpu"] * (32 * 8 * 128 * 2 * 2) / (25 * 2**30)
+    assert np.allclose(loaded["kv_load_s"], seconds, rtol=1e-12, atol=0)
+    assert (req.loc[req["cached_tokens_cpu"] == 0, "kv_load_s"] == 0).all()
+    slow = run({"cpu_gib": 64, "bandwidth_gib_s": 0.5})
+    assert slow.summary["ttft_p99_s"] > tiered.summary["ttft_p99_s"]
+
+
+def test_a_cpu_tier_needs_prefix_caching() -> None:
+    from cbsim.errors import CbsimError
+
+    data = _mooncake(prefix_caching=False, kv_offload={"cpu_gib": 8})
+    with pytest.raises(CbsimError, match="turn prefix caching on"):
+        cbsim.simulate(cbsim.load_scenario(data))

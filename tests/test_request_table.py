@@ -77,6 +77,8 @@ def legacy_requests_frame(
             "finish_s": client_finish,
             "prompt_tokens": col("prompt_tokens", np.int64),
             "cached_tokens": col("cached_tokens", np.int64),
+            "cached_tokens_cpu": col("cached_tokens_cpu", np.int64),
+            "kv_load_s": col("kv_load_s", np.float64),
             "output_tokens": outputs,
             "ttft_s": client_first - sent,
             "tpot_s": tpot,

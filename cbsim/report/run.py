@@ -207,6 +207,11 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
             ("prefix cache hit rate (reused / prompt tokens)", format_value(
                 s.get("prefix_hit_rate")), "fraction")
         )  # fmt: skip
+        if s.get("prefix_hit_rate_cpu"):
+            headline.append(
+                ("of which loaded from the CPU tier", format_value(s.get("prefix_hit_rate_cpu")),
+                 "fraction")
+            )  # fmt: skip
     if speculated:
         headline += [
             (

@@ -69,6 +69,7 @@ class Batch:
     decoding: list[int] = field(default_factory=list)  # indices of the decode/verify entries
     accepted: list[int] | None = None
     draft_s: float = 0.0
+    load_s: float = 0.0  # KV loaded from the CPU tier for this step (prefix caching)
     gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration
 
     def __len__(self) -> int:
@@ -272,6 +273,8 @@ class SchedulerPolicy(ABC):
             req.kv_tokens = hit.tokens(self.kv.block_size)
         if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
             req.cached_tokens = req.kv_tokens
+            req.cached_tokens_cpu = hit.cpu_blocks * self.kv.block_size
+            req.kv_load_s = req.load_s
         self.kv.allocate(need - hit.blocks)
         req.blocks = need
         return True
@@ -363,6 +366,9 @@ class SchedulerPolicy(ABC):
         batch.requests.append(req)
         batch.new_tokens.append(new_tokens)
         batch.stats.add(new_tokens, req.kv_tokens, sampled)
+        if req.load_s:  # its cached prefix is loading from the CPU tier for this step
+            batch.load_s += req.load_s
+            req.load_s = 0.0
         if in_prefill:
             batch.prefill_tokens += new_tokens
         else:

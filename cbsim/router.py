@@ -8,12 +8,12 @@ uniformly from the scenario's "router" stream.
 With prefix caching two more route for cache hits, as fleet routers do (llm-d's precise
 prefix-cache scorer, SGLang's cache-aware router, Dynamo's KV router):
 
-``prefix_aware`` looks into every replica's prefix cache (:mod:`cbsim.prefix_cache`) and scores
-each replica ``hit − load / max_load``: ``hit`` is the fraction of the request's prompt that
-replica has cached now, ``load`` its outstanding tokens and ``max_load`` the largest over the
-replicas (all idle: every load term 0). A cached prefix is worth as much as an idle replica; a
-replica twice as loaded as another needs half the prompt more cached to win. Ties go to the
-lowest index; with no cache anywhere it is ``least_loaded``.
+``prefix_aware`` looks into every replica's prefix cache (:mod:`cbsim.prefix_cache`, both tiers)
+and sends the request where the least work stands before its first token: the replica's
+outstanding tokens plus the request's prompt tokens that replica does not have cached (as
+Dynamo's KV router weighs the blocks to prefill against the load, and llm-d's prefix-cache
+scorer against its load scorers). A cached prefix is worth exactly the prefill it saves; ties go
+to the lowest index; with no cache anywhere it is ``least_loaded``.
 
 ``session_affinity`` sends every request of a conversation to the replica its first request went
 to (chosen ``least_loaded``): the session of a multi-turn workload, or, for a replayed trace
@@ -78,21 +78,21 @@ class RandomRouter:
 
 
 class PrefixAwareRouter:
-    """``hit − load / max_load`` per replica, the highest wins (see the module docstring)."""
+    """The replica with the least work ahead of the request's first token (see the module
+    docstring)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
         pass
 
     def route(self, replicas: Sequence[Loaded], req: Request) -> int:
-        loads = [r.outstanding_tokens() for r in replicas]
-        top = max(loads)
         prompt = req.prompt_tokens
-        best, best_score = 0, -np.inf
+        best, best_cost = 0, -1
         for index, replica in enumerate(replicas):
-            hit = replica.cached_prefix_tokens(req) / prompt if req.segments is not None else 0.0
-            score = hit - (loads[index] / top if top > 0 else 0.0)
-            if score > best_score:
-                best, best_score = index, score
+            cost = replica.outstanding_tokens() + prompt
+            if req.segments is not None:
+                cost -= replica.cached_prefix_tokens(req)
+            if best_cost < 0 or cost < best_cost:
+                best, best_cost = index, cost
         return best
 
 

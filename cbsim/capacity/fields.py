@@ -22,7 +22,6 @@ CONTROLLED_KEYS = frozenset(
         "seed",
         "horizon_s",
         "cluster.replicas",
-        "cluster.router",
         "workload.arrival.rate",
         "workload.trace.rate_scale",
         "workload.trace.time_scale",

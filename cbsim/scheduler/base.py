@@ -267,10 +267,12 @@ class SchedulerPolicy(ABC):
         prefilled again. False, changing nothing, when they do not fit."""
         if not self._can_reserve(need, hit, keep_watermark=keep_watermark):
             return False
-        if hit.segments:
+        if hit.segments or hit.cpu_segments:
             assert self.prefix is not None
             self.prefix.acquire(req, hit)
-            req.kv_tokens = hit.tokens(self.kv.block_size)
+            reused = hit.tokens(self.kv.block_size)
+            req.kv_tokens = reused
+            self.waiting.tokens -= reused  # still queued: its outstanding tokens just fell
         if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
             req.cached_tokens = req.kv_tokens
             req.cached_tokens_cpu = hit.cpu_blocks * self.kv.block_size

@@ -62,10 +62,13 @@ def plan_decode_run(
     next_arrival_s: float,
     horizon_s: float,
     kernel: KernelCall | None = None,
+    shares_blocks: bool = False,
 ) -> DecodeRun | None:
     """Plan the run starting now, or None when not even one iteration can be planned (compiled
     when the cost model compiles, else in Python: the same run either way). ``kernel``: the
-    simulation's call of :func:`decode_run_kernel` (dispatched once, :mod:`cbsim.kernel_call`)."""
+    simulation's call of :func:`decode_run_kernel` (dispatched once, :mod:`cbsim.kernel_call`).
+    ``shares_blocks``: some requests hold prefix-cache blocks (``Request.shared_blocks``), which
+    a finish does not free here (the prefix cache settles them after the run)."""
     count = len(running)
     compiled = cost.compiled(count) if count else None
     if compiled is None:
@@ -80,13 +83,15 @@ def plan_decode_run(
             stop_on_finish=stop_on_finish,
             next_arrival_s=next_arrival_s,
             horizon_s=horizon_s,
+            shares_blocks=shares_blocks,
         )
     kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
     rem = np.fromiter((r.output_tokens - r.generated for r in running), dtype=np.int64, count=count)
     blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+    shared = _shared_blocks(running, shares_blocks)
     planned = (decode_run_kernel if kernel is None else kernel)(
-        kv, rem, blocks, compiled, start_s, block_size, used_blocks, total_blocks, grows_kv,
-        stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
+        kv, rem, blocks, shared, compiled, start_s, block_size, used_blocks, total_blocks,
+        grows_kv, stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
     n, starts, durations, batch_sizes, kv_used, end, used_after = planned
     if n <= 0:
@@ -102,11 +107,19 @@ def plan_decode_run(
     )
 
 
+def _shared_blocks(running: Sequence[Request], shares_blocks: bool) -> IntArray:
+    count = len(running)
+    if not shares_blocks:
+        return np.zeros(count, dtype=np.int64)
+    return np.fromiter((r.shared_blocks for r in running), dtype=np.int64, count=count)
+
+
 @numba.njit(cache=True)
 def decode_run_kernel(
     kv: IntArray,
     rem: IntArray,
     blocks: IntArray,
+    shared: IntArray,
     c: CompiledCost,
     start_s: float,
     block_size: int,
@@ -170,8 +183,8 @@ def decode_run_kernel(
         finishing = False
         while finished < count and rem[order[finished]] == j:
             i = order[finished]
-            free += final_blocks[i]
-            used -= final_blocks[i]
+            free += final_blocks[i] - shared[i]
+            used -= final_blocks[i] - shared[i]
             kv_active -= kv[i]
             if grows_kv:
                 phase_counts[phase[i] % block_size] -= 1
@@ -194,6 +207,7 @@ def plan_decode_run_python(
     stop_on_finish: bool,
     next_arrival_s: float,
     horizon_s: float,
+    shares_blocks: bool = False,
 ) -> DecodeRun | None:
     """Plan the run starting now, or None when not even one iteration can be planned."""
     count = len(running)
@@ -211,11 +225,12 @@ def plan_decode_run_python(
             return None
         phase_sorted = phase[order].tolist()
         phase_counts = np.bincount(phase, minlength=block_size).tolist()
-        final_blocks = np.maximum(blocks, -(-(kv + rem) // block_size))[order].tolist()
+        final = np.maximum(blocks, -(-(kv + rem) // block_size))
     else:
         phase_sorted = []
         phase_counts = []
-        final_blocks = blocks[order].tolist()
+        final = blocks
+    final_blocks = (final - _shared_blocks(running, shares_blocks))[order].tolist()
 
     free = total_blocks - used_blocks
     used = used_blocks

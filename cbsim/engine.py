@@ -286,7 +286,7 @@ class Simulation:
         assert self.interner is not None and self.specs is not None
         size = self.specs.prefix_block_tokens
         block_size = self.replicas[0].scheduler.kv.block_size
-        return self.interner.segments(ids, [size] * len(ids), prompt_tokens, block_size)
+        return self.interner.uniform_segments(ids, size, prompt_tokens, block_size)
 
     # ------------------------------------------------------------------ sessions
 
@@ -522,6 +522,8 @@ class Simulation:
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
         streams = self.frontend.output_token_s > 0.0
         closed = self.closed is not None or self.sessions is not None  # finishes make arrivals
+        # speculative runs shorten drafts by the free blocks; a prefix-aware router reads caches
+        exact_free = spec is not None or self.scenario.cluster.router == "prefix_aware"
         # The replica keeps its own clock: iteration ends are start + duration exactly, whether
         # stepped or advanced in a decode run, even where SimPy's now + delay would round.
         clock = env.now
@@ -530,8 +532,9 @@ class Simulation:
             waiting = len(sched.waiting)
             stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
             if stop_on_finish is not None:
-                # with cache entries a finish releases shared blocks: the run ends there
-                caching = sched.prefix is not None and bool(sched.prefix.entries)
+                # a run deciding by the exact free blocks ends at a finish that releases cache
+                # entries (see SchedulerPolicy.settle_run)
+                caching = exact_free and sched.prefix is not None and bool(sched.prefix.entries)
                 stop_on_finish = stop_on_finish or closed or caching
                 run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:
@@ -642,6 +645,7 @@ class Simulation:
             next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
             horizon_s=horizon,
             kernel=self._decode_run_call,
+            shares_blocks=sched.prefix is not None,
         )
 
     def prompt_lengths(self) -> np.ndarray:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from cbsim.cost.engine_profile import load_engine_profile
@@ -126,6 +127,43 @@ class PrefixInterner:
         ]
         return Segments(tuple(keys), tuple(blocks), tuple(ends))
 
+    def uniform_segments(self, content: tuple[int, ...], size: int, prompt_tokens: int,
+                         block_size: int) -> Segments:  # fmt: skip
+        """:meth:`segments` of ids that all stand for ``size`` tokens (a replayed trace's prefix
+        blocks), computed without summing sizes."""
+        count = min(len(content), -(-prompt_tokens // size))
+        end = min(count * size, prompt_tokens)
+        table = self._keys
+        get = table.get
+        keys: list[int] = []
+        parent = -1
+        for content_id in content[: count - 1]:
+            ident = (parent, content_id)
+            key = get(ident)
+            if key is None:
+                key = table[ident] = len(table)
+            keys.append(key)
+            parent = key
+        start = (count - 1) * size
+        last: tuple[int, ...] = (parent, content[count - 1])
+        if end - start < size:
+            last = (parent, content[count - 1], end - start)
+        key = get(last)
+        if key is None:
+            key = table[last] = len(table)
+        keys.append(key)
+        ends = (*range(size, start + 1, size), end)
+        if size % block_size == 0:
+            blocks = (size // block_size,) * (count - 1) + (
+                end // block_size - start // block_size,
+            )
+        else:
+            blocks = tuple(
+                b // block_size - a // block_size
+                for a, b in zip((0, *ends[:-1]), ends, strict=True)
+            )
+        return Segments(tuple(keys), blocks, ends)
+
 
 @dataclass(slots=True)
 class CacheEntry:
@@ -161,10 +199,10 @@ class PrefixCache:
     def __init__(self, kv: KVCache, cpu_blocks: int = 0, load_s_per_block: float = 0.0) -> None:
         self.kv = kv
         self.entries: dict[int, CacheEntry] = {}
-        self.lru: dict[int, None] = {}  # unreferenced entries, least recently used first
+        self.lru: OrderedDict[int, None] = OrderedDict()  # unreferenced, least recently used first
         self.evicted_blocks = 0
         # the CPU tier: segments evicted from GPU memory, least recently used first
-        self.cpu: dict[int, int] = {}  # key -> blocks
+        self.cpu: OrderedDict[int, int] = OrderedDict()  # key -> blocks
         self.cpu_capacity = cpu_blocks
         self.cpu_used = 0
         self.cpu_evicted_blocks = 0
@@ -230,7 +268,7 @@ class PrefixCache:
         if hit.cpu_segments:
             cpu = self.cpu
             for key in segments.keys[hit.segments : hit.segments + hit.cpu_segments]:
-                cpu[key] = cpu.pop(key)  # most recently used
+                cpu.move_to_end(key)  # most recently used
             # loaded into blocks of its own: they join the GPU cache when its prefill completes
             req.load_s = hit.cpu_blocks * self.load_s_per_block
 
@@ -305,8 +343,7 @@ class PrefixCache:
         lru = self.lru
         entries = self.entries
         while kv.total_blocks - kv.used_blocks - kv.cached_blocks < blocks:
-            key = next(iter(lru))
-            del lru[key]
+            key = lru.popitem(last=False)[0]
             entry = entries.pop(key)
             kv.cached_blocks -= entry.blocks
             self.evicted_blocks += entry.blocks
@@ -318,23 +355,33 @@ class PrefixCache:
         entries evicted for it), unless larger than the whole tier."""
         cpu = self.cpu
         if key in cpu:
-            cpu[key] = cpu.pop(key)
+            cpu.move_to_end(key)
             return
         if blocks > self.cpu_capacity:
             return
         while self.cpu_used + blocks > self.cpu_capacity:
-            dropped = cpu.pop(next(iter(cpu)))
+            dropped = cpu.popitem(last=False)[1]
             self.cpu_used -= dropped
             self.cpu_evicted_blocks += dropped
         cpu[key] = blocks
         self.cpu_used += blocks
 
-    def fit(self, peak_used: int) -> None:
-        """Evict what allocations reaching ``peak_used`` blocks in use needed (after a run of
-        iterations computed without the cache: they only ever allocate what is free)."""
+    def evict_blocks(self, blocks: int) -> None:
+        """Evict least recently used entries until at least ``blocks`` blocks are evicted."""
         kv = self.kv
-        if peak_used + kv.cached_blocks > kv.total_blocks:
-            used = kv.used_blocks
-            kv.used_blocks = peak_used
-            self.evict(0)
-            kv.used_blocks = used
+        lru = self.lru
+        entries = self.entries
+        while blocks > 0:
+            key = lru.popitem(last=False)[0]
+            entry = entries.pop(key)
+            kv.cached_blocks -= entry.blocks
+            self.evicted_blocks += entry.blocks
+            blocks -= entry.blocks
+            if self.cpu_capacity:
+                self._offload(key, entry.blocks)
+
+    def fit(self, peak_used: int) -> None:
+        """Evict what allocations reaching ``peak_used`` blocks in use needed (in a run of
+        iterations computed without the cache, which only ever allocate what is free, and
+        release nothing before they end)."""
+        self.evict_blocks(peak_used + self.kv.cached_blocks - self.kv.total_blocks)

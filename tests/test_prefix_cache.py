@@ -194,15 +194,21 @@ def test_off_is_identical_to_prompts_without_content(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["sarathi", "vllm", "orca", "static"])
-@pytest.mark.parametrize("speculative", [False, True])
-def test_fast_forward_equals_stepping_with_prefix_caching(kind: str, speculative: bool) -> None:
-    """Small caches (evictions, preemptions), two replicas, a horizon."""
+@pytest.mark.parametrize(
+    ("speculative", "router"),
+    [(False, "least_loaded"), (False, "prefix_aware"), (True, "least_loaded")],
+)
+def test_fast_forward_equals_stepping_with_prefix_caching(
+    kind: str, speculative: bool, router: str
+) -> None:
+    """Small caches (evictions, preemptions), a CPU tier, two replicas, a horizon; plain decode
+    runs with least-loaded routing go on through finishes that release cache entries."""
     runs = []
     for fast in (True, False):
         data = _mooncake(
             gpu_memory_utilization=0.04,
             replicas=2,
-            router="prefix_aware",
+            router=router,
             kv_offload={"cpu_gib": 32.0, "bandwidth_gib_s": 4.0},
         )
         data.update(fast_forward=fast, horizon_s=150.0)

@@ -16,6 +16,7 @@ a token budget) logs the pair (this iteration's row, the row of its previous tok
 
 from __future__ import annotations
 
+import operator
 from abc import ABC, abstractmethod
 from array import array
 from collections import deque
@@ -213,7 +214,8 @@ class SchedulerPolicy(ABC):
             if req.generated >= req.output_tokens:
                 req.status = Status.FINISHED
                 req.finish_s = ends[steps - 1]
-                finished.append(req)  # holding its final blocks until settled
+                # holding its final blocks until settled; the run freed its private ones
+                finished.append((steps - 1, req, req.blocks - req.shared_blocks))
                 on_finish(req)
             else:
                 still_running.append(req)
@@ -222,22 +224,41 @@ class SchedulerPolicy(ABC):
         self.kv.used_blocks = run.kv_used_after
         self.settle_run(run, finished)
 
-    def settle_run(self, run: DecodeRun, finished: list[Request]) -> None:
-        """After a run of iterations computed without the prefix cache (their allocations only
-        ever took free blocks, and the run freed its finished requests' ``blocks``): the cached
-        blocks stepping would have evicted for them, then each finished request's blocks back
-        in the cache's hands (answer cached, entries released), in batch order. With prefix
-        caching on, a run with cache entries stops at its first finish, so every release comes
-        after every allocation."""
+    def settle_run(self, run: DecodeRun, finished: list[tuple[int, Request, int]]) -> None:
+        """After a run of iterations computed without the prefix cache: ``finished`` lists the
+        requests that finished in it, as (iteration, request, blocks the run freed of it).
+
+        The run only ever allocated free blocks and freed its finished requests' private
+        blocks, never their entries, so its ``kv_used`` rows count as in use both the blocks in
+        use and those its finishes made cached. Settling hands each finished request to the
+        cache in stepping's order (by iteration, then batch order): its answer cached, its
+        entries released; then evicts what the run's allocations needed (the least recently
+        used entries covering the largest excess of those rows, plus the cached blocks before
+        the run, over the cache: an excess that only ever counts entries released by then); and
+        lowers each row by the blocks the finishes before it released. A run that may decide by
+        the exact free blocks (speculative, or read by a prefix-aware router) stops at its
+        first finish, so nothing is released before its last row."""
         prefix = self.prefix
-        if prefix is not None:
-            if self.kv.cached_blocks:
-                prefix.fit(max(run.kv_used))
-            for req in finished:
-                self.kv.used_blocks += req.blocks  # as if the run had not freed them
-                prefix.finish(req)
-        for req in finished:
-            req.blocks = 0
+        if prefix is None:
+            for _, req, _ in finished:
+                req.blocks = 0
+            return
+        kv = self.kv
+        excess = max(run.kv_used) + kv.cached_blocks - kv.total_blocks
+        finished.sort(key=operator.itemgetter(0))  # stable: batch order within an iteration
+        released: list[tuple[int, int]] = []
+        for iteration, req, freed in finished:
+            kv.used_blocks += freed  # as if the run had not freed them
+            before = kv.used_blocks - (req.blocks - req.shared_blocks)  # its private ones freed
+            prefix.finish(req)
+            if before != kv.used_blocks:
+                released.append((iteration, before - kv.used_blocks))
+        if excess > 0:
+            prefix.evict_blocks(excess)
+        rows = run.kv_used
+        for iteration, blocks in released:
+            for j in range(iteration + 1, len(rows)):
+                rows[j] -= blocks
 
     # ------------------------------------------------------------------ shared mechanics
 

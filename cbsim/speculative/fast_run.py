@@ -551,7 +551,7 @@ def apply_spec_run(
             req.last_row = first_row + done
             req.status = Status.FINISHED
             req.finish_s = ends[done]
-            finished.append(req)
+            finished.append((done, req, req.blocks))  # the run freed all of its blocks
             on_finish(req)
         else:
             req.last_row = first_row + last

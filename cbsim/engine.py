@@ -184,10 +184,9 @@ class Simulation:
                 kv = replica.scheduler.kv
                 replica.scheduler.prefix = PrefixCache(kv, cpu_blocks, load_s_per_block)
         elif cluster.kv_offload is not None:
-            raise CbsimError(
-                "a CPU tier holds what the prefix cache evicts: turn prefix caching on",
-                source=source,
-                field="cluster.kv_offload",
+            self.workload_warnings.append(
+                "cluster.kv_offload is ignored: a CPU tier holds what the prefix cache evicts, "
+                "and prefix caching is off"
             )
         self.router = make_router(cluster.router, stream(scenario.seed, "router"))
         self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)

@@ -283,6 +283,13 @@ class PrefixCache:
         owned = list(req.owned_keys)
         shared = req.shared_blocks
         prompt = req.prompt_tokens
+        if first and segments.tokens[first - 1] <= prompt:
+            # a reused answer was cached without its last block (never in the KV of the turn
+            # that wrote it); this prefill computed that block: the entry is whole now
+            last = entries[segments.keys[first - 1]]
+            if last.blocks < segments.blocks[first - 1]:
+                shared += segments.blocks[first - 1] - last.blocks
+                last.blocks = segments.blocks[first - 1]
         for s in range(first, len(segments.keys)):
             if segments.tokens[s] > prompt:
                 break  # a session turn's answer: cached when it finishes

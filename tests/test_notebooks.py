@@ -4,7 +4,7 @@ Each notebook is executed with nbclient in a fresh ``python3`` kernel whose work
 notebooks/ (as under Jupyter), with a time limit per cell; any cell raising fails the test. The
 executed copy is kept in memory only, so the files on disk keep no outputs. Measured on the 2-core
 development machine: 01-quick-start about 6 s, 02-speculative-decoding-under-load about 30 s,
-03-capacity-plan about 30 s (kernel start included), so these run by default (not ``slow``).
+03-capacity-plan about 30 s, 04-prefix-caching about 15 s (kernel start included), so these run by default (not ``slow``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ EXPECTED = {
     "01-quick-start.ipynb",
     "02-speculative-decoding-under-load.ipynb",
     "03-capacity-plan.ipynb",
+    "04-prefix-caching.ipynb",
 }
 CELL_TIMEOUT_S = 300
 KERNEL = "python3"

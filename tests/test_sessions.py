@@ -57,13 +57,17 @@ def test_a_sessions_turns_follow_its_answers() -> None:
         assert turns["prompt_tokens"].tolist() == expected
 
 
-def test_hit_rate_is_what_the_session_shape_implies() -> None:
+@pytest.mark.parametrize("answer", [ANSWER, 312])
+def test_hit_rate_is_what_the_session_shape_implies(answer: int) -> None:
     """Turn t reuses every earlier message and answer, in whole blocks, except the answer's last
-    token (never in the cache: the KV holds all but the last sampled token)."""
-    results = cbsim.simulate(cbsim.load_scenario(_scenario()))
+    token (never in the cache: the KV holds all but the last sampled token). With 200 + 312
+    tokens a turn ends on a block boundary, so each answer is cached a block short until the next
+    turn's prefill completes it."""
+    data = _scenario(answer_tokens={"kind": "fixed", "value": answer})
+    results = cbsim.simulate(cbsim.load_scenario(data))
     assert results.run_info["prefix_evicted_blocks"] == 0
-    cached = sum(BLOCK * ((t * (USER + ANSWER) - 1) // BLOCK) for t in range(1, TURNS))
-    prompts = sum(t * (USER + ANSWER) + USER for t in range(TURNS))
+    cached = sum(BLOCK * ((t * (USER + answer) - 1) // BLOCK) for t in range(1, TURNS))
+    prompts = sum(t * (USER + answer) + USER for t in range(TURNS))
     assert results.summary["prefix_hit_rate"] == pytest.approx(cached / prompts, rel=1e-12)
     off = cbsim.simulate(cbsim.load_scenario(_scenario(caching=False)))
     assert off.summary["prefix_hit_rate"] == 0.0

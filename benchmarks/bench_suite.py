@@ -5,6 +5,9 @@ Cases (``--quick`` shortens them; labels say which ran):
     h100-sxm, vllm scheduler (``--quick``: its first 600 s, ``azure-600s-plain``);
   * ``azure-1h-spec``: the same with speculative decoding (EAGLE proposer, per-request acceptance
     Beta(mean 0.6, concentration 8), goodput k policy, k_max 8);
+  * ``mooncake-1h-nocache`` / ``mooncake-1h-prefix``: the Mooncake conversation trace, one hour,
+    12,031 requests (prompt blocks with content ids), llama-3.1-8b on h100-sxm, prefix caching off
+    and on; ``mooncake-1h-4x-*``: the same on four replicas, least-loaded routing;
   * ``synthetic-200k`` and ``synthetic-1m``: Poisson chat requests at 8/s, lognormal lengths, on the
     same replica (``--quick``: 20,000 requests, no 1M case);
   * ``synthetic-1m-stream``: the 1M case with its iterations streamed to parquet
@@ -54,6 +57,13 @@ AZURE: dict[str, Any] = {
     "workload": {"trace": {"path": "azure-conv-2023"}},
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
     "scheduler": {"kind": "vllm"},
+}
+# the Mooncake conversation trace (prompt blocks with content ids), prefix caching off and on
+MOONCAKE: dict[str, Any] = {
+    "name": "bench-mooncake",
+    "seed": 1,
+    "workload": {"trace": {"path": "mooncake-conversation"}},
+    "cluster": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "prefix_caching": False},
 }
 SPECULATIVE: dict[str, Any] = {
     "enabled": True,
@@ -210,9 +220,19 @@ def cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
         tag = f"{QUICK_DURATION_S:.0f}s"
     plain = {**AZURE, "workload": azure_wl}
     spec = {**plain, "speculative": SPECULATIVE}
+    moon_wl: dict[str, Any] = dict(MOONCAKE["workload"])
+    if quick:
+        moon_wl["duration_s"] = QUICK_DURATION_S
+    moon = {**MOONCAKE, "workload": moon_wl}
+    moon_on = {**moon, "cluster": {**moon["cluster"], "prefix_caching": True}}
+    fleet = {"replicas": 4, "router": "least_loaded"}
     sims: list[tuple[str, dict[str, Any]]] = [
         (f"azure-{tag}-plain", plain),
         (f"azure-{tag}-spec", spec),
+        (f"mooncake-{tag}-nocache", moon),
+        (f"mooncake-{tag}-prefix", moon_on),
+        (f"mooncake-{tag}-4x-nocache", {**moon, "cluster": {**moon["cluster"], **fleet}}),
+        (f"mooncake-{tag}-4x-prefix", {**moon_on, "cluster": {**moon_on["cluster"], **fleet}}),
     ]
     sims += (
         [("synthetic-20k", synthetic(20_000)), ("synthetic-20k-stream", synthetic(20_000))]
@@ -364,6 +384,13 @@ def main() -> None:
     if {"spec", "plain"} <= by_kind.keys():
         ratio = by_kind["spec"]["wall_s"] / by_kind["plain"]["wall_s"]
         print(f"speculative / plain wall time (azure): {ratio:.2f}x")
+    for fleet in ("", "4x-"):
+        moon = {label.rsplit("-", 1)[-1]: r for label, r in results.items()
+                if "mooncake" in label and ("-4x-" in label) == bool(fleet)}  # fmt: skip
+        if {"prefix", "nocache"} <= moon.keys():
+            cached = moon["prefix"]["wall_s"] / moon["nocache"]["wall_s"]
+            replicas = "4 replicas" if fleet else "1 replica"
+            print(f"prefix caching / none wall time (mooncake, {replicas}): {cached:.2f}x")
     bare = results["simpy-bare"]["events_per_s"] if "simpy-bare" in results else None
     sim_rates = [
         r["events_per_s"]

@@ -317,14 +317,7 @@ class Simulation:
             limit = spec.prompt_tokens + spec.output_tokens
             req.segments = self.interner.segments(spec.content, spec.sizes, limit, block_size)
         self._turn_of[index] = turn
-        self.requests[index] = req
-        self.sent = index + 1
-        if sent <= self.env.now:
-            self._dispatch(req)
-            return
-        heapq.heappush(self._pending, sent)
-        event = self.env.timeout(sent - self.env.now)
-        event.callbacks.append(lambda _: self._dispatch_pending(req))
+        self._submit(req)
 
     def _next_turn(self, req: Request, delivered: float) -> None:
         """``req``'s answer reached its user at ``delivered``: the session's next turn follows."""
@@ -445,9 +438,14 @@ class Simulation:
             )
         self._check_progress(sent)
         prompt, output = closed.lengths[index]
-        req = Request(index, sent, prompt, output, sent_s=sent, client=client)
-        self.requests[index] = req
-        self.sent = index + 1
+        self._submit(Request(index, sent, prompt, output, sent_s=sent, client=client))
+
+    def _submit(self, req: Request) -> None:
+        """Send ``req``, the next request (its id is ``self.sent``), at ``req.sent_s``: now, or
+        then (a closed-loop client's next request, a session's next turn)."""
+        self.requests[req.request_id] = req
+        self.sent = req.request_id + 1
+        sent = req.sent_s
         if sent <= self.env.now:
             self._dispatch(req)
             return

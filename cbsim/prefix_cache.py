@@ -45,6 +45,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cbsim.cost.engine_profile import load_engine_profile
@@ -101,31 +102,32 @@ class PrefixInterner:
         ends = ends[:count]
         if ends[-1] > prompt_tokens:
             ends[-1] = prompt_tokens
-        table = self._keys
-        get = table.get
-        keys: list[int] = []
-        parent = -1
-        for content_id in content[: count - 1]:  # whole segments: (parent, content)
-            ident = (parent, content_id)
-            key = get(ident)
-            if key is None:
-                key = table[ident] = len(table)
-            keys.append(key)
-            parent = key
-        start = ends[-2] if count > 1 else 0
-        length = ends[-1] - start
-        last: tuple[int, ...] = (parent, content[count - 1])
-        if length < sizes[count - 1]:  # cut short: only its first tokens are this content
-            last = (parent, content[count - 1], length)
-        key = get(last)
-        if key is None:
-            key = table[last] = len(table)
-        keys.append(key)
+        length = ends[-1] - (ends[-2] if count > 1 else 0)
+        keys = self._chain(content, count, length if length < sizes[count - 1] else None)
         starts = [0, *ends[:-1]]
         blocks = [
             end // block_size - begin // block_size for begin, end in zip(starts, ends, strict=True)
         ]
         return Segments(tuple(keys), tuple(blocks), tuple(ends))
+
+    def _chain(self, content: Sequence[int], count: int, cut: int | None) -> list[int]:
+        """The keys of the first ``count`` segments of ``content``: each stands for (the key
+        before it, its content id), the last also for its length ``cut`` when the prompt cuts it
+        short (only its first tokens are that content)."""
+        table = self._keys
+        get = table.get
+        keys: list[int] = []
+        parent = -1
+        for index, content_id in enumerate(content[:count]):
+            ident: tuple[int, ...] = (parent, content_id)
+            if cut is not None and index == count - 1:
+                ident = (parent, content_id, cut)
+            key = get(ident)
+            if key is None:
+                key = table[ident] = len(table)
+            keys.append(key)
+            parent = key
+        return keys
 
     def uniform_segments(self, content: tuple[int, ...], size: int, prompt_tokens: int,
                          block_size: int) -> Segments:  # fmt: skip
@@ -133,25 +135,8 @@ class PrefixInterner:
         blocks), computed without summing sizes."""
         count = min(len(content), -(-prompt_tokens // size))
         end = min(count * size, prompt_tokens)
-        table = self._keys
-        get = table.get
-        keys: list[int] = []
-        parent = -1
-        for content_id in content[: count - 1]:
-            ident = (parent, content_id)
-            key = get(ident)
-            if key is None:
-                key = table[ident] = len(table)
-            keys.append(key)
-            parent = key
         start = (count - 1) * size
-        last: tuple[int, ...] = (parent, content[count - 1])
-        if end - start < size:
-            last = (parent, content[count - 1], end - start)
-        key = get(last)
-        if key is None:
-            key = table[last] = len(table)
-        keys.append(key)
+        keys = self._chain(content, count, end - start if end - start < size else None)
         ends = (*range(size, start + 1, size), end)
         if size % block_size == 0:
             blocks = (size // block_size,) * (count - 1) + (
@@ -347,15 +332,18 @@ class PrefixCache:
     def evict(self, blocks: int) -> None:
         """Evict least recently used entries until ``blocks`` more blocks are physically free."""
         kv = self.kv
-        lru = self.lru
-        entries = self.entries
         while kv.total_blocks - kv.used_blocks - kv.cached_blocks < blocks:
-            key = lru.popitem(last=False)[0]
-            entry = entries.pop(key)
-            kv.cached_blocks -= entry.blocks
-            self.evicted_blocks += entry.blocks
-            if self.cpu_capacity:
-                self._offload(key, entry.blocks)
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> int:
+        """Evict the least recently used entry (to the CPU tier, if any); returns its blocks."""
+        key = self.lru.popitem(last=False)[0]
+        blocks = self.entries.pop(key).blocks
+        self.kv.cached_blocks -= blocks
+        self.evicted_blocks += blocks
+        if self.cpu_capacity:
+            self._offload(key, blocks)
+        return blocks
 
     def _offload(self, key: int, blocks: int) -> None:
         """An entry evicted from GPU memory goes to the CPU tier (its least recently used
@@ -375,17 +363,8 @@ class PrefixCache:
 
     def evict_blocks(self, blocks: int) -> None:
         """Evict least recently used entries until at least ``blocks`` blocks are evicted."""
-        kv = self.kv
-        lru = self.lru
-        entries = self.entries
         while blocks > 0:
-            key = lru.popitem(last=False)[0]
-            entry = entries.pop(key)
-            kv.cached_blocks -= entry.blocks
-            self.evicted_blocks += entry.blocks
-            blocks -= entry.blocks
-            if self.cpu_capacity:
-                self._offload(key, entry.blocks)
+            blocks -= self._evict_oldest()
 
     def fit(self, peak_used: int) -> None:
         """Evict what allocations reaching ``peak_used`` blocks in use needed (in a run of

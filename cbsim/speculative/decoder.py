@@ -169,7 +169,7 @@ class SpeculativeDecoding:
             kv = req.kv_tokens
             if kv < req.prefill_target:
                 q = new_tokens[i]
-                prefill.add(q, kv, 1 if kv + q >= req.prefill_target else 0)
+                prefill.add(q, kv, batch_sampled(req, q))
                 continue
             spec = req.spec
             if not isinstance(spec, SpecState):

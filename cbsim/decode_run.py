@@ -107,11 +107,14 @@ def plan_decode_run(
     )
 
 
+_NO_SHARED = np.zeros(0, dtype=np.int64)
+
+
 def _shared_blocks(running: Sequence[Request], shares_blocks: bool) -> IntArray:
-    count = len(running)
+    """Each request's prefix-cache blocks (empty: none holds any)."""
     if not shares_blocks:
-        return np.zeros(count, dtype=np.int64)
-    return np.fromiter((r.shared_blocks for r in running), dtype=np.int64, count=count)
+        return _NO_SHARED
+    return np.fromiter((r.shared_blocks for r in running), dtype=np.int64, count=len(running))
 
 
 @numba.njit(cache=True)
@@ -183,8 +186,9 @@ def decode_run_kernel(
         finishing = False
         while finished < count and rem[order[finished]] == j:
             i = order[finished]
-            free += final_blocks[i] - shared[i]
-            used -= final_blocks[i] - shared[i]
+            freed = final_blocks[i] - shared[i] if len(shared) else final_blocks[i]
+            free += freed
+            used -= freed
             kv_active -= kv[i]
             if grows_kv:
                 phase_counts[phase[i] % block_size] -= 1
@@ -230,7 +234,8 @@ def plan_decode_run_python(
         phase_sorted = []
         phase_counts = []
         final = blocks
-    final_blocks = (final - _shared_blocks(running, shares_blocks))[order].tolist()
+    shared = _shared_blocks(running, shares_blocks)
+    final_blocks = (final - shared if len(shared) else final)[order].tolist()
 
     free = total_blocks - used_blocks
     used = used_blocks

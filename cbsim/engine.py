@@ -177,7 +177,11 @@ class Simulation:
         self.prefix_caching = prefix_caching_on(scenario)
         # chained prompt-segment keys shared by every replica's prefix cache (cbsim.prefix_cache)
         self.interner: PrefixInterner | None = None
-        if self.prefix_caching:
+        # without prompt content (a trace's block ids, sessions) nothing is ever cached: no cache
+        knows_content = self.sessions is not None or (
+            self.specs is not None and self.specs.prefix_ids is not None
+        )
+        if self.prefix_caching and knows_content:
             self.interner = PrefixInterner()
             cpu_blocks, load_s_per_block = self._cpu_tier()
             for replica in self.replicas:
@@ -193,7 +197,11 @@ class Simulation:
         # the requests sent and still in flight, by id; done with, they go into the table
         self.requests: dict[int, Request] = {}
         self.sent = 0  # requests sent so far (the next one's id)
-        self.table = RequestTable(len(workload), speculative=self.spec is not None)
+        self.table = RequestTable(
+            len(workload),
+            speculative=self.spec is not None,
+            cached=self.replicas[0].scheduler.prefix is not None,
+        )
         self._progress = progress
         self._done = 0
         self._next_arrival = 0

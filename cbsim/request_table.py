@@ -11,7 +11,8 @@ numpy columns (about 115 bytes a request, 160 when speculating), row ``request_i
 The columns are preallocated when the number of requests is known (an open-loop workload) and
 double when a row lands past their end (a closed loop). Requests are copied into them in batches
 of :data:`FLUSH_EVERY` (a column at a time, far cheaper than element by element), so the table
-briefly holds on to that many request objects. Columns only a speculative run writes stay at their
+briefly holds on to that many request objects. Columns only a speculative run (or one with a
+prefix cache) writes stay at their
 untouched zeros otherwise (pages the operating system has not had to back with memory).
 
 :meth:`RequestTable.frame` builds the requests DataFrame (columns in :mod:`cbsim.metrics`) from
@@ -49,6 +50,9 @@ _FIELDS: tuple[tuple[str, type], ...] = (
     ("output_tokens", np.int64),
     ("generated", np.int64),
     ("preemptions", np.int64),
+)
+# fields only runs with a prefix cache change from zero
+_PREFIX_FIELDS: tuple[tuple[str, type], ...] = (
     ("cached_tokens", np.int64),
     ("cached_tokens_cpu", np.int64),
     ("kv_load_s", np.float64),
@@ -76,10 +80,12 @@ class RequestTable:
 
     ``capacity``: rows to allocate up front (the number of requests, when known); the columns
     grow by doubling past it. ``speculative``: whether requests carry speculative counts (without,
-    those columns are left at zero, NaN for the acceptance EMA, and never written)."""
+    those columns are left at zero, NaN for the acceptance EMA, and never written); ``cached``
+    the same for prefix-cache reuse."""
 
-    def __init__(self, capacity: int = 0, *, speculative: bool = True) -> None:
+    def __init__(self, capacity: int = 0, *, speculative: bool = True, cached: bool = True) -> None:
         self.speculative = speculative
+        self.cached = cached
         self.rows = 0  # one past the highest row stored
         self.stored = 0  # rows stored (equal to ``rows`` once every row is in)
         self._capacity = 0
@@ -137,6 +143,9 @@ class RequestTable:
 
         for name, dtype in _FIELDS:
             put(name, dtype, map(attrgetter(name), pending))
+        if self.cached:
+            for name, dtype in _PREFIX_FIELDS:
+                put(name, dtype, map(attrgetter(name), pending))
         if self.speculative:
             for name in _SPEC_COUNTS:
                 put(name, np.int64, map(attrgetter(name), pending))
@@ -175,7 +184,7 @@ class RequestTable:
             return new
 
         columns = self._columns
-        for name, dtype in (*_FIELDS, *_SPEC_FIELDS):
+        for name, dtype in (*_FIELDS, *_PREFIX_FIELDS, *_SPEC_FIELDS):
             columns[name] = grown(columns.get(name), dtype)
         self._status = grown(self._status, np.int8)
         self._reason = grown(self._reason, np.int8)

@@ -222,7 +222,8 @@ class SchedulerPolicy(ABC):
         run.paused_at_start = paused
         self.running = still_running
         self.kv.used_blocks = run.kv_used_after
-        self.settle_run(run, finished)
+        if finished or self.prefix is not None:
+            self.settle_run(run, finished)
 
     def settle_run(self, run: DecodeRun, finished: list[tuple[int, Request, int]]) -> None:
         """After a run of iterations computed without the prefix cache: ``finished`` lists the
@@ -286,19 +287,26 @@ class SchedulerPolicy(ABC):
         """Admission's KV: ``need`` blocks for ``req``'s tokens, those of the cached prefix
         ``hit`` (from :meth:`_lookup`, just now) reused rather than allocated and its tokens not
         prefilled again. False, changing nothing, when they do not fit."""
+        kv = self.kv
+        prefix = self.prefix
+        if prefix is None:  # no cache, so no hit: the plain reservation, without the lookups
+            if not kv.can_allocate(need, keep_watermark=keep_watermark):
+                return False
+            kv.allocate(need)
+            req.blocks = need
+            return True
         if not self._can_reserve(need, hit, keep_watermark=keep_watermark):
             return False
         if hit.segments or hit.cpu_segments:
-            assert self.prefix is not None
-            self.prefix.acquire(req, hit)
-            reused = hit.tokens(self.kv.block_size)
+            prefix.acquire(req, hit)
+            reused = hit.tokens(kv.block_size)
             req.kv_tokens = reused
             self.waiting.tokens -= reused  # still queued: its outstanding tokens just fell
         if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
             req.cached_tokens = req.kv_tokens
-            req.cached_tokens_cpu = hit.cpu_blocks * self.kv.block_size
+            req.cached_tokens_cpu = hit.cpu_blocks * kv.block_size
             req.kv_load_s = req.load_s
-        self.kv.allocate(need - hit.blocks)
+        kv.allocate(need - hit.blocks)
         req.blocks = need
         return True
 

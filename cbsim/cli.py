@@ -651,6 +651,39 @@ def calibrate_report(
     click.echo(f"report: {folder}")
 
 
+@calibrate.command("compare")
+@click.option("--gpu", "-g", required=True, help="Catalog GPU name the measurements are from.")
+@click.option(
+    "--data", required=True, type=click.Path(file_okay=False, path_type=Path),
+    help="Folder of measurements (what `cbsim calibrate measure` writes).",
+)  # fmt: skip
+@click.option(
+    "--calibration", default="default", show_default=True,
+    help="Shipped profile name or a profile JSON path.",
+)  # fmt: skip
+def calibrate_compare(gpu: str, data: Path, calibration: str) -> None:
+    """How well the shipped profile for GPU predicts your own measurements, per table."""
+    from cbsim.calibration.compare import compare_measurements
+
+    frame = compare_measurements(gpu, data, calibration)
+    table = Table(title=f"{get_gpu(gpu).name} ({calibration}) on {data}")
+    for column in ("table", "dtype", "points", "median APE %", "P90 APE %", "pred/meas"):
+        table.add_column(column, justify="left" if column in ("table", "dtype") else "right")
+    for row in frame.itertuples(index=False):
+        if row.note:
+            table.add_row(str(row.table), str(row.dtype), f"{row.points:,}", "", "", str(row.note))
+            continue
+        table.add_row(
+            str(row.table),
+            str(row.dtype),
+            f"{row.points:,}",
+            f"{row.median_ape_pct:.1f}",
+            f"{row.p90_ape_pct:.1f}",
+            f"{row.median_ratio:.3f}",
+        )
+    Console().print(table)
+
+
 def _register_commands() -> None:
     from cbsim.calibration.e2e_report import e2e_command
     from cbsim.calibration.measure import measure_command

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from cbsim import outputs
 from cbsim.calibration.data import load_table
 from cbsim.calibration.measure import (
     OUTPUT_FILES,
@@ -53,13 +54,13 @@ def layer_shapes(config: Path) -> set[tuple[int, int]]:
     }
 
 
-def check_output(out: Path, config: Path, dtype: str = "bf16") -> None:
-    assert {p.name for p in out.iterdir()} == OUTPUT_FILES
+def check_output(out: Path, config: Path, dtype: str = "bf16", device: str = "cpu") -> None:
+    assert {p.name for p in out.iterdir()} == OUTPUT_FILES | {outputs.MARKER}
     tables = {t: load_table(t, "unused", data_dir=out) for t in KERNEL_TABLES}
     for table in tables.values():
         assert (table["latency_ms"] > 0).all()
     gemm = tables["gemm"]
-    grid = default_grid("quick", "cpu")
+    grid = default_grid("quick", device)
     assert set(gemm["m"]) == set(grid.gemm_m)
     assert set(gemm["dtype"]) == {dtype}
     for m in grid.gemm_m:
@@ -95,7 +96,7 @@ def check_output(out: Path, config: Path, dtype: str = "bf16") -> None:
     meta = json.loads((out / "meta.json").read_text())
     assert meta["model"] == "tiny"
     assert meta["dtype"] == dtype
-    assert meta["device"] == "cpu"
+    assert meta["device"] == ("cuda:0" if device == "cuda" else "cpu")
     assert meta["grid"] == "quick"
     assert meta["torch_version"]
     assert meta["date"]
@@ -216,6 +217,7 @@ def test_cuda_requested_without_a_gpu(tiny_config: Path, tmp_path: Path) -> None
         ({"repeats": 0}, "repeats: must be"),
         ({"warmup": -1}, "warmup: must be"),
         ({"threads": 0}, "threads: must be"),
+        ({"timer": "wall"}, "timer: unknown timer"),
     ],
 )
 def test_bad_arguments_are_cbsim_errors(
@@ -264,3 +266,21 @@ def test_out_holding_other_files_is_refused_before_measuring(
     a_file.write_text("x")
     with pytest.raises(CbsimError, match="not a directory"):
         measure(str(tiny_config), "cpu", a_file, grid="quick")
+
+
+@pytest.mark.parametrize("timer", ["graph", "events"])
+def test_measure_on_a_gpu(tiny_config: Path, tmp_path: Path, timer: str) -> None:
+    """Only where a GPU is: both ways of timing write the same tables and say which they used."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    out = tmp_path / "calib"
+    measure(str(tiny_config), "cuda", out, grid="quick", repeats=3, warmup=1, timer=timer)
+    check_output(out, tiny_config, device="cuda")
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["timer"] == f"cuda_{timer}"
+    if timer == "graph":
+        # tiny kernels: every point fits the budget eight times over
+        assert meta["graph_instances_max"] == 8
+    else:
+        assert meta["graph_instances_max"] is None

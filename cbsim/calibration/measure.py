@@ -20,10 +20,13 @@ SwiGLU MLP with fused gate+up. It then times, over a grid of batch compositions:
 written atomically (a temporary sibling renamed into place) and reads back with
 :func:`cbsim.calibration.data.load_table` (``data_dir=DIR``).
 
-Timing: warm-up calls, then the median of ``repeats`` timed calls; CUDA events on a GPU (calls
-queued back to back, with the L2 cache flushed between them outside the timed span),
-``time.perf_counter`` on a CPU. A grid point that runs out of memory is skipped and listed in
-``meta.json``.
+Timing: warm-up calls, then the median of ``repeats`` timed runs. On a GPU (``--timer graph``,
+the default) a run replays a CUDA graph of up to eight independent instances of the kernel, each
+with its own inputs and weights, back to back — as serving engines replay their forward passes
+and as AI Configurator's collectors time the kernels cbsim ships — after an L2 flush, and counts
+the replay's time over the instances; ``--timer events`` times one call between CUDA events
+instead (launch latency included). ``time.perf_counter`` on a CPU. A grid point that runs out
+of memory is skipped and listed in ``meta.json``.
 
 PyTorch is optional (``pip install "cbsim[measure]"``, torch >= 2.5 for ``enable_gqa``) and
 imported only when measuring. Everything a user can get wrong — no torch, no CUDA, a bad model,
@@ -79,6 +82,10 @@ MEASUREMENTS = outputs.OutputKind(
 """The folder ``cbsim calibrate measure`` writes: replaced as a whole (see :mod:`cbsim.outputs`)."""
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 3
+TIMERS: tuple[str, ...] = ("graph", "events")
+GRAPH_INSTANCES = 8
+"""Most independent instances of a kernel captured back to back in one timed CUDA graph."""
+_GRAPH_BUDGET_BYTES = 2 * 2**30
 KERNEL = "torch_sdpa"
 # Smallest latency written: a CUDA event pair resolves about 0.5 µs and a table must be positive.
 _MIN_LATENCY_MS = 1e-4
@@ -259,43 +266,109 @@ def _device_name(torch: Any, device: Any) -> str:
 
 
 class _Timer:
-    """Median milliseconds of ``repeats`` calls after ``warmup`` untimed ones."""
+    """Median milliseconds of one call of a kernel, from ``repeats`` timed runs after ``warmup``
+    untimed ones.
 
-    def __init__(self, torch: Any, device: Any, repeats: int, warmup: int) -> None:
+    ``mode`` (CUDA only) says how a run is timed:
+
+    * ``graph`` (the default on a GPU): up to :data:`GRAPH_INSTANCES` independent instances of
+      the call (each with its own inputs and weights, within :data:`_GRAPH_BUDGET_BYTES`) are
+      captured back to back in one CUDA graph, the way serving engines replay their forward
+      passes and the way AI Configurator's collectors time kernels; a timed run is one replay
+      of the graph after an L2 flush, divided by the instance count. No launch gaps, no reuse
+      of one instance's data in L2 by the next.
+    * ``events``: one call between two CUDA events, the L2 flushed before it; launch latency
+      and the event pair's own cost are part of each timing (noticeable below ~50 µs).
+
+    On a CPU every run is one call timed with ``time.perf_counter``.
+    """
+
+    def __init__(
+        self, torch: Any, device: Any, repeats: int, warmup: int, mode: str = "graph"
+    ) -> None:
         self.torch = torch
         self.device = device
         self.repeats = repeats
         self.warmup = warmup
         self.cuda = device.type == "cuda"
+        self.graph = self.cuda and mode == "graph"
         self.flush = (
             torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if self.cuda else None
         )
+        self.most_instances = 0
 
-    def __call__(self, fn: Callable[[], object]) -> float:
+    @property
+    def name(self) -> str:
+        """What ``meta.json`` calls this way of timing."""
+        if not self.cuda:
+            return "perf_counter"
+        return "cuda_graph" if self.graph else "cuda_events"
+
+    def __call__(self, make: Callable[[], Callable[[], object]]) -> float:
+        """Time the call ``make()`` returns (``make`` builds a fresh instance on each call)."""
+        if self.graph:
+            return self._graph_time(make)
+        fn = make()
         for _ in range(self.warmup):
             fn()
         if self.cuda:
-            torch = self.torch
-            torch.cuda.synchronize(self.device)
-            pairs = []
-            for _ in range(self.repeats):
+            return self._event_time([fn], self.repeats, 1)
+        times = []
+        for _ in range(self.repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return max(float(statistics.median(times)), _MIN_LATENCY_MS)
+
+    def _event_time(self, runs: Sequence[Callable[[], object]], repeats: int, per: int) -> float:
+        torch = self.torch
+        torch.cuda.synchronize(self.device)
+        pairs = []
+        for _ in range(repeats):
+            for run in runs:
                 if self.flush is not None:
                     self.flush.zero_()
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()
-                fn()
+                run()
                 end.record()
                 pairs.append((start, end))
-            torch.cuda.synchronize(self.device)
-            times = [float(s.elapsed_time(e)) for s, e in pairs]
-        else:
-            times = []
-            for _ in range(self.repeats):
-                t0 = time.perf_counter()
-                fn()
-                times.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize(self.device)
+        times = [float(s.elapsed_time(e)) / per for s, e in pairs]
         return max(float(statistics.median(times)), _MIN_LATENCY_MS)
+
+    def _instances(self, make: Callable[[], Callable[[], object]]) -> list[Callable[[], object]]:
+        """As many fresh instances as fit the graph budget (at least one, at most
+        :data:`GRAPH_INSTANCES`), sized by the memory the first one took."""
+        torch = self.torch
+        before = int(torch.cuda.memory_allocated(self.device))
+        fns = [make()]
+        size = max(int(torch.cuda.memory_allocated(self.device)) - before, 1)
+        count = max(1, min(GRAPH_INSTANCES, _GRAPH_BUDGET_BYTES // size))
+        fns.extend(make() for _ in range(count - 1))
+        return fns
+
+    def _graph_time(self, make: Callable[[], Callable[[], object]]) -> float:
+        torch = self.torch
+        fns = self._instances(make)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):  # capture needs its kernels' first runs off the graph
+            for _ in range(max(self.warmup, 1)):
+                for fn in fns:
+                    fn()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for fn in fns:
+                fn()
+        self.most_instances = max(self.most_instances, len(fns))
+        try:
+            graph.replay()
+            return self._event_time([graph.replay], self.repeats, len(fns))
+        finally:
+            del graph
 
 
 # --------------------------------------------------------------------------- the model
@@ -472,7 +545,7 @@ class _Run:
         """Time ``make()``'s function; None (and the point recorded) if it runs out of memory."""
         torch = self.torch
         try:
-            return self.timer(make())
+            return self.timer(make)
         except (torch.OutOfMemoryError, MemoryError):
             self.skipped[table].append(point)
             if self.device.type == "cuda":
@@ -482,14 +555,17 @@ class _Run:
     def gemm(self) -> pd.DataFrame:
         s = self.shape
         ops = {**self.layers[0].linears(), "lm_head": self.lm_head}
+        linear_fn = self.torch.nn.functional.linear
         rows: list[dict[str, Any]] = []
         for m in self.grid.gemm_m:
             for op, linear in ops.items():
                 n, k = int(linear.out_features), int(linear.in_features)
 
-                def make(linear: Any = linear, m: int = m, k: int = k) -> Callable[[], object]:
-                    x = self._randn(m, k)
-                    return lambda: linear(x)
+                def make(linear: Any = linear, m: int = m) -> Callable[[], object]:
+                    x = self._randn(m, int(linear.in_features))
+                    weight = self._randn(*linear.weight.shape)
+                    bias = None if linear.bias is None else self._randn(*linear.bias.shape)
+                    return lambda: linear_fn(x, weight, bias)
 
                 ms = self._try("gemm", {"m": m, "n": n, "k": k}, make)
                 if ms is not None:
@@ -652,6 +728,7 @@ def measure(
     repeats: int = DEFAULT_REPEATS,
     warmup: int = DEFAULT_WARMUP,
     threads: int | None = None,
+    timer: str = "graph",
     log: Log | None = None,
 ) -> Path:
     """Time ``model``'s kernels on ``device`` and write the tables to the directory ``out``.
@@ -667,6 +744,9 @@ def measure(
         warmup: untimed calls before them.
         threads: torch's intra-op CPU threads while measuring (restored after); None keeps
             the current number. On a busy CPU, 1 avoids stalls waiting on descheduled threads.
+        timer: on a GPU, ``graph`` (independent instances replayed back to back from a CUDA
+            graph, as engines run them) or ``events`` (one call between CUDA events, launch
+            latency included); see :class:`_Timer`. Ignored on a CPU.
         log: called with one progress line per table (default: silent).
 
     Returns:
@@ -687,6 +767,8 @@ def measure(
         raise CbsimError(f"must be an integer >= 1, got {threads!r}", field="threads")
     if dtype not in DTYPES:
         raise CbsimError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", field="dtype")
+    if timer not in TIMERS:
+        raise CbsimError(f"unknown timer {timer!r}; known: {', '.join(TIMERS)}", field="timer")
     if isinstance(grid, str) and grid not in GRIDS:
         raise CbsimError(f"unknown grid {grid!r}; known: {', '.join(GRIDS)}", field="grid")
     if isinstance(model, ModelShape):
@@ -713,20 +795,29 @@ def measure(
         with torch.inference_mode():
             torch.manual_seed(0)
             try:
-                timer = _Timer(torch, dev, repeats, warmup)
-                run = _Run(torch, shape, dev, torch_dtype, dtype, chosen, timer, say)
+                timing = _Timer(torch, dev, repeats, warmup, timer)
+                run = _Run(torch, shape, dev, torch_dtype, dtype, chosen, timing, say)
             except (torch.OutOfMemoryError, MemoryError):
                 raise CbsimError(
                     f"{min(chosen.iteration_layers, shape.num_layers)} layer(s) and the LM head "
                     f"of {shape.name} do not fit in {dev} memory",
                     field="model",
                 ) from None
-            tables = {
-                "gemm": run.gemm(),
-                "decode_attention": run.decode_attention(),
-                "prefill_attention": run.prefill_attention(),
-                "iterations": run.iterations(),
-            }
+            try:
+                tables = {
+                    "gemm": run.gemm(),
+                    "decode_attention": run.decode_attention(),
+                    "prefill_attention": run.prefill_attention(),
+                    "iterations": run.iterations(),
+                }
+            except RuntimeError as err:
+                if not timing.graph:
+                    raise
+                raise CbsimError(
+                    f"timing from a CUDA graph failed ({str(err).splitlines()[0]}); "
+                    "measure with --timer events instead",
+                    field="timer",
+                ) from None
     finally:
         torch.set_num_threads(previous_threads)
     empty = [t for t, frame in tables.items() if frame.empty]
@@ -749,7 +840,8 @@ def measure(
         "grid": chosen.name,
         "repeats": repeats,
         "warmup": warmup,
-        "timer": "cuda_events" if dev.type == "cuda" else "perf_counter",
+        "timer": timing.name,
+        "graph_instances_max": timing.most_instances if timing.graph else None,
         "statistic": "median",
         "attention_kernel": KERNEL,
         "layers_timed": len(run.layers),
@@ -795,6 +887,14 @@ def measure(
     default=None,
     help="CPU threads for torch while measuring (default: torch's own choice).",
 )
+@click.option(
+    "--timer",
+    type=click.Choice(TIMERS),
+    default="graph",
+    show_default=True,
+    help="GPU timing: graph replays independent instances back to back from a CUDA graph (as "
+    "engines run them); events times one call, launch latency included.",
+)
 def measure_command(
     model: str,
     device: str,
@@ -804,6 +904,7 @@ def measure_command(
     repeats: int,
     warmup: int,
     threads: int | None,
+    timer: str,
 ) -> None:
     """Time a model's GEMMs, attention and decoder layers on this machine (needs PyTorch).
 
@@ -820,6 +921,7 @@ def measure_command(
             repeats=repeats,
             warmup=warmup,
             threads=threads,
+            timer=timer,
             log=lambda line: click.echo(line, err=True),
         )
     except CbsimError as err:

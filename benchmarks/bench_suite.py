@@ -7,7 +7,9 @@ Cases (``--quick`` shortens them; labels say which ran):
     Beta(mean 0.6, concentration 8), goodput k policy, k_max 8);
   * ``mooncake-1h-nocache`` / ``mooncake-1h-prefix``: the Mooncake conversation trace, one hour,
     12,031 requests (prompt blocks with content ids), llama-3.1-8b on h100-sxm, prefix caching off
-    and on; ``mooncake-1h-4x-*``: the same on four replicas, least-loaded routing;
+    and on; ``mooncake-1h-4x-*``: the same on four replicas, least-loaded routing, and
+    ``mooncake-1h-4x-aware`` with prefix caching and ``prefix_aware`` routing (which, with no
+    cache, routes as least-loaded: its baseline is ``mooncake-1h-4x-nocache``);
   * ``synthetic-200k`` and ``synthetic-1m``: Poisson chat requests at 8/s, lognormal lengths, on the
     same replica (``--quick``: 20,000 requests, no 1M case);
   * ``synthetic-1m-stream``: the 1M case with its iterations streamed to parquet
@@ -233,6 +235,10 @@ def cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
         (f"mooncake-{tag}-prefix", moon_on),
         (f"mooncake-{tag}-4x-nocache", {**moon, "cluster": {**moon["cluster"], **fleet}}),
         (f"mooncake-{tag}-4x-prefix", {**moon_on, "cluster": {**moon_on["cluster"], **fleet}}),
+        (
+            f"mooncake-{tag}-4x-aware",
+            {**moon_on, "cluster": {**moon_on["cluster"], **fleet, "router": "prefix_aware"}},
+        ),
     ]
     sims += (
         [("synthetic-20k", synthetic(20_000)), ("synthetic-20k-stream", synthetic(20_000))]
@@ -387,10 +393,11 @@ def main() -> None:
     for fleet in ("", "4x-"):
         moon = {label.rsplit("-", 1)[-1]: r for label, r in results.items()
                 if "mooncake" in label and ("-4x-" in label) == bool(fleet)}  # fmt: skip
-        if {"prefix", "nocache"} <= moon.keys():
-            cached = moon["prefix"]["wall_s"] / moon["nocache"]["wall_s"]
-            replicas = "4 replicas" if fleet else "1 replica"
-            print(f"prefix caching / none wall time (mooncake, {replicas}): {cached:.2f}x")
+        replicas = "4 replicas" if fleet else "1 replica"
+        for on, how in (("prefix", ""), ("aware", ", prefix-aware routing")):
+            if {on, "nocache"} <= moon.keys():
+                cached = moon[on]["wall_s"] / moon["nocache"]["wall_s"]
+                print(f"prefix caching / none wall time (mooncake, {replicas}{how}): {cached:.2f}x")
     bare = results["simpy-bare"]["events_per_s"] if "simpy-bare" in results else None
     sim_rates = [
         r["events_per_s"]

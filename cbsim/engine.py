@@ -111,7 +111,14 @@ class Replica:
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Prompt tokens of ``req`` this replica's prefix cache holds now (mid-run: after the
-        evictions of the iterations started so far, as a step-by-step replica would show)."""
+        evictions of the iterations started so far, as a step-by-step replica would show).
+
+        Exact mid-run even when the run goes on through finishes it has not settled yet: a hit
+        depends only on which entries exist, not on their references, and each row's in-use plus
+        cached blocks are the same whether a finish's entries count as released or not, so the
+        excess to evict is too; the run never needs more than the entries unreferenced when it
+        began (it allocates only what is free or was), and those are the least recently used,
+        so it evicts the same ones stepping would."""
         sched = self.scheduler
         run = self.run
         if run is not None and sched.prefix is not None and sched.kv.cached_blocks:
@@ -527,8 +534,10 @@ class Simulation:
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
         streams = self.frontend.output_token_s > 0.0
         closed = self.closed is not None or self.sessions is not None  # finishes make arrivals
-        # speculative runs shorten drafts by the free blocks; a prefix-aware router reads caches
-        exact_free = spec is not None or self.scenario.cluster.router == "prefix_aware"
+        # speculative runs shorten drafts by the free blocks, which a finish's released cache
+        # entries change (a prefix-aware router reads only which entries exist: see
+        # Replica.cached_prefix_tokens)
+        exact_free = spec is not None
         # The replica keeps its own clock: iteration ends are start + duration exactly, whether
         # stepped or advanced in a decode run, even where SimPy's now + delay would round.
         clock = env.now

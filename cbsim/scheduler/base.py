@@ -236,9 +236,9 @@ class SchedulerPolicy(ABC):
         entries released; then evicts what the run's allocations needed (the least recently
         used entries covering the largest excess of those rows, plus the cached blocks before
         the run, over the cache: an excess that only ever counts entries released by then); and
-        lowers each row by the blocks the finishes before it released. A run that may decide by
-        the exact free blocks (speculative, or read by a prefix-aware router) stops at its
-        first finish, so nothing is released before its last row."""
+        lowers each row by the blocks the finishes before it released. A run that decides by the
+        exact free blocks (speculative: drafts shorten to fit) stops at its first finish, so
+        nothing is released before its last row."""
         prefix = self.prefix
         if prefix is None:
             for _, req, _ in finished:

@@ -47,7 +47,14 @@ def model_lines() -> list[tuple[str, str]]:
         rows.append(
             (
                 name,
-                f"{model.param_count() / 1e9:.2f}B parameters, {model.num_layers} layers, "
+                f"{model.param_count() / 1e9:.2f}B parameters"
+                + (
+                    f" ({model.active_param_count() / 1e9:.2f}B per token, {model.num_experts} "
+                    f"experts, {model.experts_per_token} active)"
+                    if model.is_moe
+                    else ""
+                )
+                + f", {model.num_layers} layers, "
                 f"hidden {model.hidden_size:,}, {model.num_heads}/{model.num_kv_heads} q/kv "
                 f"heads, {model.max_position_embeddings:,}-token context, "
                 f"{model.kv_bytes_per_token(2) / 1024:,.0f} KiB KV per token (bf16)",

@@ -43,7 +43,10 @@ def kv_heads_per_shard(model: ModelShape, tp: int) -> int:
 
 
 def kv_bytes_per_token_per_gpu(model: ModelShape, tp: int, kv_dtype: str) -> float:
-    """Bytes one token's keys and values take on one GPU of a tensor-parallel group."""
+    """Bytes one token's keys and values take on one GPU of a tensor-parallel group (MLA's
+    latent is every head's, so each GPU keeps all of it)."""
+    if model.is_mla:
+        return model.kv_bytes_per_token(DTYPE_BYTES[kv_dtype])
     per_head = 2 * model.head_dim * DTYPE_BYTES[kv_dtype]
     return model.num_layers * kv_heads_per_shard(model, tp) * per_head
 

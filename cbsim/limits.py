@@ -255,6 +255,13 @@ MODEL_HEADS = Limit(
     "heads",
     "a hundred times the most heads of a released model (128)",
 )
+MODEL_EXPERTS = Limit(
+    "experts per layer",
+    1,
+    65_536,
+    "experts",
+    "a hundred times the most routed experts of a released model (Kimi K2: 384)",
+)
 VOCABULARY = Limit(
     "vocabulary size",
     1,
@@ -288,6 +295,7 @@ ALL_LIMITS: tuple[Limit, ...] = (
     MODEL_LAYERS,
     MODEL_WIDTH,
     MODEL_HEADS,
+    MODEL_EXPERTS,
     VOCABULARY,
 )
 

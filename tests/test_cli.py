@@ -572,6 +572,7 @@ def test_cost_refuses_a_mixture_of_experts_config(tmp_path: Path) -> None:
             {
                 "architectures": ["MixtralForCausalLM"],
                 "num_local_experts": 8,
+                "num_experts_per_tok": 2,
                 "num_hidden_layers": 32,
                 "hidden_size": 4096,
                 "num_attention_heads": 32,
@@ -584,6 +585,6 @@ def test_cost_refuses_a_mixture_of_experts_config(tmp_path: Path) -> None:
         invoke("cost", "--model", config, "--gpu", "h100-sxm", "--prefill", "8"),
         "--model",
         str(config),
-        "num_local_experts",
-        "not supported yet",
+        "a mixture of 8 experts (2 per token)",
+        "does not price such layers yet",
     )

@@ -705,7 +705,18 @@ BAD_CONFIGS: tuple[tuple[str, dict[str, Any], str], ...] = (
             "model_type": "mixtral",
             "num_local_experts": 8,
         },
-        "mixture-of-experts",
+        "num_experts_per_tok",
+    ),
+    (
+        "Mixtral, not priced yet",
+        {
+            **LLAMA_CONFIG,
+            "architectures": ["MixtralForCausalLM"],
+            "model_type": "mixtral",
+            "num_local_experts": 8,
+            "num_experts_per_tok": 2,
+        },
+        "does not price such layers yet",
     ),
     (
         "Qwen2-MoE",

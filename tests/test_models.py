@@ -22,6 +22,12 @@ CATALOG = (
     "qwen2.5-7b",
     "qwen2.5-72b",
     "qwen3-32b",
+    "mixtral-8x7b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "gpt-oss-120b",
+    "llama-4-scout",
 )
 
 # Published parameter counts (model cards / safetensors metadata).
@@ -193,22 +199,27 @@ def test_qwen3_config_reads_its_per_head_qk_norm() -> None:
 @pytest.mark.parametrize(
     ("changes", "key"),
     [
-        (
-            {
-                "architectures": ["MixtralForCausalLM"],
-                "model_type": "mixtral",
-                "num_local_experts": 8,
-            },
-            "num_local_experts",
-        ),
-        ({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe"}, "architectures"),
-        ({"model_type": "deepseek_v3", "architectures": None}, "model_type"),
+        ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe"}, "architectures"),
+        ({"architectures": ["DbrxForCausalLM"]}, "architectures"),
+        ({"model_type": "deepseek_v2", "architectures": None}, "model_type"),
+        ({"model_type": "olmoe", "architectures": None}, "model_type"),
     ],
 )
-def test_mixture_of_experts_configs_are_refused_as_such(changes: dict, key: str) -> None:
+def test_other_mixture_of_experts_architectures_are_refused_as_such(
+    changes: dict, key: str
+) -> None:
     config = {k: v for k, v in {**LLAMA_3_8B_CONFIG, **changes}.items() if v is not None}
-    with pytest.raises(CbsimError, match="mixture-of-experts models are not supported yet") as info:
+    with pytest.raises(
+        CbsimError, match="mixture-of-experts architecture is not supported"
+    ) as info:
         model_from_hf_config(config, "moe")
+    assert info.value.field == key
+
+
+@pytest.mark.parametrize("key", ["num_local_experts", "num_experts", "n_routed_experts"])
+def test_experts_in_a_dense_config_are_refused(key: str) -> None:
+    with pytest.raises(CbsimError, match="experts in a dense architecture") as info:
+        model_from_hf_config({**LLAMA_3_8B_CONFIG, key: 8}, "moe")
     assert info.value.field == key
 
 

@@ -70,7 +70,7 @@ import pandas as pd
 from cbsim.calibration.data import shipped_root
 from cbsim.errors import CbsimError, unknown_name
 from cbsim.hardware import GPU_NAMES
-from cbsim.models import MODEL_NAMES
+from cbsim.models import MODEL_NAMES, get_model, unpriced_reason
 
 MEASURED_COLUMNS: tuple[str, ...] = (
     "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
@@ -225,12 +225,17 @@ def shared_h100_benchmarks() -> pd.DataFrame:
 
 
 def catalog_model(hf_model: str) -> str | None:
-    """The catalog name of a Hugging Face model id (or a local path ending in one), else None."""
+    """The catalog name of a Hugging Face model id (or a local path ending in one) that cbsim
+    can price, else None (a catalog model it cannot price yet, such as a mixture of experts,
+    too)."""
     wanted = _base_name(hf_model)
-    if wanted in MODEL_NAMES:
-        return wanted
-    known = {_base_name(hf_id): name for hf_id, name in HF_MODEL_IDS.items()}
-    return known.get(wanted)
+    if wanted not in MODEL_NAMES:
+        known = {_base_name(hf_id): name for hf_id, name in HF_MODEL_IDS.items()}
+        found = known.get(wanted)
+        if found is None:
+            return None
+        wanted = found
+    return wanted if unpriced_reason(get_model(wanted)) is None else None
 
 
 def _base_name(model_id: str) -> str:

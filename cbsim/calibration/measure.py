@@ -778,6 +778,12 @@ def measure(
             shape = get_model(str(model))
         except CbsimError as err:  # a config file's errors already name the file and key
             raise (err if err.source else err.located(field="model")) from None
+    if shape.is_moe or shape.is_mla:
+        raise CbsimError(
+            f"{shape.name}: measuring builds Llama-style dense layers; mixture-of-experts and "
+            "latent-attention models are not measured yet",
+            field="model",
+        )
     out_path = Path(out).expanduser()
     _check_out(out_path)
     torch = _import_torch()

@@ -42,7 +42,7 @@ from cbsim.cost.profile import (
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard
-from cbsim.models import ModelShape, get_model
+from cbsim.models import ModelShape, get_model, unpriced_reason
 
 DEFAULT_ENGINE = "vllm"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
@@ -279,6 +279,9 @@ class CostModel:
         engine: EngineProfile | str | None = DEFAULT_ENGINE,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
+        unpriced = unpriced_reason(self.model)
+        if unpriced is not None:
+            raise CbsimError(unpriced, field="model")
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
         if tp < 1:
             raise CbsimError(f"tp must be >= 1, got {tp}", field="tp")

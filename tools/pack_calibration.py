@@ -37,6 +37,10 @@ Columns:
   paged context FMHA on; its table also sweeps bf16 math over an fp8 cache (dropped). SGLang's
   FlashAttention-3 rows pair them already (fp8 KV with fp8 math); vLLM's are all bf16 math.
 * ``nccl``: op, dtype (half | int8 sweep), num_gpus, message_elements, latency_ms.
+* ``moe`` (A100 vLLM 0.14.0, H100 and B200 vLLM 0.24.0): vLLM's fused MoE layer (routed experts
+  only) per moe_dtype (bfloat16, fp8, fp8_block, int4_wo, w4a16_mxfp4, nvfp4, ...), distribution
+  (balanced, power_law_1.01, power_law_1.2), num_tokens, hidden_size, inter_size, topk,
+  num_experts, moe_tp_size, moe_ep_size; latency_ms. The kernel per dtype is in the metadata.
 * ``custom_allreduce``: num_gpus, message_elements (16-bit elements), latency_ms: the engine's own
   all-reduce kernel (TensorRT-LLM's AUTO strategy; SGLang's custom all-reduce as replayed in a
   CUDA graph, ``SGLang_CustomAllReduce_graph`` — what its decode iterations run, and what AI
@@ -277,11 +281,36 @@ def pack_engine(base: Path, gpu: str, engine: str, out: Path, meta: dict[str, st
         pack_custom_allreduce(path, out / "custom_allreduce.parquet", tagged)
 
 
+def pack_moe(path: Path, out: Path, meta: dict[str, str]) -> None:
+    """vLLM's fused MoE layer: one row per (weight dtype, routing, tokens, shape, layout)."""
+    moe = pd.read_parquet(path)
+    frame = pd.DataFrame(
+        {
+            "moe_dtype": moe.moe_dtype.astype("category"),
+            "distribution": moe.distribution.astype("category"),
+            "num_tokens": moe.num_tokens.astype("int32"),
+            "hidden_size": moe.hidden_size.astype("int32"),
+            "inter_size": moe.inter_size.astype("int32"),
+            "topk": moe.topk.astype("int16"),
+            "num_experts": moe.num_experts.astype("int16"),
+            "moe_tp_size": moe.moe_tp_size.astype("int16"),
+            "moe_ep_size": moe.moe_ep_size.astype("int16"),
+            "latency_ms": moe.latency.astype("float32"),
+        }
+    )
+    order = list(frame.columns[:-1])
+    write(frame, out, {**meta, "kernels": kernels_of(moe, "moe_dtype")}, order)
+
+
 def pack_aiconfigurator(source: Path, out: Path) -> None:
     for folder, gpu in AIC_GPUS.items():
         base = source / "calibration" / "aiconfigurator" / "data" / folder
         meta = AIC_NEW_META if gpu in NEW_DATA_GPUS else AIC_META
         pack_engine(base, gpu, "vllm", out / "aiconfigurator" / gpu, meta)
+        if (base / "moe" / "vllm").is_dir():
+            moe_file = engine_file(base, "moe", "vllm", "moe_perf.parquet")
+            tagged = {**meta, "gpu": gpu, "framework": f"vllm {moe_file.parent.name}"}
+            pack_moe(moe_file, out / "aiconfigurator" / gpu / "moe.parquet", tagged)
         nccl_file = one(base / "comm", "nccl_perf.parquet")
         tagged = {**meta, "gpu": gpu, "framework": f"nccl {nccl_file.parent.name}"}
         pack_nccl(nccl_file, out / "aiconfigurator" / gpu / "nccl.parquet", tagged)

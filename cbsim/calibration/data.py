@@ -14,6 +14,9 @@ Configurator's and Vidur's originals to it). A user's own data is a folder holdi
 * custom_allreduce: ``num_gpus, message_elements (16-bit elements), latency_ms`` — a serving
   engine's own all-reduce kernel (TensorRT-LLM's and SGLang's replace NCCL for the message sizes
   they measure)
+* moe: ``moe_dtype, distribution, num_tokens, hidden_size, inter_size, topk, num_experts,
+  moe_tp_size, moe_ep_size, latency_ms`` — one MoE layer's routed experts (vLLM's fused MoE
+  kernel; see :mod:`cbsim.calibration.moe`), shipped for A100, H100 and B200
 
 Kernel sources. The same kernel is not the same on every serving engine: each ships its own GEMM
 dispatch, attention kernels and all-reduce, so the shipped tables are kept per engine (the
@@ -48,6 +51,10 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
     ),
     "nccl": ("op", "num_gpus", "message_elements", "latency_ms"),
     "custom_allreduce": ("num_gpus", "message_elements", "latency_ms"),
+    "moe": (
+        "moe_dtype", "distribution", "num_tokens", "hidden_size", "inter_size", "topk",
+        "num_experts", "moe_tp_size", "moe_ep_size", "latency_ms",
+    ),
 }  # fmt: skip
 
 DEFAULT_ENGINE = "vllm"

@@ -131,6 +131,18 @@ class RooflineFit(_Strict):
         return corrected
 
 
+class MoeFit(_Strict):
+    """One MoE layer's routed experts: ``floor + max(FLOPs / (peak · compute_eff), bytes /
+    (bandwidth · memory_eff)) + buffer_weight · buffer bytes / bandwidth``, times
+    ``exp(correction(features))`` (see :mod:`cbsim.calibration.moe`)."""
+
+    floor_s: float = Field(ge=0.0)
+    compute_eff: float = Field(gt=0.0, le=1.5)
+    memory_eff: float = Field(gt=0.0, le=1.5)
+    buffer_weight: float = Field(ge=0.0, le=10.0)
+    correction: GridCorrection | None = None
+
+
 class CommFit(_Strict):
     """All-reduce seconds by message size (bytes) for one GPU count, log-log interpolated;
     beyond the largest size, extrapolated linearly at ``bus_bandwidth`` message bytes per second

@@ -1,0 +1,309 @@
+"""Mixture-of-experts calibration: one MoE layer's routed experts fitted to measured timings.
+
+What is measured. AI Configurator's sweeps of vLLM's fused MoE kernels (``moe.parquet``; A100,
+H100, B200) time one layer's routed experts for ``num_tokens`` tokens: the router's choice is
+given (``topk`` of ``num_experts`` experts per token, spread ``balanced`` or by a power law,
+``power_law_1.01`` / ``power_law_1.2``: a few hot experts), each expert a gated MLP of
+``hidden_size`` → ``inter_size`` → ``hidden_size``; ``moe_tp_size`` splits every expert's inner
+width over GPUs, ``moe_ep_size`` gives each GPU ``num_experts / moe_ep_size`` whole experts and
+the tokens routed to them (the token exchange itself is not in these timings). The weights are
+stored as ``moe_dtype``: ``bfloat16``, ``fp8`` (per tensor), ``fp8_block`` (128 × 128 block
+scales), ``int4_wo`` and ``w4a16_mxfp4`` (4-bit weights, 16-bit math), ``nvfp4`` (Blackwell).
+vLLM picks the kernel by dtype and layout (on H100: Triton for bf16 and for fp8_block without EP,
+FlashInfer's CUTLASS kernels for per-tensor fp8 and for fp8_block with EP, Marlin or OpenAI's
+Triton kernels for 4-bit weights), so each (dtype, routing, with or without EP) slice is fitted on
+its own: a *kernel path* (:func:`kernel_paths`).
+
+The model. One GPU computes ``pairs = tokens · topk / ep`` (token, expert) pairs over its
+``experts / ep`` local experts; with balanced routing ``active = min(local experts, pairs)`` of
+them see a token, and each active expert's weights are read once, whatever its token count:
+
+    FLOPs   = 2 · pairs · 3 · hidden · inter / tp
+    bytes   = active · 3 · hidden · inter / tp · bytes per weight
+              + 2 bytes · pairs · (6 · inter / tp + 2 · hidden)          (its pairs' activations)
+    buffers = 2 bytes · (2 · tokens · hidden + tokens · topk · (6 · inter / tp + 2 · hidden))
+
+    t = (floor + max(FLOPs / (peak · η_c), bytes / (bandwidth · η_m)) + γ · buffers / bandwidth)
+        · exp(g(pairs per active expert, hidden, inter / tp))
+
+``buffers`` is the traffic over *every* (token, expert) pair, local or not: vLLM's Triton path
+sizes its intermediate buffers for all of them and runs the activation and the final sum over all
+rows under EP too (measured: at 16,384 tokens one layer takes 2.0 ms with one local expert of 256,
+EP 256, and 3.4 ms with 32, EP 8 — not 1/32 of it), while FlashInfer's kernels touch only local
+rows; ``γ ≥ 0`` is fitted per kernel path and says which. Peak is the GPU's spec-sheet tensor-core
+rate for the math the kernel runs (fp8 for fp8 weights, 16-bit for 16-bit and 4-bit-weight-only
+kernels, fp4 for nvfp4), bandwidth its HBM. ``g`` is a smooth correction on a log grid
+(:mod:`cbsim.calibration.grid`) over the three sizes of each expert's GEMMs: m = pairs per active
+expert, k = hidden, n = inter / tp, strongly smoothed (:data:`SMOOTHNESS`) since a held-out shape
+must inherit it from neighbours few and far between. Routing skew is not in the formulas (they
+count balanced routing): each routing has its own fit, whose parameters absorb the hot experts.
+
+Fitting: the four base parameters by a robust (soft-L1) least squares on log(measured / base),
+then ``g`` by regularised least squares on what is left.
+
+Checking. :func:`holdout_shapes` cross-validates holding out whole model shapes (hidden, inter,
+topk, experts: every token count, layout and routing of a model at once), never random rows;
+:func:`transfer_error` fits one GPU and predicts another from its spec sheet (leave one GPU out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from cbsim.calibration.errors import summarize
+from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S
+from cbsim.calibration.grid import fit_log_grid, log2_nodes
+from cbsim.cost.profile import GridCorrection, MoeFit
+from cbsim.errors import CbsimError
+from cbsim.hardware import GPU
+
+__all__ = [
+    "DISTRIBUTIONS",
+    "FEATURES",
+    "MOE_DTYPES",
+    "MoeDtype",
+    "MoeTerms",
+    "fit_moe",
+    "holdout_shapes",
+    "kernel_paths",
+    "moe_rows",
+    "moe_terms",
+    "predict_moe",
+    "shape_folds",
+    "transfer_error",
+]
+
+FEATURES: tuple[str, ...] = ("pairs_per_expert", "hidden", "inner")
+DISTRIBUTIONS: tuple[str, ...] = ("balanced", "power_law_1.01", "power_law_1.2")
+SHAPE_COLUMNS: list[str] = ["hidden_size", "inter_size", "topk", "num_experts"]
+ACTIVATION_BYTES = 2.0
+SMOOTHNESS = 3.0
+BUFFER_BOUNDS = (1e-6, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MoeDtype:
+    """How a kernel stores expert weights and which tensor cores its math runs on."""
+
+    bytes_per_weight: float
+    math: str
+
+
+MOE_DTYPES: dict[str, MoeDtype] = {
+    "bfloat16": MoeDtype(2.0, "bf16"),
+    "fp8": MoeDtype(1.0, "fp8"),
+    "fp8_block": MoeDtype(1.0 + 4.0 / (128 * 128), "fp8"),
+    "int4_wo": MoeDtype(0.5 + 2.0 / 128, "bf16"),
+    "w4a16_mxfp4": MoeDtype(0.5 + 1.0 / 32, "bf16"),
+    "w4a8_mxfp4_mxfp8": MoeDtype(0.5 + 1.0 / 32, "fp8"),
+    "nvfp4": MoeDtype(0.5 + 1.0 / 16, "fp4"),
+}
+"""Bytes per weight (scales included) and math precision of each measured ``moe_dtype``."""
+
+
+def _dtype(moe_dtype: str) -> MoeDtype:
+    found = MOE_DTYPES.get(moe_dtype)
+    if found is None:
+        raise CbsimError(
+            f"unknown MoE weight dtype {moe_dtype!r}; known: {', '.join(MOE_DTYPES)}",
+            field="moe_dtype",
+        )
+    return found
+
+
+def moe_rows(table: pd.DataFrame, moe_dtype: str, distribution: str) -> pd.DataFrame:
+    """One (weight dtype, routing) slice of a ``moe`` table, with ``latency_s``."""
+    rows = table[
+        (table["moe_dtype"].astype(str) == moe_dtype)
+        & (table["distribution"].astype(str) == distribution)
+    ]
+    if rows.empty:
+        raise CbsimError(f"no {moe_dtype} rows routed {distribution}", field="moe_dtype")
+    return rows.assign(latency_s=rows["latency_ms"].to_numpy(np.float64) * 1e-3).reset_index(
+        drop=True
+    )
+
+
+def _columns(rows: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {
+        name: rows[name].to_numpy(np.float64)
+        for name in (*SHAPE_COLUMNS, "num_tokens", "moe_tp_size", "moe_ep_size")
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class MoeTerms:
+    """The roofline terms of rows of a ``moe`` table (arrays, one value per row)."""
+
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    buffers: np.ndarray
+    features: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def moe_terms(
+    tokens: np.ndarray,
+    hidden: np.ndarray,
+    inter: np.ndarray,
+    topk: np.ndarray,
+    experts: np.ndarray,
+    tp: np.ndarray,
+    ep: np.ndarray,
+    moe_dtype: str,
+) -> MoeTerms:
+    """FLOPs, bytes, buffer bytes and correction features of one GPU's share of an MoE layer
+    (see the module docstring); arrays broadcast."""
+    kind = _dtype(moe_dtype)
+    pairs = tokens * topk / ep
+    active = np.minimum(experts / ep, np.maximum(pairs, 1.0))
+    inner = inter / tp
+    per_pair = ACTIVATION_BYTES * (6.0 * inner + 2.0 * hidden)
+    return MoeTerms(
+        flops=2.0 * pairs * 3.0 * hidden * inner,
+        bytes_moved=active * 3.0 * hidden * inner * kind.bytes_per_weight + pairs * per_pair,
+        buffers=ACTIVATION_BYTES * 2.0 * tokens * hidden + tokens * topk * per_pair,
+        features=(pairs / active, hidden * np.ones_like(pairs), inner * np.ones_like(pairs)),
+    )
+
+
+def _terms(rows: pd.DataFrame, moe_dtype: str) -> MoeTerms:
+    c = _columns(rows)
+    return moe_terms(
+        c["num_tokens"], c["hidden_size"], c["inter_size"], c["topk"], c["num_experts"],
+        c["moe_tp_size"], c["moe_ep_size"], moe_dtype,
+    )  # fmt: skip
+
+
+def _peak(gpu: GPU, moe_dtype: str) -> float:
+    return gpu.peak_flops(_dtype(moe_dtype).math)
+
+
+def _base(params: np.ndarray, terms: MoeTerms, peak: float, bandwidth: float) -> np.ndarray:
+    floor_s, compute_eff, memory_eff, buffer_weight = params
+    result: np.ndarray = (
+        floor_s
+        + np.maximum(
+            terms.flops / (peak * compute_eff), terms.bytes_moved / (bandwidth * memory_eff)
+        )
+        + buffer_weight * terms.buffers / bandwidth
+    )
+    return result
+
+
+def _fit_base(terms: MoeTerms, measured: np.ndarray, peak: float, bandwidth: float) -> np.ndarray:
+    log_measured = np.log(measured)
+
+    def residual(x: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.log(_base(np.exp(x), terms, peak, bandwidth)) - log_measured
+        return out
+
+    lower = np.log([FLOOR_BOUNDS_S[0], EFF_BOUNDS[0], EFF_BOUNDS[0], BUFFER_BOUNDS[0]])
+    upper = np.log([FLOOR_BOUNDS_S[1], EFF_BOUNDS[1], EFF_BOUNDS[1], BUFFER_BOUNDS[1]])
+    start = np.clip(np.log([0.5 * float(np.min(measured)), 0.5, 0.7, 0.1]), lower, upper)
+    solution = least_squares(residual, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
+    fitted: np.ndarray = np.exp(solution.x)
+    return fitted
+
+
+def fit_moe(
+    rows: pd.DataFrame, gpu: GPU, moe_dtype: str, *, smoothness: float = SMOOTHNESS
+) -> MoeFit:
+    """The MoE roofline and its correction fitted to ``rows`` (one kernel path: a dtype, a
+    routing, with or without EP; see :func:`kernel_paths`) measured on ``gpu``."""
+    measured = rows["latency_s"].to_numpy(np.float64)
+    terms = _terms(rows, moe_dtype)
+    peak, bandwidth = _peak(gpu, moe_dtype), gpu.hbm_bandwidth
+    params = _fit_base(terms, measured, peak, bandwidth)
+    base = _base(params, terms, peak, bandwidth)
+    axes = [log2_nodes(float(f.min()), float(f.max())) for f in terms.features]
+    grid = fit_log_grid(axes, terms.features, np.log(measured / base), smoothness=smoothness)
+    grid_axes, values = grid.to_lists()
+    floor_s, compute_eff, memory_eff, buffer_weight = (float(v) for v in params)
+    return MoeFit(
+        floor_s=floor_s,
+        compute_eff=compute_eff,
+        memory_eff=memory_eff,
+        buffer_weight=buffer_weight,
+        correction=GridCorrection(features=list(FEATURES), axes=grid_axes, values=values),
+    )
+
+
+def predict_moe(fit: MoeFit, rows: pd.DataFrame, gpu: GPU, moe_dtype: str) -> np.ndarray:
+    """Predicted seconds for every row of ``rows`` (columns as :func:`moe_rows`)."""
+    terms = _terms(rows, moe_dtype)
+    params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
+    base = _base(params, terms, _peak(gpu, moe_dtype), gpu.hbm_bandwidth)
+    if fit.correction is None:
+        return base
+    result: np.ndarray = base * np.exp(fit.correction.grid().evaluate(*terms.features))
+    return result
+
+
+def kernel_paths(rows: pd.DataFrame) -> np.ndarray:
+    """Which kernel path each row ran within its dtype and routing: 0 without expert
+    parallelism, 1 with it (vLLM switches kernels there for some dtypes)."""
+    result: np.ndarray = (rows["moe_ep_size"].to_numpy() > 1).astype(np.int64)
+    return result
+
+
+def shape_folds(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Fold of every row, drawn per model shape (hidden, inter, topk, experts)."""
+    keys = pd.MultiIndex.from_frame(rows[SHAPE_COLUMNS])
+    shapes = keys.unique().sort_values()
+    if len(shapes) < folds:
+        raise CbsimError(f"{len(shapes)} MoE shapes cannot fill {folds} folds")
+    order = np.random.default_rng(seed).permutation(len(shapes))
+    fold_of_shape = np.empty(len(shapes), dtype=np.int64)
+    fold_of_shape[order] = np.arange(len(shapes)) % folds
+    result: np.ndarray = fold_of_shape[shapes.get_indexer(keys)]
+    return result
+
+
+def holdout_shapes(
+    rows: pd.DataFrame, gpu: GPU, moe_dtype: str, *, folds: int = 5, seed: int = 0
+) -> pd.DataFrame:
+    """Cross-validated predictions holding out whole model shapes, each kernel path fitted on its
+    own: ``rows`` with columns measured_s, predicted_s, base_s (the fit without its correction)
+    and fold."""
+    fold = shape_folds(rows, folds, seed)
+    path = kernel_paths(rows)
+    predicted = np.full(len(rows), np.nan)
+    base = np.full(len(rows), np.nan)
+    for f in range(folds):
+        for p in np.unique(path):
+            train = (fold != f) & (path == p)
+            test = (fold == f) & (path == p)
+            if not test.any() or not train.any():
+                continue
+            fit = fit_moe(rows[train], gpu, moe_dtype)
+            predicted[test] = predict_moe(fit, rows[test], gpu, moe_dtype)
+            plain = fit.model_copy(update={"correction": None})
+            base[test] = predict_moe(plain, rows[test], gpu, moe_dtype)
+    return rows.assign(
+        measured_s=rows["latency_s"].to_numpy(np.float64),
+        predicted_s=predicted,
+        base_s=base,
+        fold=fold,
+    )
+
+
+def transfer_error(
+    source: pd.DataFrame, source_gpu: GPU, target: pd.DataFrame, target_gpu: GPU, moe_dtype: str
+) -> dict[str, float]:
+    """Leave one GPU out: each kernel path fitted on ``source_gpu``'s rows predicts
+    ``target_gpu``'s from its spec sheet; median / P90 absolute percentage error over the target
+    rows whose path the source measured."""
+    predicted = np.full(len(target), np.nan)
+    source_path, target_path = kernel_paths(source), kernel_paths(target)
+    for p in np.unique(target_path):
+        if not (source_path == p).any():
+            continue
+        fit = fit_moe(source[source_path == p], source_gpu, moe_dtype)
+        test = target_path == p
+        predicted[test] = predict_moe(fit, target[test], target_gpu, moe_dtype)
+    known = ~np.isnan(predicted)
+    return summarize(predicted[known], target["latency_s"].to_numpy(np.float64)[known])

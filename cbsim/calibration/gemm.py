@@ -454,19 +454,25 @@ def transfer(fit: RooflineFit) -> RooflineFit:
 # --------------------------------------------------------------------------- checking
 
 
-def shape_folds(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> np.ndarray:
-    """Fold of every row, drawn per weight shape (n, k): all m of a shape share its fold."""
+def group_folds(keys: pd.DataFrame, folds: int, seed: int, what: str) -> np.ndarray:
+    """Fold of every row, drawn per distinct row of ``keys`` (all rows of a key share its fold):
+    cross-validation that holds out whole ``what`` (weight shapes, model shapes)."""
     if folds < 2:
         raise CbsimError(f"cross-validation needs folds >= 2, got {folds}")
-    keys = pd.MultiIndex.from_frame(rows[["n", "k"]])
-    shapes = keys.unique().sort_values()
-    if len(shapes) < folds:
-        raise CbsimError(f"{len(shapes)} weight shapes cannot fill {folds} folds")
-    order = np.random.default_rng(seed).permutation(len(shapes))
-    fold_of_shape = np.empty(len(shapes), dtype=np.int64)
-    fold_of_shape[order] = np.arange(len(shapes)) % folds
-    result: np.ndarray = fold_of_shape[shapes.get_indexer(keys)]
+    index = pd.MultiIndex.from_frame(keys)
+    groups = index.unique().sort_values()
+    if len(groups) < folds:
+        raise CbsimError(f"{len(groups)} {what} cannot fill {folds} folds")
+    order = np.random.default_rng(seed).permutation(len(groups))
+    fold_of_group = np.empty(len(groups), dtype=np.int64)
+    fold_of_group[order] = np.arange(len(groups)) % folds
+    result: np.ndarray = fold_of_group[groups.get_indexer(index)]
     return result
+
+
+def shape_folds(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> np.ndarray:
+    """Fold of every row, drawn per weight shape (n, k): all m of a shape share its fold."""
+    return group_folds(rows[["n", "k"]], folds, seed, "weight shapes")
 
 
 def holdout_shapes(

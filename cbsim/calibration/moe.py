@@ -55,7 +55,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 from cbsim.calibration.errors import summarize
-from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S
+from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, group_folds
 from cbsim.calibration.grid import fit_log_grid, log2_nodes
 from cbsim.cost.profile import GridCorrection, MoeFit
 from cbsim.errors import CbsimError
@@ -252,15 +252,7 @@ def kernel_paths(rows: pd.DataFrame) -> np.ndarray:
 
 def shape_folds(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> np.ndarray:
     """Fold of every row, drawn per model shape (hidden, inter, topk, experts)."""
-    keys = pd.MultiIndex.from_frame(rows[SHAPE_COLUMNS])
-    shapes = keys.unique().sort_values()
-    if len(shapes) < folds:
-        raise CbsimError(f"{len(shapes)} MoE shapes cannot fill {folds} folds")
-    order = np.random.default_rng(seed).permutation(len(shapes))
-    fold_of_shape = np.empty(len(shapes), dtype=np.int64)
-    fold_of_shape[order] = np.arange(len(shapes)) % folds
-    result: np.ndarray = fold_of_shape[shapes.get_indexer(keys)]
-    return result
+    return group_folds(rows[SHAPE_COLUMNS], folds, seed, "MoE shapes")
 
 
 def holdout_shapes(

@@ -756,6 +756,7 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         kv_dtype=cluster.effective_kv_dtype,
         calibration=cluster.calibration or DEFAULT_PROFILE,
         engine=load_engine_profile(cluster.engine),
+        expert_routing=cluster.expert_routing,
     )
 
 
@@ -767,7 +768,7 @@ class CostModelCache:
     on demand (:meth:`CostModel.compiled`) hold the same values whichever simulation fills them."""
 
     _FIELDS: ClassVar[set[str]] = {
-        "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine",
+        "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine", "expert_routing",
     }  # fmt: skip
 
     def __init__(self) -> None:

@@ -375,22 +375,25 @@ class ModelShape:
 
 
 def unpriced_reason(model: ModelShape) -> str | None:
-    """Why the cost model cannot price ``model`` yet (None when it can): mixture-of-experts and
-    latent-attention layers have shapes here but no calibrated cost, and are never priced as
-    something else."""
+    """Why the cost model cannot price ``model`` yet (None when it can): latent attention and
+    local (sliding-window or chunked) attention have shapes here but no cost, and a model with
+    them is never priced as something else."""
     kinds = []
-    if model.is_moe:
-        kinds.append(
-            f"a mixture of {model.num_experts} experts ({model.experts_per_token} per token)"
-        )
     if model.is_mla:
         kinds.append("multi-head latent attention")
+    if model.sliding_window:
+        kinds.append(
+            f"local attention on {model.sliding_window_layers} of {model.num_layers} layers "
+            f"(window {model.sliding_window:,})"
+        )
     if not kinds:
         return None
+    size = f"{model.param_count() / 1e9:.1f}B parameters"
+    if model.is_moe:
+        size += f", {model.active_param_count() / 1e9:.1f}B read per token"
     return (
-        f"{model.name} has {' and '.join(kinds)} ({model.param_count() / 1e9:.1f}B parameters, "
-        f"{model.active_param_count() / 1e9:.1f}B read per token): cbsim reads its shape but "
-        "does not price such layers yet, and will not simulate it as a dense model"
+        f"{model.name} has {' and '.join(kinds)} ({size}): cbsim reads its shape but does not "
+        "price such layers yet, and will not simulate it as a model without them"
     )
 
 

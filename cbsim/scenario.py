@@ -322,6 +322,10 @@ class Cluster(StrictModel):
     (vLLM, SGLang and TensorRT-LLM: on; ``none`` and the other profiles: off). It only matters for
     requests whose prompt content is known: a replayed trace with prefix block ids, or
     sessions. ``kv_offload`` adds a CPU tier to it (:class:`KvOffload`).
+
+    ``expert_routing`` (mixture-of-experts models): how the router spreads tokens over experts,
+    ``balanced`` or ``skewed`` (a power law: a few hot experts), priced from vLLM's MoE kernels
+    measured under each (:mod:`cbsim.cost.moe`).
     """
 
     model: str = "llama-3-8b"
@@ -339,6 +343,7 @@ class Cluster(StrictModel):
     max_model_len: TokenCount | None = None
     prefix_caching: bool | None = None
     kv_offload: KvOffload | None = None
+    expert_routing: Literal["balanced", "skewed"] = "balanced"
 
     @field_validator("tp")
     @classmethod

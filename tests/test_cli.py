@@ -565,26 +565,41 @@ def test_cost_options_are_bounded(args: tuple[str, ...], option: str) -> None:
     assert "Traceback" not in result.output
 
 
-def test_cost_refuses_a_mixture_of_experts_config(tmp_path: Path) -> None:
+def test_cost_prices_a_mixture_of_experts_config_and_refuses_latent_attention(
+    tmp_path: Path,
+) -> None:
+    mixtral = {
+        "architectures": ["MixtralForCausalLM"],
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "vocab_size": 32000,
+    }
     config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "architectures": ["MixtralForCausalLM"],
-                "num_local_experts": 8,
-                "num_experts_per_tok": 2,
-                "num_hidden_layers": 32,
-                "hidden_size": 4096,
-                "num_attention_heads": 32,
-                "intermediate_size": 14336,
-                "vocab_size": 32000,
-            }
-        )
-    )
+    config.write_text(json.dumps(mixtral))
+    result = invoke("cost", "--model", config, "--gpu", "h100-sxm", "--tp", "2", "--prefill", "8")
+    assert result.exit_code == 0, result.output
+    assert "moe" in result.output
+    deepseek = {
+        **mixtral,
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "n_routed_experts": 256,
+        "num_local_experts": None,
+        "moe_intermediate_size": 2048,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+    }
+    config.write_text(json.dumps({k: v for k, v in deepseek.items() if v is not None}))
     assert_user_error(
         invoke("cost", "--model", config, "--gpu", "h100-sxm", "--prefill", "8"),
         "--model",
         str(config),
-        "a mixture of 8 experts (2 per token)",
+        "multi-head latent attention",
         "does not price such layers yet",
     )

@@ -218,21 +218,26 @@ def test_dense_models_have_no_moe_and_read_every_parameter_but_the_embedding() -
     assert unpriced_reason(m) is None
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+UNPRICED = ("deepseek-v3", "gpt-oss-120b", "llama-4-scout")  # MLA, local attention
+
+
+@pytest.mark.parametrize("name", UNPRICED)
 def test_a_scenario_refuses_what_cannot_be_priced_yet(name: str) -> None:
     from cbsim.scenario import load_scenario
 
     with pytest.raises(CbsimError, match="does not price such layers yet") as info:
-        load_scenario(small_scenario({"cluster.model": name}))
+        load_scenario(small_scenario({"cluster.model": name, "cluster.tp": 8}))
     assert info.value.field == "cluster.model"
-    assert "will not simulate it as a dense model" in info.value.message
+    assert "will not simulate it as a model without them" in info.value.message
 
 
 def test_the_cost_model_refuses_it_too() -> None:
     from cbsim.cost.roofline import CostModel
 
-    with pytest.raises(CbsimError, match="mixture of 8 experts"):
-        CostModel("mixtral-8x7b", "h100-sxm", tp=2)
+    with pytest.raises(CbsimError, match="multi-head latent attention"):
+        CostModel("deepseek-v3", "h200", tp=8)
+    with pytest.raises(CbsimError, match="local attention on 18 of 36 layers"):
+        CostModel("gpt-oss-120b", "h100-sxm", tp=2)
 
 
 @pytest.mark.parametrize(

@@ -225,9 +225,9 @@ def shared_h100_benchmarks() -> pd.DataFrame:
 
 
 def catalog_model(hf_model: str) -> str | None:
-    """The catalog name of a Hugging Face model id (or a local path ending in one) that cbsim
-    can price, else None (a catalog model it cannot price yet, such as a mixture of experts,
-    too)."""
+    """The catalog name of a Hugging Face model id (or a local path ending in one) of a dense
+    model cbsim can price, else None: mixture-of-experts models too, whose measured deployments
+    use expert parallelism and attention data parallelism cbsim does not model yet."""
     wanted = _base_name(hf_model)
     if wanted not in MODEL_NAMES:
         known = {_base_name(hf_id): name for hf_id, name in HF_MODEL_IDS.items()}
@@ -235,7 +235,8 @@ def catalog_model(hf_model: str) -> str | None:
         if found is None:
             return None
         wanted = found
-    return wanted if unpriced_reason(get_model(wanted)) is None else None
+    model = get_model(wanted)
+    return wanted if unpriced_reason(model) is None and not model.is_moe else None
 
 
 def _base_name(model_id: str) -> str:

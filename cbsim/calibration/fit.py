@@ -24,11 +24,11 @@ import numpy as np
 import pandas as pd
 
 from cbsim import outputs
-from cbsim.calibration import attention, comm, gemm, vidur
+from cbsim.calibration import attention, comm, gemm, moe, vidur
 from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.markdown import markdown_table
-from cbsim.calibration.profile import CalibrationProfile, Measured, RooflineFit
+from cbsim.calibration.profile import CalibrationProfile, Measured, MoeFit, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
@@ -273,6 +273,11 @@ def fit_profile(
         provenance["elementwise"] = Measured(
             source=f"Vidur operator tables of {elementwise_gpu} (MIT)",
         )
+    moe_fits: dict[str, MoeFit] = {}
+    moe_table = _optional_table("moe", gpu, data_dir, engine)
+    if moe_table is not None:
+        progress(f"{gpu}: fitting MoE layers")
+        moe_fits = moe.fit_all(moe_table, spec)
     label = ENGINE_LABELS[engine]
     measured_by = (
         f"the measurements in {data_dir}"
@@ -291,6 +296,7 @@ def fit_profile(
         prefill_attention=attention_fits["prefill"],
         allreduce=allreduce,
         elementwise=elementwise,
+        moe=moe_fits,
         provenance=provenance,
     )
     held_out = (

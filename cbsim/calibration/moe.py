@@ -48,15 +48,14 @@ topk, experts: every token count, layout and routing of a model at once), never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
 from cbsim.calibration.errors import summarize
-from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, group_folds
+from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, _at_least_two, group_folds
 from cbsim.calibration.grid import fit_log_grid, log2_nodes
+from cbsim.cost.moe import FEATURES, MOE_DTYPES, MoeDtype, MoeTerms, moe_base, moe_terms, peak_for
 from cbsim.cost.profile import GridCorrection, MoeFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
@@ -67,6 +66,8 @@ __all__ = [
     "MOE_DTYPES",
     "MoeDtype",
     "MoeTerms",
+    "fit_all",
+    "fit_key",
     "fit_moe",
     "holdout_shapes",
     "kernel_paths",
@@ -77,42 +78,12 @@ __all__ = [
     "transfer_error",
 ]
 
-FEATURES: tuple[str, ...] = ("pairs_per_expert", "hidden", "inner")
 DISTRIBUTIONS: tuple[str, ...] = ("balanced", "power_law_1.01", "power_law_1.2")
 SHAPE_COLUMNS: list[str] = ["hidden_size", "inter_size", "topk", "num_experts"]
-ACTIVATION_BYTES = 2.0
 SMOOTHNESS = 3.0
 BUFFER_BOUNDS = (1e-6, 10.0)
-
-
-@dataclass(frozen=True, slots=True)
-class MoeDtype:
-    """How a kernel stores expert weights and which tensor cores its math runs on."""
-
-    bytes_per_weight: float
-    math: str
-
-
-MOE_DTYPES: dict[str, MoeDtype] = {
-    "bfloat16": MoeDtype(2.0, "bf16"),
-    "fp8": MoeDtype(1.0, "fp8"),
-    "fp8_block": MoeDtype(1.0 + 4.0 / (128 * 128), "fp8"),
-    "int4_wo": MoeDtype(0.5 + 2.0 / 128, "bf16"),
-    "w4a16_mxfp4": MoeDtype(0.5 + 1.0 / 32, "bf16"),
-    "w4a8_mxfp4_mxfp8": MoeDtype(0.5 + 1.0 / 32, "fp8"),
-    "nvfp4": MoeDtype(0.5 + 1.0 / 16, "fp4"),
-}
-"""Bytes per weight (scales included) and math precision of each measured ``moe_dtype``."""
-
-
-def _dtype(moe_dtype: str) -> MoeDtype:
-    found = MOE_DTYPES.get(moe_dtype)
-    if found is None:
-        raise CbsimError(
-            f"unknown MoE weight dtype {moe_dtype!r}; known: {', '.join(MOE_DTYPES)}",
-            field="moe_dtype",
-        )
-    return found
+MIN_ROWS = 50
+"""Fewest measurements a kernel path is fitted on."""
 
 
 def moe_rows(table: pd.DataFrame, moe_dtype: str, distribution: str) -> pd.DataFrame:
@@ -135,41 +106,6 @@ def _columns(rows: pd.DataFrame) -> dict[str, np.ndarray]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class MoeTerms:
-    """The roofline terms of rows of a ``moe`` table (arrays, one value per row)."""
-
-    flops: np.ndarray
-    bytes_moved: np.ndarray
-    buffers: np.ndarray
-    features: tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def moe_terms(
-    tokens: np.ndarray,
-    hidden: np.ndarray,
-    inter: np.ndarray,
-    topk: np.ndarray,
-    experts: np.ndarray,
-    tp: np.ndarray,
-    ep: np.ndarray,
-    moe_dtype: str,
-) -> MoeTerms:
-    """FLOPs, bytes, buffer bytes and correction features of one GPU's share of an MoE layer
-    (see the module docstring); arrays broadcast."""
-    kind = _dtype(moe_dtype)
-    pairs = tokens * topk / ep
-    active = np.minimum(experts / ep, np.maximum(pairs, 1.0))
-    inner = inter / tp
-    per_pair = ACTIVATION_BYTES * (6.0 * inner + 2.0 * hidden)
-    return MoeTerms(
-        flops=2.0 * pairs * 3.0 * hidden * inner,
-        bytes_moved=active * 3.0 * hidden * inner * kind.bytes_per_weight + pairs * per_pair,
-        buffers=ACTIVATION_BYTES * 2.0 * tokens * hidden + tokens * topk * per_pair,
-        features=(pairs / active, hidden * np.ones_like(pairs), inner * np.ones_like(pairs)),
-    )
-
-
 def _terms(rows: pd.DataFrame, moe_dtype: str) -> MoeTerms:
     c = _columns(rows)
     return moe_terms(
@@ -178,27 +114,11 @@ def _terms(rows: pd.DataFrame, moe_dtype: str) -> MoeTerms:
     )  # fmt: skip
 
 
-def _peak(gpu: GPU, moe_dtype: str) -> float:
-    return gpu.peak_flops(_dtype(moe_dtype).math)
-
-
-def _base(params: np.ndarray, terms: MoeTerms, peak: float, bandwidth: float) -> np.ndarray:
-    floor_s, compute_eff, memory_eff, buffer_weight = params
-    result: np.ndarray = (
-        floor_s
-        + np.maximum(
-            terms.flops / (peak * compute_eff), terms.bytes_moved / (bandwidth * memory_eff)
-        )
-        + buffer_weight * terms.buffers / bandwidth
-    )
-    return result
-
-
 def _fit_base(terms: MoeTerms, measured: np.ndarray, peak: float, bandwidth: float) -> np.ndarray:
     log_measured = np.log(measured)
 
     def residual(x: np.ndarray) -> np.ndarray:
-        out: np.ndarray = np.log(_base(np.exp(x), terms, peak, bandwidth)) - log_measured
+        out: np.ndarray = np.log(moe_base(np.exp(x), terms, peak, bandwidth)) - log_measured
         return out
 
     lower = np.log([FLOOR_BOUNDS_S[0], EFF_BOUNDS[0], EFF_BOUNDS[0], BUFFER_BOUNDS[0]])
@@ -216,10 +136,10 @@ def fit_moe(
     routing, with or without EP; see :func:`kernel_paths`) measured on ``gpu``."""
     measured = rows["latency_s"].to_numpy(np.float64)
     terms = _terms(rows, moe_dtype)
-    peak, bandwidth = _peak(gpu, moe_dtype), gpu.hbm_bandwidth
+    peak, bandwidth = peak_for(gpu, moe_dtype), gpu.hbm_bandwidth
     params = _fit_base(terms, measured, peak, bandwidth)
-    base = _base(params, terms, peak, bandwidth)
-    axes = [log2_nodes(float(f.min()), float(f.max())) for f in terms.features]
+    base = moe_base(params, terms, peak, bandwidth)
+    axes = [_at_least_two(log2_nodes(float(f.min()), float(f.max()))) for f in terms.features]
     grid = fit_log_grid(axes, terms.features, np.log(measured / base), smoothness=smoothness)
     grid_axes, values = grid.to_lists()
     floor_s, compute_eff, memory_eff, buffer_weight = (float(v) for v in params)
@@ -236,7 +156,7 @@ def predict_moe(fit: MoeFit, rows: pd.DataFrame, gpu: GPU, moe_dtype: str) -> np
     """Predicted seconds for every row of ``rows`` (columns as :func:`moe_rows`)."""
     terms = _terms(rows, moe_dtype)
     params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
-    base = _base(params, terms, _peak(gpu, moe_dtype), gpu.hbm_bandwidth)
+    base = moe_base(params, terms, peak_for(gpu, moe_dtype), gpu.hbm_bandwidth)
     if fit.correction is None:
         return base
     result: np.ndarray = base * np.exp(fit.correction.grid().evaluate(*terms.features))
@@ -299,3 +219,31 @@ def transfer_error(
         predicted[test] = predict_moe(fit, target[test], target_gpu, moe_dtype)
     known = ~np.isnan(predicted)
     return summarize(predicted[known], target["latency_s"].to_numpy(np.float64)[known])
+
+
+def fit_key(moe_dtype: str, distribution: str, expert_parallel: bool) -> str:
+    """The key of a kernel path's fit in :attr:`CalibrationProfile.moe`."""
+    return f"{moe_dtype}/{distribution}/{'ep' if expert_parallel else 'tp'}"
+
+
+def fit_all(table: pd.DataFrame, gpu: GPU) -> dict[str, MoeFit]:
+    """A fit for every kernel path ``table`` measures (see :func:`fit_key`), on ``gpu``."""
+    fits: dict[str, MoeFit] = {}
+    for moe_dtype in sorted(table["moe_dtype"].astype(str).unique()):
+        if moe_dtype not in MOE_DTYPES:
+            continue
+        for distribution in sorted(table["distribution"].astype(str).unique()):
+            sliced = table[
+                (table["moe_dtype"].astype(str) == moe_dtype)
+                & (table["distribution"].astype(str) == distribution)
+            ]
+            if sliced.empty:
+                continue
+            rows = moe_rows(sliced, moe_dtype, distribution)
+            path = kernel_paths(rows)
+            for expert_parallel in (False, True):
+                chosen = rows[path == int(expert_parallel)]
+                if len(chosen) >= MIN_ROWS:
+                    key = fit_key(moe_dtype, distribution, expert_parallel)
+                    fits[key] = fit_moe(chosen, gpu, moe_dtype)
+    return fits

@@ -181,6 +181,7 @@ class CalibrationProfile(_Strict):
     prefill_attention: dict[str, RooflineFit] = Field(default_factory=dict)
     allreduce: dict[str, CommFit] = Field(default_factory=dict)
     elementwise: RooflineFit | None = None
+    moe: dict[str, MoeFit] = Field(default_factory=dict)  # "dtype/routing/tp|ep" (calibration.moe)
     provenance: dict[str, Measured] = Field(default_factory=dict)
     # "gpu/name" of a profile whose fits this one reuses (a transfer to a GPU with no measurements)
     based_on: str | None = None

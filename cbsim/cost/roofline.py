@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
+from cbsim.cost.moe import EXPERT_ROUTINGS, moe_pricing
 from cbsim.cost.params import CostParams
 from cbsim.cost.profile import (
     DEFAULT_PROFILE,
@@ -277,6 +278,7 @@ class CostModel:
         params: CostParams | None = None,
         calibration: CalibrationProfile | str | None = DEFAULT_PROFILE,
         engine: EngineProfile | str | None = DEFAULT_ENGINE,
+        expert_routing: str = "balanced",
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         unpriced = unpriced_reason(self.model)
@@ -352,6 +354,19 @@ class CostModel:
         self._gemm_cache: dict[tuple[int, int, int], float] = {}
         self._gemm_predict = self._gemm_fit.compiled() if self._gemm_fit is not None else None
         self._head_predict = self._head_fit.compiled() if self._head_fit is not None else None
+        if expert_routing not in EXPERT_ROUTINGS:
+            raise CbsimError(
+                f"expert_routing must be one of {', '.join(EXPERT_ROUTINGS)}, got "
+                f"{expert_routing!r}",
+                field="expert_routing",
+            )
+        self.expert_routing = expert_routing
+        self._moe_cache: dict[int, tuple[float, float]] = {}
+        self._moe = (
+            moe_pricing(self.model, self.gpu, tp, dtype, expert_routing, cal, self.params)
+            if self.model.is_moe
+            else None
+        )
 
     # ------------------------------------------------------------------ primitives
 
@@ -502,16 +517,45 @@ class CostModel:
         mlp = self.gemm_time(n_tokens, self._mlp_n, h) + self.gemm_time(
             n_tokens, h, m.intermediate_size // self.tp
         )
+        mlp_total = layers * mlp
+        if self._moe is not None:
+            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(n_tokens))
         result = (
             layers * qkv,
             layers * o_proj,
-            layers * mlp,
+            mlp_total,
             layers * self.elementwise_time(n_tokens),
             layers * 2 * self.allreduce_time(n_tokens),
         )
         if len(self._linear_cache) < 65536:
             self._linear_cache[n_tokens] = result
         return result
+
+    def moe_layer_time(self, tokens: int) -> float:
+        """Seconds for one MoE layer's MLP at ``tokens`` tokens on one GPU: the router, the routed
+        experts (:mod:`cbsim.calibration.moe`'s fit) and the shared experts."""
+        if self._moe is None or tokens <= 0:
+            return 0.0
+        m = self.model
+        routed = self._moe.routed_time(tokens)
+        router = self.gemm_time(tokens, m.num_experts, m.hidden_size)
+        shared = 0.0
+        if m.shared_expert_intermediate_size:
+            inner = m.shared_expert_intermediate_size // self.tp
+            shared = self.gemm_time(tokens, 2 * inner, m.hidden_size) + self.gemm_time(
+                tokens, m.hidden_size, inner
+            )
+        return routed + router + shared
+
+    def _moe_times(self, tokens: int) -> tuple[float, float]:
+        """(MoE MLPs, expert-parallel all-to-all) seconds over all MoE layers (memoised)."""
+        cached = self._moe_cache.get(tokens)
+        if cached is None:
+            layers = self.model.num_moe_layers
+            cached = (layers * self.moe_layer_time(tokens), 0.0)
+            if len(self._moe_cache) < 65536:
+                self._moe_cache[tokens] = cached
+        return cached
 
     def _lm_head_time(self, sampled: int) -> float:
         cached = self._lm_head_cache.get(sampled)
@@ -536,10 +580,16 @@ class CostModel:
             return {}
         layers = self.model.num_layers
         qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
+        moe: dict[str, float] = {}
+        if self._moe is not None:
+            moe_s, alltoall_s = self._moe_times(stats.num_tokens)
+            mlp -= moe_s + alltoall_s
+            moe = {"moe": moe_s, "alltoall": alltoall_s}
         parts = {
             "qkv_proj": qkv,
             "o_proj": o_proj,
             "mlp": mlp,
+            **moe,
             "elementwise": elementwise,
             "allreduce": allreduce,
             "lm_head": self._lm_head_time(stats.sampled_tokens),
@@ -655,6 +705,9 @@ class CostModel:
 
     def weight_read_time(self) -> float:
         """The physical lower bound of a decode step: all weights of a shard over peak bandwidth."""
+        if self.model.is_moe:  # a batch of one reads its own experts only
+            active = self.model.active_param_count() * self._w_bytes
+            return active / self.tp / self.gpu.hbm_bandwidth
         return self.model.weight_bytes(self._w_bytes) / self.tp / self.gpu.hbm_bandwidth
 
     @classmethod

@@ -1,0 +1,208 @@
+"""Mixture-of-experts layers in the cost model: the roofline terms of one layer's routed experts
+and the calibrated fit that prices them.
+
+An MoE layer's MLP is a router, ``num_experts`` routed experts of which each token goes through
+``experts_per_token``, and optionally shared experts every token goes through. The router and the
+shared experts are plain GEMMs (priced as such by :class:`~cbsim.cost.roofline.CostModel`); the
+routed experts run as one fused kernel whose time this module gives: FLOPs over the (token,
+expert) pairs, bytes over the weights of the experts that see a token (each read once, whatever
+its token count), plus the kernel's buffers over every pair. :mod:`cbsim.calibration.moe` fits
+its efficiencies and correction to vLLM's measured kernels (per weight dtype, token routing and
+kernel path) and documents the formulas; :class:`MoePricing` picks the fit for a served model.
+
+Which fit. The cluster's weight dtype names the kernel's (``bf16``/``fp16`` → ``bfloat16``;
+``fp8`` → ``fp8_block``, the 128 × 128 block-scaled checkpoints DeepSeek, Qwen and most MoE
+releases ship; ``fp4`` → ``nvfp4``), ``cluster.expert_routing`` the routing (``balanced`` →
+``balanced``, or ``power_law_1.01`` where a GPU measured no balanced rows, as A100;
+``skewed`` → ``power_law_1.2``). The fit comes from the calibration profile in use, else the
+GPU's default profile (an engine profile without MoE tables uses vLLM's kernels), else H100's
+applied to this GPU's spec sheet (H200, L40S, MI300X measured none); uncalibrated, the raw
+roofline with the GEMM efficiencies of :class:`~cbsim.cost.params.CostParams`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from cbsim.cost.params import CostParams
+from cbsim.cost.profile import CalibrationProfile, MoeFit, load_profile
+from cbsim.errors import CbsimError
+from cbsim.hardware import GPU
+from cbsim.models import ModelShape
+
+__all__ = [
+    "EXPERT_ROUTINGS",
+    "FEATURES",
+    "MOE_DTYPES",
+    "MoeDtype",
+    "MoePricing",
+    "MoeTerms",
+    "moe_base",
+    "moe_terms",
+    "peak_for",
+]
+
+FEATURES: tuple[str, ...] = ("pairs_per_expert", "hidden", "inner")
+"""The correction's features: each expert GEMM's m (pairs per active expert), k and n."""
+ACTIVATION_BYTES = 2.0
+EXPERT_ROUTINGS: tuple[str, ...] = ("balanced", "skewed")
+_ROUTING_FITS: dict[str, tuple[str, ...]] = {
+    "balanced": ("balanced", "power_law_1.01"),
+    "skewed": ("power_law_1.2",),
+}
+_WEIGHT_KERNELS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8_block", "fp4": "nvfp4"}
+TRANSFER_SOURCE = "h100-sxm"
+
+
+@dataclass(frozen=True, slots=True)
+class MoeDtype:
+    """How a kernel stores expert weights and which tensor cores its math runs on."""
+
+    bytes_per_weight: float
+    math: str
+
+
+MOE_DTYPES: dict[str, MoeDtype] = {
+    "bfloat16": MoeDtype(2.0, "bf16"),
+    "fp8": MoeDtype(1.0, "fp8"),
+    "fp8_block": MoeDtype(1.0 + 4.0 / (128 * 128), "fp8"),
+    "int4_wo": MoeDtype(0.5 + 2.0 / 128, "bf16"),
+    "w4a16_mxfp4": MoeDtype(0.5 + 1.0 / 32, "bf16"),
+    "w4a8_mxfp4_mxfp8": MoeDtype(0.5 + 1.0 / 32, "fp8"),
+    "nvfp4": MoeDtype(0.5 + 1.0 / 16, "fp4"),
+}
+"""Bytes per weight (scales included) and math precision of each measured ``moe_dtype``."""
+
+
+def moe_dtype_of(moe_dtype: str) -> MoeDtype:
+    found = MOE_DTYPES.get(moe_dtype)
+    if found is None:
+        raise CbsimError(
+            f"unknown MoE weight dtype {moe_dtype!r}; known: {', '.join(MOE_DTYPES)}",
+            field="moe_dtype",
+        )
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class MoeTerms:
+    """The roofline terms of rows of a ``moe`` table (arrays, one value per row)."""
+
+    flops: np.ndarray
+    bytes_moved: np.ndarray
+    buffers: np.ndarray
+    features: tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def moe_terms(
+    tokens: np.ndarray,
+    hidden: np.ndarray,
+    inter: np.ndarray,
+    topk: np.ndarray,
+    experts: np.ndarray,
+    tp: np.ndarray,
+    ep: np.ndarray,
+    moe_dtype: str,
+) -> MoeTerms:
+    """FLOPs, bytes, buffer bytes and correction features of one GPU's share of an MoE layer
+    (see the module docstring); arrays broadcast."""
+    kind = moe_dtype_of(moe_dtype)
+    pairs = tokens * topk / ep
+    active = np.minimum(experts / ep, np.maximum(pairs, 1.0))
+    inner = inter / tp
+    per_pair = ACTIVATION_BYTES * (6.0 * inner + 2.0 * hidden)
+    return MoeTerms(
+        flops=2.0 * pairs * 3.0 * hidden * inner,
+        bytes_moved=active * 3.0 * hidden * inner * kind.bytes_per_weight + pairs * per_pair,
+        buffers=ACTIVATION_BYTES * 2.0 * tokens * hidden + tokens * topk * per_pair,
+        features=(pairs / active, hidden * np.ones_like(pairs), inner * np.ones_like(pairs)),
+    )
+
+
+def peak_for(gpu: GPU, moe_dtype: str) -> float:
+    return gpu.peak_flops(moe_dtype_of(moe_dtype).math)
+
+
+def moe_base(params: np.ndarray, terms: MoeTerms, peak: float, bandwidth: float) -> np.ndarray:
+    floor_s, compute_eff, memory_eff, buffer_weight = params
+    result: np.ndarray = (
+        floor_s
+        + np.maximum(
+            terms.flops / (peak * compute_eff), terms.bytes_moved / (bandwidth * memory_eff)
+        )
+        + buffer_weight * terms.buffers / bandwidth
+    )
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class MoePricing:
+    """Prices one MoE layer's routed experts for a served model (see the module docstring)."""
+
+    model: ModelShape
+    gpu: GPU
+    tp: int
+    moe_dtype: str
+    fit: MoeFit | None
+    params: CostParams
+    source: str
+
+    def routed_time(self, tokens: int) -> float:
+        """Seconds of one MoE layer's routed experts over ``tokens`` tokens on one GPU."""
+        if tokens <= 0:
+            return 0.0
+        m = self.model
+        one = np.ones(1, dtype=np.float64)
+        terms = moe_terms(
+            tokens * one, m.hidden_size * one, m.expert_intermediate_size * one,
+            m.experts_per_token * one, m.num_experts * one, self.tp * one, one, self.moe_dtype,
+        )  # fmt: skip
+        peak, bandwidth = peak_for(self.gpu, self.moe_dtype), self.gpu.hbm_bandwidth
+        fit = self.fit
+        if fit is None:
+            p = self.params
+            raw = np.array([p.gemm_floor_s, p.gemm_compute_eff, p.gemm_memory_eff, 1.0])
+            return float(moe_base(raw, terms, peak, bandwidth)[0])
+        params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
+        base = float(moe_base(params, terms, peak, bandwidth)[0])
+        if fit.correction is None:
+            return base
+        return base * math.exp(fit.correction(*(float(f[0]) for f in terms.features)))
+
+
+def moe_pricing(
+    model: ModelShape,
+    gpu: GPU,
+    tp: int,
+    dtype: str,
+    expert_routing: str,
+    calibration: CalibrationProfile | None,
+    params: CostParams,
+) -> MoePricing:
+    """The pricing of ``model``'s MoE layers served in ``dtype`` on ``gpu`` (see the module
+    docstring for which fit it takes)."""
+    moe_dtype = _WEIGHT_KERNELS.get(dtype)
+    if moe_dtype is None:
+        raise CbsimError(f"no MoE kernel for {dtype} weights", field="dtype")
+    if calibration is None:
+        return MoePricing(model, gpu, tp, moe_dtype, None, params, "uncalibrated roofline")
+    candidates: list[tuple[str, CalibrationProfile | None]] = [
+        (f"{gpu.name}/{calibration.name}", calibration),
+        (f"{gpu.name}/default", load_profile(gpu.name)),
+        (f"{TRANSFER_SOURCE}/default on {gpu.name}'s spec sheet", load_profile(TRANSFER_SOURCE)),
+    ]
+    for where, profile in candidates:
+        if profile is None:
+            continue
+        for routing in _ROUTING_FITS[expert_routing]:
+            fit = profile.moe.get(f"{moe_dtype}/{routing}/tp")
+            if fit is not None:
+                return MoePricing(model, gpu, tp, moe_dtype, fit, params, f"{where}: {routing}")
+    raise CbsimError(
+        f"no measured MoE kernel for {dtype} weights ({moe_dtype}) on {gpu.name} or "
+        f"{TRANSFER_SOURCE}",
+        field="dtype",
+    )

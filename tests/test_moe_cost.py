@@ -1,0 +1,112 @@
+"""Mixture-of-experts models in the cost model and the simulator (:mod:`cbsim.cost.moe`): the
+routed experts from the calibrated fit, the router and shared experts as GEMMs, the breakdown's
+``moe`` and ``alltoall``, the fit each GPU takes, and whole simulations."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import cbsim
+from cbsim.calibration.data import load_table
+from cbsim.calibration.moe import moe_rows
+from cbsim.cli import cli
+from cbsim.cost.roofline import CostModel
+from cbsim.errors import CbsimError
+from cbsim.models import get_model
+from tests.conftest import small_scenario
+
+
+def test_mixtral_layer_matches_the_measured_kernel() -> None:
+    """The routed experts of Mixtral-8x7B at TP 2 against vLLM's measured kernel, the fit's
+    own training rows (in-sample; held-out figures in tests/test_calibration_moe.py)."""
+    cost = CostModel("mixtral-8x7b", "h100-sxm", tp=2, engine=None)
+    rows = moe_rows(load_table("moe", "h100-sxm"), "bfloat16", "balanced")
+    mask = (
+        (rows["hidden_size"] == 4096)
+        & (rows["inter_size"] == 14336)
+        & (rows["num_experts"] == 8)
+        & (rows["moe_tp_size"] == 2)
+        & (rows["moe_ep_size"] == 1)
+    )
+    chosen = rows[mask]
+    assert len(chosen) >= 20
+    predicted = np.array([cost._moe.routed_time(int(t)) for t in chosen["num_tokens"]])
+    errors = np.abs(predicted / chosen["latency_s"].to_numpy() - 1)
+    assert np.median(errors) < 0.15
+
+
+def test_moe_layer_adds_router_and_shared_experts_as_gemms() -> None:
+    cost = CostModel("qwen3-30b-a3b", "h100-sxm", tp=1)
+    m = cost.model
+    routed = cost._moe.routed_time(64)
+    assert cost.moe_layer_time(64) == pytest.approx(
+        routed + cost.gemm_time(64, m.num_experts, m.hidden_size), rel=1e-12
+    )
+
+
+def test_breakdown_names_moe_and_alltoall_for_moe_models_only() -> None:
+    moe = CostModel("mixtral-8x7b", "h100-sxm", tp=2)
+    parts = moe.breakdown([(1, 1000)] * 32)
+    assert parts["moe"] == pytest.approx(32 * moe.moe_layer_time(32))
+    assert parts["alltoall"] == 0.0 and parts["mlp"] == pytest.approx(0.0, abs=1e-12)
+    assert sum(parts.values()) == pytest.approx(moe.iteration_time([(1, 1000)] * 32))
+    dense = CostModel("llama-3.1-8b", "h100-sxm").breakdown([(1, 1000)] * 32)
+    assert "moe" not in dense and "alltoall" not in dense
+
+
+def test_a_decode_step_reads_at_least_its_active_experts() -> None:
+    cost = CostModel("mixtral-8x7b", "h100-sxm", tp=2, engine=None)
+    one = cost.iteration_time([(1, 100)])
+    assert one >= cost.weight_read_time()
+    # a big batch reads every expert: slower than one token, bounded by all weights
+    big = cost.iteration_time([(1, 100)] * 256)
+    bound = get_model("mixtral-8x7b").weight_bytes(2) / 2 / cost.gpu.hbm_bandwidth
+    assert big > one and big >= bound
+
+
+def test_skewed_routing_costs_more_for_few_experts_at_large_batches() -> None:
+    balanced = CostModel("mixtral-8x7b", "h100-sxm", tp=2, expert_routing="balanced")
+    skewed = CostModel("mixtral-8x7b", "h100-sxm", tp=2, expert_routing="skewed")
+    assert skewed.moe_layer_time(1024) > balanced.moe_layer_time(1024)
+    with pytest.raises(CbsimError, match="expert_routing must be one of balanced, skewed"):
+        CostModel("mixtral-8x7b", "h100-sxm", tp=2, expert_routing="hot")
+
+
+def test_which_fit_each_gpu_takes() -> None:
+    source = {
+        gpu: CostModel("qwen3-30b-a3b", gpu, tp=1)._moe.source
+        for gpu in ("h100-sxm", "h200", "a100-80gb", "b200")
+    }
+    assert source["h100-sxm"] == "h100-sxm/aiconfigurator-vllm: balanced"
+    assert source["h200"].startswith("h100-sxm/default on h200's spec sheet")
+    assert source["a100-80gb"].endswith("power_law_1.01")  # A100 measured no balanced rows
+    assert source["b200"] == "b200/aiconfigurator-vllm: balanced"
+    fp8 = CostModel("qwen3-30b-a3b", "h100-sxm", tp=1, dtype="fp8")
+    assert fp8._moe.moe_dtype == "fp8_block"
+    bare = CostModel.bare_roofline("qwen3-30b-a3b", "h100-sxm")
+    assert bare._moe.fit is None and bare.moe_layer_time(8) > 0
+
+
+def test_mixtral_simulates_and_needs_two_h100s() -> None:
+    data = small_scenario({"cluster.model": "mixtral-8x7b", "cluster.tp": 2})
+    results = cbsim.simulate(cbsim.load_scenario(data))
+    assert results.summary["completed"] == len(results.requests)
+    cost = CostModel("mixtral-8x7b", "h100-sxm", tp=2)
+    assert results.requests["tpot_s"].min() >= cost.weight_read_time()
+    with pytest.raises(CbsimError, match="does not fit in h100-sxm memory at tp=1"):
+        cbsim.load_scenario(small_scenario({"cluster.model": "mixtral-8x7b", "cluster.tp": 1}))
+
+
+def test_cost_command_json_has_moe_and_alltoall() -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["cost", "-m", "qwen3-235b-a22b", "-g", "h200", "--tp", "8", "--decode", "16",
+         "--context", "2000", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    parts = json.loads(result.output)
+    assert parts["moe"] > 0 and parts["alltoall"] == 0.0

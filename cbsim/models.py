@@ -214,6 +214,23 @@ class ModelShape:
             if getattr(self, field) < 1:
                 raise CbsimError("multi-head latent attention needs it", field=field)
 
+    def dense(self, name: str, num_layers: int) -> ModelShape:
+        """This model's width and attention with ``num_layers`` dense layers (no experts): the
+        shape of a speculative head trained for it, as EAGLE's are."""
+        return replace(
+            self,
+            name=name,
+            num_layers=num_layers,
+            num_experts=0,
+            experts_per_token=0,
+            expert_intermediate_size=0,
+            shared_expert_intermediate_size=0,
+            dense_layers=0,
+            moe_layer_step=1,
+            expert_bias=False,
+            router_bias=False,
+        )
+
     @property
     def is_moe(self) -> bool:
         """Some layers are mixtures of experts."""

@@ -110,3 +110,22 @@ def test_cost_command_json_has_moe_and_alltoall() -> None:
     assert result.exit_code == 0, result.output
     parts = json.loads(result.output)
     assert parts["moe"] > 0 and parts["alltoall"] == 0.0
+
+
+def test_speculative_decoding_on_a_moe_target_drafts_with_a_dense_head() -> None:
+    from cbsim.speculative.proposers import EagleHead
+
+    head = EagleHead(CostModel("mixtral-8x7b", "h100-sxm", tp=2))
+    assert not head.shape.is_moe and head.shape.num_layers == 1
+    assert head.shape.intermediate_size == 14336
+    spec = {
+        "enabled": True,
+        "proposer": {"kind": "eagle"},
+        "acceptance": {"kind": "per_request", "mean": 0.6},
+        "policy": {"kind": "goodput", "k_max": 6},
+    }
+    base = small_scenario({"cluster.model": "mixtral-8x7b", "cluster.tp": 2})
+    plain = cbsim.simulate(cbsim.load_scenario(base)).summary
+    drafted = cbsim.simulate(cbsim.load_scenario({**base, "speculative": spec})).summary
+    assert drafted["completed"] == plain["completed"]
+    assert drafted["mean_k"] > 0 and drafted["tpot_p50_s"] < plain["tpot_p50_s"]

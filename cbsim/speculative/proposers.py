@@ -16,7 +16,6 @@ calibrated), with no per-request CPU work of its own.
 
 from __future__ import annotations
 
-import dataclasses
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
@@ -150,9 +149,7 @@ class EagleHead(_ModelProposer):
     kind = "eagle"
 
     def __init__(self, target: CostModel) -> None:
-        head = dataclasses.replace(
-            target.model, name=f"{target.model.name}-eagle-head", num_layers=1
-        )
+        head = target.model.dense(f"{target.model.name}-eagle-head", 1)
         super().__init__(head, target)
         self._fusion_k = 2 * target.model.hidden_size
 

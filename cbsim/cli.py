@@ -379,6 +379,21 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 @click.option("--gpu", "-g", required=True, help="Catalog GPU name, e.g. h100-sxm.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
+    "--ep",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Expert parallelism of a mixture-of-experts model: 1, or tp (experts spread over the "
+    "tensor-parallel group).",
+)
+@click.option(
+    "--expert-routing",
+    type=click.Choice(["balanced", "skewed"]),
+    default="balanced",
+    show_default=True,
+    help="How the router spreads tokens over experts (mixture-of-experts models).",
+)
+@click.option(
     "--dtype",
     type=click.Choice(["bf16", "fp16", "fp8", "fp4"]),
     default="bf16",
@@ -438,6 +453,8 @@ def cost(
     model: str,
     gpu: str,
     tp: int,
+    ep: int,
+    expert_routing: str,
     dtype: str,
     kv_dtype: str | None,
     batch: list[tuple[int, int]],
@@ -503,8 +520,12 @@ def cost(
             kv_dtype=kv_dtype,
             calibration=calibration,
             engine=engine_profile,
+            expert_routing=expert_routing,
+            ep=ep,
         )
     except CbsimError as err:
+        if err.field == "ep":
+            raise CbsimError(err.message, field="--ep") from None
         raise err.located(field="--calibration") from None
     breakdown = cost_model.breakdown(entries)
     total = cost_model.iteration_time(entries)

@@ -757,6 +757,7 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         calibration=cluster.calibration or DEFAULT_PROFILE,
         engine=load_engine_profile(cluster.engine),
         expert_routing=cluster.expert_routing,
+        ep=cluster.ep,
     )
 
 
@@ -768,7 +769,7 @@ class CostModelCache:
     on demand (:meth:`CostModel.compiled`) hold the same values whichever simulation fills them."""
 
     _FIELDS: ClassVar[set[str]] = {
-        "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine", "expert_routing",
+        "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine", "expert_routing", "ep",
     }  # fmt: skip
 
     def __init__(self) -> None:

@@ -325,7 +325,10 @@ class Cluster(StrictModel):
 
     ``expert_routing`` (mixture-of-experts models): how the router spreads tokens over experts,
     ``balanced`` or ``skewed`` (a power law: a few hot experts), priced from vLLM's MoE kernels
-    measured under each (:mod:`cbsim.cost.moe`).
+    measured under each (:mod:`cbsim.cost.moe`). ``ep``: 1 (every GPU holds a 1/tp slice of every
+    expert) or ``tp`` (each GPU holds ``experts / tp`` whole experts, vLLM's expert parallelism
+    over the tensor-parallel group); the same weights per GPU either way, priced from the kernels
+    measured in each layout.
     """
 
     model: str = "llama-3-8b"
@@ -344,6 +347,28 @@ class Cluster(StrictModel):
     prefix_caching: bool | None = None
     kv_offload: KvOffload | None = None
     expert_routing: Literal["balanced", "skewed"] = "balanced"
+    ep: Annotated[int, NotBool, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _expert_parallel_layout(self) -> Cluster:
+        """``ep`` > 1 spreads a mixture of experts' experts over the tensor-parallel group (vLLM's
+        ``--enable-expert-parallel`` without data parallelism: ep = tp)."""
+        if self.ep == 1:
+            return self
+        from cbsim.models import get_model
+
+        shape = get_model(self.model)
+        if not shape.is_moe:
+            raise ValueError(f"ep: {self.model} has no experts to spread (ep must be 1)")
+        if self.ep != self.tp:
+            raise ValueError(
+                f"ep: expert parallelism spreads the experts over the tensor-parallel group, so "
+                f"ep must be 1 or tp ({self.tp}), got {self.ep} (attention data parallelism, "
+                "which would make it tp x dp, is not modelled yet)"
+            )
+        if shape.num_experts % self.ep:
+            raise ValueError(f"ep: {shape.num_experts} experts do not divide over {self.ep} GPUs")
+        return self
 
     @field_validator("tp")
     @classmethod

@@ -145,6 +145,7 @@ class MoePricing:
     model: ModelShape
     gpu: GPU
     tp: int
+    ep: int
     moe_dtype: str
     fit: MoeFit | None
     params: CostParams
@@ -158,7 +159,8 @@ class MoePricing:
         one = np.ones(1, dtype=np.float64)
         terms = moe_terms(
             tokens * one, m.hidden_size * one, m.expert_intermediate_size * one,
-            m.experts_per_token * one, m.num_experts * one, self.tp * one, one, self.moe_dtype,
+            m.experts_per_token * one, m.num_experts * one, (self.tp // self.ep) * one,
+            self.ep * one, self.moe_dtype,
         )  # fmt: skip
         peak, bandwidth = peak_for(self.gpu, self.moe_dtype), self.gpu.hbm_bandwidth
         fit = self.fit
@@ -177,6 +179,7 @@ def moe_pricing(
     model: ModelShape,
     gpu: GPU,
     tp: int,
+    ep: int,
     dtype: str,
     expert_routing: str,
     calibration: CalibrationProfile | None,
@@ -188,7 +191,7 @@ def moe_pricing(
     if moe_dtype is None:
         raise CbsimError(f"no MoE kernel for {dtype} weights", field="dtype")
     if calibration is None:
-        return MoePricing(model, gpu, tp, moe_dtype, None, params, "uncalibrated roofline")
+        return MoePricing(model, gpu, tp, ep, moe_dtype, None, params, "uncalibrated roofline")
     candidates: list[tuple[str, CalibrationProfile | None]] = [
         (f"{gpu.name}/{calibration.name}", calibration),
         (f"{gpu.name}/default", load_profile(gpu.name)),
@@ -197,12 +200,15 @@ def moe_pricing(
     for where, profile in candidates:
         if profile is None:
             continue
+        layout = "ep" if ep > 1 else "tp"
         for routing in _ROUTING_FITS[expert_routing]:
-            fit = profile.moe.get(f"{moe_dtype}/{routing}/tp")
+            fit = profile.moe.get(f"{moe_dtype}/{routing}/{layout}")
             if fit is not None:
-                return MoePricing(model, gpu, tp, moe_dtype, fit, params, f"{where}: {routing}")
+                source = f"{where}: {routing}, {layout}"
+                return MoePricing(model, gpu, tp, ep, moe_dtype, fit, params, source)
     raise CbsimError(
-        f"no measured MoE kernel for {dtype} weights ({moe_dtype}) on {gpu.name} or "
+        f"no measured MoE kernel for {dtype} weights ({moe_dtype}) "
+        f"{'with' if ep > 1 else 'without'} expert parallelism on {gpu.name} or "
         f"{TRANSFER_SOURCE}",
         field="dtype",
     )

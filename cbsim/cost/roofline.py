@@ -279,6 +279,7 @@ class CostModel:
         calibration: CalibrationProfile | str | None = DEFAULT_PROFILE,
         engine: EngineProfile | str | None = DEFAULT_ENGINE,
         expert_routing: str = "balanced",
+        ep: int = 1,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         unpriced = unpriced_reason(self.model)
@@ -361,9 +362,16 @@ class CostModel:
                 field="expert_routing",
             )
         self.expert_routing = expert_routing
+        if ep != 1 and not self.model.is_moe:
+            raise CbsimError(
+                f"{self.model.name} has no experts to spread: ep must be 1", field="ep"
+            )
+        if ep not in (1, tp):
+            raise CbsimError(f"ep must be 1 or tp ({tp}), got {ep}", field="ep")
+        self.ep = ep
         self._moe_cache: dict[int, tuple[float, float]] = {}
         self._moe = (
-            moe_pricing(self.model, self.gpu, tp, dtype, expert_routing, cal, self.params)
+            moe_pricing(self.model, self.gpu, tp, ep, dtype, expert_routing, cal, self.params)
             if self.model.is_moe
             else None
         )

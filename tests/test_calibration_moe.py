@@ -109,3 +109,17 @@ def test_leave_one_gpu_out_runs_and_reports() -> None:
     s = transfer_error(h100, get_gpu("h100-sxm"), b200, get_gpu("b200"), "fp8_block")
     assert s["points"] == len(b200)
     assert 0 < s["median_ape"] < 0.3  # measured 19.4 %
+
+
+def test_the_kernel_report_states_the_moe_held_out_error() -> None:
+    from cbsim.calibration.fit import _moe_holdout
+
+    rows: list[dict[str, object]] = []
+    points: list[pd.DataFrame] = []
+    found = _moe_holdout(load_table("moe", "a100-80gb"), "a100-80gb", "vllm", rows, points, print)
+    families = {str(r["family"]) for r in rows}
+    assert families == {"moe bf16 skew 1.01", "moe bf16 skew 1.2"}  # A100: power-law rows only
+    assert {str(r["method"]) for r in rows} == {"calibrated", "constant"}
+    assert set(found) == {"moe_bfloat16_power_law_1.01", "moe_bfloat16_power_law_1.2"}
+    assert all(0 < (m.holdout_median_ape or 0) < 0.25 for m in found.values())
+    assert sum(len(p) for p in points) == sum(m.rows for m in found.values())

@@ -202,6 +202,70 @@ def _allreduce_rows(
     return None, ""
 
 
+MOE_CHECKED = ("bfloat16", "fp8", "fp8_block", "nvfp4")
+MOE_LABELS = {"bfloat16": "bf16", "fp8_block": "fp8-block"}
+"""The MoE weight dtypes whose held-out error a report states (the 4-bit weight-only kernels
+were measured on too few model shapes to hold any out)."""
+
+
+def _moe_holdout(
+    table: pd.DataFrame,
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, object]],
+    points: list[pd.DataFrame],
+    progress: Progress,
+) -> dict[str, Measured]:
+    """Held-out whole model shapes for each measured (MoE dtype, routing): error rows, points
+    and provenance (see :func:`cbsim.calibration.moe.holdout_shapes`)."""
+    found: dict[str, Measured] = {}
+    spec = get_gpu(gpu)
+    dtypes = set(table["moe_dtype"].astype(str))
+    routings = set(table["distribution"].astype(str))
+    for moe_dtype in (d for d in MOE_CHECKED if d in dtypes):
+        for routing in (r for r in moe.DISTRIBUTIONS if r in routings):
+            sliced = (
+                moe.moe_rows(table, moe_dtype, routing) if _has(table, moe_dtype, routing) else None
+            )
+            if sliced is None or sliced[moe.SHAPE_COLUMNS].drop_duplicates().shape[0] < 5:
+                continue
+            progress(f"{gpu}: MoE {moe_dtype} {routing}, held-out model shapes")
+            held = moe.holdout_shapes(sliced, spec, moe_dtype)
+            known = ~np.isnan(held["predicted_s"].to_numpy())
+            measured = held["measured_s"].to_numpy()[known]
+            family = f"moe {MOE_LABELS.get(moe_dtype, moe_dtype)} {routing.replace('power_law_', 'skew ')}"
+            for method, column in (("calibrated", "predicted_s"), ("constant", "base_s")):
+                predicted = held[column].to_numpy()[known]
+                rows.append(
+                    {
+                        "gpu": gpu,
+                        "engine": engine,
+                        "family": family,
+                        "method": method,
+                        **_stats(predicted, measured),
+                    }
+                )
+            predicted = held["predicted_s"].to_numpy()[known]
+            points.append(_points(family, measured, predicted))
+            stats = _stats(predicted, measured)
+            found[f"moe_{moe_dtype}_{routing}"] = Measured(
+                source="held-out model shapes (5-fold)",
+                rows=int(known.sum()),
+                holdout_median_ape=stats["median_ape"],
+                holdout_p90_ape=stats["p90_ape"],
+            )
+    return found
+
+
+def _has(table: pd.DataFrame, moe_dtype: str, routing: str) -> bool:
+    return bool(
+        (
+            (table["moe_dtype"].astype(str) == moe_dtype)
+            & (table["distribution"].astype(str) == routing)
+        ).any()
+    )
+
+
 def fit_profile(
     gpu: str,
     data_dir: str | Path | None = None,
@@ -278,6 +342,8 @@ def fit_profile(
     if moe_table is not None:
         progress(f"{gpu}: fitting MoE layers")
         moe_fits = moe.fit_all(moe_table, spec)
+        if validate:
+            provenance.update(_moe_holdout(moe_table, gpu, engine, rows, points, progress))
     label = ENGINE_LABELS[engine]
     measured_by = (
         f"the measurements in {data_dir}"

@@ -392,12 +392,10 @@ class ModelShape:
 
 
 def unpriced_reason(model: ModelShape) -> str | None:
-    """Why the cost model cannot price ``model`` yet (None when it can): latent attention and
-    local (sliding-window or chunked) attention have shapes here but no cost, and a model with
-    them is never priced as something else."""
+    """Why the cost model cannot price ``model`` yet (None when it can): local (sliding-window or
+    chunked) attention has a shape here but no cost, and a model with it is never priced as
+    something else."""
     kinds = []
-    if model.is_mla:
-        kinds.append("multi-head latent attention")
     if model.sliding_window:
         kinds.append(
             f"local attention on {model.sliding_window_layers} of {model.num_layers} layers "

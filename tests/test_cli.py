@@ -565,7 +565,7 @@ def test_cost_options_are_bounded(args: tuple[str, ...], option: str) -> None:
     assert "Traceback" not in result.output
 
 
-def test_cost_prices_a_mixture_of_experts_config_and_refuses_latent_attention(
+def test_cost_prices_a_mixture_of_experts_config_and_refuses_local_attention(
     tmp_path: Path,
 ) -> None:
     mixtral = {
@@ -584,22 +584,18 @@ def test_cost_prices_a_mixture_of_experts_config_and_refuses_latent_attention(
     result = invoke("cost", "--model", config, "--gpu", "h100-sxm", "--tp", "2", "--prefill", "8")
     assert result.exit_code == 0, result.output
     assert "moe" in result.output
-    deepseek = {
+    gpt_oss = {
         **mixtral,
-        "architectures": ["DeepseekV3ForCausalLM"],
-        "n_routed_experts": 256,
-        "num_local_experts": None,
-        "moe_intermediate_size": 2048,
-        "kv_lora_rank": 512,
-        "qk_rope_head_dim": 64,
-        "qk_nope_head_dim": 128,
-        "v_head_dim": 128,
+        "architectures": ["GptOssForCausalLM"],
+        "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "sliding_window": 128,
     }
-    config.write_text(json.dumps({k: v for k, v in deepseek.items() if v is not None}))
+    config.write_text(json.dumps(gpt_oss))
     assert_user_error(
         invoke("cost", "--model", config, "--gpu", "h100-sxm", "--prefill", "8"),
         "--model",
         str(config),
-        "multi-head latent attention",
+        "local attention on 16 of 32 layers",
         "does not price such layers yet",
     )

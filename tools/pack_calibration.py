@@ -37,6 +37,10 @@ Columns:
   paged context FMHA on; its table also sweeps bf16 math over an fp8 cache (dropped). SGLang's
   FlashAttention-3 rows pair them already (fp8 KV with fp8 math); vLLM's are all bf16 math.
 * ``nccl``: op, dtype (half | int8 sweep), num_gpus, message_elements, latency_ms.
+* ``mla_{decode,prefill}`` (H100, B200 vLLM 0.24.0): DeepSeek-V3's whole MLA module
+  (projections and attention) per num_heads (query heads on the GPU), batch_size, tokens (decode:
+  cached context; prefill: input length), kv_dtype, gemm_dtype (projections: bf16, fp8 =
+  block-scaled, fp4 = NVFP4) and kernel (attention backend); latency_ms.
 * ``moe`` (A100 vLLM 0.14.0, H100 and B200 vLLM 0.24.0): vLLM's fused MoE layer (routed experts
   only) per moe_dtype (bfloat16, fp8, fp8_block, int4_wo, w4a16_mxfp4, nvfp4, ...), distribution
   (balanced, power_law_1.01, power_law_1.2), num_tokens, hidden_size, inter_size, topk,
@@ -302,11 +306,43 @@ def pack_moe(path: Path, out: Path, meta: dict[str, str]) -> None:
     write(frame, out, {**meta, "kernels": kernels_of(moe, "moe_dtype")}, order)
 
 
+MLA_GEMM_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4"}
+
+
+def pack_mla(path: Path, out: Path, phase: str, meta: dict[str, str]) -> None:
+    """DeepSeek-V3's whole MLA module (projections and attention) per query heads on the GPU,
+    batch, context (decode: the cached ``step``; prefill: the input length ``isl``), KV-cache and
+    projection dtypes and attention backend."""
+    mla = pd.read_parquet(path)
+    frame = pd.DataFrame(
+        {
+            "num_heads": mla.num_heads.astype("int16"),
+            "batch_size": mla.batch_size.astype("int32"),
+            "tokens": (mla.step if phase == "decode" else mla.isl).astype("int32"),
+            "kv_dtype": mla.kv_cache_dtype.map(KV_DTYPES).astype("category"),
+            "gemm_dtype": mla.gemm_type.map(MLA_GEMM_DTYPES).astype("category"),
+            "kernel": mla.kernel_source.astype("category"),
+            "latency_ms": mla.latency.astype("float32"),
+        }
+    )
+    order = ["kernel", "kv_dtype", "gemm_dtype", "num_heads", "batch_size", "tokens"]
+    write(frame, out, {**meta, "model": str(mla.model.iloc[0])}, order)
+
+
 def pack_aiconfigurator(source: Path, out: Path) -> None:
     for folder, gpu in AIC_GPUS.items():
         base = source / "calibration" / "aiconfigurator" / "data" / folder
         meta = AIC_NEW_META if gpu in NEW_DATA_GPUS else AIC_META
         pack_engine(base, gpu, "vllm", out / "aiconfigurator" / gpu, meta)
+        if (base / "mla" / "vllm").is_dir() and sorted(
+            (base / "mla" / "vllm").glob("*/mla_*_module_perf.parquet")
+        ):
+            for phase, name in (("decode", "generation"), ("prefill", "context")):
+                mla_file = engine_file(base, "mla", "vllm", f"mla_{name}_module_perf.parquet")
+                tagged = {**meta, "gpu": gpu, "framework": f"vllm {mla_file.parent.name}"}
+                pack_mla(
+                    mla_file, out / "aiconfigurator" / gpu / f"mla_{phase}.parquet", phase, tagged
+                )
         if (base / "moe" / "vllm").is_dir():
             moe_file = engine_file(base, "moe", "vllm", "moe_perf.parquet")
             tagged = {**meta, "gpu": gpu, "framework": f"vllm {moe_file.parent.name}"}

@@ -14,6 +14,10 @@ Configurator's and Vidur's originals to it). A user's own data is a folder holdi
 * custom_allreduce: ``num_gpus, message_elements (16-bit elements), latency_ms`` — a serving
   engine's own all-reduce kernel (TensorRT-LLM's and SGLang's replace NCCL for the message sizes
   they measure)
+* mla_decode / mla_prefill: ``num_heads, batch_size, tokens, kv_dtype, gemm_dtype, kernel,
+  latency_ms`` — DeepSeek-V3's whole multi-head latent attention module (projections and
+  attention) with ``num_heads`` query heads on the GPU (see :mod:`cbsim.calibration.mla`),
+  shipped for H100 and B200
 * moe: ``moe_dtype, distribution, num_tokens, hidden_size, inter_size, topk, num_experts,
   moe_tp_size, moe_ep_size, latency_ms`` — one MoE layer's routed experts (vLLM's fused MoE
   kernel; see :mod:`cbsim.calibration.moe`), shipped for A100, H100 and B200
@@ -51,6 +55,12 @@ SCHEMAS: dict[str, tuple[str, ...]] = {
     ),
     "nccl": ("op", "num_gpus", "message_elements", "latency_ms"),
     "custom_allreduce": ("num_gpus", "message_elements", "latency_ms"),
+    "mla_decode": (
+        "num_heads", "batch_size", "tokens", "kv_dtype", "gemm_dtype", "kernel", "latency_ms",
+    ),
+    "mla_prefill": (
+        "num_heads", "batch_size", "tokens", "kv_dtype", "gemm_dtype", "kernel", "latency_ms",
+    ),
     "moe": (
         "moe_dtype", "distribution", "num_tokens", "hidden_size", "inter_size", "topk",
         "num_experts", "moe_tp_size", "moe_ep_size", "latency_ms",

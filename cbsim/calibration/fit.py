@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from cbsim import outputs
-from cbsim.calibration import attention, comm, gemm, moe, vidur
+from cbsim.calibration import attention, comm, gemm, mla, moe, vidur
 from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.markdown import markdown_table
@@ -257,6 +257,42 @@ def _moe_holdout(
     return found
 
 
+def _mla_holdout(
+    tables: dict[str, pd.DataFrame],
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, object]],
+    points: list[pd.DataFrame],
+    progress: Progress,
+) -> dict[str, Measured]:
+    """One head count (tensor-parallel degree) held out at a time, for each MLA phase and KV
+    dtype with 16-bit projections: error rows, points and provenance."""
+    found: dict[str, Measured] = {}
+    spec = get_gpu(gpu)
+    for phase, table in tables.items():
+        for kv_dtype in sorted(table["kv_dtype"].astype(str).unique()):
+            try:
+                sliced = mla.mla_rows(table, kv_dtype, "bf16")
+            except CbsimError:
+                continue
+            progress(f"{gpu}: MLA {phase}, {kv_dtype} KV, held-out head counts")
+            predicted = mla.holdout_predictions(sliced, spec, phase, kv_dtype, "bf16")
+            measured = sliced["latency_s"].to_numpy()
+            family = f"mla {phase} ({kv_dtype} KV)"
+            stats = _stats(predicted, measured)
+            rows.append(
+                {"gpu": gpu, "engine": engine, "family": family, "method": "calibrated", **stats}
+            )
+            points.append(_points(family, measured, predicted))
+            found[f"mla_{phase}_{kv_dtype}"] = Measured(
+                source="held-out head counts (one at a time)",
+                rows=len(sliced),
+                holdout_median_ape=stats["median_ape"],
+                holdout_p90_ape=stats["p90_ape"],
+            )
+    return found
+
+
 def _has(table: pd.DataFrame, moe_dtype: str, routing: str) -> bool:
     return bool(
         (
@@ -344,6 +380,14 @@ def fit_profile(
         moe_fits = moe.fit_all(moe_table, spec)
         if validate:
             provenance.update(_moe_holdout(moe_table, gpu, engine, rows, points, progress))
+    mla_tables = {
+        phase: table
+        for phase in mla.PHASES
+        if (table := _optional_table(f"mla_{phase}", gpu, data_dir, engine)) is not None
+    }
+    mla_fits = mla.fit_all(mla_tables, spec) if mla_tables else {}
+    if mla_tables and validate:
+        provenance.update(_mla_holdout(mla_tables, gpu, engine, rows, points, progress))
     label = ENGINE_LABELS[engine]
     measured_by = (
         f"the measurements in {data_dir}"
@@ -363,6 +407,7 @@ def fit_profile(
         allreduce=allreduce,
         elementwise=elementwise,
         moe=moe_fits,
+        mla=mla_fits,
         provenance=provenance,
     )
     held_out = (

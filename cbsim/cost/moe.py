@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.cost.params import CostParams
-from cbsim.cost.profile import CalibrationProfile, MoeFit, load_profile
+from cbsim.cost.profile import FALLBACK_GPU, CalibrationProfile, MoeFit, profiles_to_try
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
 from cbsim.models import ModelShape
@@ -54,7 +54,7 @@ _ROUTING_FITS: dict[str, tuple[str, ...]] = {
     "skewed": ("power_law_1.2",),
 }
 _WEIGHT_KERNELS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8_block", "fp4": "nvfp4"}
-TRANSFER_SOURCE = "h100-sxm"
+TRANSFER_SOURCE = FALLBACK_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,14 +192,8 @@ def moe_pricing(
         raise CbsimError(f"no MoE kernel for {dtype} weights", field="dtype")
     if calibration is None:
         return MoePricing(model, gpu, tp, ep, moe_dtype, None, params, "uncalibrated roofline")
-    candidates: list[tuple[str, CalibrationProfile | None]] = [
-        (f"{gpu.name}/{calibration.name}", calibration),
-        (f"{gpu.name}/default", load_profile(gpu.name)),
-        (f"{TRANSFER_SOURCE}/default on {gpu.name}'s spec sheet", load_profile(TRANSFER_SOURCE)),
-    ]
+    candidates = profiles_to_try(gpu.name, calibration)
     for where, profile in candidates:
-        if profile is None:
-            continue
         layout = "ep" if ep > 1 else "tp"
         for routing in _ROUTING_FITS[expert_routing]:
             fit = profile.moe.get(f"{moe_dtype}/{routing}/{layout}")

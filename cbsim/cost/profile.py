@@ -182,6 +182,7 @@ class CalibrationProfile(_Strict):
     allreduce: dict[str, CommFit] = Field(default_factory=dict)
     elementwise: RooflineFit | None = None
     moe: dict[str, MoeFit] = Field(default_factory=dict)  # "dtype/routing/tp|ep" (calibration.moe)
+    mla: dict[str, RooflineFit] = Field(default_factory=dict)  # "phase/kv/gemm" (calibration.mla)
     provenance: dict[str, Measured] = Field(default_factory=dict)
     # "gpu/name" of a profile whose fits this one reuses (a transfer to a GPU with no measurements)
     based_on: str | None = None
@@ -281,3 +282,23 @@ def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | 
             }
         )
     return profile
+
+
+FALLBACK_GPU = "h100-sxm"
+"""Whose fits a GPU without measurements of a layer family takes, on its own spec sheet."""
+
+
+def profiles_to_try(
+    gpu: str, calibration: CalibrationProfile
+) -> list[tuple[str, CalibrationProfile]]:
+    """Where a layer family's fit is looked for, in order, with how each is described: the
+    calibration in use, the GPU's default profile (an engine's kernel profile may lack a family
+    only vLLM's tables measure), then :data:`FALLBACK_GPU`'s default on this GPU's spec sheet."""
+    found = [(f"{gpu}/{calibration.name}", calibration)]
+    default = load_profile(gpu)
+    if default is not None:
+        found.append((f"{gpu}/default", default))
+    fallback = load_profile(FALLBACK_GPU)
+    if fallback is not None:
+        found.append((f"{FALLBACK_GPU}/default on {gpu}'s spec sheet", fallback))
+    return found

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
+from cbsim.cost.mla import mla_pricing
 from cbsim.cost.moe import EXPERT_ROUTINGS, moe_pricing
 from cbsim.cost.params import CostParams
 from cbsim.cost.profile import (
@@ -375,6 +376,11 @@ class CostModel:
             if self.model.is_moe
             else None
         )
+        self._mla = (
+            mla_pricing(self.model, self.gpu, tp, dtype, self.kv_dtype, cal, self.params)
+            if self.model.is_mla
+            else None
+        )
 
     # ------------------------------------------------------------------ primitives
 
@@ -415,9 +421,14 @@ class CostModel:
     def attention_time(
         self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool, requests: int = 1
     ) -> float:
-        """Seconds for one layer's attention over a group of ``requests`` on one GPU."""
+        """Seconds for one layer's attention over a group of ``requests`` on one GPU (with latent
+        attention: the whole MLA module, its projections included)."""
         if tokens <= 0:
             return 0.0
+        if self._mla is not None:
+            batch = max(requests, 1)
+            per_request = (kv_tokens - tokens) / batch if decode else tokens / batch
+            return self._mla.module_time(batch, max(per_request, 1.0), decode=decode)
         flops, bytes_moved = attention_flops_bytes(
             tokens,
             kv_tokens,
@@ -522,6 +533,8 @@ class CostModel:
         h = m.hidden_size
         qkv = self.gemm_time(n_tokens, self._qkv_n, h)
         o_proj = self.gemm_time(n_tokens, h, self._q_heads * m.head_dim)
+        if self._mla is not None:  # priced with attention, in the MLA module
+            qkv = o_proj = 0.0
         mlp = self.gemm_time(n_tokens, self._mlp_n, h) + self.gemm_time(
             n_tokens, h, m.intermediate_size // self.tp
         )

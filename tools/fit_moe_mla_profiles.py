@@ -8,8 +8,8 @@ everything, these included).
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from cbsim.calibration import mla, moe
 from cbsim.calibration.data import load_table, measured_gpus

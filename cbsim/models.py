@@ -935,6 +935,8 @@ _CONFIG_KEYS = {
     "num_layers": "num_hidden_layers",
     "num_heads": "num_attention_heads",
     "num_kv_heads": "num_key_value_heads",
+    "experts_per_token": "num_experts_per_tok",
+    "dense_layers": "first_k_dense_replace",
 }
 
 

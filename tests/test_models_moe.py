@@ -242,7 +242,7 @@ def test_the_cost_model_refuses_it_too() -> None:
     ("changes", "key"),
     [
         ({"num_experts_per_tok": 0}, "num_experts_per_tok"),
-        ({"num_experts_per_tok": 16}, "experts_per_token"),
+        ({"num_experts_per_tok": 16}, "num_experts_per_tok"),
         ({"num_local_experts": 10**9}, "num_local_experts"),
         ({"num_experts_per_tok": None}, "num_experts_per_tok"),
     ],

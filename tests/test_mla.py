@@ -76,3 +76,11 @@ def test_deepseek_v3_serves_on_eight_h200s_in_fp8() -> None:
     assert kv_bytes_per_token_per_gpu(DSV3, 8, "bf16") == 61 * 576 * 2
     with pytest.raises(cbsim.CbsimError, match="does not fit"):
         cbsim.load_scenario({**data, "cluster": {**data["cluster"], "dtype": "bf16"}})
+
+
+def test_a_verify_step_adds_its_extra_tokens_projections_not_cache_reads() -> None:
+    cost = CostModel("deepseek-v3", "h200", tp=8, dtype="fp8")
+    plain = cost.attention_time(8, 8 * 2001, 8 * 2001.0, decode=True, requests=8)
+    verify = cost.attention_time(32, 8 * 2004, 8 * 2004.0, decode=True, requests=8)
+    one_each = cost.attention_time(32, 32 * 2001, 32 * 2001.0, decode=True, requests=32)
+    assert plain < verify < one_each

@@ -428,7 +428,12 @@ class CostModel:
         if self._mla is not None:
             batch = max(requests, 1)
             per_request = (kv_tokens - tokens) / batch if decode else tokens / batch
-            return self._mla.module_time(batch, max(per_request, 1.0), decode=decode)
+            module = self._mla.module_time(batch, max(per_request, 1.0), decode=decode)
+            if decode and tokens > batch:
+                # a verify step's extra query tokens: their projections (the cache is read once)
+                extra = self._mla.module_time(tokens, 1.0, decode=True)
+                module += max(extra - self._mla.module_time(batch, 1.0, decode=True), 0.0)
+            return module
         flops, bytes_moved = attention_flops_bytes(
             tokens,
             kv_tokens,

@@ -47,7 +47,7 @@ from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
-from cbsim.models import MODEL_NAMES, get_model, unpriced_reason
+from cbsim.models import get_model
 from cbsim.outputs import check_replaceable
 from cbsim.prefix_cache import prefix_caching_on
 from cbsim.preflight import preflight
@@ -485,12 +485,6 @@ def cost(
         model_shape = get_model(model)
     except CbsimError as err:  # a config.json's own file and key follow the option
         raise CbsimError(str(err), field="--model") from None
-    unpriced = unpriced_reason(model_shape)
-    if unpriced is not None:
-        raise CbsimError(
-            unpriced if model_shape.name in MODEL_NAMES else f"{model}: {unpriced}",
-            field="--model",
-        )
     try:
         gpu_spec = get_gpu(gpu)
     except CbsimError as err:

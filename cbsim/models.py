@@ -391,27 +391,6 @@ class ModelShape:
         return self.kv_elements_per_token() * bytes_per_elem
 
 
-def unpriced_reason(model: ModelShape) -> str | None:
-    """Why the cost model cannot price ``model`` yet (None when it can): local (sliding-window or
-    chunked) attention has a shape here but no cost, and a model with it is never priced as
-    something else."""
-    kinds = []
-    if model.sliding_window:
-        kinds.append(
-            f"local attention on {model.sliding_window_layers} of {model.num_layers} layers "
-            f"(window {model.sliding_window:,})"
-        )
-    if not kinds:
-        return None
-    size = f"{model.param_count() / 1e9:.1f}B parameters"
-    if model.is_moe:
-        size += f", {model.active_param_count() / 1e9:.1f}B read per token"
-    return (
-        f"{model.name} has {' and '.join(kinds)} ({size}): cbsim reads its shape but does not "
-        "price such layers yet, and will not simulate it as a model without them"
-    )
-
-
 def _llama(
     name: str,
     layers: int,

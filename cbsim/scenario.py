@@ -393,15 +393,12 @@ class Cluster(StrictModel):
     def _known_model(cls, model: str) -> str:
         """The catalog spelling of a catalog model (names compare without case); a config.json
         path as given, once it reads as a supported model (errors name the key in the file)."""
-        from cbsim.models import MODEL_NAMES, get_model, unpriced_reason
+        from cbsim.models import MODEL_NAMES, get_model
 
         try:
             shape = get_model(model)
         except CbsimError as err:
             raise ValueError(str(err)) from None
-        unpriced = unpriced_reason(shape)
-        if unpriced is not None:
-            raise ValueError(unpriced if shape.name in MODEL_NAMES else f"{model}: {unpriced}")
         return shape.name if shape.name in MODEL_NAMES else model
 
     @field_validator("engine")

@@ -708,17 +708,6 @@ BAD_CONFIGS: tuple[tuple[str, dict[str, Any], str], ...] = (
         "num_experts_per_tok",
     ),
     (
-        "Mixtral, not priced yet",
-        {
-            **LLAMA_CONFIG,
-            "architectures": ["MixtralForCausalLM"],
-            "model_type": "mixtral",
-            "num_local_experts": 8,
-            "num_experts_per_tok": 2,
-        },
-        "does not price such layers yet",
-    ),
-    (
         "Qwen2-MoE",
         {**LLAMA_CONFIG, "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe"},
         "mixture-of-experts",

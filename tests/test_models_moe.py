@@ -11,7 +11,7 @@ import pytest
 
 from cbsim.errors import CbsimError
 from cbsim.kvcache import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model, model_from_hf_config, unpriced_reason
+from cbsim.models import get_model, model_from_hf_config
 from tests.conftest import small_scenario
 
 # The keys that matter of each checkpoint's Hugging Face config.json.
@@ -215,27 +215,16 @@ def test_dense_models_have_no_moe_and_read_every_parameter_but_the_embedding() -
     m = get_model("llama-3.1-8b")
     assert not m.is_moe and not m.is_mla and m.num_moe_layers == 0
     assert m.active_param_count() == m.param_count() - m.embedding_param_count()
-    assert unpriced_reason(m) is None
 
 
-UNPRICED = ("gpt-oss-120b", "llama-4-scout")  # local attention
-
-
-@pytest.mark.parametrize("name", UNPRICED)
-def test_a_scenario_refuses_what_cannot_be_priced_yet(name: str) -> None:
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_moe_model_loads_in_a_scenario(name: str) -> None:
     from cbsim.scenario import load_scenario
 
-    with pytest.raises(CbsimError, match="does not price such layers yet") as info:
-        load_scenario(small_scenario({"cluster.model": name, "cluster.tp": 8}))
-    assert info.value.field == "cluster.model"
-    assert "will not simulate it as a model without them" in info.value.message
-
-
-def test_the_cost_model_refuses_it_too() -> None:
-    from cbsim.cost.roofline import CostModel
-
-    with pytest.raises(CbsimError, match="local attention on 18 of 36 layers"):
-        CostModel("gpt-oss-120b", "h100-sxm", tp=2)
+    tp = 8 if get_model(name).param_count() > 60e9 else 4
+    data = small_scenario({"cluster.model": name, "cluster.tp": tp, "cluster.dtype": "fp8"})
+    data["cluster"]["gpu"] = "h200"
+    assert load_scenario(data).cluster.model == name
 
 
 @pytest.mark.parametrize(

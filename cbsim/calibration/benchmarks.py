@@ -70,7 +70,7 @@ import pandas as pd
 from cbsim.calibration.data import shipped_root
 from cbsim.errors import CbsimError, unknown_name
 from cbsim.hardware import GPU_NAMES
-from cbsim.models import MODEL_NAMES, get_model, unpriced_reason
+from cbsim.models import MODEL_NAMES, get_model
 
 MEASURED_COLUMNS: tuple[str, ...] = (
     "ttft_mean_s", "ttft_p50_s", "ttft_p99_s",
@@ -236,7 +236,7 @@ def catalog_model(hf_model: str) -> str | None:
             return None
         wanted = found
     model = get_model(wanted)
-    return wanted if unpriced_reason(model) is None and not model.is_moe else None
+    return None if model.is_moe else wanted
 
 
 def _base_name(model_id: str) -> str:

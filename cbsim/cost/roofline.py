@@ -44,7 +44,7 @@ from cbsim.cost.profile import (
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard
-from cbsim.models import ModelShape, get_model, unpriced_reason
+from cbsim.models import ModelShape, get_model
 
 DEFAULT_ENGINE = "vllm"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
@@ -250,6 +250,24 @@ def _transfer_models(
     return pair[0], pair[1]
 
 
+def windowed(
+    tokens: int, kv_tokens: int, pairs: float, requests: int, window: int, *, decode: bool
+) -> tuple[int, float]:
+    """A group's (KV tokens read, query-key pairs) in a layer that attends to at most the last
+    ``window`` tokens, from the group's totals (each request taken at the group's mean context):
+    decode requests read ``min(cached, window)`` cached tokens each; a prefill's new tokens attend
+    to at most ``window`` keys each."""
+    batch = max(requests, 1)
+    if decode:
+        cached = (kv_tokens - tokens) / batch
+        if cached <= window:
+            return kv_tokens, pairs
+        kv = batch * window + tokens
+        return kv, pairs * kv / kv_tokens if kv_tokens else pairs
+    kv = min(kv_tokens, tokens + batch * window)
+    return kv, min(pairs, float(tokens) * window)
+
+
 def default_kv_dtype(engine: EngineProfile, gpu: str, dtype: str) -> str:
     """The KV-cache precision an engine keeps for ``dtype`` weights on ``gpu`` when not told:
     the profile's choice, else the weights' own 16-bit precision (bf16 for fp8 and fp4 weights)."""
@@ -283,9 +301,6 @@ class CostModel:
         ep: int = 1,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
-        unpriced = unpriced_reason(self.model)
-        if unpriced is not None:
-            raise CbsimError(unpriced, field="model")
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
         if tp < 1:
             raise CbsimError(f"tp must be >= 1, got {tp}", field="tp")
@@ -472,6 +487,22 @@ class CostModel:
         t_memory = bytes_moved / (self.gpu.hbm_bandwidth * p.attn_memory_eff)
         return max(t_compute, t_memory) + p.attn_floor_s
 
+    def _attention_all_layers(
+        self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool, requests: int = 1
+    ) -> float:
+        """Seconds for every layer's attention over a group: full-attention layers read all
+        cached tokens, local-attention layers (a sliding window or Llama 4's chunks, taken as a
+        window) at most the last ``sliding_window`` of each request's."""
+        full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
+        m = self.model
+        if not m.sliding_window:
+            return m.num_layers * full
+        kv_local, pairs_local = windowed(
+            tokens, kv_tokens, pairs, requests, m.sliding_window, decode=decode
+        )
+        local = self.attention_time(tokens, kv_local, pairs_local, decode=decode, requests=requests)
+        return (m.num_layers - m.sliding_window_layers) * full + m.sliding_window_layers * local
+
     def elementwise_time(self, tokens: int) -> float:
         """Seconds for one layer's norms, rotary embedding, activation and residual adds."""
         if tokens <= 0:
@@ -604,7 +635,6 @@ class CostModel:
         ``overhead`` is what the engine's CPU-side work adds beyond the kernels."""
         if stats.num_tokens <= 0:
             return {}
-        layers = self.model.num_layers
         qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
         moe: dict[str, float] = {}
         if self._moe is not None:
@@ -619,16 +649,14 @@ class CostModel:
             "elementwise": elementwise,
             "allreduce": allreduce,
             "lm_head": self._lm_head_time(stats.sampled_tokens),
-            "attn_prefill": layers
-            * self.attention_time(
+            "attn_prefill": self._attention_all_layers(
                 stats.prefill_tokens,
                 stats.prefill_kv_tokens,
                 stats.prefill_pairs,
                 decode=False,
                 requests=stats.prefill_requests,
             ),
-            "attn_decode": layers
-            * self.attention_time(
+            "attn_decode": self._attention_all_layers(
                 stats.decode_tokens,
                 stats.decode_kv_tokens,
                 stats.decode_pairs,
@@ -668,19 +696,16 @@ class CostModel:
         """Kernel seconds of a batch given by its stats (no engine overhead)."""
         if stats.num_tokens <= 0:
             return 0.0
-        layers = self.model.num_layers
         return (
             self._token_time(stats.num_tokens, stats.sampled_tokens)
-            + layers
-            * self.attention_time(
+            + self._attention_all_layers(
                 stats.prefill_tokens,
                 stats.prefill_kv_tokens,
                 stats.prefill_pairs,
                 decode=False,
                 requests=stats.prefill_requests,
             )
-            + layers
-            * self.attention_time(
+            + self._attention_all_layers(
                 stats.decode_tokens,
                 stats.decode_kv_tokens,
                 stats.decode_pairs,
@@ -698,10 +723,8 @@ class CostModel:
     def decode_time(self, num_requests: int, kv_tokens: int) -> float:
         """Iteration seconds of a pure decode batch: ``num_requests`` single-token steps reading
         ``kv_tokens`` keys/values in all (cached + new). Equal to :meth:`time_stats` of that batch."""
-        gpu = self._token_time(num_requests, num_requests) + self.model.num_layers * (
-            self.attention_time(
-                num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
-            )
+        gpu = self._token_time(num_requests, num_requests) + self._attention_all_layers(
+            num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
         )
         return self.step_time(gpu, num_requests, num_requests)
 

@@ -395,10 +395,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["bf16", "fp16", "fp8", "fp4"]),
+    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4"]),
     default="bf16",
     show_default=True,
-    help="Weight precision (fp4: NVFP4, Blackwell GPUs only).",
+    help="Weight precision (fp4: NVFP4, Blackwell GPUs only; mxfp4: a mixture of experts' "
+    "expert weights, the rest bf16).",
 )
 @click.option(
     "--kv-dtype",

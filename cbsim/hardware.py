@@ -44,6 +44,7 @@ _DTYPE_ALIASES: dict[str, str] = {
     "fp8": "fp8",
     "fp4": "fp4",
     "nvfp4": "fp4",
+    "mxfp4": "bf16",  # 4-bit weights only: the math runs in 16 bits on every GPU
 }
 FP4_GPUS_HINT = "b200"
 """Catalog GPUs with FP4 tensor cores, for error messages."""

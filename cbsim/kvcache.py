@@ -29,8 +29,23 @@ DTYPE_BYTES: dict[str, float] = {
     # NVFP4: 4-bit e2m1 values plus one fp8 (e4m3) scale per block of 16 (the per-tensor fp32
     # global scale is negligible): 0.5 + 1/16 bytes per element
     "fp4": 0.5 + 1.0 / 16.0,
+    # MXFP4 (gpt-oss's expert weights): 4-bit e2m1 values plus one e8m0 scale per block of 32
+    "mxfp4": 0.5 + 1.0 / 32.0,
 }
 """Bytes per element of each storage precision, block scales included."""
+
+EXPERT_ONLY_DTYPES: frozenset[str] = frozenset({"mxfp4"})
+"""Weight formats only a mixture of experts' routed experts are stored in (the rest in bf16)."""
+
+
+def model_weight_bytes(model: ModelShape, dtype: str) -> float:
+    """Bytes of all of ``model``'s weights stored as ``dtype`` (an expert-only format keeps
+    everything but the routed experts in bf16)."""
+    if dtype not in EXPERT_ONLY_DTYPES:
+        return model.weight_bytes(DTYPE_BYTES[dtype])
+    experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
+    return experts * DTYPE_BYTES[dtype] + (model.param_count() - experts) * DTYPE_BYTES["bf16"]
+
 
 # Activations, CUDA graphs, NCCL buffers and the allocator's fragmentation take a slice of memory
 # that vLLM's profiler finds before sizing the KV cache; about 1.5 GiB per GPU for dense 7-70B models.
@@ -55,7 +70,7 @@ def kv_capacity_bytes(
     model: ModelShape, gpu: GPU, tp: int, dtype: str, gpu_memory_utilization: float
 ) -> float:
     """Bytes per GPU left for the KV cache (negative when the weights alone do not fit)."""
-    weights_per_gpu = model.weight_bytes(DTYPE_BYTES[dtype]) / tp
+    weights_per_gpu = model_weight_bytes(model, dtype) / tp
     budget = gpu.memory_bytes * gpu_memory_utilization
     return budget - weights_per_gpu - ACTIVATION_RESERVE_BYTES
 

@@ -293,7 +293,7 @@ class Workload(StrictModel):
 
 # --------------------------------------------------------------------------- cluster
 
-DType = Literal["bf16", "fp16", "fp8", "fp4"]
+DType = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
 KvDType = Literal["bf16", "fp16", "fp8"]
 
 
@@ -348,6 +348,19 @@ class Cluster(StrictModel):
     kv_offload: KvOffload | None = None
     expert_routing: Literal["balanced", "skewed"] = "balanced"
     ep: Annotated[int, NotBool, Field(ge=1)] = 1
+
+    @model_validator(mode="after")
+    def _expert_only_dtype(self) -> Cluster:
+        """``mxfp4`` stores a mixture of experts' routed experts (gpt-oss); the rest is bf16."""
+        if self.dtype == "mxfp4":
+            from cbsim.models import get_model
+
+            if not get_model(self.model).is_moe:
+                raise ValueError(
+                    f"dtype: mxfp4 stores a mixture of experts' expert weights; {self.model} has "
+                    "none (use bf16, fp16, fp8 or, on Blackwell, fp4)"
+                )
+        return self
 
     @model_validator(mode="after")
     def _expert_parallel_layout(self) -> Cluster:

@@ -179,3 +179,21 @@ def test_capacity_can_vary_expert_parallelism() -> None:
     found = plan(data, slo={"tpot_p99_s": 0.1}, vary={"cluster.ep": [1, 4]}, window_s=20.0)
     assert [a["overrides"]["cluster.ep"] for a in found["alternatives"]] == [1, 4]
     assert all(a["max_rate_rps"] > 0 for a in found["alternatives"])
+
+
+def test_mxfp4_stores_the_experts_only() -> None:
+    from cbsim.kvcache import model_weight_bytes
+
+    gpt_oss = get_model("gpt-oss-120b")
+    experts = gpt_oss.num_moe_layers * gpt_oss.num_experts * gpt_oss.expert_param_count()
+    expected = experts * (0.5 + 1 / 32) + (gpt_oss.param_count() - experts) * 2
+    assert model_weight_bytes(gpt_oss, "mxfp4") == expected
+    assert 64e9 < expected < 66e9  # the released checkpoint: about 65 GB, one 80 GB GPU
+    cost = CostModel("gpt-oss-120b", "h100-sxm", tp=1, dtype="mxfp4")
+    assert cost._moe.moe_dtype == "w4a16_mxfp4" and cost._gemm_dtype == "bf16"
+    assert cost.kv_dtype == "bf16"
+    data = small_scenario({"cluster.model": "gpt-oss-120b", "cluster.dtype": "mxfp4"})
+    results = cbsim.simulate(cbsim.load_scenario(data))
+    assert results.summary["completed"] == len(results.requests)
+    with pytest.raises(CbsimError, match="mxfp4 stores a mixture of experts' expert weights"):
+        cbsim.load_scenario(small_scenario({"cluster.dtype": "mxfp4"}))

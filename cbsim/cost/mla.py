@@ -91,7 +91,7 @@ def mla_terms(
     return np.asarray(flops, dtype=np.float64), np.asarray(bytes_moved, dtype=np.float64)
 
 
-_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4"}
+_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "bf16"}
 _KV_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 TRANSFER_SOURCE = FALLBACK_GPU
 

@@ -53,7 +53,13 @@ _ROUTING_FITS: dict[str, tuple[str, ...]] = {
     "balanced": ("balanced", "power_law_1.01"),
     "skewed": ("power_law_1.2",),
 }
-_WEIGHT_KERNELS = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8_block", "fp4": "nvfp4"}
+_WEIGHT_KERNELS = {
+    "bf16": "bfloat16",
+    "fp16": "bfloat16",
+    "fp8": "fp8_block",
+    "fp4": "nvfp4",
+    "mxfp4": "w4a16_mxfp4",
+}
 TRANSFER_SOURCE = FALLBACK_GPU
 
 

@@ -43,11 +43,11 @@ from cbsim.cost.profile import (
 )
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
-from cbsim.kvcache import DTYPE_BYTES, kv_heads_per_shard
+from cbsim.kvcache import DTYPE_BYTES, EXPERT_ONLY_DTYPES, kv_heads_per_shard, model_weight_bytes
 from cbsim.models import ModelShape, get_model
 
 DEFAULT_ENGINE = "vllm"
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
 
 # Batch entries with at most this many new tokens run in the bandwidth-bound decode attention
 # kernel (decode steps, speculative verification, the tail chunk of a prefill); larger ones run the
@@ -334,9 +334,11 @@ class CostModel:
             step.serial_per_request_s,
             step.overlap,
         )
-        self._peak_flops = self.gpu.peak_flops(dtype)
+        # an expert-only weight format (MXFP4) leaves every other GEMM in bf16
+        self._gemm_dtype = "bf16" if dtype in EXPERT_ONLY_DTYPES else dtype
+        self._peak_flops = self.gpu.peak_flops(self._gemm_dtype)
         self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
-        self._w_bytes = DTYPE_BYTES[dtype]
+        self._w_bytes = DTYPE_BYTES[self._gemm_dtype]
         self._act_bytes = 2.0  # activations stay in 16-bit even with fp8 weights
         self._kv_bytes = DTYPE_BYTES[self.kv_dtype]
         m = self.model
@@ -346,7 +348,7 @@ class CostModel:
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
         cal = self.calibration
-        self._gemm_fit = _fit_for(cal.gemm, dtype) if cal is not None else None
+        self._gemm_fit = _fit_for(cal.gemm, self._gemm_dtype) if cal is not None else None
         self._head_dtype = dtype if dtype in ("bf16", "fp16") else "bf16"
         self._head_fit = _fit_for(cal.gemm, self._head_dtype) if cal is not None else None
         self._head_peak = self.gpu.peak_flops(self._head_dtype)
@@ -406,7 +408,7 @@ class CostModel:
         cached = self._gemm_cache.get(key)
         if cached is not None:
             return cached
-        t = self._gemm(m, n, k, self.dtype, self._gemm_predict, self._peak_flops)
+        t = self._gemm(m, n, k, self._gemm_dtype, self._gemm_predict, self._peak_flops)
         if self._transfer is not None and t > 0.0:
             engine, reference = self._transfer
             t *= engine.gemm_time(m, n, k) / reference.gemm_time(m, n, k)
@@ -754,10 +756,13 @@ class CostModel:
 
     def weight_read_time(self) -> float:
         """The physical lower bound of a decode step: all weights of a shard over peak bandwidth."""
-        if self.model.is_moe:  # a batch of one reads its own experts only
-            active = self.model.active_param_count() * self._w_bytes
+        m = self.model
+        if m.is_moe:  # a batch of one reads its own experts only
+            experts = m.num_moe_layers * m.experts_per_token * m.expert_param_count()
+            expert_bytes = DTYPE_BYTES[self.dtype]
+            active = experts * expert_bytes + (m.active_param_count() - experts) * self._w_bytes
             return active / self.tp / self.gpu.hbm_bandwidth
-        return self.model.weight_bytes(self._w_bytes) / self.tp / self.gpu.hbm_bandwidth
+        return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth
 
     @classmethod
     def bare_roofline(

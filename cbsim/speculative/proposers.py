@@ -23,7 +23,12 @@ import numpy as np
 
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import Frontend, StepOverhead
-from cbsim.kvcache import DTYPE_BYTES, kv_bytes_per_token_per_gpu
+from cbsim.kvcache import (
+    DTYPE_BYTES,
+    EXPERT_ONLY_DTYPES,
+    kv_bytes_per_token_per_gpu,
+    model_weight_bytes,
+)
 from cbsim.models import ModelShape, get_model
 from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
 
@@ -135,7 +140,7 @@ class _ModelProposer(Proposer):
         return times
 
     def weight_bytes_per_gpu(self) -> float:
-        return self.shape.weight_bytes(DTYPE_BYTES[self.dtype]) / self.tp
+        return model_weight_bytes(self.shape, self.dtype) / self.tp
 
     def kv_bytes_per_token_per_gpu(self) -> float:
         return kv_bytes_per_token_per_gpu(self.shape, self.tp, self.kv_dtype)
@@ -161,7 +166,8 @@ class EagleHead(_ModelProposer):
     def weight_bytes_per_gpu(self) -> float:
         # one decoder layer and the fusion layer; embeddings and LM head are the target's own
         layer = self.shape.layer_param_count() + self._fusion_k * self.shape.hidden_size
-        return layer * DTYPE_BYTES[self.dtype] / self.tp
+        dense = "bf16" if self.dtype in EXPERT_ONLY_DTYPES else self.dtype  # a dense layer
+        return layer * DTYPE_BYTES[dense] / self.tp
 
 
 class Ngram(Proposer):

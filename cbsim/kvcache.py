@@ -38,13 +38,26 @@ EXPERT_ONLY_DTYPES: frozenset[str] = frozenset({"mxfp4"})
 """Weight formats only a mixture of experts' routed experts are stored in (the rest in bf16)."""
 
 
+def dense_weight_dtype(dtype: str) -> str:
+    """The precision of the weights other than routed experts: bf16 under an expert-only format,
+    else ``dtype`` itself."""
+    return "bf16" if dtype in EXPERT_ONLY_DTYPES else dtype
+
+
+def split_weight_bytes(expert_params: int, other_params: int, dtype: str) -> float:
+    """Bytes of ``expert_params`` routed-expert and ``other_params`` other weights in ``dtype``."""
+    return (
+        expert_params * DTYPE_BYTES[dtype] + other_params * DTYPE_BYTES[dense_weight_dtype(dtype)]
+    )
+
+
 def model_weight_bytes(model: ModelShape, dtype: str) -> float:
     """Bytes of all of ``model``'s weights stored as ``dtype`` (an expert-only format keeps
     everything but the routed experts in bf16)."""
     if dtype not in EXPERT_ONLY_DTYPES:
         return model.weight_bytes(DTYPE_BYTES[dtype])
     experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
-    return experts * DTYPE_BYTES[dtype] + (model.param_count() - experts) * DTYPE_BYTES["bf16"]
+    return split_weight_bytes(experts, model.param_count() - experts, dtype)
 
 
 # Activations, CUDA graphs, NCCL buffers and the allocator's fragmentation take a slice of memory

@@ -43,7 +43,13 @@ from cbsim.cost.profile import (
 )
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
-from cbsim.kvcache import DTYPE_BYTES, EXPERT_ONLY_DTYPES, kv_heads_per_shard, model_weight_bytes
+from cbsim.kvcache import (
+    DTYPE_BYTES,
+    dense_weight_dtype,
+    kv_heads_per_shard,
+    model_weight_bytes,
+    split_weight_bytes,
+)
 from cbsim.models import ModelShape, get_model
 
 DEFAULT_ENGINE = "vllm"
@@ -335,10 +341,9 @@ class CostModel:
             step.overlap,
         )
         # an expert-only weight format (MXFP4) leaves every other GEMM in bf16
-        self._gemm_dtype = "bf16" if dtype in EXPERT_ONLY_DTYPES else dtype
+        self._gemm_dtype = dense_weight_dtype(dtype)
         self._peak_flops = self.gpu.peak_flops(self._gemm_dtype)
         self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
-        self._w_bytes = DTYPE_BYTES[self._gemm_dtype]
         self._act_bytes = 2.0  # activations stay in 16-bit even with fp8 weights
         self._kv_bytes = DTYPE_BYTES[self.kv_dtype]
         m = self.model
@@ -759,8 +764,7 @@ class CostModel:
         m = self.model
         if m.is_moe:  # a batch of one reads its own experts only
             experts = m.num_moe_layers * m.experts_per_token * m.expert_param_count()
-            expert_bytes = DTYPE_BYTES[self.dtype]
-            active = experts * expert_bytes + (m.active_param_count() - experts) * self._w_bytes
+            active = split_weight_bytes(experts, m.active_param_count() - experts, self.dtype)
             return active / self.tp / self.gpu.hbm_bandwidth
         return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth
 

@@ -25,7 +25,7 @@ from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import Frontend, StepOverhead
 from cbsim.kvcache import (
     DTYPE_BYTES,
-    EXPERT_ONLY_DTYPES,
+    dense_weight_dtype,
     kv_bytes_per_token_per_gpu,
     model_weight_bytes,
 )
@@ -166,8 +166,7 @@ class EagleHead(_ModelProposer):
     def weight_bytes_per_gpu(self) -> float:
         # one decoder layer and the fusion layer; embeddings and LM head are the target's own
         layer = self.shape.layer_param_count() + self._fusion_k * self.shape.hidden_size
-        dense = "bf16" if self.dtype in EXPERT_ONLY_DTYPES else self.dtype  # a dense layer
-        return layer * DTYPE_BYTES[dense] / self.tp
+        return layer * DTYPE_BYTES[dense_weight_dtype(self.dtype)] / self.tp
 
 
 class Ngram(Proposer):

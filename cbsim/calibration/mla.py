@@ -25,7 +25,7 @@ import pandas as pd
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.gemm import fit_base
 from cbsim.calibration.grid import fit_log_grid, log2_nodes
-from cbsim.cost.mla import FEATURES, mla_terms
+from cbsim.cost.mla import FEATURES, fit_key, mla_terms
 from cbsim.cost.profile import GridCorrection, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
@@ -47,11 +47,6 @@ __all__ = [
 PHASES: tuple[str, ...] = ("decode", "prefill")
 MEASURED_MODEL = "deepseek-v3"
 SMOOTHNESS = 1.0
-
-
-def fit_key(phase: str, kv_dtype: str, gemm_dtype: str) -> str:
-    """The key of a fit in :attr:`CalibrationProfile.mla`."""
-    return f"{phase}/{kv_dtype}/{gemm_dtype}"
 
 
 def default_kernel(table: pd.DataFrame, kv_dtype: str) -> str | None:

@@ -55,7 +55,16 @@ from scipy.optimize import least_squares
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, _at_least_two, group_folds
 from cbsim.calibration.grid import fit_log_grid, log2_nodes
-from cbsim.cost.moe import FEATURES, MOE_DTYPES, MoeDtype, MoeTerms, moe_base, moe_terms, peak_for
+from cbsim.cost.moe import (
+    FEATURES,
+    MOE_DTYPES,
+    MoeDtype,
+    MoeTerms,
+    fit_key,
+    moe_base,
+    moe_terms,
+    peak_for,
+)
 from cbsim.cost.profile import GridCorrection, MoeFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
@@ -219,11 +228,6 @@ def transfer_error(
         predicted[test] = predict_moe(fit, target[test], target_gpu, moe_dtype)
     known = ~np.isnan(predicted)
     return summarize(predicted[known], target["latency_s"].to_numpy(np.float64)[known])
-
-
-def fit_key(moe_dtype: str, distribution: str, expert_parallel: bool) -> str:
-    """The key of a kernel path's fit in :attr:`CalibrationProfile.moe`."""
-    return f"{moe_dtype}/{distribution}/{'ep' if expert_parallel else 'tp'}"
 
 
 def fit_all(table: pd.DataFrame, gpu: GPU) -> dict[str, MoeFit]:

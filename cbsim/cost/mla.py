@@ -40,7 +40,7 @@ from cbsim.hardware import GPU
 from cbsim.kvcache import DTYPE_BYTES
 from cbsim.models import ModelShape
 
-__all__ = ["FEATURES", "MlaPricing", "mla_pricing", "mla_terms", "mla_weight_params"]
+__all__ = ["FEATURES", "MlaPricing", "fit_key", "mla_pricing", "mla_terms", "mla_weight_params"]
 
 FEATURES: tuple[str, ...] = ("batch", "tokens")
 ACTIVATION_BYTES = 2.0
@@ -91,9 +91,13 @@ def mla_terms(
     return np.asarray(flops, dtype=np.float64), np.asarray(bytes_moved, dtype=np.float64)
 
 
+def fit_key(phase: str, kv_dtype: str, gemm_dtype: str) -> str:
+    """The key of an MLA fit in :attr:`CalibrationProfile.mla`."""
+    return f"{phase}/{kv_dtype}/{gemm_dtype}"
+
+
 _GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "bf16"}
 _KV_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-TRANSFER_SOURCE = FALLBACK_GPU
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +163,13 @@ def mla_pricing(
     heads = max(1, model.num_heads // tp)
     if calibration is None:
         return MlaPricing(model, gpu, heads, gemm_dtype, kv, None, None, params, "roofline")
-    candidates = profiles_to_try(gpu.name, calibration)
-    for where, profile in candidates:
-        decode = profile.mla.get(f"decode/{kv}/{gemm_dtype}")
-        prefill = profile.mla.get(f"prefill/{kv}/{gemm_dtype}")
+    for where, profile in profiles_to_try(gpu.name, calibration):
+        decode = profile.mla.get(fit_key("decode", kv, gemm_dtype))
+        prefill = profile.mla.get(fit_key("prefill", kv, gemm_dtype))
         if decode is not None and prefill is not None:
             return MlaPricing(model, gpu, heads, gemm_dtype, kv, decode, prefill, params, where)
     raise CbsimError(
         f"no measured MLA module for {kv} KV and {gemm_dtype} projections on {gpu.name} or "
-        f"{TRANSFER_SOURCE}",
+        f"{FALLBACK_GPU}",
         field="dtype",
     )

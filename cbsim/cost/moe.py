@@ -40,6 +40,7 @@ __all__ = [
     "MoeDtype",
     "MoePricing",
     "MoeTerms",
+    "fit_key",
     "moe_base",
     "moe_terms",
     "peak_for",
@@ -60,7 +61,11 @@ _WEIGHT_KERNELS = {
     "fp4": "nvfp4",
     "mxfp4": "w4a16_mxfp4",
 }
-TRANSFER_SOURCE = FALLBACK_GPU
+
+
+def fit_key(moe_dtype: str, routing: str, expert_parallel: bool) -> str:
+    """The key of a kernel path's fit in :attr:`CalibrationProfile.moe`."""
+    return f"{moe_dtype}/{routing}/{'ep' if expert_parallel else 'tp'}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +203,16 @@ def moe_pricing(
         raise CbsimError(f"no MoE kernel for {dtype} weights", field="dtype")
     if calibration is None:
         return MoePricing(model, gpu, tp, ep, moe_dtype, None, params, "uncalibrated roofline")
-    candidates = profiles_to_try(gpu.name, calibration)
-    for where, profile in candidates:
-        layout = "ep" if ep > 1 else "tp"
+    layout = "ep" if ep > 1 else "tp"
+    for where, profile in profiles_to_try(gpu.name, calibration):
         for routing in _ROUTING_FITS[expert_routing]:
-            fit = profile.moe.get(f"{moe_dtype}/{routing}/{layout}")
+            fit = profile.moe.get(fit_key(moe_dtype, routing, ep > 1))
             if fit is not None:
                 source = f"{where}: {routing}, {layout}"
                 return MoePricing(model, gpu, tp, ep, moe_dtype, fit, params, source)
     raise CbsimError(
         f"no measured MoE kernel for {dtype} weights ({moe_dtype}) "
         f"{'with' if ep > 1 else 'without'} expert parallelism on {gpu.name} or "
-        f"{TRANSFER_SOURCE}",
+        f"{FALLBACK_GPU}",
         field="dtype",
     )

@@ -19,7 +19,7 @@ error naming it — there is no silent fallback to defaults.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
@@ -290,15 +290,15 @@ FALLBACK_GPU = "h100-sxm"
 
 def profiles_to_try(
     gpu: str, calibration: CalibrationProfile
-) -> list[tuple[str, CalibrationProfile]]:
+) -> Iterator[tuple[str, CalibrationProfile]]:
     """Where a layer family's fit is looked for, in order, with how each is described: the
     calibration in use, the GPU's default profile (an engine's kernel profile may lack a family
-    only vLLM's tables measure), then :data:`FALLBACK_GPU`'s default on this GPU's spec sheet."""
-    found = [(f"{gpu}/{calibration.name}", calibration)]
+    only vLLM's tables measure), then :data:`FALLBACK_GPU`'s default on this GPU's spec sheet;
+    each loaded only when the ones before it lack the fit."""
+    yield f"{gpu}/{calibration.name}", calibration
     default = load_profile(gpu)
     if default is not None:
-        found.append((f"{gpu}/default", default))
+        yield f"{gpu}/default", default
     fallback = load_profile(FALLBACK_GPU)
     if fallback is not None:
-        found.append((f"{FALLBACK_GPU}/default on {gpu}'s spec sheet", fallback))
-    return found
+        yield f"{FALLBACK_GPU}/default on {gpu}'s spec sheet", fallback

@@ -76,6 +76,23 @@ def _points(family: str, measured: np.ndarray, predicted: np.ndarray) -> pd.Data
     return pd.DataFrame({"family": family, "measured_s": measured, "predicted_s": predicted})
 
 
+def _error_row(
+    gpu: str, engine: str, family: str, method: str, stats: dict[str, float]
+) -> dict[str, object]:
+    """One line of the held-out error table."""
+    return {"gpu": gpu, "engine": engine, "family": family, "method": method, **stats}
+
+
+def _held_out(source: str, rows: int, stats: dict[str, float]) -> Measured:
+    """A family's provenance: how it was held out and its held-out error."""
+    return Measured(
+        source=source,
+        rows=rows,
+        holdout_median_ape=stats["median_ape"],
+        holdout_p90_ape=stats["p90_ape"],
+    )
+
+
 def _optional_table(
     table: str, gpu: str, data_dir: str | Path | None, engine: str = DEFAULT_ENGINE
 ) -> pd.DataFrame | None:
@@ -119,19 +136,10 @@ def _gemm_family(
             ("uncalibrated", refs["uncalibrated"]),
         ):
             rows.append(
-                {
-                    "gpu": gpu,
-                    "engine": engine,
-                    "family": f"gemm {dtype}",
-                    "method": method,
-                    **_stats(predicted, measured),
-                }
+                _error_row(gpu, engine, f"gemm {dtype}", method, _stats(predicted, measured))
             )
-        provenance[f"gemm_{dtype}"] = Measured(
-            source="held-out weight shapes (5-fold)",
-            rows=len(cv),
-            holdout_median_ape=calibrated["median_ape"],
-            holdout_p90_ape=calibrated["p90_ape"],
+        provenance[f"gemm_{dtype}"] = _held_out(
+            "held-out weight shapes (5-fold)", len(cv), calibrated
         )
     return fits, provenance
 
@@ -162,15 +170,7 @@ def _attention_family(
         for method, group in frames.groupby("method", sort=False):
             stats = _stats(group["predicted_s"].to_numpy(), group["latency_s"].to_numpy())
             label = "calibrated" if method not in ("constant", "uncalibrated") else str(method)
-            rows.append(
-                {
-                    "gpu": gpu,
-                    "engine": engine,
-                    "family": f"{phase} attention kv {kv_dtype}",
-                    "method": label,
-                    **stats,
-                }
-            )
+            rows.append(_error_row(gpu, engine, f"{phase} attention kv {kv_dtype}", label, stats))
             if label == "calibrated":
                 points.append(
                     _points(
@@ -179,11 +179,8 @@ def _attention_family(
                         group["predicted_s"].to_numpy(),
                     )
                 )
-                provenance[f"{phase}_attention_{kv_dtype}"] = Measured(
-                    source="held-out head configurations (5-fold)",
-                    rows=len(group),
-                    holdout_median_ape=stats["median_ape"],
-                    holdout_p90_ape=stats["p90_ape"],
+                provenance[f"{phase}_attention_{kv_dtype}"] = _held_out(
+                    "held-out head configurations (5-fold)", len(group), stats
                 )
     return fits, provenance
 
@@ -203,9 +200,9 @@ def _allreduce_rows(
 
 
 MOE_CHECKED = ("bfloat16", "fp8", "fp8_block", "nvfp4")
-MOE_LABELS = {"bfloat16": "bf16", "fp8_block": "fp8-block"}
 """The MoE weight dtypes whose held-out error a report states (the 4-bit weight-only kernels
 were measured on too few model shapes to hold any out)."""
+MOE_LABELS = {"bfloat16": "bf16", "fp8_block": "fp8-block"}
 
 
 def _moe_holdout(
@@ -220,39 +217,27 @@ def _moe_holdout(
     and provenance (see :func:`cbsim.calibration.moe.holdout_shapes`)."""
     found: dict[str, Measured] = {}
     spec = get_gpu(gpu)
-    dtypes = set(table["moe_dtype"].astype(str))
-    routings = set(table["distribution"].astype(str))
-    for moe_dtype in (d for d in MOE_CHECKED if d in dtypes):
-        for routing in (r for r in moe.DISTRIBUTIONS if r in routings):
-            sliced = (
-                moe.moe_rows(table, moe_dtype, routing) if _has(table, moe_dtype, routing) else None
-            )
-            if sliced is None or sliced[moe.SHAPE_COLUMNS].drop_duplicates().shape[0] < 5:
+    for moe_dtype in MOE_CHECKED:
+        for routing in moe.DISTRIBUTIONS:
+            try:
+                sliced = moe.moe_rows(table, moe_dtype, routing)
+            except CbsimError:  # not measured
+                continue
+            if sliced[moe.SHAPE_COLUMNS].drop_duplicates().shape[0] < 5:
                 continue
             progress(f"{gpu}: MoE {moe_dtype} {routing}, held-out model shapes")
             held = moe.holdout_shapes(sliced, spec, moe_dtype)
             known = ~np.isnan(held["predicted_s"].to_numpy())
             measured = held["measured_s"].to_numpy()[known]
-            family = f"moe {MOE_LABELS.get(moe_dtype, moe_dtype)} {routing.replace('power_law_', 'skew ')}"
+            label = MOE_LABELS.get(moe_dtype, moe_dtype)
+            family = f"moe {label} {routing.replace('power_law_', 'skew ')}"
             for method, column in (("calibrated", "predicted_s"), ("constant", "base_s")):
-                predicted = held[column].to_numpy()[known]
-                rows.append(
-                    {
-                        "gpu": gpu,
-                        "engine": engine,
-                        "family": family,
-                        "method": method,
-                        **_stats(predicted, measured),
-                    }
-                )
+                stats = _stats(held[column].to_numpy()[known], measured)
+                rows.append(_error_row(gpu, engine, family, method, stats))
             predicted = held["predicted_s"].to_numpy()[known]
             points.append(_points(family, measured, predicted))
-            stats = _stats(predicted, measured)
-            found[f"moe_{moe_dtype}_{routing}"] = Measured(
-                source="held-out model shapes (5-fold)",
-                rows=int(known.sum()),
-                holdout_median_ape=stats["median_ape"],
-                holdout_p90_ape=stats["p90_ape"],
+            found[f"moe_{moe_dtype}_{routing}"] = _held_out(
+                "held-out model shapes (5-fold)", int(known.sum()), _stats(predicted, measured)
             )
     return found
 
@@ -280,26 +265,12 @@ def _mla_holdout(
             measured = sliced["latency_s"].to_numpy()
             family = f"mla {phase} ({kv_dtype} KV)"
             stats = _stats(predicted, measured)
-            rows.append(
-                {"gpu": gpu, "engine": engine, "family": family, "method": "calibrated", **stats}
-            )
+            rows.append(_error_row(gpu, engine, family, "calibrated", stats))
             points.append(_points(family, measured, predicted))
-            found[f"mla_{phase}_{kv_dtype}"] = Measured(
-                source="held-out head counts (one at a time)",
-                rows=len(sliced),
-                holdout_median_ape=stats["median_ape"],
-                holdout_p90_ape=stats["p90_ape"],
+            found[f"mla_{phase}_{kv_dtype}"] = _held_out(
+                "held-out head counts (one at a time)", len(sliced), stats
             )
     return found
-
-
-def _has(table: pd.DataFrame, moe_dtype: str, routing: str) -> bool:
-    return bool(
-        (
-            (table["moe_dtype"].astype(str) == moe_dtype)
-            & (table["distribution"].astype(str) == routing)
-        ).any()
-    )
 
 
 def fit_profile(
@@ -352,20 +323,9 @@ def fit_profile(
             points.append(
                 _points("all-reduce", held["measured_s"].to_numpy(), held["predicted_s"].to_numpy())
             )
-            rows.append(
-                {
-                    "gpu": gpu,
-                    "engine": engine,
-                    "family": "all-reduce",
-                    "method": "calibrated",
-                    **stats,
-                }
-            )
-            provenance["allreduce"] = Measured(
-                source=f"held-out message sizes ({comm_source})",
-                rows=len(held),
-                holdout_median_ape=stats["median_ape"],
-                holdout_p90_ape=stats["p90_ape"],
+            rows.append(_error_row(gpu, engine, "all-reduce", "calibrated", stats))
+            provenance["allreduce"] = _held_out(
+                f"held-out message sizes ({comm_source})", len(held), stats
             )
     elementwise_gpu = gpu if vidur_tables(gpu) else ELEMENTWISE_SOURCE.get(gpu)
     elementwise = vidur.elementwise_fit(elementwise_gpu) if elementwise_gpu else None
@@ -478,13 +438,13 @@ def leave_one_gpu_out(
             ("uncalibrated", "uncalibrated_s"),
         ):
             rows.append(
-                {
-                    "gpu": label,
-                    "engine": engine,
-                    "family": f"gemm {dtype}",
-                    "method": method,
-                    **_stats(frame[column].to_numpy(), measured),
-                }
+                _error_row(
+                    label,
+                    engine,
+                    f"gemm {dtype}",
+                    method,
+                    _stats(frame[column].to_numpy(), measured),
+                )
             )
     source_spec, target_spec = get_gpu(source_gpu), get_gpu(target_gpu)
     for phase in ("decode", "prefill"):
@@ -502,13 +462,7 @@ def leave_one_gpu_out(
             )
             stats = _stats(moved["predicted_s"].to_numpy(), moved["latency_s"].to_numpy())
             rows.append(
-                {
-                    "gpu": label,
-                    "engine": engine,
-                    "family": f"{phase} attention kv {kv_dtype}",
-                    "method": "calibrated",
-                    **stats,
-                }
+                _error_row(label, engine, f"{phase} attention kv {kv_dtype}", "calibrated", stats)
             )
     if allreduce:
         source_rows, _ = _allreduce_rows(source_gpu, None, engine)
@@ -523,13 +477,13 @@ def leave_one_gpu_out(
                 ]
             )
             rows.append(
-                {
-                    "gpu": label,
-                    "engine": engine,
-                    "family": "all-reduce",
-                    "method": "calibrated",
-                    **_stats(predicted, known["latency_s"].to_numpy()),
-                }
+                _error_row(
+                    label,
+                    engine,
+                    "all-reduce",
+                    "calibrated",
+                    _stats(predicted, known["latency_s"].to_numpy()),
+                )
             )
     return pd.DataFrame(rows)
 

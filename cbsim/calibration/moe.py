@@ -237,13 +237,10 @@ def fit_all(table: pd.DataFrame, gpu: GPU) -> dict[str, MoeFit]:
         if moe_dtype not in MOE_DTYPES:
             continue
         for distribution in sorted(table["distribution"].astype(str).unique()):
-            sliced = table[
-                (table["moe_dtype"].astype(str) == moe_dtype)
-                & (table["distribution"].astype(str) == distribution)
-            ]
-            if sliced.empty:
+            try:
+                rows = moe_rows(table, moe_dtype, distribution)
+            except CbsimError:  # this dtype was not measured under this routing
                 continue
-            rows = moe_rows(sliced, moe_dtype, distribution)
             path = kernel_paths(rows)
             for expert_parallel in (False, True):
                 chosen = rows[path == int(expert_parallel)]

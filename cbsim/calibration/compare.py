@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from cbsim.calibration.attention import predict_attention
-from cbsim.calibration.data import load_table
+from cbsim.calibration.data import load_table, read_table_file, table_file
 from cbsim.calibration.errors import ape
 from cbsim.calibration.gemm import predict_gemm
 from cbsim.cost.profile import CalibrationProfile, RooflineFit, load_profile
@@ -96,10 +96,6 @@ def _skipped(table: str, dtype: str, points: int, note: str) -> dict[str, object
     }
 
 
-def _present(folder: Path, table: str) -> bool:
-    return any((folder / f"{table}{suffix}").is_file() for suffix in (".parquet", ".csv"))
-
-
 def _gemm_rows(profile: CalibrationProfile, gpu: GPU, folder: Path) -> list[dict[str, object]]:
     table = load_table("gemm", gpu.name, data_dir=folder)
     rows: list[dict[str, object]] = []
@@ -109,7 +105,7 @@ def _gemm_rows(profile: CalibrationProfile, gpu: GPU, folder: Path) -> list[dict
             rows.append(_skipped("gemm", str(dtype), len(group), "no fit for this dtype"))
             continue
         predicted = predict_gemm(fit, group, gpu, str(dtype))
-        measured = group["latency_ms"].to_numpy(np.float64) * 1e-3
+        measured = group["latency_s"].to_numpy(np.float64)
         rows.append(_Scored("gemm", str(dtype), predicted, measured).row())
     return rows
 
@@ -128,16 +124,17 @@ def _attention_rows(
             rows.append(_skipped(name, str(kv_dtype), len(group), "no fit for this KV dtype"))
             continue
         predicted = predict_attention(fit, group.assign(kv_dtype=fit_key), gpu, phase, fit_key)
-        measured = group["latency_ms"].to_numpy(np.float64) * 1e-3
+        measured = group["latency_s"].to_numpy(np.float64)
         rows.append(_Scored(name, str(kv_dtype), predicted, measured).row())
     return rows
 
 
-def _model_of(folder: Path) -> ModelShape:
+def _measured_model(folder: Path) -> tuple[ModelShape, str]:
+    """The model ``cbsim calibrate measure`` built, and its dtype, from ``meta.json``."""
     path = folder / "meta.json"
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-        return ModelShape(**meta["model_shape"])
+        return ModelShape(**meta["model_shape"]), str(meta.get("dtype", "bf16"))
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise CbsimError(
             f"the iterations table needs the model_shape that `cbsim calibrate measure` "
@@ -164,14 +161,9 @@ def layer_predictions(
     return np.asarray(predicted, dtype=np.float64)
 
 
-def _iteration_rows(profile: CalibrationProfile, gpu: GPU, folder: Path) -> list[dict[str, object]]:
-    parquet = folder / "iterations.parquet"
-    iterations = (
-        pd.read_parquet(parquet) if parquet.is_file() else pd.read_csv(folder / "iterations.csv")
-    )
-    model = _model_of(folder)
-    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    dtype = str(meta.get("dtype", "bf16"))
+def _iteration_rows(profile: CalibrationProfile, gpu: GPU, path: Path) -> list[dict[str, object]]:
+    iterations = read_table_file(path)
+    model, dtype = _measured_model(path.parent)
     if dtype not in profile.gemm:
         return [_skipped("iterations", dtype, len(iterations), "no GEMM fit for this dtype")]
     predicted = layer_predictions(iterations, model, gpu, profile, dtype)
@@ -196,13 +188,14 @@ def compare_measurements(
     if profile is None:
         raise CbsimError("compare needs a calibration profile, not 'none'", field="calibration")
     rows: list[dict[str, object]] = []
-    if _present(folder, "gemm"):
+    if table_file(folder, "gemm") is not None:
         rows += _gemm_rows(profile, target, folder)
     for phase in ("decode", "prefill"):
-        if _present(folder, f"{phase}_attention"):
+        if table_file(folder, f"{phase}_attention") is not None:
             rows += _attention_rows(profile, target, folder, phase)
-    if _present(folder, "iterations"):
-        rows += _iteration_rows(profile, target, folder)
+    iterations = table_file(folder, "iterations")
+    if iterations is not None:
+        rows += _iteration_rows(profile, target, iterations)
     if not rows:
         raise CbsimError(
             "no gemm, decode_attention, prefill_attention or iterations table here",

@@ -103,7 +103,8 @@ def measured_engines(gpu: str) -> list[str]:
     return [DEFAULT_ENGINE, *(e for e in ENGINES if e in others)]
 
 
-def _read(path: Any) -> pd.DataFrame:
+def read_table_file(path: Any) -> pd.DataFrame:
+    """A measurement file as it is (parquet, or CSV by its suffix); errors name the file."""
     name = str(path)
     try:
         if name.endswith(".csv"):
@@ -138,6 +139,15 @@ def validate(frame: pd.DataFrame, table: str, source: str) -> pd.DataFrame:
     return out
 
 
+def table_file(folder: Path, table: str) -> Path | None:
+    """A user's ``table`` in ``folder``: ``<table>.parquet``, else ``<table>.csv``, else None."""
+    for suffix in (".parquet", ".csv"):
+        path = folder / f"{table}{suffix}"
+        if path.is_file():
+            return path
+    return None
+
+
 def load_table(
     table: str, gpu: str, data_dir: str | Path | None = None, *, engine: str = DEFAULT_ENGINE
 ) -> pd.DataFrame:
@@ -148,10 +158,9 @@ def load_table(
     source = engine_name(engine)
     if data_dir is not None:
         folder = Path(data_dir)
-        for suffix in (".parquet", ".csv"):
-            path = folder / f"{table}{suffix}"
-            if path.is_file():
-                return validate(_read(path), table, str(path))
+        path = table_file(folder, table)
+        if path is not None:
+            return validate(read_table_file(path), table, str(path))
         raise CbsimError(f"no {table}.parquet or {table}.csv in {folder}", source=str(folder))
     folder = shipped_root() / "aiconfigurator" / gpu
     if not folder.is_dir():
@@ -169,7 +178,7 @@ def load_table(
     path = folder / f"{table}.parquet"
     if not path.is_file():
         raise CbsimError(f"no shipped {table} table for {where}", field="table")
-    return validate(_read(path), table, f"{where}/{table}.parquet (shipped)")
+    return validate(read_table_file(path), table, f"{where}/{table}.parquet (shipped)")
 
 
 def vidur_tables(gpu: str) -> dict[str, pd.DataFrame]:
@@ -178,7 +187,7 @@ def vidur_tables(gpu: str) -> dict[str, pd.DataFrame]:
     if not folder.is_dir():
         return {}
     return {
-        p.name.removesuffix(".parquet"): _read(p)
+        p.name.removesuffix(".parquet"): read_table_file(p)
         for p in sorted(folder.iterdir(), key=lambda p: p.name)
         if p.name.endswith(".parquet")
     }
@@ -186,16 +195,16 @@ def vidur_tables(gpu: str) -> dict[str, pd.DataFrame]:
 
 def vidur_network(node: str) -> pd.DataFrame:
     """Vidur's all-reduce medians (ms) for a node type (``h100_dgx``, ``a100_dgx``, ...)."""
-    return _read(shipped_root() / "vidur" / "network" / f"{node}.parquet")
+    return read_table_file(shipped_root() / "vidur" / "network" / f"{node}.parquet")
 
 
 def argonne_static_batches() -> pd.DataFrame:
     """LLM-Inference-Bench's end-to-end static-batch latencies on A100."""
-    return _read(shipped_root() / "e2e" / "argonne_a100_static_batch.parquet")
+    return read_table_file(shipped_root() / "e2e" / "argonne_a100_static_batch.parquet")
 
 
 def aiconfigurator_silicon_h100() -> pd.DataFrame:
     """NVIDIA AI Configurator's measured serving benchmarks on H100 SXM (917 rows: vLLM,
     TensorRT-LLM and SGLang; closed-loop ``concurrency`` clients, fixed ``isl``/``osl``, measured
     ``silicon_ttft_ms`` and ``silicon_tpot_ms``), with the original CSV's column names."""
-    return _read(shipped_root() / "e2e" / "aiconfigurator_silicon_h100.parquet")
+    return read_table_file(shipped_root() / "e2e" / "aiconfigurator_silicon_h100.parquet")

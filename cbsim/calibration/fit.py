@@ -25,7 +25,13 @@ import pandas as pd
 
 from cbsim import outputs
 from cbsim.calibration import attention, comm, gemm, mla, moe, vidur
-from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table, vidur_tables
+from cbsim.calibration.data import (
+    DEFAULT_ENGINE,
+    engine_name,
+    load_table,
+    table_file,
+    vidur_tables,
+)
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.markdown import markdown_table
 from cbsim.calibration.profile import CalibrationProfile, Measured, MoeFit, RooflineFit
@@ -101,8 +107,7 @@ def _optional_table(
     except CbsimError:
         if data_dir is None:
             return None
-        folder = Path(data_dir)
-        if any((folder / f"{table}{suffix}").is_file() for suffix in (".parquet", ".csv")):
+        if table_file(Path(data_dir), table) is not None:
             raise  # the file exists but is bad: say so
         return None
 

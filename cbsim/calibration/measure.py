@@ -312,7 +312,7 @@ class _Timer:
         for _ in range(self.warmup):
             fn()
         if self.cuda:
-            return self._event_time([fn], self.repeats, 1)
+            return self._event_time(fn, 1)
         times = []
         for _ in range(self.repeats):
             t0 = time.perf_counter()
@@ -320,20 +320,21 @@ class _Timer:
             times.append((time.perf_counter() - t0) * 1e3)
         return max(float(statistics.median(times)), _MIN_LATENCY_MS)
 
-    def _event_time(self, runs: Sequence[Callable[[], object]], repeats: int, per: int) -> float:
+    def _event_time(self, run: Callable[[], object], per: int) -> float:
+        """Median milliseconds of ``run`` between CUDA events, each after an L2 flush, over the
+        ``per`` kernel calls it makes."""
         torch = self.torch
         torch.cuda.synchronize(self.device)
         pairs = []
-        for _ in range(repeats):
-            for run in runs:
-                if self.flush is not None:
-                    self.flush.zero_()
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                start.record()
-                run()
-                end.record()
-                pairs.append((start, end))
+        for _ in range(self.repeats):
+            if self.flush is not None:
+                self.flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            pairs.append((start, end))
         torch.cuda.synchronize(self.device)
         times = [float(s.elapsed_time(e)) / per for s, e in pairs]
         return max(float(statistics.median(times)), _MIN_LATENCY_MS)
@@ -366,7 +367,7 @@ class _Timer:
         self.most_instances = max(self.most_instances, len(fns))
         try:
             graph.replay()
-            return self._event_time([graph.replay], self.repeats, len(fns))
+            return self._event_time(graph.replay, len(fns))
         finally:
             del graph
 
@@ -561,8 +562,8 @@ class _Run:
             for op, linear in ops.items():
                 n, k = int(linear.out_features), int(linear.in_features)
 
-                def make(linear: Any = linear, m: int = m) -> Callable[[], object]:
-                    x = self._randn(m, int(linear.in_features))
+                def make(linear: Any = linear, m: int = m, k: int = k) -> Callable[[], object]:
+                    x = self._randn(m, k)
                     weight = self._randn(*linear.weight.shape)
                     bias = None if linear.bias is None else self._randn(*linear.bias.shape)
                     return lambda: linear_fn(x, weight, bias)

@@ -391,6 +391,24 @@ class ModelShape:
         return self.kv_elements_per_token() * bytes_per_elem
 
 
+def expert_parallel_problem(model: ModelShape, tp: int, ep: int) -> str | None:
+    """Why ``model`` cannot spread its experts over ``ep`` GPUs of a ``tp``-wide group (None when
+    it can): expert parallelism over the tensor-parallel group only, ep = 1 or tp."""
+    if ep == 1:
+        return None
+    if not model.is_moe:
+        return f"{model.name} has no experts to spread (ep must be 1)"
+    if ep != tp:
+        return (
+            f"expert parallelism spreads the experts over the tensor-parallel group, so ep must "
+            f"be 1 or tp ({tp}), got {ep} (attention data parallelism, which would make it "
+            "tp x dp, is not modelled yet)"
+        )
+    if model.num_experts % ep:
+        return f"{model.num_experts} experts do not divide over {ep} GPUs"
+    return None
+
+
 def _llama(
     name: str,
     layers: int,

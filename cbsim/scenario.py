@@ -366,21 +366,11 @@ class Cluster(StrictModel):
     def _expert_parallel_layout(self) -> Cluster:
         """``ep`` > 1 spreads a mixture of experts' experts over the tensor-parallel group (vLLM's
         ``--enable-expert-parallel`` without data parallelism: ep = tp)."""
-        if self.ep == 1:
-            return self
-        from cbsim.models import get_model
+        from cbsim.models import expert_parallel_problem, get_model
 
-        shape = get_model(self.model)
-        if not shape.is_moe:
-            raise ValueError(f"ep: {self.model} has no experts to spread (ep must be 1)")
-        if self.ep != self.tp:
-            raise ValueError(
-                f"ep: expert parallelism spreads the experts over the tensor-parallel group, so "
-                f"ep must be 1 or tp ({self.tp}), got {self.ep} (attention data parallelism, "
-                "which would make it tp x dp, is not modelled yet)"
-            )
-        if shape.num_experts % self.ep:
-            raise ValueError(f"ep: {shape.num_experts} experts do not divide over {self.ep} GPUs")
+        problem = expert_parallel_problem(get_model(self.model), self.tp, self.ep)
+        if problem is not None:
+            raise ValueError(f"ep: {problem}")
         return self
 
     @field_validator("tp")

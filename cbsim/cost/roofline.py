@@ -50,7 +50,7 @@ from cbsim.kvcache import (
     model_weight_bytes,
     split_weight_bytes,
 )
-from cbsim.models import ModelShape, get_model
+from cbsim.models import ModelShape, expert_parallel_problem, get_model
 
 DEFAULT_ENGINE = "vllm"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
@@ -385,12 +385,9 @@ class CostModel:
                 field="expert_routing",
             )
         self.expert_routing = expert_routing
-        if ep != 1 and not self.model.is_moe:
-            raise CbsimError(
-                f"{self.model.name} has no experts to spread: ep must be 1", field="ep"
-            )
-        if ep not in (1, tp):
-            raise CbsimError(f"ep must be 1 or tp ({tp}), got {ep}", field="ep")
+        problem = expert_parallel_problem(self.model, tp, ep)
+        if problem is not None:
+            raise CbsimError(problem, field="ep")
         self.ep = ep
         self._moe_cache: dict[int, tuple[float, float]] = {}
         self._moe = (

@@ -169,7 +169,7 @@ def flops_bytes(
     return 2.0 * m * n * k, bytes_moved
 
 
-def _base(
+def roofline_base(
     floor_s: float,
     compute_eff: float,
     memory_eff: float,
@@ -198,7 +198,7 @@ def fit_base(
 
     def residual(x: np.ndarray) -> np.ndarray:
         floor_s, compute_eff, memory_eff = np.exp(x)
-        base = _base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
+        base = roofline_base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
         out: np.ndarray = np.log(base) - log_measured
         return out
 
@@ -374,7 +374,9 @@ def monotone_in_m(
     is slower than the one it picks for m = 8 — are heuristics of one library version."""
     m, n, k = np.meshgrid(*(2.0**axis for axis in grid.axes), indexing="ij")
     flops, bytes_moved = flops_bytes(m, n, k, dtype)
-    log_base = np.log(_base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth))
+    log_base = np.log(
+        roofline_base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
+    )
     log_time = (log_base + grid.values).reshape(len(grid.axes[0]), -1)
     projected = np.column_stack([_isotonic(column) for column in log_time.T])
     return LogGrid(grid.axes, projected.reshape(grid.values.shape) - log_base)
@@ -402,7 +404,7 @@ def fit_gemm(
     peak, bandwidth = gpu.peak_flops(dtype), gpu.hbm_bandwidth
     flops, bytes_moved = flops_bytes(m, n, k, dtype)
     floor_s, compute_eff, memory_eff = fit_base(flops, bytes_moved, measured, peak, bandwidth)
-    base = _base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
+    base = roofline_base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
     grid = fit_correction(
         grid_axes(m, n, k, layout),
         [m, n, k],
@@ -426,7 +428,7 @@ def predict_gemm(fit: RooflineFit, table: pd.DataFrame, gpu: GPU, dtype: str) ->
     :meth:`RooflineFit.predict` gives, vectorised."""
     m, n, k = _shapes(table)
     flops, bytes_moved = flops_bytes(m, n, k, dtype)
-    base = _base(
+    base = roofline_base(
         fit.floor_s,
         fit.compute_eff,
         fit.memory_eff,

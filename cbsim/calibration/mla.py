@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 
 from cbsim.calibration.errors import summarize
-from cbsim.calibration.gemm import fit_base
+from cbsim.calibration.gemm import fit_base, roofline_base
 from cbsim.calibration.grid import fit_log_grid, log2_nodes
 from cbsim.cost.mla import FEATURES, fit_key, mla_terms
 from cbsim.cost.profile import GridCorrection, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
 from cbsim.kvcache import DTYPE_BYTES
-from cbsim.models import ModelShape, get_model
+from cbsim.models import get_model
 
 __all__ = [
     "PHASES",
@@ -77,12 +77,13 @@ def mla_rows(table: pd.DataFrame, kv_dtype: str, gemm_dtype: str) -> pd.DataFram
 
 
 def _terms(
-    rows: pd.DataFrame, phase: str, gemm_dtype: str, kv_dtype: str, model: ModelShape
+    rows: pd.DataFrame, phase: str, gemm_dtype: str, kv_dtype: str
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(FLOPs, bytes, correction features) of the rows, in the measured model's shape."""
     batch = rows["batch_size"].to_numpy(np.float64)
     tokens = rows["tokens"].to_numpy(np.float64)
     flops, bytes_moved = mla_terms(
-        model,
+        get_model(MEASURED_MODEL),
         rows["num_heads"].to_numpy(np.float64),
         batch,
         tokens,
@@ -99,17 +100,13 @@ def fit_mla(
     phase: str,
     kv_dtype: str,
     gemm_dtype: str,
-    model: ModelShape | None = None,
 ) -> RooflineFit:
     """The MLA module's roofline and (batch, tokens) correction fitted to ``rows``."""
-    shape = model or get_model(MEASURED_MODEL)
     measured = rows["latency_s"].to_numpy(np.float64)
-    flops, bytes_moved, features = _terms(rows, phase, gemm_dtype, kv_dtype, shape)
+    flops, bytes_moved, features = _terms(rows, phase, gemm_dtype, kv_dtype)
     peak, bandwidth = gpu.peak_flops(gemm_dtype), gpu.hbm_bandwidth
     floor_s, compute_eff, memory_eff = fit_base(flops, bytes_moved, measured, peak, bandwidth)
-    base = floor_s + np.maximum(
-        flops / (peak * compute_eff), bytes_moved / (bandwidth * memory_eff)
-    )
+    base = roofline_base(floor_s, compute_eff, memory_eff, flops, bytes_moved, peak, bandwidth)
     axes = [log2_nodes(float(f.min()), float(f.max())) for f in features]
     grid = fit_log_grid(axes, features, np.log(measured / base), smoothness=SMOOTHNESS)
     grid_axes, values = grid.to_lists()
@@ -128,17 +125,15 @@ def predict_mla(
     phase: str,
     kv_dtype: str,
     gemm_dtype: str,
-    model: ModelShape | None = None,
 ) -> np.ndarray:
     """Predicted seconds for every row of ``rows``."""
-    shape = model or get_model(MEASURED_MODEL)
-    flops, bytes_moved, features = _terms(rows, phase, gemm_dtype, kv_dtype, shape)
-    base = fit.floor_s + np.maximum(
-        flops / (gpu.peak_flops(gemm_dtype) * fit.compute_eff),
-        bytes_moved / (gpu.hbm_bandwidth * fit.memory_eff),
-    )
+    flops, bytes_moved, features = _terms(rows, phase, gemm_dtype, kv_dtype)
+    base = roofline_base(
+        fit.floor_s, fit.compute_eff, fit.memory_eff, flops, bytes_moved,
+        gpu.peak_flops(gemm_dtype), gpu.hbm_bandwidth,
+    )  # fmt: skip
     if fit.correction is None:
-        return np.asarray(base, dtype=np.float64)
+        return base
     result: np.ndarray = base * np.exp(fit.correction.grid().evaluate(*features))
     return result
 

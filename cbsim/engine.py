@@ -47,7 +47,13 @@ from cbsim.kvcache import KVCache, kv_bytes_per_token_per_gpu
 from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
-from cbsim.prefix_cache import PrefixCache, PrefixInterner, Segments, prefix_caching_on
+from cbsim.prefix_cache import (
+    PrefixCache,
+    PrefixInterner,
+    Segments,
+    ids_are_chained,
+    prefix_caching_on,
+)
 from cbsim.request import Request, Status
 from cbsim.request_table import RequestTable
 from cbsim.rng import stream
@@ -190,6 +196,8 @@ class Simulation:
         )
         if self.prefix_caching and knows_content:
             self.interner = PrefixInterner()
+            if self.specs is not None and self.specs.prefix_ids is not None:
+                self.interner.chained_ids = ids_are_chained(self.specs.prefix_ids)
             cpu_blocks, load_s_per_block = self._cpu_tier()
             for replica in self.replicas:
                 kv = replica.scheduler.kv
@@ -548,7 +556,7 @@ class Simulation:
             if stop_on_finish is not None:
                 # a run deciding by the exact free blocks ends at a finish that releases cache
                 # entries (see SchedulerPolicy.settle_run)
-                caching = exact_free and sched.prefix is not None and bool(sched.prefix.entries)
+                caching = exact_free and sched.prefix is not None and sched.prefix.holds_entries()
                 stop_on_finish = stop_on_finish or closed or caching
                 run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:

@@ -11,18 +11,23 @@ recently used first.
 Here a request's prompt is a sequence of *segments* of known content (a replayed trace's prefix
 blocks, 512 tokens each in the Mooncake traces; a session's system prompt, messages and answers),
 each identified by a key chained over the segments before it (:class:`PrefixInterner`). The cache
-holds one entry per segment: the KV blocks of the segment (the blocks of ``block_size`` tokens
-whose last token lies in it), a reference count (the running requests using it) and, when
-nothing references it, its place in the least-recently-used order. Eviction takes whole entries
-from the front of that order; a request releases its entries deepest first, so a prefix is
-evicted from its end, as vLLM frees a request's blocks in reverse order.
+is a radix tree, as SGLang's is: a :class:`Node` holds a run of consecutive segments (the KV blocks
+of each, those of ``block_size`` tokens whose last token lies in it) that every request using one
+of them uses all of, so one reference count and one place in the least-recently-used order serve
+the whole run; a node splits where a request's prompt leaves it or stops using it. A request
+releases its nodes deepest first, so a node's children always come before it in that order and
+the least recently used node is a leaf. Eviction takes whole segments from it, its deepest
+first (as vLLM frees a request's blocks in reverse order), so the tree evicts exactly what one
+entry per segment would (``tests/test_prefix_tree.py`` holds it to such a model), with work per
+run of segments rather than per segment.
 
 At admission a request reuses the longest run of its leading segments that are cached (at most
 all its prompt blocks but the one holding its last prompt token, whose logits must be computed:
 vLLM's rule); entries nobody referenced come back into use. When its prefill completes, the
-segments it computed join the cache (a prefix still being prefilled is not yet reusable). Its own
-blocks are then shared: they stay cached when it finishes or is preempted, and a preempted
-request readmitted later finds its prompt again.
+segments it computed join the cache (a prefix still being prefilled is not yet reusable; where
+another request registered some of them meanwhile, it uses those and frees its own copies, as
+SGLang's radix cache does). Its own blocks are then shared: they stay cached when it finishes or
+is preempted, and a preempted request readmitted later finds its prompt again.
 
 With a CPU tier (``cluster.kv_offload``, as LMCache, vLLM's offloading connector or SGLang's
 HiCache) an entry evicted from GPU memory is kept in host memory (least recently used entries
@@ -48,17 +53,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+import numpy.typing as npt
+
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.kvcache import KVCache
 from cbsim.request import Request
 from cbsim.scenario import Scenario
 
 __all__ = [
-    "CacheEntry",
     "Hit",
+    "Node",
     "PrefixCache",
     "PrefixInterner",
     "Segments",
+    "ids_are_chained",
     "prefix_caching_on",
 ]
 
@@ -86,9 +95,14 @@ class PrefixInterner:
     """Chained segment keys: the key of a segment is a small integer standing for (the key of the
     segment before it, its own content id, and its length when the prompt cuts it short), so equal
     keys mean equal prefixes, exactly (no hash collisions). One interner per simulation, shared by
-    every replica."""
+    every replica.
+
+    Where a trace's ids are chained already (:func:`ids_are_chained`: each id always follows the
+    same id, as Mooncake's hash ids do), ``chained_ids`` is set and a whole segment's key is its
+    id; only a segment the prompt cuts short gets an interned (negative) key."""
 
     _keys: dict[tuple[int, ...], int] = field(default_factory=dict)
+    chained_ids: bool = False
 
     def segments(self, content: list[int] | tuple[int, ...], sizes: list[int], prompt_tokens: int,
                  block_size: int) -> Segments:  # fmt: skip
@@ -129,6 +143,17 @@ class PrefixInterner:
             parent = key
         return keys
 
+    def _chained(self, content: tuple[int, ...], count: int, cut: int | None) -> tuple[int, ...]:
+        """:meth:`_chain` of ids that are chained already: the ids themselves, but for a last
+        segment cut short to ``cut`` tokens."""
+        if cut is None:
+            return content[:count]
+        ident = (content[count - 2] if count > 1 else -1, content[count - 1], cut)
+        key = self._keys.get(ident)
+        if key is None:
+            key = self._keys[ident] = -1 - len(self._keys)
+        return (*content[: count - 1], key)
+
     def uniform_segments(self, content: tuple[int, ...], size: int, prompt_tokens: int,
                          block_size: int) -> Segments:  # fmt: skip
         """:meth:`segments` of ids that all stand for ``size`` tokens (a replayed trace's prefix
@@ -136,7 +161,10 @@ class PrefixInterner:
         count = min(len(content), -(-prompt_tokens // size))
         end = min(count * size, prompt_tokens)
         start = (count - 1) * size
-        keys = self._chain(content, count, end - start if end - start < size else None)
+        cut = end - start if end - start < size else None
+        keys = self._chained(content, count, cut) if self.chained_ids else self._chain(
+            content, count, cut
+        )  # fmt: skip
         ends = (*range(size, start + 1, size), end)
         if size % block_size == 0:
             blocks = (size // block_size,) * (count - 1) + (
@@ -150,25 +178,66 @@ class PrefixInterner:
         return Segments(tuple(keys), blocks, ends)
 
 
-@dataclass(slots=True)
-class CacheEntry:
-    """One cached segment's KV blocks and how many running requests use them."""
+def ids_are_chained(prefix_ids: Sequence[tuple[int, ...]] | npt.NDArray[np.object_]) -> bool:
+    """Whether every id of these prompts (non-negative) always follows the same id, or always
+    comes first: then, by induction along a prompt, equal ids mean equal prefixes and an id can
+    serve as its segment's chained key."""
+    if not len(prefix_ids):
+        return True
+    lengths = np.fromiter(map(len, prefix_ids), dtype=np.int64, count=len(prefix_ids))
+    if not lengths.any():
+        return True
+    ids = np.concatenate([np.asarray(row, dtype=np.int64) for row in prefix_ids if row])
+    if ids.min() < 0:
+        return False
+    before = np.empty_like(ids)
+    before[1:] = ids[:-1]
+    before[np.cumsum(lengths[lengths > 0]) - lengths[lengths > 0]] = -1
+    order = np.lexsort((before, ids))
+    ids, before = ids[order], before[order]
+    same_id = ids[1:] == ids[:-1]
+    return not bool(np.any(same_id & (before[1:] != before[:-1])))
 
-    blocks: int
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """A run of cached segments, consecutive in a prompt, that every request using one of them
+    uses all of (a radix-tree node): ``blocks[j]`` KV blocks of segment ``keys[j]``, ``ends[j]``
+    the blocks of its first j + 1 segments, ``refs`` the running requests using it, ``children``
+    the runs that continue it, by their first key."""
+
+    keys: tuple[int, ...]
+    blocks: list[int]
+    ends: list[int]
+    parent: Node | None
     refs: int = 0
+    children: dict[int, Node] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, keys: tuple[int, ...], blocks: list[int], parent: Node | None,
+           refs: int) -> Node:  # fmt: skip
+        return cls(keys, blocks, list(itertools.accumulate(blocks)), parent, refs)
+
+    @property
+    def total(self) -> int:
+        """Its KV blocks."""
+        return self.ends[-1]
 
 
 @dataclass(slots=True, frozen=True)
 class Hit:
     """What a request would reuse: its first ``segments`` segments from GPU memory, ``blocks`` of
     its KV blocks, of which ``revived`` blocks belong to entries nobody references now; then
-    ``cpu_segments`` more from the CPU tier, ``cpu_blocks`` blocks to load."""
+    ``cpu_segments`` more from the CPU tier, ``cpu_blocks`` blocks to load. ``path`` holds the
+    nodes of the GPU part, of whose last one it takes the first ``take`` segments."""
 
     segments: int
     blocks: int
     revived: int
     cpu_segments: int = 0
     cpu_blocks: int = 0
+    path: tuple[Node, ...] = ()
+    take: int = 0
 
     def tokens(self, block_size: int) -> int:
         """Prompt tokens reused, from either tier."""
@@ -178,13 +247,30 @@ class Hit:
 NO_HIT = Hit(0, 0, 0)
 
 
+def _common_length(run: tuple[int, ...], keys: tuple[int, ...], start: int) -> int:
+    """How many leading keys of ``run`` equal ``keys[start:]``. Keys are chained (equal keys mean
+    equal prefixes), so the equal ones form a prefix of ``run`` and a binary search finds it."""
+    size = min(len(run), len(keys) - start)
+    if keys[start : start + size] == run[:size]:
+        return size
+    low, high = 1, size - 1  # run[0] matched (it is how the node was found); run[size-1] not
+    while low < high:
+        mid = (low + high + 1) // 2
+        if run[mid - 1] == keys[start + mid - 1]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 class PrefixCache:
     """The cached segments of one replica (see the module docstring)."""
 
     def __init__(self, kv: KVCache, cpu_blocks: int = 0, load_s_per_block: float = 0.0) -> None:
         self.kv = kv
-        self.entries: dict[int, CacheEntry] = {}
-        self.lru: OrderedDict[int, None] = OrderedDict()  # unreferenced, least recently used first
+        self.root = Node((), [], [0], None, refs=1)
+        # unreferenced nodes, least recently used first (a node before its parent)
+        self.lru: OrderedDict[Node, None] = OrderedDict()
         self.evicted_blocks = 0
         # the CPU tier: segments evicted from GPU memory, least recently used first
         self.cpu: OrderedDict[int, int] = OrderedDict()  # key -> blocks
@@ -194,36 +280,63 @@ class PrefixCache:
         self.load_s_per_block = load_s_per_block
         kv.evict = self.evict
 
+    def holds_entries(self) -> bool:
+        """Whether any segment is cached in GPU memory."""
+        return bool(self.root.children)
+
+    def cached_keys(self) -> set[int]:
+        """The keys of the segments cached in GPU memory."""
+        keys: set[int] = set()
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            keys.update(node.keys)
+            stack.extend(node.children.values())
+        return keys
+
+    def eviction_order(self) -> list[int]:
+        """The keys of the unreferenced segments, in the order they would be evicted."""
+        return [key for node in self.lru for key in reversed(node.keys)]
+
     def lookup(self, req: Request) -> Hit:
         """The longest cached run of ``req``'s leading segments, capped so that the block of its
         last prompt token is computed."""
         segments = req.segments
-        if segments is None or not (self.entries or self.cpu):
+        if segments is None or not (self.root.children or self.cpu):
             return NO_HIT
-        block_size = self.kv.block_size
-        cap = (req.prefill_target - 1) // block_size
-        entries = self.entries
-        count = blocks = revived = 0
+        cap = (req.prefill_target - 1) // self.kv.block_size
+        keys = segments.keys
+        count = len(keys)
+        pos = blocks = revived = take = 0
         whole = True
-        for key, size in zip(segments.keys, segments.blocks, strict=True):
-            if blocks >= cap:
+        path: list[Node] = []
+        node = self.root
+        while pos < count and blocks < cap:
+            child = node.children.get(keys[pos])
+            if child is None:
                 break
-            entry = entries.get(key)
-            if entry is None:
+            run = child.keys
+            size = len(run)
+            matched = _common_length(run, keys, pos)
+            # the segments that start before the cap (the old per-segment rule, run at once)
+            take = 1 + bisect.bisect_left(child.ends, cap - blocks, 0, matched - 1)
+            got = child.ends[take - 1]
+            path.append(child)
+            pos += take
+            if child.refs == 0:
+                revived += got
+            blocks += got
+            if child.blocks[take - 1] < segments.blocks[pos - 1]:
+                whole = False  # an answer cached without its last, unfinished block
                 break
-            count += 1
-            if entry.refs == 0:
-                revived += entry.blocks
-            if entry.blocks < size:  # an answer cached without its last, unfinished block
-                blocks += entry.blocks
-                whole = False
+            if take < size:
                 break
-            blocks += size
+            node = child
         if blocks >= cap or not whole or not self.cpu:
-            return Hit(count, min(blocks, cap), revived)
+            return Hit(pos, min(blocks, cap), revived, path=tuple(path), take=take)
         cpu = self.cpu
         cpu_count = loaded = 0
-        for key, size in zip(segments.keys[count:], segments.blocks[count:], strict=True):
+        for key, size in zip(keys[pos:], segments.blocks[pos:], strict=True):
             if blocks + loaded >= cap:
                 break
             held = cpu.get(key)
@@ -234,21 +347,23 @@ class PrefixCache:
                 loaded += held
                 break
             loaded += size
-        return Hit(count, blocks, revived, cpu_count, min(loaded, cap - blocks))
+        return Hit(pos, blocks, revived, cpu_count, min(loaded, cap - blocks), tuple(path), take)
 
     def acquire(self, req: Request, hit: Hit) -> None:
         """``req`` uses the entries of ``hit`` (looked up just now)."""
         segments = req.segments
         assert segments is not None
-        kv = self.kv
-        for key in segments.keys[: hit.segments]:
-            entry = self.entries[key]
-            if entry.refs == 0:
-                del self.lru[key]
-                kv.cached_blocks -= entry.blocks
-                kv.used_blocks += entry.blocks
-            entry.refs += 1
-        req.owned_keys = segments.keys[: hit.segments]
+        deepest = None
+        if hit.segments:
+            *above, last = hit.path
+            if hit.take < len(last.keys):
+                last = self._split(last, hit.take)
+            for node in above:
+                self._use(node)
+            self._use(last)
+            deepest = last
+        req.prefix_node = deepest
+        req.owned_segments = hit.segments
         req.shared_blocks = hit.blocks
         if hit.cpu_segments:
             cpu = self.cpu
@@ -257,34 +372,70 @@ class PrefixCache:
             # loaded into blocks of its own: they join the GPU cache when its prefill completes
             req.load_s = hit.cpu_blocks * self.load_s_per_block
 
+    def _use(self, node: Node) -> None:
+        """One more request uses ``node``: if nobody did, its blocks come back into use."""
+        if node.refs == 0:
+            self.lru.pop(node, None)  # a node just split off holds no place in it
+            self.kv.cached_blocks -= node.total
+            self.kv.used_blocks += node.total
+        node.refs += 1
+
+    def _split(self, node: Node, at: int) -> Node:
+        """Split ``node`` after its first ``at`` segments; returns the new node holding them (the
+        parent of ``node``, which keeps the rest, its children and its place in the LRU order)."""
+        parent = node.parent
+        assert parent is not None
+        head = Node.of(node.keys[:at], node.blocks[:at], parent, node.refs)
+        parent.children[node.keys[0]] = head
+        node.keys = node.keys[at:]
+        node.blocks = node.blocks[at:]
+        offset = node.ends[at - 1]
+        node.ends = [end - offset for end in node.ends[at:]]
+        node.parent = head
+        head.children[node.keys[0]] = node
+        return head
+
     def register(self, req: Request) -> None:
         """``req`` has prefilled its prompt: its segments not cached yet join the cache, their
         blocks now shared, in use by ``req``."""
         segments = req.segments
         if segments is None:
             return
-        entries = self.entries
-        first = len(req.owned_keys)  # the segments it reused (registering is once per admission)
-        owned = list(req.owned_keys)
+        first = req.owned_segments  # the segments it reused (registering is once per admission)
+        node = req.prefix_node if req.prefix_node is not None else self.root
         shared = req.shared_blocks
-        prompt = req.prompt_tokens
-        if first and segments.tokens[first - 1] <= prompt:
+        keys = segments.keys
+        if first and segments.tokens[first - 1] <= req.prompt_tokens:
             # a reused answer was cached without its last block (never in the KV of the turn
             # that wrote it); this prefill computed that block: the entry is whole now
-            last = entries[segments.keys[first - 1]]
-            if last.blocks < segments.blocks[first - 1]:
-                shared += segments.blocks[first - 1] - last.blocks
-                last.blocks = segments.blocks[first - 1]
-        for s in range(first, len(segments.keys)):
-            if segments.tokens[s] > prompt:
-                break  # a session turn's answer: cached when it finishes
-            key, size = segments.keys[s], segments.blocks[s]
-            if key in entries:
-                continue  # computed meanwhile by another request: ours stays a private copy
-            entries[key] = CacheEntry(size, 1)
-            owned.append(key)
-            shared += size
-        req.owned_keys = tuple(owned)
+            full = segments.blocks[first - 1]
+            if node.blocks[-1] < full:
+                shared += full - node.blocks[-1]
+                node.ends[-1] += full - node.blocks[-1]
+                node.blocks[-1] = full
+        last = bisect.bisect_right(segments.tokens, req.prompt_tokens)  # a turn's answer: later
+        pos = first
+        while pos < last:
+            child = node.children.get(keys[pos])
+            if child is None:
+                child = Node.of(keys[pos:last], list(segments.blocks[pos:last]), node, 1)
+                node.children[keys[pos]] = child
+                shared += child.total
+                node, pos = child, last
+                break
+            # computed meanwhile by another request: it uses theirs and frees its own copy, as
+            # SGLang's radix cache does (an answer cached without its last block ends this)
+            matched = _common_length(child.keys, keys[:last], pos)
+            if child.blocks[matched - 1] < segments.blocks[pos + matched - 1]:
+                break
+            if matched < len(child.keys):
+                child = self._split(child, matched)
+            self._use(child)
+            self.kv.free(child.total)
+            shared += child.total
+            node, pos = child, pos + matched
+        req.prefix_node = node if node is not self.root else None
+        req.owned_segments = pos
         req.shared_blocks = shared
 
     def finish(self, req: Request) -> None:
@@ -300,53 +451,73 @@ class PrefixCache:
             start = req.prompt_tokens
             # the KV holds every token but the last one sampled
             kept = (start + req.output_tokens - 1) // block_size - start // block_size
-            if kept > 0 and key not in self.entries:
-                self.entries[key] = CacheEntry(kept, 0)
-                self.lru[key] = None
+            parent = req.prefix_node if req.prefix_node is not None else self.root
+            if kept > 0 and req.owned_segments == len(segments.keys) - 1 and (
+                key not in parent.children
+            ):  # fmt: skip
+                answer = Node((key,), [kept], [kept], parent)
+                parent.children[key] = answer
+                self.lru[answer] = None
                 kv.used_blocks -= kept
                 kv.cached_blocks += kept
             else:
                 kept = 0
         kv.free(req.blocks - kept - req.shared_blocks)
-        if req.owned_keys:
+        if req.prefix_node is not None:
             self.release(req)
         req.blocks = 0
 
     def release(self, req: Request) -> None:
         """``req`` finished or was preempted: its entries lose a reference, and those nobody uses
         any more become evictable, deepest first. Its private blocks are the caller's to free."""
-        keys = req.owned_keys
         kv = self.kv
-        entries = self.entries
         lru = self.lru
-        for key in reversed(keys):
-            entry = entries[key]
-            entry.refs -= 1
-            if entry.refs == 0:
-                kv.used_blocks -= entry.blocks
-                kv.cached_blocks += entry.blocks
-                lru[key] = None
-        req.owned_keys = ()
+        node = req.prefix_node
+        root = self.root
+        while node is not None and node is not root:
+            node.refs -= 1
+            if node.refs == 0:
+                kv.used_blocks -= node.total
+                kv.cached_blocks += node.total
+                lru[node] = None
+            node = node.parent
+        req.prefix_node = None
+        req.owned_segments = 0
         req.shared_blocks = 0
 
     def evict(self, blocks: int) -> None:
         """Evict least recently used entries until ``blocks`` more blocks are physically free."""
         kv = self.kv
-        while kv.total_blocks - kv.used_blocks - kv.cached_blocks < blocks:
-            self._evict_oldest()
+        self.evict_blocks(blocks - (kv.total_blocks - kv.used_blocks - kv.cached_blocks))
 
-    def _evict_oldest(self) -> int:
-        """Evict the least recently used entry (to the CPU tier, if any); returns its blocks."""
-        key = self.lru.popitem(last=False)[0]
-        blocks = self.entries.pop(key).blocks
-        self.kv.cached_blocks -= blocks
-        self.evicted_blocks += blocks
-        if self.cpu_capacity:
-            self._offload(key, blocks)
-        return blocks
+    def evict_blocks(self, blocks: int) -> None:
+        """Evict least recently used segments (whole ones, the deepest of a node first) until at
+        least ``blocks`` blocks are evicted (to the CPU tier, if any)."""
+        lru = self.lru
+        kv = self.kv
+        while blocks > 0:
+            node = next(iter(lru))  # a leaf: its children, unreferenced, went before it
+            total = node.total
+            keep = bisect.bisect_right(node.ends, total - blocks) if blocks <= total else 0
+            gone = total - (node.ends[keep - 1] if keep else 0)
+            if self.cpu_capacity:
+                for j in range(len(node.keys) - 1, keep - 1, -1):
+                    self._offload(node.keys[j], node.blocks[j])
+            if keep:
+                node.keys = node.keys[:keep]
+                del node.blocks[keep:]
+                del node.ends[keep:]
+            else:
+                del lru[node]
+                parent = node.parent
+                assert parent is not None
+                del parent.children[node.keys[0]]
+            kv.cached_blocks -= gone
+            self.evicted_blocks += gone
+            blocks -= gone
 
     def _offload(self, key: int, blocks: int) -> None:
-        """An entry evicted from GPU memory goes to the CPU tier (its least recently used
+        """A segment evicted from GPU memory goes to the CPU tier (its least recently used
         entries evicted for it), unless larger than the whole tier."""
         cpu = self.cpu
         if key in cpu:
@@ -360,11 +531,6 @@ class PrefixCache:
             self.cpu_evicted_blocks += dropped
         cpu[key] = blocks
         self.cpu_used += blocks
-
-    def evict_blocks(self, blocks: int) -> None:
-        """Evict least recently used entries until at least ``blocks`` blocks are evicted."""
-        while blocks > 0:
-            blocks -= self._evict_oldest()
 
     def fit(self, peak_used: int) -> None:
         """Evict what allocations reaching ``peak_used`` blocks in use needed (in a run of

@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cbsim.prefix_cache import Segments
+    from cbsim.prefix_cache import Node, Segments
 
 
 class Status(IntEnum):
@@ -56,9 +56,10 @@ class Request:
         "last_row",
         "load_s",
         "output_tokens",
-        "owned_keys",
+        "owned_segments",
         "preemptions",
         "prefill_target",
+        "prefix_node",
         "prompt_tokens",
         "rejected_reason",
         "replica",
@@ -109,9 +110,11 @@ class Request:
         self.spec: object | None = None  # the request's speculative decoder, when speculating
         self.rejected_reason = ""
         # prefix caching (cbsim.prefix_cache): the prompt's content segments, the cache entries
-        # it references, how many of its blocks are theirs, prompt tokens reused at admission
+        # it references (the deepest node of its path in the cache's tree, and how many segments
+        # that path holds), how many of its blocks are theirs, prompt tokens reused at admission
         self.segments: Segments | None = None
-        self.owned_keys: tuple[int, ...] = ()
+        self.prefix_node: Node | None = None
+        self.owned_segments = 0
         self.shared_blocks = 0
         self.cached_tokens = 0
         self.cached_tokens_cpu = 0  # of those, loaded from the CPU tier

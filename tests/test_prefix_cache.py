@@ -83,20 +83,20 @@ def test_finished_prefixes_stay_cached_and_are_evicted_lru_deepest_first() -> No
     _finish(cache, b)
     assert kv.used_blocks == 0 and kv.cached_blocks == 16 and kv.free_blocks == 24
     key_a1, key_a2 = a.segments.keys  # type: ignore[union-attr]
-    assert list(cache.lru) == [key_a2, key_a1, *reversed(b.segments.keys)]  # type: ignore[union-attr]
+    assert cache.eviction_order() == [key_a2, key_a1, *reversed(b.segments.keys)]  # type: ignore[union-attr]
     # reusing a's prefix makes it most recently used again
     a2 = _request([1, 2, 7], 192, interner)
     assert _admit(cache, a2) == 128
     cache.register(a2)
     _finish(cache, a2)
-    assert list(cache.lru)[:2] == list(reversed(b.segments.keys))  # type: ignore[union-attr]
+    assert cache.eviction_order()[:2] == list(reversed(b.segments.keys))  # type: ignore[union-attr]
     # 8 physically free blocks; 12 more are needed: b's deepest segment goes, then its first
     kv.allocate(kv.total_blocks - kv.used_blocks - kv.cached_blocks + 4)
-    assert b.segments.keys[1] not in cache.entries  # type: ignore[union-attr]
-    assert b.segments.keys[0] in cache.entries  # type: ignore[union-attr]
+    assert b.segments.keys[1] not in cache.cached_keys()  # type: ignore[union-attr]
+    assert b.segments.keys[0] in cache.cached_keys()  # type: ignore[union-attr]
     kv.allocate(4)
-    assert b.segments.keys[0] not in cache.entries  # type: ignore[union-attr]
-    assert key_a1 in cache.entries and cache.evicted_blocks == 8
+    assert b.segments.keys[0] not in cache.cached_keys()  # type: ignore[union-attr]
+    assert key_a1 in cache.cached_keys() and cache.evicted_blocks == 8
 
 
 def test_the_engines_default_to_prefix_caching() -> None:
@@ -288,7 +288,7 @@ def test_the_cpu_tier_keeps_what_gpu_memory_evicts() -> None:
     cache.register(a)
     _finish(cache, a)
     kv.allocate(12)  # GPU memory wanted whole: a's segments go to the CPU tier
-    assert not cache.entries and cache.cpu_used == 8
+    assert not cache.holds_entries() and cache.cpu_used == 8
     kv.free(12)
     again = _request([1, 2, 3], 192, interner)
     hit = cache.lookup(again)

@@ -325,7 +325,7 @@ class SchedulerPolicy(ABC):
         """Recompute preemption: drop the victim's KV, send it to the front of the queue (its
         prefix stays cached)."""
         self.kv.free(victim.blocks - victim.shared_blocks)
-        if victim.owned_keys:
+        if victim.prefix_node is not None:
             assert self.prefix is not None
             self.prefix.release(victim)
         victim.blocks = 0

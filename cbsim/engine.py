@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Generator
@@ -91,6 +92,9 @@ class Replica:
     run_remaining: np.ndarray | None = None
     run_left: list[int] | None = None  # a speculative run's outputs to come after each iteration
     run: DecodeRun | None = None
+    # the run's peak blocks in use over its first run_peak_rows iterations
+    run_peak: int = 0
+    run_peak_rows: int = 0
     # while a decode run is in flight: an arrival landing here early enough to cut it (before
     # its last iteration starts; one arriving later is seen when the run ends) interrupts the
     # replica's process (SimPy interrupts are urgent: the replica cuts before anything else
@@ -129,12 +133,16 @@ class Replica:
         run = self.run
         if run is not None and sched.prefix is not None and sched.kv.cached_blocks:
             started = bisect.bisect_right(run.starts, self.env.now)
-            if started:
-                sched.prefix.fit(max(run.kv_used[:started]))
+            if started > self.run_peak_rows:
+                rows = itertools.islice(run.kv_used, self.run_peak_rows, started)
+                self.run_peak = max(self.run_peak, *rows)
+                self.run_peak_rows = started
+                sched.prefix.fit(self.run_peak)
         return sched.cached_prefix_tokens(req)
 
     def start_run(self, run: DecodeRun) -> None:
         self.run = run
+        self.run_peak = self.run_peak_rows = 0
         self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
         self.run_remaining = run.remaining

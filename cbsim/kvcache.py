@@ -102,7 +102,7 @@ class KVCache:
     watermark_blocks: int = 0
     used_blocks: int = 0
     # prefix caching: blocks cached for reuse that nothing uses (free, evicted when an allocation
-    # needs them) and the cache's eviction (cbsim.prefix_cache.PrefixCache.evict)
+    # needs them) and the cache's eviction of at least so many (PrefixCache.evict_blocks)
     cached_blocks: int = 0
     evict: Callable[[int], None] | None = None
 
@@ -150,12 +150,11 @@ class KVCache:
     def allocate(self, blocks: int) -> None:
         if blocks > self.free_blocks:
             raise RuntimeError(f"KV cache overflow: {blocks} blocks asked, {self.free_blocks} free")
-        if (
-            self.cached_blocks
-            and blocks > self.total_blocks - self.used_blocks - self.cached_blocks
-        ):
-            assert self.evict is not None
-            self.evict(blocks)
+        if self.cached_blocks:
+            short = blocks - (self.total_blocks - self.used_blocks - self.cached_blocks)
+            if short > 0:
+                assert self.evict is not None
+                self.evict(short)
         self.used_blocks += blocks
 
     def free(self, blocks: int) -> None:

@@ -16,10 +16,11 @@ of each, those of ``block_size`` tokens whose last token lies in it) that every 
 of them uses all of, so one reference count and one place in the least-recently-used order serve
 the whole run; a node splits where a request's prompt leaves it or stops using it. A request
 releases its nodes deepest first, so a node's children always come before it in that order and
-the least recently used node is a leaf. Eviction takes whole segments from it, its deepest
-first (as vLLM frees a request's blocks in reverse order), so the tree evicts exactly what one
-entry per segment would (``tests/test_prefix_tree.py`` holds it to such a model), with work per
-run of segments rather than per segment.
+the least recently used node is a leaf. Eviction takes blocks from it, its deepest first (as
+vLLM frees a request's blocks in reverse order, and evicts block by block): a segment may keep
+its first blocks, reusable up to there, and the request that computes the rest of it again makes
+it whole. The tree evicts exactly what one entry per segment would (``tests/test_prefix_tree.py``
+holds it to such a model), with work per run of segments rather than per segment.
 
 At admission a request reuses the longest run of its leading segments that are cached (at most
 all its prompt blocks but the one holding its last prompt token, whose logits must be computed:
@@ -30,8 +31,9 @@ SGLang's radix cache does). Its own blocks are then shared: they stay cached whe
 is preempted, and a preempted request readmitted later finds its prompt again.
 
 With a CPU tier (``cluster.kv_offload``, as LMCache, vLLM's offloading connector or SGLang's
-HiCache) an entry evicted from GPU memory is kept in host memory (least recently used entries
-dropped when it is full). A request's cached run may continue there after its GPU part: those
+HiCache) eviction takes whole segments, as those tiers move chunks of tokens, and a segment
+evicted from GPU memory is kept in host memory (least recently used ones dropped when it is
+full). A request's cached run may continue there after its GPU part: those
 blocks are allocated in GPU memory and loaded over PCIe, taking ``blocks · bytes per block /
 bandwidth`` (per GPU, all GPUs of a replica loading their shards at once); the step that
 prefills the request waits for the load only where it is longer than its compute (the load
@@ -278,7 +280,7 @@ class PrefixCache:
         self.cpu_used = 0
         self.cpu_evicted_blocks = 0
         self.load_s_per_block = load_s_per_block
-        kv.evict = self.evict
+        kv.evict = self.evict_blocks
 
     def holds_entries(self) -> bool:
         """Whether any segment is cached in GPU memory."""
@@ -302,38 +304,41 @@ class PrefixCache:
         """The longest cached run of ``req``'s leading segments, capped so that the block of its
         last prompt token is computed."""
         segments = req.segments
-        if segments is None or not (self.root.children or self.cpu):
+        if segments is None or not segments.keys:
             return NO_HIT
-        cap = (req.prefill_target - 1) // self.kv.block_size
         keys = segments.keys
+        child = self.root.children.get(keys[0])
+        cap = (req.prefill_target - 1) // self.kv.block_size
+        if (child is None and not self.cpu) or cap <= 0:
+            return NO_HIT
         count = len(keys)
         pos = blocks = revived = take = 0
         whole = True
         path: list[Node] = []
-        node = self.root
-        while pos < count and blocks < cap:
-            child = node.children.get(keys[pos])
-            if child is None:
-                break
+        while child is not None:
             run = child.keys
             size = len(run)
-            matched = _common_length(run, keys, pos)
-            # the segments that start before the cap (the old per-segment rule, run at once)
-            take = 1 + bisect.bisect_left(child.ends, cap - blocks, 0, matched - 1)
-            got = child.ends[take - 1]
+            ends = child.ends
+            if blocks + ends[-1] < cap and keys[pos : pos + size] == run:
+                take = size  # all of it, and below the cap
+            else:
+                matched = _common_length(run, keys, pos)
+                # the segments that start before the cap (each one's rule, for all at once)
+                take = 1 + bisect.bisect_left(ends, cap - blocks, 0, matched - 1)
+            got = ends[take - 1]
             path.append(child)
             pos += take
-            if child.refs == 0:
+            if not child.refs:
                 revived += got
             blocks += got
             if child.blocks[take - 1] < segments.blocks[pos - 1]:
-                whole = False  # an answer cached without its last, unfinished block
+                whole = False  # cached without its last blocks (an answer; partly evicted)
                 break
-            if take < size:
+            if take < size or pos >= count or blocks >= cap:
                 break
-            node = child
+            child = child.children.get(keys[pos])
         if blocks >= cap or not whole or not self.cpu:
-            return Hit(pos, min(blocks, cap), revived, path=tuple(path), take=take)
+            return Hit(pos, min(blocks, cap), revived, 0, 0, tuple(path), take)
         cpu = self.cpu
         cpu_count = loaded = 0
         for key, size in zip(keys[pos:], segments.blocks[pos:], strict=True):
@@ -406,8 +411,9 @@ class PrefixCache:
         shared = req.shared_blocks
         keys = segments.keys
         if first and segments.tokens[first - 1] <= req.prompt_tokens:
-            # a reused answer was cached without its last block (never in the KV of the turn
-            # that wrote it); this prefill computed that block: the entry is whole now
+            # its last reused segment was cached without its last blocks (a turn's answer,
+            # whose last block was never in the KV, or a segment partly evicted); this prefill
+            # computed them: the entry is whole now
             full = segments.blocks[first - 1]
             if node.blocks[-1] < full:
                 shared += full - node.blocks[-1]
@@ -423,15 +429,18 @@ class PrefixCache:
                 shared += child.total
                 node, pos = child, last
                 break
-            # computed meanwhile by another request: it uses theirs and frees its own copy, as
-            # SGLang's radix cache does (an answer cached without its last block ends this)
+            # computed meanwhile by another request (or cached before, and not reused: beyond
+            # the cap, or partly evicted): it uses theirs and frees its own copy, as SGLang's
+            # radix cache does; a last segment they hold only the first blocks of, it completes
             matched = _common_length(child.keys, keys[:last], pos)
-            if child.blocks[matched - 1] < segments.blocks[pos + matched - 1]:
-                break
             if matched < len(child.keys):
                 child = self._split(child, matched)
             self._use(child)
             self.kv.free(child.total)
+            missing = segments.blocks[pos + matched - 1] - child.blocks[-1]
+            if missing > 0:
+                child.blocks[-1] += missing
+                child.ends[-1] += missing
             shared += child.total
             node, pos = child, pos + matched
         req.prefix_node = node if node is not self.root else None
@@ -485,36 +494,50 @@ class PrefixCache:
         req.owned_segments = 0
         req.shared_blocks = 0
 
-    def evict(self, blocks: int) -> None:
-        """Evict least recently used entries until ``blocks`` more blocks are physically free."""
-        kv = self.kv
-        self.evict_blocks(blocks - (kv.total_blocks - kv.used_blocks - kv.cached_blocks))
-
     def evict_blocks(self, blocks: int) -> None:
-        """Evict least recently used segments (whole ones, the deepest of a node first) until at
-        least ``blocks`` blocks are evicted (to the CPU tier, if any)."""
+        """Evict least recently used blocks, the deepest of a node first, until at least
+        ``blocks`` blocks are evicted: exactly that many, block by block as vLLM does (a segment
+        may keep its first blocks, reusable up to there), or, with a CPU tier, whole segments,
+        which go to that tier."""
         lru = self.lru
-        kv = self.kv
-        while blocks > 0:
+        by_segment = bool(self.cpu_capacity)
+        evicted = 0
+        while evicted < blocks:
             node = next(iter(lru))  # a leaf: its children, unreferenced, went before it
-            total = node.total
-            keep = bisect.bisect_right(node.ends, total - blocks) if blocks <= total else 0
-            gone = total - (node.ends[keep - 1] if keep else 0)
-            if self.cpu_capacity:
+            ends = node.ends
+            rest = ends[-1] - (blocks - evicted)  # what stays of it, if anything
+            if not by_segment and rest > (ends[-2] if len(ends) > 1 else 0):
+                node.blocks[-1] -= ends[-1] - rest  # only its last segment's last blocks go
+                ends[-1] = rest
+                evicted = blocks
+                break
+            if rest < 0 or (rest == 0 and ends[0]):
+                keep = part = kept = 0  # all of it goes
+            else:
+                keep = bisect.bisect_right(ends, rest)
+                kept = ends[keep - 1] if keep else 0
+                part = 0 if by_segment or keep == len(ends) else rest - kept
+            evicted += ends[-1] - kept - part
+            if by_segment:
                 for j in range(len(node.keys) - 1, keep - 1, -1):
                     self._offload(node.keys[j], node.blocks[j])
-            if keep:
+            if part:  # segment ``keep`` keeps its first ``part`` blocks
+                node.keys = node.keys[: keep + 1]
+                del node.blocks[keep + 1 :]
+                del ends[keep + 1 :]
+                node.blocks[keep] = part
+                ends[keep] = kept + part
+            elif keep:
                 node.keys = node.keys[:keep]
                 del node.blocks[keep:]
-                del node.ends[keep:]
+                del ends[keep:]
             else:
                 del lru[node]
                 parent = node.parent
                 assert parent is not None
                 del parent.children[node.keys[0]]
-            kv.cached_blocks -= gone
-            self.evicted_blocks += gone
-            blocks -= gone
+        self.kv.cached_blocks -= evicted
+        self.evicted_blocks += evicted
 
     def _offload(self, key: int, blocks: int) -> None:
         """A segment evicted from GPU memory goes to the CPU tier (its least recently used
@@ -536,4 +559,6 @@ class PrefixCache:
         """Evict what allocations reaching ``peak_used`` blocks in use needed (in a run of
         iterations computed without the cache, which only ever allocate what is free, and
         release nothing before they end)."""
-        self.evict_blocks(peak_used + self.kv.cached_blocks - self.kv.total_blocks)
+        excess = peak_used + self.kv.cached_blocks - self.kv.total_blocks
+        if excess > 0:
+            self.evict_blocks(excess)

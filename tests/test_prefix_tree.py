@@ -1,8 +1,8 @@
 """The prefix cache's radix tree against a per-segment model of the same rules.
 
 :class:`SegmentCache` keeps one entry per segment (its blocks, its reference count, its place in
-a least-recently-used order; a request's entries released deepest first, eviction taking whole
-segments from the front of that order, an evicted segment offloaded to the CPU tier): the
+a least-recently-used order; a request's entries released deepest first, eviction taking blocks
+from the front of that order, or whole segments, offloaded, with a CPU tier): the
 simplest statement of what :class:`cbsim.prefix_cache.PrefixCache` does with runs of segments.
 Random admissions, prefills, finishes (with session answers), preemptions and memory pressure
 drive both, and after every step they agree on every hit, every block count, the eviction order
@@ -108,10 +108,9 @@ class SegmentCache:
         for s in range(first, bisect.bisect_right(seg.tokens, req.prompt_tokens)):
             key, size = seg.keys[s], seg.blocks[s]
             if key in self.blocks:  # computed meanwhile: use theirs, free our copy
-                if self.blocks[key] < size:
-                    break
                 self._use(key)
-                self.kv.free(size)
+                self.kv.free(self.blocks[key])
+                self.blocks[key] = size  # completed, where they held only its first blocks
             else:
                 self.blocks[key], self.refs[key] = size, 1
             own.keys.append(key)
@@ -148,14 +147,20 @@ class SegmentCache:
     def shared(self, req: Request) -> int:
         return self.owned[req.request_id].shared if req.request_id in self.owned else 0
 
-    def evict(self, blocks: int) -> None:
+    def evict(self, need: int) -> None:
         kv = self.kv
-        while kv.total_blocks - kv.used_blocks - kv.cached_blocks < blocks:
-            key = self.lru.popitem(last=False)[0]
-            size = self.blocks.pop(key)
-            del self.refs[key]
+        while need > 0:
+            key = next(iter(self.lru))
+            size = self.blocks[key]
+            if not self.cpu_capacity and size > need:  # block by block: it keeps its first ones
+                self.blocks[key] = size - need
+                kv.cached_blocks -= need
+                self.evicted += need
+                return
+            del self.lru[key], self.blocks[key], self.refs[key]
             kv.cached_blocks -= size
             self.evicted += size
+            need -= size
             if self.cpu_capacity and size <= self.cpu_capacity:
                 if key in self.cpu:
                     self.cpu.move_to_end(key)
@@ -184,7 +189,7 @@ _step = st.one_of(
     st.tuples(st.just("prefill"), st.integers(0, 50)),
     st.tuples(st.just("finish"), st.integers(0, 50)),
     st.tuples(st.just("preempt"), st.integers(0, 50)),
-    st.tuples(st.just("squeeze"), st.integers(0, 40)),
+    st.tuples(st.just("squeeze"), st.integers(0, 12)),
 )
 
 
@@ -196,7 +201,7 @@ _COMPUTED_MEANWHILE = [("admit", ([1, 2, 3], 400, 8, False, None)),
                        ("admit", ([1, 2, 0, 0], 400, 8, False, None)), ("prefill", 0),
                        ("prefill", 0), ("finish", 1), ("finish", 0)]  # fmt: skip
 _FROM_CPU = [("admit", ([3, 2], 400, 8, False, None)), ("prefill", 0), ("finish", 0),
-             ("squeeze", 40), ("squeeze", 0), ("admit", ([3, 2, 1], 400, 8, False, None)),
+             ("squeeze", 0), ("squeeze", 0), ("admit", ([3, 2, 1], 400, 8, False, None)),
              ("prefill", 0)]  # fmt: skip
 
 
@@ -204,7 +209,11 @@ _FROM_CPU = [("admit", ([3, 2], 400, 8, False, None)), ("prefill", 0), ("finish"
 @example(steps=_ANSWER_REUSED, total=40, cpu=0)
 @example(steps=_COMPUTED_MEANWHILE, total=60, cpu=0)
 @example(steps=_FROM_CPU, total=40, cpu=12)
-@given(steps=st.lists(_step, max_size=60), total=st.integers(20, 90), cpu=st.sampled_from([0, 12]))
+@given(
+    steps=st.lists(_step, min_size=20, max_size=80),
+    total=st.integers(20, 90),
+    cpu=st.sampled_from([0, 12]),
+)
 def test_the_tree_behaves_as_one_entry_per_segment(
     steps: list[tuple[str, object]], total: int, cpu: int
 ) -> None:
@@ -276,8 +285,9 @@ def test_the_tree_behaves_as_one_entry_per_segment(
                 flat_kv.free(flat_req.blocks - flat.shared(flat_req))
                 flat.release(flat_req)
         elif kind == "squeeze":
-            # memory pressure: allocate what is asked (evicting), or give back what was taken
-            blocks = min(int(arg), tree_kv.free_blocks)  # type: ignore[call-overload]
+            # memory pressure: take all but ``arg`` free blocks (evicting cached ones), or give
+            # back what was taken
+            blocks = max(0, tree_kv.free_blocks - int(arg))  # type: ignore[call-overload]
             if squeezed:
                 blocks = -squeezed
             for kv in (tree_kv, flat_kv):

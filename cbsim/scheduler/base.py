@@ -16,6 +16,7 @@ a token budget) logs the pair (this iteration's row, the row of its previous tok
 
 from __future__ import annotations
 
+import itertools
 import operator
 from abc import ABC, abstractmethod
 from array import array
@@ -256,10 +257,11 @@ class SchedulerPolicy(ABC):
                 released.append((iteration, before - kv.used_blocks))
         if excess > 0:
             prefix.evict_blocks(excess)
-        rows = run.kv_used
-        for iteration, blocks in released:
-            for j in range(iteration + 1, len(rows)):
-                rows[j] -= blocks
+        if released:
+            lower = [0] * (len(run.kv_used) + 1)
+            for iteration, blocks in released:
+                lower[iteration + 1] += blocks
+            run.kv_used = list(map(operator.sub, run.kv_used, itertools.accumulate(lower)))
 
     # ------------------------------------------------------------------ shared mechanics
 
@@ -273,7 +275,8 @@ class SchedulerPolicy(ABC):
 
     def cached_prefix_tokens(self, req: Request) -> int:
         """Prompt tokens of ``req`` this replica's prefix cache holds now (what routers see)."""
-        return self._lookup(req).tokens(self.kv.block_size)
+        prefix = self.prefix
+        return 0 if prefix is None else prefix.lookup(req).tokens(self.kv.block_size)
 
     def _lookup(self, req: Request) -> Hit:
         """The cached prefix ``req`` would reuse if admitted now (none without prefix caching)."""

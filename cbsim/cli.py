@@ -120,7 +120,8 @@ def describe(scenario: Scenario) -> str:
     caching = "prefix caching on" if prefix_caching_on(scenario) else "prefix caching off"
     budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
     return (
-        f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}, {cluster.dtype} weights, "
+        f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}"
+        f"{f', dp={cluster.dp}, ep={cluster.ep}' if cluster.dp > 1 else ''}, {cluster.dtype} weights, "
         f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
         f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
         f"blocks of {sched.block_size}), {caching}, {speculation}"
@@ -384,7 +385,15 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     default=1,
     show_default=True,
     help="Expert parallelism of a mixture-of-experts model: 1, or tp (experts spread over the "
-    "tensor-parallel group).",
+    "tensor-parallel group), or tp x dp with --dp.",
+)
+@click.option(
+    "--dp",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Attention data-parallel ranks of a mixture-of-experts model (each tp GPUs, its own "
+    "share of the batch; needs --ep tp x dp). The batch is the whole replica's.",
 )
 @click.option(
     "--expert-routing",
@@ -455,6 +464,7 @@ def cost(
     gpu: str,
     tp: int,
     ep: int,
+    dp: int,
     expert_routing: str,
     dtype: str,
     kv_dtype: str | None,
@@ -506,6 +516,12 @@ def cost(
             f"{gpu_spec.name} node, got {tp}",
             field="--tp",
         )
+    if tp * dp > gpu_spec.gpus_per_node:
+        raise CbsimError(
+            f"tp x dp = {tp * dp} exceeds the {gpu_spec.gpus_per_node} GPUs of one "
+            f"{gpu_spec.name} node",
+            field="--dp",
+        )
     try:
         cost_model = CostModel(
             model=model_shape,
@@ -517,10 +533,11 @@ def cost(
             engine=engine_profile,
             expert_routing=expert_routing,
             ep=ep,
+            dp=dp,
         )
     except CbsimError as err:
-        if err.field == "ep":
-            raise CbsimError(err.message, field="--ep") from None
+        if err.field in ("ep", "dp"):
+            raise CbsimError(err.message, field=f"--{err.field}") from None
         raise err.located(field="--calibration") from None
     breakdown = cost_model.breakdown(entries)
     total = cost_model.iteration_time(entries)
@@ -530,7 +547,8 @@ def cost(
     tokens = sum(q for q, _ in entries)
     console = Console()
     console.print(
-        f"{model_shape.name} on {gpu_spec.name}, tp={tp}, {dtype} weights, "
+        f"{model_shape.name} on {gpu_spec.name}, tp={tp}{f', dp={dp}, ep={ep}' if dp > 1 else ''}, "
+        f"{dtype} weights, "
         f"{cost_model.kv_dtype} KV, engine {engine_profile.engine}: "
         f"{len(entries)} request{'s' if len(entries) != 1 else ''}, {tokens} new tokens",
         highlight=False,

@@ -60,6 +60,7 @@ from cbsim.request_table import RequestTable
 from cbsim.rng import stream
 from cbsim.router import make_router
 from cbsim.scenario import Scenario
+from cbsim.scenario import Scheduler as SchedulerConfig
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
 from cbsim.sessions import SessionWorkload
 from cbsim.speculative.decoder import SpeculativeDecoding
@@ -192,7 +193,7 @@ class Simulation:
             self.workload_warnings = list(workload.warnings)
         self.env = simpy.Environment()
         self.replicas = [
-            Replica(i, make_scheduler(scenario.scheduler, self._new_kv_cache()), self.env)
+            Replica(i, make_scheduler(self._rank_limits(), self._new_kv_cache()), self.env)
             for i in range(cluster.replicas)
         ]
         self.prefix_caching = prefix_caching_on(scenario)
@@ -262,8 +263,23 @@ class Simulation:
         cluster = self.scenario.cluster
         per_token = kv_bytes_per_token_per_gpu(self.model, cluster.tp, self.cost.kv_dtype)
         block_bytes = per_token * self.scenario.scheduler.block_size
-        blocks = int(offload.cpu_gib * 2**30 // block_bytes)
+        blocks = cluster.dp * int(offload.cpu_gib * 2**30 // block_bytes)
         return blocks, block_bytes / (offload.bandwidth_gib_s * 2**30)
+
+    def _rank_limits(self) -> SchedulerConfig:
+        """The scheduler settings of a replica: with attention data parallelism its batch limits
+        are each rank's (as vLLM's per-rank engine cores take them) times the ranks."""
+        sched = self.scenario.scheduler
+        dp = self.scenario.cluster.dp
+        if dp == 1:
+            return sched
+        return sched.model_copy(
+            update={
+                "max_batch_size": dp * sched.max_batch_size,
+                "max_batched_tokens": dp * sched.max_batched_tokens,
+                "chunk_size": dp * sched.chunk_size,
+            }
+        )
 
     def _new_kv_cache(self) -> KVCache:
         cluster = self.scenario.cluster
@@ -281,6 +297,7 @@ class Simulation:
             extra_kv_bytes_per_token=(
                 self.spec.proposer.kv_bytes_per_token_per_gpu() if self.spec else 0.0
             ),
+            dp=cluster.dp,
         )
 
     # ------------------------------------------------------------------ arrivals
@@ -774,6 +791,7 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         engine=load_engine_profile(cluster.engine),
         expert_routing=cluster.expert_routing,
         ep=cluster.ep,
+        dp=cluster.dp,
     )
 
 

@@ -79,13 +79,25 @@ def kv_bytes_per_token_per_gpu(model: ModelShape, tp: int, kv_dtype: str) -> flo
     return model.num_layers * kv_heads_per_shard(model, tp) * per_head
 
 
+def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1) -> float:
+    """Bytes of weights each GPU of a replica holds: a 1/tp slice of everything, or, with ``dp``
+    attention data-parallel ranks (a mixture of experts), each rank's 1/tp slice of all but the
+    routed experts and a 1/(tp x dp) share of those (spread over every GPU of the replica)."""
+    if dp == 1:
+        return model_weight_bytes(model, dtype) / tp
+    experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
+    dense = model.param_count() - experts
+    return (
+        split_weight_bytes(experts, 0, dtype) / (tp * dp) + split_weight_bytes(0, dense, dtype) / tp
+    )
+
+
 def kv_capacity_bytes(
-    model: ModelShape, gpu: GPU, tp: int, dtype: str, gpu_memory_utilization: float
+    model: ModelShape, gpu: GPU, tp: int, dtype: str, gpu_memory_utilization: float, dp: int = 1
 ) -> float:
     """Bytes per GPU left for the KV cache (negative when the weights alone do not fit)."""
-    weights_per_gpu = model_weight_bytes(model, dtype) / tp
     budget = gpu.memory_bytes * gpu_memory_utilization
-    return budget - weights_per_gpu - ACTIVATION_RESERVE_BYTES
+    return budget - weight_bytes_per_gpu(model, dtype, tp, dp) - ACTIVATION_RESERVE_BYTES
 
 
 def blocks_for_tokens(tokens: int, block_size: int) -> int:
@@ -120,13 +132,16 @@ class KVCache:
         watermark: float,
         extra_weight_bytes: float = 0.0,
         extra_kv_bytes_per_token: float = 0.0,
+        dp: int = 1,
     ) -> KVCache:
-        """The cache of one replica; ``extra_*`` account for a draft model's weights and own KV."""
-        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization)
+        """The cache of one replica; ``extra_*`` account for a draft model's weights and own KV.
+        With ``dp`` attention data-parallel ranks each rank keeps its own requests' KV: the
+        replica holds ``dp`` ranks' blocks (pooled: ranks taken as balanced)."""
+        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization, dp)
         capacity -= extra_weight_bytes
         per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype) + extra_kv_bytes_per_token
         block_bytes = block_size * per_token
-        total = max(0, int(capacity // block_bytes))
+        total = dp * max(0, int(capacity // block_bytes))
         return cls(
             total_blocks=total, block_size=block_size, watermark_blocks=int(watermark * total)
         )

@@ -391,18 +391,30 @@ class ModelShape:
         return self.kv_elements_per_token() * bytes_per_elem
 
 
-def expert_parallel_problem(model: ModelShape, tp: int, ep: int) -> str | None:
-    """Why ``model`` cannot spread its experts over ``ep`` GPUs of a ``tp``-wide group (None when
-    it can): expert parallelism over the tensor-parallel group only, ep = 1 or tp."""
-    if ep == 1:
+def expert_parallel_problem(model: ModelShape, tp: int, ep: int, dp: int = 1) -> str | None:
+    """Why ``model`` cannot spread its experts over ``ep`` GPUs of a replica of ``dp`` attention
+    data-parallel ranks of ``tp`` GPUs each (None when it can): expert parallelism over all of a
+    replica's GPUs (ep = tp x dp) or none (ep = 1, only without data parallelism)."""
+    group = tp * dp
+    if dp > 1 and not model.is_moe:
+        return (
+            f"attention data parallelism (dp) shares a mixture of experts' experts between "
+            f"ranks; {model.name} has none (a dense model's data parallelism is cluster.replicas)"
+        )
+    if ep == 1 and dp == 1:
         return None
     if not model.is_moe:
         return f"{model.name} has no experts to spread (ep must be 1)"
-    if ep != tp:
+    if ep != group:
+        if dp > 1:
+            return (
+                f"with attention data parallelism the experts are spread over all tp x dp = "
+                f"{group} GPUs of a replica (vLLM's --enable-expert-parallel with "
+                f"--data-parallel-size), so ep must be {group}, got {ep}"
+            )
         return (
             f"expert parallelism spreads the experts over the tensor-parallel group, so ep must "
-            f"be 1 or tp ({tp}), got {ep} (attention data parallelism, which would make it "
-            "tp x dp, is not modelled yet)"
+            f"be 1 or tp ({tp}), got {ep} (or tp x dp with attention data parallelism, dp)"
         )
     if model.num_experts % ep:
         return f"{model.num_experts} experts do not divide over {ep} GPUs"

@@ -112,11 +112,9 @@ def gpu_layout(scenario: Scenario) -> str:
     """``h100-sxm, tp 4 x 2 replicas = 8 GPUs in total`` (also what ``cbsim run`` prints)."""
     cluster = scenario.cluster
     replicas = f"{cluster.replicas:,} replica{'s' if cluster.replicas != 1 else ''}"
-    gpus = cluster.replicas * cluster.tp
-    return (
-        f"{cluster.gpu}, tp {cluster.tp} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} "
-        "in total"
-    )
+    gpus = cluster.replicas * cluster.gpus_per_replica
+    layout = f"tp {cluster.tp}" if cluster.dp == 1 else f"tp {cluster.tp} x dp {cluster.dp}"
+    return f"{cluster.gpu}, {layout} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
 
 
 def _cluster_line(scenario: Scenario) -> str:

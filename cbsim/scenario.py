@@ -329,6 +329,15 @@ class Cluster(StrictModel):
     expert) or ``tp`` (each GPU holds ``experts / tp`` whole experts, vLLM's expert parallelism
     over the tensor-parallel group); the same weights per GPU either way, priced from the kernels
     measured in each layout.
+
+    ``dp`` (mixture-of-experts models): attention data parallelism, as vLLM's
+    ``--data-parallel-size`` with ``--enable-expert-parallel`` and SGLang's ``--enable-dp-attention``
+    run DeepSeek-class models: a replica is ``dp`` ranks of ``tp`` GPUs, each rank with its own
+    requests, KV cache and attention (and the scheduler's batch limits: ``max_batch_size`` and
+    ``max_batched_tokens`` are per rank), the routed experts spread over all ``tp x dp`` GPUs
+    (``ep`` must be ``tp x dp``), tokens dispatched to their experts and combined back by two
+    all-to-alls per MoE layer. The ranks step together, one batch split evenly over them (a
+    balanced data-parallel coordinator; see :class:`cbsim.cost.roofline.CostModel`).
     """
 
     model: str = "llama-3-8b"
@@ -348,6 +357,12 @@ class Cluster(StrictModel):
     kv_offload: KvOffload | None = None
     expert_routing: Literal["balanced", "skewed"] = "balanced"
     ep: Annotated[int, NotBool, Field(ge=1)] = 1
+    dp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica takes: ``dp`` attention data-parallel ranks of ``tp`` GPUs each."""
+        return self.tp * self.dp
 
     @model_validator(mode="after")
     def _expert_only_dtype(self) -> Cluster:
@@ -368,9 +383,9 @@ class Cluster(StrictModel):
         ``--enable-expert-parallel`` without data parallelism: ep = tp)."""
         from cbsim.models import expert_parallel_problem, get_model
 
-        problem = expert_parallel_problem(get_model(self.model), self.tp, self.ep)
+        problem = expert_parallel_problem(get_model(self.model), self.tp, self.ep, self.dp)
         if problem is not None:
-            raise ValueError(f"ep: {problem}")
+            raise ValueError(f"{'dp' if problem.startswith('attention data') else 'ep'}: {problem}")
         return self
 
     @field_validator("tp")
@@ -971,11 +986,11 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     cluster = scenario.cluster
     gpu = get_gpu(cluster.gpu)
     model = get_model(cluster.model)
-    total_gpus = cluster.replicas * cluster.tp
+    total_gpus = cluster.replicas * cluster.gpus_per_replica
     if not TOTAL_GPUS.contains(total_gpus):
         raise CbsimError(
-            f"{cluster.replicas:,} replicas of tp={cluster.tp} are {total_gpus:,} GPUs; GPUs in "
-            f"total {TOTAL_GPUS.violation(total_gpus)}",
+            f"{cluster.replicas:,} replicas of {cluster.gpus_per_replica} GPUs are "
+            f"{total_gpus:,} GPUs; GPUs in total {TOTAL_GPUS.violation(total_gpus)}",
             source=source,
             field="cluster.replicas",
         )
@@ -985,8 +1000,15 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
             source=source,
             field="cluster.tp",
         )
+    if cluster.gpus_per_replica > gpu.gpus_per_node:
+        raise CbsimError(
+            f"tp x dp = {cluster.gpus_per_replica} exceeds the {gpu.gpus_per_node} GPUs of one "
+            f"{gpu.name} node (the expert all-to-all is priced from NVLink measurements)",
+            source=source,
+            field="cluster.dp",
+        )
     capacity = kv_capacity_bytes(
-        model, gpu, cluster.tp, cluster.dtype, cluster.gpu_memory_utilization
+        model, gpu, cluster.tp, cluster.dtype, cluster.gpu_memory_utilization, cluster.dp
     )
     if capacity <= 0:
         raise CbsimError(

@@ -1,6 +1,6 @@
-"""Fit the MoE layers and MLA modules of the shipped vLLM profiles (``moe`` and ``mla`` in each
-profile JSON), leaving every other fit of those files as it is (``tools/fit_profiles.py`` refits
-everything, these included).
+"""Fit the MoE layers, MLA modules and NCCL all-to-all curves of the shipped vLLM profiles
+(``moe``, ``mla`` and ``alltoall`` in each profile JSON), leaving every other fit of those files
+as it is (``tools/fit_profiles.py`` refits everything, these included).
 
     python tools/fit_moe_mla_profiles.py
 """
@@ -11,7 +11,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from cbsim.calibration import mla, moe
+from cbsim.calibration import comm, mla, moe
 from cbsim.calibration.data import load_table, measured_gpus
 from cbsim.calibration.profile import read_profile, write_json
 from cbsim.errors import CbsimError
@@ -30,6 +30,8 @@ def main() -> None:
         with contextlib.suppress(CbsimError):  # no MLA measurements for this GPU
             tables = {phase: load_table(f"mla_{phase}", gpu) for phase in mla.PHASES}
             update["mla"] = mla.fit_all(tables, get_gpu(gpu))
+        with contextlib.suppress(CbsimError):  # no NCCL all-to-all measurements for this GPU
+            update["alltoall"] = comm.fit_alltoall(load_table("nccl", gpu))
         if update:
             write_json(profile.model_copy(update=update), path)
             print(f"{path}: " + ", ".join(f"{len(v)} {k} fits" for k, v in update.items()))

@@ -48,6 +48,7 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
 ALLREDUCE_OP = "all_reduce"
+ALLTOALL_OP = "alltoall"
 FP16_BYTES = 2
 HALF_DTYPES = frozenset({"half", "fp16", "float16", "bf16", "bfloat16"})
 # Vidur's network profile of the node each catalog GPU sits in (DGX: NVSwitch, all-to-all NVLink).
@@ -177,9 +178,27 @@ def _half_sweep(group: pd.DataFrame) -> pd.DataFrame:
 
 def allreduce_rows(table: pd.DataFrame) -> pd.DataFrame:
     """The fp16 all-reduce measurements of an NCCL table: num_gpus, size_bytes, latency_s."""
-    rows = table[table["op"].astype(str) == ALLREDUCE_OP]
+    return collective_rows(table, ALLREDUCE_OP)
+
+
+def alltoall_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The fp16 all-to-all measurements of an NCCL table (``size_bytes``: what each GPU sends in
+    all, split evenly over the group, nccl-tests' convention): num_gpus, size_bytes, latency_s."""
+    return collective_rows(table, ALLTOALL_OP)
+
+
+def fit_alltoall(table: pd.DataFrame) -> dict[str, CommFit]:
+    """All-to-all curves per GPU count from an NCCL table (the expert dispatch and combine of
+    attention data parallelism with expert parallelism; :mod:`cbsim.cost.roofline`)."""
+    return fit_allreduce_rows(alltoall_rows(table))
+
+
+def collective_rows(table: pd.DataFrame, op: str) -> pd.DataFrame:
+    """The fp16 measurements of one collective of an NCCL table: num_gpus, size_bytes,
+    latency_s."""
+    rows = table[table["op"].astype(str) == op]
     if rows.empty:
-        raise CbsimError(f"the nccl table has no {ALLREDUCE_OP} rows")
+        raise CbsimError(f"the nccl table has no {op} rows")
     parts = []
     for num_gpus, group in by_count(rows, "num_gpus"):
         half = _half_sweep(group)

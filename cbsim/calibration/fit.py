@@ -34,7 +34,13 @@ from cbsim.calibration.data import (
 )
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.markdown import markdown_table
-from cbsim.calibration.profile import CalibrationProfile, Measured, MoeFit, RooflineFit
+from cbsim.calibration.profile import (
+    CalibrationProfile,
+    CommFit,
+    Measured,
+    MoeFit,
+    RooflineFit,
+)
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
@@ -332,6 +338,16 @@ def fit_profile(
             provenance["allreduce"] = _held_out(
                 f"held-out message sizes ({comm_source})", len(held), stats
             )
+    alltoall: dict[str, CommFit] = {}
+    nccl_table = _optional_table("nccl", gpu, data_dir, engine)
+    if nccl_table is not None and (nccl_table["op"].astype(str) == comm.ALLTOALL_OP).any():
+        alltoall_rows = comm.alltoall_rows(nccl_table)
+        alltoall = comm.fit_allreduce_rows(alltoall_rows)
+        if validate:
+            held = comm.holdout_rows(alltoall_rows)
+            stats = _stats(held["predicted_s"].to_numpy(), held["measured_s"].to_numpy())
+            rows.append(_error_row(gpu, engine, "all-to-all", "calibrated", stats))
+            provenance["alltoall"] = _held_out("held-out message sizes (NCCL)", len(held), stats)
     elementwise_gpu = gpu if vidur_tables(gpu) else ELEMENTWISE_SOURCE.get(gpu)
     elementwise = vidur.elementwise_fit(elementwise_gpu) if elementwise_gpu else None
     if elementwise is not None:
@@ -370,6 +386,7 @@ def fit_profile(
         decode_attention=attention_fits["decode"],
         prefill_attention=attention_fits["prefill"],
         allreduce=allreduce,
+        alltoall=alltoall,
         elementwise=elementwise,
         moe=moe_fits,
         mla=mla_fits,

@@ -102,7 +102,7 @@ def _plan_one(
             "output_tokens_per_hour": None,
             "cost_per_million_output_tokens": None,
             "cost_basis": None,
-            "replica_cost_per_hour": cluster.tp * price,
+            "replica_cost_per_hour": cluster.gpus_per_replica * price,
         }
     )
     simulations = found.simulations
@@ -113,7 +113,9 @@ def _plan_one(
         tokens = found.output_tokens_per_request
         per_hour = found.max_rate_rps * 3600 * tokens if tokens is not None else None
         out["output_tokens_per_hour"] = per_hour
-        out["cost_per_million_output_tokens"] = _per_million(cluster.tp * price, per_hour)
+        out["cost_per_million_output_tokens"] = _per_million(
+            cluster.gpus_per_replica * price, per_hour
+        )
         out["cost_basis"] = "one replica at its maximum rate"
         return out
     # fleet for the target load, verified by simulation
@@ -142,7 +144,7 @@ def _plan_one(
             f"{_rate(target_rps)} req/s ({fleet[-1]['reason']})"
         )
         return out
-    gpus = replicas * cluster.tp
+    gpus = replicas * cluster.gpus_per_replica
     cost_per_hour = gpus * price
     tokens = verified.metrics.get("output_tokens_per_request")
     per_hour = target_rps * 3600 * tokens if tokens is not None else None

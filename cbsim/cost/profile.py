@@ -180,6 +180,7 @@ class CalibrationProfile(_Strict):
     decode_attention: dict[str, RooflineFit] = Field(default_factory=dict)
     prefill_attention: dict[str, RooflineFit] = Field(default_factory=dict)
     allreduce: dict[str, CommFit] = Field(default_factory=dict)
+    alltoall: dict[str, CommFit] = Field(default_factory=dict)  # per GPU count (NCCL)
     elementwise: RooflineFit | None = None
     moe: dict[str, MoeFit] = Field(default_factory=dict)  # "dtype/routing/tp|ep" (calibration.moe)
     mla: dict[str, RooflineFit] = Field(default_factory=dict)  # "phase/kv/gemm" (calibration.mla)
@@ -190,6 +191,12 @@ class CalibrationProfile(_Strict):
     def allreduce_time(self, num_gpus: int, size_bytes: float) -> float | None:
         """Seconds for an all-reduce, or None when this GPU count was not measured."""
         fit = self.allreduce.get(str(num_gpus))
+        return None if fit is None else fit(size_bytes)
+
+    def alltoall_time(self, num_gpus: int, size_bytes: float) -> float | None:
+        """Seconds for an all-to-all in which each GPU sends ``size_bytes`` in all, or None when
+        this GPU count was not measured."""
+        fit = self.alltoall.get(str(num_gpus))
         return None if fit is None else fit(size_bytes)
 
 

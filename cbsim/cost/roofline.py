@@ -305,6 +305,7 @@ class CostModel:
         engine: EngineProfile | str | None = DEFAULT_ENGINE,
         expert_routing: str = "balanced",
         ep: int = 1,
+        dp: int = 1,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -385,13 +386,17 @@ class CostModel:
                 field="expert_routing",
             )
         self.expert_routing = expert_routing
-        problem = expert_parallel_problem(self.model, tp, ep)
+        if dp < 1:
+            raise CbsimError(f"dp must be >= 1, got {dp}", field="dp")
+        problem = expert_parallel_problem(self.model, tp, ep, dp)
         if problem is not None:
-            raise CbsimError(problem, field="ep")
+            raise CbsimError(problem, field="dp" if problem.startswith("attention data") else "ep")
         self.ep = ep
+        self.dp = dp
         self._moe_cache: dict[int, tuple[float, float]] = {}
+        # the experts spread over every GPU of the replica: tp x dp of them
         self._moe = (
-            moe_pricing(self.model, self.gpu, tp, ep, dtype, expert_routing, cal, self.params)
+            moe_pricing(self.model, self.gpu, tp * dp, ep, dtype, expert_routing, cal, self.params)
             if self.model.is_moe
             else None
         )
@@ -496,7 +501,12 @@ class CostModel:
     ) -> float:
         """Seconds for every layer's attention over a group: full-attention layers read all
         cached tokens, local-attention layers (a sliding window or Llama 4's chunks, taken as a
-        window) at most the last ``sliding_window`` of each request's."""
+        window) at most the last ``sliding_window`` of each request's. With attention data
+        parallelism, a rank's share of the group (the ranks wait for the largest)."""
+        if self.dp > 1 and tokens > 0:
+            dp = self.dp
+            tokens, kv_tokens = -(-tokens // dp), -(-kv_tokens // dp)
+            pairs, requests = pairs / dp, -(-requests // dp)
         full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
         m = self.model
         if not m.sliding_window:
@@ -564,10 +574,14 @@ class CostModel:
     # ------------------------------------------------------------------ per-iteration terms
 
     def _linear_times(self, n_tokens: int) -> tuple[float, float, float, float, float]:
-        """(qkv, o_proj, mlp, elementwise, allreduce) seconds for all layers at N tokens."""
+        """(qkv, o_proj, mlp, elementwise, allreduce) seconds for all layers at N tokens (with
+        attention data parallelism: a rank's share of them, the experts all N)."""
         cached = self._linear_cache.get(n_tokens)
         if cached is not None:
             return cached
+        total = n_tokens
+        if self.dp > 1:
+            n_tokens = self.rank_share(n_tokens)
         m = self.model
         layers = m.num_layers
         h = m.hidden_size
@@ -580,7 +594,7 @@ class CostModel:
         )
         mlp_total = layers * mlp
         if self._moe is not None:
-            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(n_tokens))
+            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(total))
         result = (
             layers * qkv,
             layers * o_proj,
@@ -589,22 +603,59 @@ class CostModel:
             layers * 2 * self.allreduce_time(n_tokens),
         )
         if len(self._linear_cache) < 65536:
-            self._linear_cache[n_tokens] = result
+            self._linear_cache[total] = result
         return result
+
+    def alltoall_time(self, size_bytes: float) -> float:
+        """Seconds for one all-to-all over the replica's ``tp x dp`` GPUs in which each sends
+        ``size_bytes`` in all: NCCL's measured curve for this GPU count where the calibration has
+        one, else a latency plus the bytes leaving each GPU over its NVLink bandwidth."""
+        group = self.tp * self.dp
+        if group == 1 or size_bytes <= 0:
+            return 0.0
+        if self.calibration is not None:
+            measured = self.calibration.alltoall_time(group, size_bytes)
+            if measured is not None:
+                return measured
+        p = self.params
+        wire = (group - 1) / group * size_bytes
+        return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
+
+    def dispatch_time(self, tokens: int) -> float:
+        """Seconds to send one rank's ``tokens`` tokens to their experts on other ranks and their
+        outputs back (attention data parallelism): two all-to-alls of each token's 16-bit hidden
+        state once per expert it goes to (at most one copy per GPU), as DeepEP and vLLM's
+        all-to-all backends move them, the rank's ``tp`` GPUs sending a share each. Zero without
+        data parallelism: then every GPU holds every token after attention's all-reduce and the
+        MoE output's all-reduce combines."""
+        if self.dp == 1 or tokens <= 0:
+            return 0.0
+        m = self.model
+        copies = min(m.experts_per_token, self.tp * self.dp)
+        sent = tokens * copies * m.hidden_size * self._act_bytes / self.tp
+        return 2.0 * self.alltoall_time(sent)
+
+    def rank_share(self, count: int) -> int:
+        """A data-parallel rank's share of ``count`` (requests, tokens) of a batch split evenly
+        over the ``dp`` ranks: the largest, which the ranks in lockstep wait for."""
+        return -(-count // self.dp)
 
     def moe_layer_time(self, tokens: int) -> float:
         """Seconds for one MoE layer's MLP at ``tokens`` tokens on one GPU: the router, the routed
-        experts (:mod:`cbsim.calibration.moe`'s fit) and the shared experts."""
+        experts (:mod:`cbsim.calibration.moe`'s fit) and the shared experts. With attention data
+        parallelism ``tokens`` are all ranks' (the routed experts see them all); the router and
+        the shared experts run on each rank's share."""
         if self._moe is None or tokens <= 0:
             return 0.0
         m = self.model
         routed = self._moe.routed_time(tokens)
-        router = self.gemm_time(tokens, m.num_experts, m.hidden_size)
+        local = self.rank_share(tokens) if self.dp > 1 else tokens
+        router = self.gemm_time(local, m.num_experts, m.hidden_size)
         shared = 0.0
         if m.shared_expert_intermediate_size:
             inner = m.shared_expert_intermediate_size // self.tp
-            shared = self.gemm_time(tokens, 2 * inner, m.hidden_size) + self.gemm_time(
-                tokens, m.hidden_size, inner
+            shared = self.gemm_time(local, 2 * inner, m.hidden_size) + self.gemm_time(
+                local, m.hidden_size, inner
             )
         return routed + router + shared
 
@@ -613,7 +664,8 @@ class CostModel:
         cached = self._moe_cache.get(tokens)
         if cached is None:
             layers = self.model.num_moe_layers
-            cached = (layers * self.moe_layer_time(tokens), 0.0)
+            dispatch = self.dispatch_time(self.rank_share(tokens)) if self.dp > 1 else 0.0
+            cached = (layers * self.moe_layer_time(tokens), layers * dispatch)
             if len(self._moe_cache) < 65536:
                 self._moe_cache[tokens] = cached
         return cached
@@ -623,7 +675,7 @@ class CostModel:
         if cached is None:
             # quantised checkpoints keep the LM head in 16 bits
             cached = self._gemm(
-                sampled,
+                self.rank_share(sampled) if self.dp > 1 else sampled,
                 self._vocab_shard,
                 self.model.hidden_size,
                 self._head_dtype,
@@ -678,6 +730,8 @@ class CostModel:
         the same floats, without a model lookup per call)."""
         if self._overhead_zero:
             return gpu_s
+        if self.dp > 1:  # each rank's engine core schedules its own share
+            num_requests, num_tokens = self.rank_share(num_requests), self.rank_share(num_tokens)
         cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = self._step_terms
         cpu = cpu_s + per_request * num_requests + per_token * num_tokens
         serial = serial_s + serial_per_request * num_requests
@@ -761,6 +815,12 @@ class CostModel:
         m = self.model
         if m.is_moe:  # a batch of one reads its own experts only
             experts = m.num_moe_layers * m.experts_per_token * m.expert_param_count()
+            if self.dp > 1:  # the experts spread over every rank's GPUs
+                dense = split_weight_bytes(0, m.active_param_count() - experts, self.dtype)
+                per_gpu = dense / self.tp + split_weight_bytes(experts, 0, self.dtype) / (
+                    self.tp * self.dp
+                )
+                return per_gpu / self.gpu.hbm_bandwidth
             active = split_weight_bytes(experts, m.active_param_count() - experts, self.dtype)
             return active / self.tp / self.gpu.hbm_bandwidth
         return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth

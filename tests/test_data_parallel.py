@@ -1,0 +1,132 @@
+"""Attention data parallelism (``cluster.dp``) for mixture-of-experts models: a replica of dp ranks
+of tp GPUs, each rank with its own share of the batch, KV cache and attention, the experts spread
+over all tp x dp GPUs and reached through two all-to-alls per MoE layer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import cbsim
+from cbsim.calibration import comm
+from cbsim.calibration.data import load_table
+from cbsim.cost.roofline import CostModel
+from cbsim.engine import Simulation
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+from cbsim.kvcache import KVCache, kv_capacity_bytes, model_weight_bytes, weight_bytes_per_gpu
+from cbsim.models import get_model
+from cbsim.preflight import gpu_layout
+from tests.conftest import BASE_SCENARIO
+
+V3 = get_model("deepseek-v3")
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def _v3(tp: int, dp: int, ep: int) -> CostModel:
+    return CostModel("deepseek-v3", "h200", tp=tp, dtype="fp8", ep=ep, dp=dp)
+
+
+def test_each_gpu_holds_its_ranks_dense_slice_and_a_share_of_the_experts() -> None:
+    experts = V3.num_moe_layers * V3.num_experts * V3.expert_param_count()
+    dense = V3.param_count() - experts
+    assert weight_bytes_per_gpu(V3, "fp8", 1, 8) == pytest.approx(dense + experts / 8)
+    assert weight_bytes_per_gpu(V3, "fp8", 2, 4) == pytest.approx(dense / 2 + experts / 8)
+    assert weight_bytes_per_gpu(V3, "fp8", 8, 1) == model_weight_bytes(V3, "fp8") / 8
+    # each rank keeps its own requests' latents: 8 ranks of one GPU hold far more KV than one
+    # tp-8 group, which keeps every latent on every GPU
+    gpu = get_gpu("h200")
+    dp8 = KVCache.for_replica(V3, gpu, tp=1, dtype="fp8", kv_dtype="bf16", block_size=16,
+                              gpu_memory_utilization=0.9, watermark=0.0, dp=8)  # fmt: skip
+    tp8 = KVCache.for_replica(V3, gpu, tp=8, dtype="fp8", kv_dtype="bf16", block_size=16,
+                              gpu_memory_utilization=0.9, watermark=0.0)  # fmt: skip
+    per_rank = kv_capacity_bytes(V3, gpu, 1, "fp8", 0.9, 8) // (16 * 61 * 576 * 2)
+    assert dp8.total_blocks == 8 * per_rank
+    assert dp8.total_blocks > 5 * tp8.total_blocks
+
+
+def test_a_rank_prices_its_share_and_the_experts_see_every_token() -> None:
+    dp8, one = _v3(1, 8, 8), CostModel("deepseek-v3", "h200", tp=1, dtype="fp8")
+    batch = [(1, 3000)] * 64 + [(1, 500)] * 64
+    share = [(1, 3000)] * 8 + [(1, 500)] * 8  # the same batch split evenly over 8 ranks
+    ours, theirs = dp8.breakdown(batch), one.breakdown(share)
+    for op in ("attn_decode", "elementwise", "lm_head"):
+        assert ours[op] == pytest.approx(theirs[op], rel=1e-12)
+    # the routed experts run all 128 tokens, spread over 8 GPUs (as tp 8 with ep 8 does)
+    assert dp8._moe is not None and dp8._moe.ep == 8
+    tp8 = _v3(8, 1, 8)
+    assert tp8._moe is not None
+    assert dp8._moe.routed_time(128) == tp8._moe.routed_time(128)
+    # and reaching them costs two all-to-alls per MoE layer over the 8 GPUs
+    calibration = dp8.calibration
+    assert calibration is not None
+    sent = 16 * V3.experts_per_token * V3.hidden_size * 2.0
+    expected = V3.num_moe_layers * 2 * calibration.alltoall_time(8, sent)  # type: ignore[operator]
+    assert ours["alltoall"] == pytest.approx(expected, rel=1e-12)
+    assert tp8.breakdown(batch)["alltoall"] == 0.0  # ep over the tp group: all-reduces combine
+
+
+def test_the_alltoall_curves_follow_nccls_measurements() -> None:
+    rows = comm.alltoall_rows(load_table("nccl", "h100-sxm"))
+    curves = comm.fit_alltoall(load_table("nccl", "h100-sxm"))
+    assert set(curves) == {"2", "4", "8"}
+    for num_gpus, group in rows.groupby("num_gpus"):
+        curve = curves[str(num_gpus)]
+        predicted = [curve(size) for size in group["size_bytes"]]
+        errors = [abs(p / m - 1.0) for p, m in zip(predicted, group["latency_s"], strict=True)]
+        assert sorted(errors)[len(errors) // 2] < 0.05  # de-noised, monotone: close to the data
+
+
+def test_data_parallel_pays_where_tensor_parallel_latents_fill_the_kv_cache() -> None:
+    """The shipped scenario (20 requests/s of chat on eight H200s) against TP 8 with EP 8."""
+    scenario = cbsim.load_scenario(SCENARIOS / "deepseek-v3-dp-attention-h200.yaml")
+
+    def run(tp: int, dp: int) -> dict[str, float]:
+        cluster = scenario.cluster.model_copy(update={"tp": tp, "dp": dp})
+        return cbsim.simulate(scenario.model_copy(update={"cluster": cluster})).summary
+
+    tp8, dp8 = run(8, 1), run(1, 8)
+    assert dp8["ttft_p50_s"] < tp8["ttft_p50_s"] / 5
+    assert dp8["output_tokens_per_s"] > tp8["output_tokens_per_s"]
+
+
+def test_a_rank_takes_the_schedulers_batch_limits() -> None:
+    scenario = cbsim.load_scenario(
+        {
+            "workload": BASE_SCENARIO["workload"],
+            "cluster": {"model": "qwen3-30b-a3b", "gpu": "h100-sxm", "tp": 1, "dp": 4, "ep": 4},
+            "scheduler": {"kind": "sarathi", "max_batch_size": 64, "chunk_size": 256},
+        }
+    )
+    sim = Simulation(scenario)
+    config = sim.replicas[0].scheduler.config
+    assert (config.max_batch_size, config.chunk_size) == (256, 1024)
+    assert gpu_layout(scenario) == "h100-sxm, tp 1 x dp 4 x 1 replica = 4 GPUs in total"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "field", "words"),
+    [
+        ({"model": "llama-3-8b", "dp": 2}, "dp", "has none"),
+        ({"model": "deepseek-v3", "dtype": "fp8", "tp": 1, "dp": 8, "ep": 1}, "ep", "ep must be 8"),
+        ({"model": "deepseek-v3", "dtype": "fp8", "tp": 4, "dp": 4, "ep": 16}, "dp", "one h200"),
+    ],
+)
+def test_layouts_that_do_not_work_are_refused(
+    cluster: dict[str, Any], field: str, words: str
+) -> None:
+    data = {"workload": BASE_SCENARIO["workload"], "cluster": {"gpu": "h200", **cluster}}
+    with pytest.raises(CbsimError) as err:
+        cbsim.simulate(cbsim.load_scenario(data))
+    assert words in str(err.value) and field in str(err.value)
+
+
+def test_capacity_cost_counts_every_gpu_of_a_replica() -> None:
+    from cbsim.scenario import Cluster
+
+    assert (
+        Cluster(model="deepseek-v3", gpu="h200", dtype="fp8", tp=2, dp=4, ep=8).gpus_per_replica
+        == 8
+    )

@@ -483,8 +483,18 @@ class NgramProposer(StrictModel):
     kind: Literal["ngram"]
 
 
+class MtpProposer(StrictModel):
+    """Multi-token prediction (DeepSeek-V3/R1's MTP module, vLLM's ``deepseek_mtp``): ``layers``
+    decoder layers of the target's own architecture (experts and latent attention included)
+    over its hidden state and the next token's embedding, sharing its embedding and LM head,
+    run once per draft token."""
+
+    kind: Literal["mtp"]
+    layers: Annotated[int, NotBool, Field(ge=1, le=4)] = 1
+
+
 Proposer = Annotated[
-    DraftModelProposer | EagleProposer | NgramProposer,
+    DraftModelProposer | EagleProposer | NgramProposer | MtpProposer,
     Field(discriminator="kind"),
     default_kind("draft_model"),
 ]

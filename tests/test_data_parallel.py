@@ -130,3 +130,13 @@ def test_capacity_cost_counts_every_gpu_of_a_replica() -> None:
         Cluster(model="deepseek-v3", gpu="h200", dtype="fp8", tp=2, dp=4, ep=8).gpus_per_replica
         == 8
     )
+
+
+def test_a_dense_draft_head_drafts_for_its_ranks_share() -> None:
+    from cbsim.scenario import EagleProposer
+    from cbsim.speculative.proposers import make_proposer
+
+    one_gpu = CostModel("deepseek-v3", "h200", tp=1, dtype="fp8")
+    dp8 = make_proposer(EagleProposer(kind="eagle"), _v3(1, 8, 8))
+    one = make_proposer(EagleProposer(kind="eagle"), one_gpu)
+    assert dp8.draft_time_uniform(64, 2, 64 * 1000) == one.draft_time_uniform(8, 2, 8 * 1000)

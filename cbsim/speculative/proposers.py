@@ -7,6 +7,14 @@
   hidden state — so each draft token costs one layer, a fusion GEMM and the LM head.
 * ``ngram``: prompt lookup; proposing is a CPU string match, negligible next to a GPU step, and its
   acceptance is usually low and bursty (pair it with a per-request or trace acceptance model).
+* ``mtp``: multi-token prediction (DeepSeek-V3's MTP module): ``layers`` layers of the target's own
+  architecture — a mixture of experts with latent attention for DeepSeek — plus a projection of
+  [embedding; hidden state], sharing the target's embedding and LM head, so each draft token
+  costs those layers (their experts spread as the target's), the projection and the LM head; its
+  layers keep their own KV cache.
+
+With attention data parallelism (``cluster.dp``) each rank drafts for its own requests: a dense
+head's steps are priced at a rank's share of the batch, an MTP module's like the target's layers.
 
 A draft model runs on the target's kernels (the same calibration profile). Every draft step is a
 separate forward pass with its own launch overhead; under CUDA graphs that is a fraction of the
@@ -17,6 +25,7 @@ calibrated), with no per-request CPU work of its own.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import ClassVar
 
 import numpy as np
@@ -28,9 +37,10 @@ from cbsim.kvcache import (
     dense_weight_dtype,
     kv_bytes_per_token_per_gpu,
     model_weight_bytes,
+    weight_bytes_per_gpu,
 )
 from cbsim.models import ModelShape, get_model
-from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
+from cbsim.scenario import DraftModelProposer, EagleProposer, MtpProposer, NgramProposer
 
 DRAFT_STEP_OVERHEAD_FRACTION = 0.2
 NGRAM_SECONDS_PER_REQUEST = 5e-6
@@ -93,6 +103,9 @@ class _ModelProposer(Proposer):
         engine = target.engine.model_copy(update={"overhead": overhead, "frontend": Frontend()})
         self.shape = shape
         self.tp = target.tp
+        self.dp = target.dp if shape.is_moe else 1  # its layers spread as the target's
+        # a dense head's cost model prices one rank: its steps take a rank's share of the batch
+        self._ranks = 1 if shape.is_moe else target.dp
         self.dtype = target.dtype
         self.kv_dtype = target.kv_dtype
         self.cost = CostModel(
@@ -104,7 +117,17 @@ class _ModelProposer(Proposer):
             params=target.params,
             calibration=target.calibration,
             engine=engine,
+            expert_routing=target.expert_routing,
+            ep=target.ep if shape.is_moe else 1,
+            dp=self.dp,
         )
+
+    def _rank_steps(self, steps: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """``steps`` as one data-parallel rank of a dense head runs them (unchanged with one)."""
+        ranks = self._ranks
+        if ranks == 1:
+            return steps
+        return [(-(-n // ranks), -(-kv // ranks)) for n, kv in steps]
 
     def draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
         return self._steps_time(_draft_steps(ks, contexts))
@@ -120,7 +143,7 @@ class _ModelProposer(Proposer):
 
     def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         decode_time = self.cost.decode_time
-        return [decode_time(n, kv) for n, kv in steps]
+        return [decode_time(n, kv) for n, kv in self._rank_steps(steps)]
 
     def draft_time_sweep(self, caps: np.ndarray, contexts: np.ndarray) -> list[float]:
         """With ``ks = min(k, caps)``, draft step s runs exactly the requests whose cap exceeds s,
@@ -161,12 +184,43 @@ class EagleHead(_ModelProposer):
     def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         hidden = self.shape.hidden_size
         decode_time, gemm_time = self.cost.decode_time, self.cost.gemm_time
-        return [decode_time(n, kv) + gemm_time(n, hidden, self._fusion_k) for n, kv in steps]
+        return [
+            decode_time(n, kv) + gemm_time(n, hidden, self._fusion_k)
+            for n, kv in self._rank_steps(steps)
+        ]
 
     def weight_bytes_per_gpu(self) -> float:
         # one decoder layer and the fusion layer; embeddings and LM head are the target's own
         layer = self.shape.layer_param_count() + self._fusion_k * self.shape.hidden_size
         return layer * DTYPE_BYTES[dense_weight_dtype(self.dtype)] / self.tp
+
+
+class MtpModule(_ModelProposer):
+    kind = "mtp"
+
+    def __init__(self, target: CostModel, layers: int) -> None:
+        shape = replace(target.model, name=f"{target.model.name}-mtp", num_layers=layers,
+                        dense_layers=0)  # fmt: skip
+        super().__init__(shape, target)
+        self._fusion_k = 2 * target.model.hidden_size
+
+    def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
+        hidden = self.shape.hidden_size
+        decode_time, gemm_time = self.cost.decode_time, self.cost.gemm_time
+        share = self.cost.rank_share if self.dp > 1 else None
+        return [
+            decode_time(n, kv) + gemm_time(share(n) if share else n, hidden, self._fusion_k)
+            for n, kv in steps
+        ]
+
+    def weight_bytes_per_gpu(self) -> float:
+        # its layers (experts spread as the target's) and the projection; the embedding, final
+        # norm and LM head are the target's own
+        shape = self.shape
+        shared = (2 - shape.tie_word_embeddings) * shape.embedding_param_count() + shape.hidden_size
+        dense_bytes = DTYPE_BYTES[dense_weight_dtype(self.dtype)]
+        layers = weight_bytes_per_gpu(shape, self.dtype, self.tp, self.dp)
+        return layers + (self._fusion_k * shape.hidden_size - shared) * dense_bytes / self.tp
 
 
 class Ngram(Proposer):
@@ -180,10 +234,12 @@ class Ngram(Proposer):
 
 
 def make_proposer(
-    config: DraftModelProposer | EagleProposer | NgramProposer, target: CostModel
+    config: DraftModelProposer | EagleProposer | NgramProposer | MtpProposer, target: CostModel
 ) -> Proposer:
     if isinstance(config, DraftModelProposer):
         return DraftModel(get_model(config.model), target)
     if isinstance(config, EagleProposer):
         return EagleHead(target)
+    if isinstance(config, MtpProposer):
+        return MtpModule(target, config.layers)
     return Ngram()

@@ -121,7 +121,8 @@ def describe(scenario: Scenario) -> str:
     budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
     return (
         f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}"
-        f"{f', dp={cluster.dp}, ep={cluster.ep}' if cluster.dp > 1 else ''}, {cluster.dtype} weights, "
+        f"{f', dp={cluster.dp}, ep={cluster.ep}' if cluster.dp > 1 else ''}"
+        f"{f', pp={cluster.pp}' if cluster.pp > 1 else ''}, {cluster.dtype} weights, "
         f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
         f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
         f"blocks of {sched.block_size}), {caching}, {speculation}"
@@ -396,6 +397,14 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
     "share of the batch; needs --ep tp x dp). The batch is the whole replica's.",
 )
 @click.option(
+    "--pp",
+    type=click.IntRange(min=1, max=64),
+    default=1,
+    show_default=True,
+    help="Pipeline stages (each tp GPUs and a share of the layers; the batch split into pp "
+    "micro-batches). The batch is the whole replica's.",
+)
+@click.option(
     "--expert-routing",
     type=click.Choice(["balanced", "skewed"]),
     default="balanced",
@@ -465,6 +474,7 @@ def cost(
     tp: int,
     ep: int,
     dp: int,
+    pp: int,
     expert_routing: str,
     dtype: str,
     kv_dtype: str | None,
@@ -534,9 +544,10 @@ def cost(
             expert_routing=expert_routing,
             ep=ep,
             dp=dp,
+            pp=pp,
         )
     except CbsimError as err:
-        if err.field in ("ep", "dp"):
+        if err.field in ("ep", "dp", "pp"):
             raise CbsimError(err.message, field=f"--{err.field}") from None
         raise err.located(field="--calibration") from None
     breakdown = cost_model.breakdown(entries)
@@ -547,7 +558,8 @@ def cost(
     tokens = sum(q for q, _ in entries)
     console = Console()
     console.print(
-        f"{model_shape.name} on {gpu_spec.name}, tp={tp}{f', dp={dp}, ep={ep}' if dp > 1 else ''}, "
+        f"{model_shape.name} on {gpu_spec.name}, tp={tp}{f', dp={dp}, ep={ep}' if dp > 1 else ''}"
+        f"{f', pp={pp}' if pp > 1 else ''}, "
         f"{dtype} weights, "
         f"{cost_model.kv_dtype} KV, engine {engine_profile.engine}: "
         f"{len(entries)} request{'s' if len(entries) != 1 else ''}, {tokens} new tokens",

@@ -127,7 +127,12 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
 
     ``extra_gemm`` = (n, k) adds ``cost.gemm_time(m, n, k)`` per step of m requests (an EAGLE
     head's fusion layer), tabled like the token kernels."""
-    if cost._transfer is not None or cost.model.is_mla or cost.model.sliding_window or cost.dp > 1:
+    if (
+        cost._transfer is not None
+        or cost.model.is_mla
+        or cost.model.sliding_window
+        or cost._split > 1
+    ):
         return None  # MLA modules, local attention and data-parallel ranks: priced in Python
     fit = cost._decode_fit_model
     axis0 = axis1 = flat = np.zeros(0)

@@ -261,7 +261,9 @@ class Simulation:
         if offload is None:
             return 0, 0.0
         cluster = self.scenario.cluster
-        per_token = kv_bytes_per_token_per_gpu(self.model, cluster.tp, self.cost.kv_dtype)
+        per_token = kv_bytes_per_token_per_gpu(
+            self.model, cluster.tp, self.cost.kv_dtype, cluster.pp
+        )
         block_bytes = per_token * self.scenario.scheduler.block_size
         blocks = cluster.dp * int(offload.cpu_gib * 2**30 // block_bytes)
         return blocks, block_bytes / (offload.bandwidth_gib_s * 2**30)
@@ -270,14 +272,14 @@ class Simulation:
         """The scheduler settings of a replica: with attention data parallelism its batch limits
         are each rank's (as vLLM's per-rank engine cores take them) times the ranks."""
         sched = self.scenario.scheduler
-        dp = self.scenario.cluster.dp
-        if dp == 1:
+        shares = self.scenario.cluster.dp * self.scenario.cluster.pp  # ranks, or micro-batches
+        if shares == 1:
             return sched
         return sched.model_copy(
             update={
-                "max_batch_size": dp * sched.max_batch_size,
-                "max_batched_tokens": dp * sched.max_batched_tokens,
-                "chunk_size": dp * sched.chunk_size,
+                "max_batch_size": shares * sched.max_batch_size,
+                "max_batched_tokens": shares * sched.max_batched_tokens,
+                "chunk_size": shares * sched.chunk_size,
             }
         )
 
@@ -298,6 +300,7 @@ class Simulation:
                 self.spec.proposer.kv_bytes_per_token_per_gpu() if self.spec else 0.0
             ),
             dp=cluster.dp,
+            pp=cluster.pp,
         )
 
     # ------------------------------------------------------------------ arrivals
@@ -792,6 +795,7 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         expert_routing=cluster.expert_routing,
         ep=cluster.ep,
         dp=cluster.dp,
+        pp=cluster.pp,
     )
 
 

@@ -66,6 +66,8 @@ class GPU:
             (NVLink, Infinity Fabric, or PCIe where the GPU has no peer link).
         gpus_per_node: GPUs in one server; the largest tensor-parallel group inside a node.
         price_per_hour: default on-demand price in USD per GPU-hour.
+        network_bandwidth: bandwidth between nodes per GPU, one direction, in bytes/s (its RDMA
+            NIC's share; AI Configurator's ``inter_node_bw``).
         fp4_flops: dense fp4 tensor-core peak in FLOP/s (NVFP4, Blackwell); 0 on a GPU without FP4
             tensor cores, where fp4 weights are an error rather than silently priced at another
             precision's rate (no serving engine runs NVFP4 GEMMs there).
@@ -80,6 +82,7 @@ class GPU:
     gpus_per_node: int
     price_per_hour: float
     fp4_flops: float = 0.0
+    network_bandwidth: float = 50 * GB
 
     def __post_init__(self) -> None:
         for field in (
@@ -88,6 +91,7 @@ class GPU:
             "bf16_flops",
             "fp8_flops",
             "nvlink_bandwidth",
+            "network_bandwidth",
         ):
             if not getattr(self, field) > 0:
                 raise CbsimError(f"must be > 0, got {getattr(self, field)!r}", field=field)
@@ -138,6 +142,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
             nvlink_bandwidth=300 * GB,
+            network_bandwidth=25 * GB,  # aiconfigurator inter_node_bw: one 200 Gb/s CX6 per GPU
             gpus_per_node=8,
             price_per_hour=1.50,
         ),
@@ -151,6 +156,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
             nvlink_bandwidth=450 * GB,
+            network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=3.00,
         ),
@@ -164,6 +170,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
             nvlink_bandwidth=450 * GB,
+            network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=3.75,
         ),
@@ -178,6 +185,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=362.05 * TFLOPS,
             fp8_flops=733 * TFLOPS,
             nvlink_bandwidth=32 * GB,
+            network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=1.00,
         ),
@@ -194,6 +202,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=2250 * TFLOPS,
             fp8_flops=4500 * TFLOPS,
             nvlink_bandwidth=900 * GB,
+            network_bandwidth=100 * GB,  # aiconfigurator inter_node_bw: one 800 Gb/s CX8 per GPU
             gpus_per_node=8,
             price_per_hour=5.50,
             fp4_flops=9000 * TFLOPS,
@@ -210,6 +219,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=1307.4 * TFLOPS,
             fp8_flops=2614.9 * TFLOPS,
             nvlink_bandwidth=448 * GB,
+            network_bandwidth=50 * GB,  # one 400 Gb/s NIC per GPU, as MI300X platforms pair them
             gpus_per_node=8,
             price_per_hour=2.50,
         ),

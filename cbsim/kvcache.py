@@ -70,19 +70,35 @@ def kv_heads_per_shard(model: ModelShape, tp: int) -> int:
     return max(1, model.num_kv_heads // tp)
 
 
-def kv_bytes_per_token_per_gpu(model: ModelShape, tp: int, kv_dtype: str) -> float:
+def kv_bytes_per_token_per_gpu(model: ModelShape, tp: int, kv_dtype: str, pp: int = 1) -> float:
     """Bytes one token's keys and values take on one GPU of a tensor-parallel group (MLA's
-    latent is every head's, so each GPU keeps all of it)."""
+    latent is every head's, so each GPU keeps all of it), of the largest stage's layers with
+    ``pp`` pipeline stages."""
     if model.is_mla:
-        return model.kv_bytes_per_token(DTYPE_BYTES[kv_dtype])
+        full = model.kv_bytes_per_token(DTYPE_BYTES[kv_dtype])
+        return full if pp == 1 else full * stage_layers(model, pp) / model.num_layers
     per_head = 2 * model.head_dim * DTYPE_BYTES[kv_dtype]
-    return model.num_layers * kv_heads_per_shard(model, tp) * per_head
+    layers = model.num_layers if pp == 1 else stage_layers(model, pp)
+    return layers * kv_heads_per_shard(model, tp) * per_head
 
 
-def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1) -> float:
+def stage_layers(model: ModelShape, pp: int) -> int:
+    """Layers of the largest of ``pp`` pipeline stages (layers split as evenly as they go)."""
+    return -(-model.num_layers // pp)
+
+
+def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1, pp: int = 1) -> float:
     """Bytes of weights each GPU of a replica holds: a 1/tp slice of everything, or, with ``dp``
     attention data-parallel ranks (a mixture of experts), each rank's 1/tp slice of all but the
-    routed experts and a 1/(tp x dp) share of those (spread over every GPU of the replica)."""
+    routed experts and a 1/(tp x dp) share of those (spread over every GPU of the replica); with
+    ``pp`` pipeline stages, the largest stage's layers and the larger of the embedding (first
+    stage) and the LM head (last stage)."""
+    if pp > 1:
+        dense = DTYPE_BYTES[dense_weight_dtype(dtype)]
+        embedding = model.embedding_param_count() * dense
+        ends = embedding * (1 if model.tie_word_embeddings else 2) + model.hidden_size * dense
+        layers = model_weight_bytes(model, dtype) - ends
+        return (layers * stage_layers(model, pp) / model.num_layers + embedding) / tp
     if dp == 1:
         return model_weight_bytes(model, dtype) / tp
     experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
@@ -93,11 +109,17 @@ def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1) ->
 
 
 def kv_capacity_bytes(
-    model: ModelShape, gpu: GPU, tp: int, dtype: str, gpu_memory_utilization: float, dp: int = 1
+    model: ModelShape,
+    gpu: GPU,
+    tp: int,
+    dtype: str,
+    gpu_memory_utilization: float,
+    dp: int = 1,
+    pp: int = 1,
 ) -> float:
     """Bytes per GPU left for the KV cache (negative when the weights alone do not fit)."""
     budget = gpu.memory_bytes * gpu_memory_utilization
-    return budget - weight_bytes_per_gpu(model, dtype, tp, dp) - ACTIVATION_RESERVE_BYTES
+    return budget - weight_bytes_per_gpu(model, dtype, tp, dp, pp) - ACTIVATION_RESERVE_BYTES
 
 
 def blocks_for_tokens(tokens: int, block_size: int) -> int:
@@ -133,13 +155,16 @@ class KVCache:
         extra_weight_bytes: float = 0.0,
         extra_kv_bytes_per_token: float = 0.0,
         dp: int = 1,
+        pp: int = 1,
     ) -> KVCache:
         """The cache of one replica; ``extra_*`` account for a draft model's weights and own KV.
         With ``dp`` attention data-parallel ranks each rank keeps its own requests' KV: the
-        replica holds ``dp`` ranks' blocks (pooled: ranks taken as balanced)."""
-        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization, dp)
+        replica holds ``dp`` ranks' blocks (pooled: ranks taken as balanced). With ``pp``
+        pipeline stages each GPU keeps its stage's layers of every token: the largest stage's
+        GPUs bound the tokens held."""
+        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization, dp, pp)
         capacity -= extra_weight_bytes
-        per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype) + extra_kv_bytes_per_token
+        per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype, pp) + extra_kv_bytes_per_token
         block_bytes = block_size * per_token
         total = dp * max(0, int(capacity // block_bytes))
         return cls(

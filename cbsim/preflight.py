@@ -113,7 +113,11 @@ def gpu_layout(scenario: Scenario) -> str:
     cluster = scenario.cluster
     replicas = f"{cluster.replicas:,} replica{'s' if cluster.replicas != 1 else ''}"
     gpus = cluster.replicas * cluster.gpus_per_replica
-    layout = f"tp {cluster.tp}" if cluster.dp == 1 else f"tp {cluster.tp} x dp {cluster.dp}"
+    layout = f"tp {cluster.tp}"
+    if cluster.dp > 1:
+        layout += f" x dp {cluster.dp}"
+    if cluster.pp > 1:
+        layout += f" x pp {cluster.pp}"
     return f"{cluster.gpu}, {layout} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
 
 

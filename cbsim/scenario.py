@@ -338,6 +338,14 @@ class Cluster(StrictModel):
     (``ep`` must be ``tp x dp``), tokens dispatched to their experts and combined back by two
     all-to-alls per MoE layer. The ranks step together, one batch split evenly over them (a
     balanced data-parallel coordinator; see :class:`cbsim.cost.roofline.CostModel`).
+
+    ``pp``: pipeline parallelism, ``pp`` stages of ``tp`` GPUs each holding a contiguous share of
+    the layers (the first also the embedding, the last the LM head), across nodes where the
+    stages do not fit in one (activations then cross the GPUs' NICs, ``network_bandwidth``). As
+    vLLM runs it, ``pp`` micro-batches are in flight, one per stage: the batch is split into
+    ``pp`` micro-batches and each iteration lasts one round of them through every stage — the
+    largest stage's time per micro-batch, ``pp`` times — so a batch smaller than ``pp`` leaves
+    stages idle (the bubble). The scheduler's batch limits are per micro-batch.
     """
 
     model: str = "llama-3-8b"
@@ -358,11 +366,28 @@ class Cluster(StrictModel):
     expert_routing: Literal["balanced", "skewed"] = "balanced"
     ep: Annotated[int, NotBool, Field(ge=1)] = 1
     dp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
+    pp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica takes: ``dp`` attention data-parallel ranks of ``tp`` GPUs each."""
-        return self.tp * self.dp
+        """GPUs one replica takes: ``dp`` attention data-parallel ranks of ``tp`` GPUs each, or
+        ``pp`` pipeline stages of ``tp`` GPUs each."""
+        return self.tp * self.dp * self.pp
+
+    @model_validator(mode="after")
+    def _pipeline_layout(self) -> Cluster:
+        """``pp`` stages split the model's layers; with attention data parallelism as well the
+        layout is not modelled."""
+        from cbsim.models import get_model
+
+        if self.pp > 1:
+            if self.dp > 1:
+                raise ValueError("pp: pipeline stages with attention data parallelism (dp > 1) "
+                                 "are not modelled; use one of them")  # fmt: skip
+            layers = get_model(self.model).num_layers
+            if self.pp > layers:
+                raise ValueError(f"pp: {self.pp} stages for {layers} layers")
+        return self
 
     @model_validator(mode="after")
     def _expert_only_dtype(self) -> Cluster:
@@ -1010,21 +1035,27 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
             source=source,
             field="cluster.tp",
         )
-    if cluster.gpus_per_replica > gpu.gpus_per_node:
+    if cluster.tp * cluster.dp > gpu.gpus_per_node:
         raise CbsimError(
-            f"tp x dp = {cluster.gpus_per_replica} exceeds the {gpu.gpus_per_node} GPUs of one "
+            f"tp x dp = {cluster.tp * cluster.dp} exceeds the {gpu.gpus_per_node} GPUs of one "
             f"{gpu.name} node (the expert all-to-all is priced from NVLink measurements)",
             source=source,
             field="cluster.dp",
         )
     capacity = kv_capacity_bytes(
-        model, gpu, cluster.tp, cluster.dtype, cluster.gpu_memory_utilization, cluster.dp
+        model,
+        gpu,
+        cluster.tp,
+        cluster.dtype,
+        cluster.gpu_memory_utilization,
+        cluster.dp,
+        cluster.pp,
     )
     if capacity <= 0:
         raise CbsimError(
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
             f"with gpu_memory_utilization={cluster.gpu_memory_utilization}: weights need "
-            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or use fp8",
+            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or cluster.pp, or use fp8",
             source=source,
             field="cluster.tp",
         )

@@ -140,3 +140,9 @@ def test_a_dense_draft_head_drafts_for_its_ranks_share() -> None:
     dp8 = make_proposer(EagleProposer(kind="eagle"), _v3(1, 8, 8))
     one = make_proposer(EagleProposer(kind="eagle"), one_gpu)
     assert dp8.draft_time_uniform(64, 2, 64 * 1000) == one.draft_time_uniform(8, 2, 8 * 1000)
+
+
+def test_the_breakdown_adds_up_to_the_iteration() -> None:
+    dp8 = _v3(1, 8, 8)
+    batch = [(1, 3000)] * 100 + [(700, 0)]
+    assert sum(dp8.breakdown(batch).values()) == pytest.approx(dp8.iteration_time(batch), rel=1e-12)

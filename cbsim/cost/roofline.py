@@ -306,6 +306,7 @@ class CostModel:
         expert_routing: str = "balanced",
         ep: int = 1,
         dp: int = 1,
+        pp: int = 1,
     ) -> None:
         self.model = get_model(model) if isinstance(model, str) else model
         self.gpu = get_gpu(gpu) if isinstance(gpu, str) else gpu
@@ -393,6 +394,22 @@ class CostModel:
             raise CbsimError(problem, field="dp" if problem.startswith("attention data") else "ep")
         self.ep = ep
         self.dp = dp
+        if pp < 1 or pp > self.model.num_layers:
+            raise CbsimError(f"pp must be 1 to {self.model.num_layers} (the layers), got {pp}",
+                             field="pp")  # fmt: skip
+        if pp > 1 and dp > 1:
+            raise CbsimError(
+                "pipeline stages with data-parallel ranks are not modelled", field="pp"
+            )
+        self.pp = pp
+        self._split = dp * pp  # the batch's shares: ranks, or micro-batches
+        # every micro-batch passes every stage; the largest stage sets the pace
+        self._stage_factor = pp * -(-self.model.num_layers // pp) / self.model.num_layers
+        self._pp_bandwidth = (
+            self.gpu.nvlink_bandwidth
+            if tp * pp <= self.gpu.gpus_per_node
+            else self.gpu.network_bandwidth
+        )
         self._moe_cache: dict[int, tuple[float, float]] = {}
         # the experts spread over every GPU of the replica: tp x dp of them
         self._moe = (
@@ -502,13 +519,16 @@ class CostModel:
         """Seconds for every layer's attention over a group: full-attention layers read all
         cached tokens, local-attention layers (a sliding window or Llama 4's chunks, taken as a
         window) at most the last ``sliding_window`` of each request's. With attention data
-        parallelism, a rank's share of the group (the ranks wait for the largest)."""
-        if self.dp > 1 and tokens > 0:
-            dp = self.dp
-            tokens, kv_tokens = -(-tokens // dp), -(-kv_tokens // dp)
-            pairs, requests = pairs / dp, -(-requests // dp)
+        parallelism, a rank's share of the group (the ranks wait for the largest); with pipeline
+        stages, a micro-batch's share through every stage, each as long as the largest."""
+        if self._split > 1 and tokens > 0:
+            split = self._split
+            tokens, kv_tokens = -(-tokens // split), -(-kv_tokens // split)
+            pairs, requests = pairs / split, -(-requests // split)
         full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
         m = self.model
+        if self.pp > 1:
+            full *= self._stage_factor
         if not m.sliding_window:
             return m.num_layers * full
         kv_local, pairs_local = windowed(
@@ -580,7 +600,7 @@ class CostModel:
         if cached is not None:
             return cached
         total = n_tokens
-        if self.dp > 1:
+        if self._split > 1:
             n_tokens = self.rank_share(n_tokens)
         m = self.model
         layers = m.num_layers
@@ -594,7 +614,8 @@ class CostModel:
         )
         mlp_total = layers * mlp
         if self._moe is not None:
-            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(total))
+            moe_tokens = total if self.dp > 1 else n_tokens  # ranks share experts; stages not
+            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(moe_tokens))
         result = (
             layers * qkv,
             layers * o_proj,
@@ -602,6 +623,9 @@ class CostModel:
             layers * self.elementwise_time(n_tokens),
             layers * 2 * self.allreduce_time(n_tokens),
         )
+        if self.pp > 1:
+            f = self._stage_factor
+            result = (f * result[0], f * result[1], f * result[2], f * result[3], f * result[4])
         if len(self._linear_cache) < 65536:
             self._linear_cache[total] = result
         return result
@@ -636,9 +660,21 @@ class CostModel:
         return 2.0 * self.alltoall_time(sent)
 
     def rank_share(self, count: int) -> int:
-        """A data-parallel rank's share of ``count`` (requests, tokens) of a batch split evenly
-        over the ``dp`` ranks: the largest, which the ranks in lockstep wait for."""
-        return -(-count // self.dp)
+        """A data-parallel rank's (or a pipeline micro-batch's) share of ``count`` (requests,
+        tokens) of a batch split evenly over the ``dp`` ranks (``pp`` micro-batches): the
+        largest, which the ranks in lockstep (the stages) wait for."""
+        return -(-count // self._split)
+
+    def pp_send_time(self, tokens: int) -> float:
+        """Seconds of one round's activation sends between pipeline stages: each of the ``pp``
+        micro-batches' hidden states (16-bit) passed on ``pp`` times (to the next stage, and the
+        sampled tokens back to the first), over NVLink inside a node, else the NIC."""
+        if self.pp == 1 or tokens <= 0:
+            return 0.0
+        p = self.params
+        message = self.rank_share(tokens) * self.model.hidden_size * self._act_bytes
+        link = self._pp_bandwidth * p.allreduce_bw_eff
+        return self.pp * (p.allreduce_latency_s + message / link)
 
     def moe_layer_time(self, tokens: int) -> float:
         """Seconds for one MoE layer's MLP at ``tokens`` tokens on one GPU: the router, the routed
@@ -675,13 +711,15 @@ class CostModel:
         if cached is None:
             # quantised checkpoints keep the LM head in 16 bits
             cached = self._gemm(
-                self.rank_share(sampled) if self.dp > 1 else sampled,
+                self.rank_share(sampled) if self._split > 1 else sampled,
                 self._vocab_shard,
                 self.model.hidden_size,
                 self._head_dtype,
                 self._head_predict,
                 self._head_peak,
             )
+            if self.pp > 1:  # the last stage samples every micro-batch of the round
+                cached *= self.pp
             if len(self._lm_head_cache) < 65536:
                 self._lm_head_cache[sampled] = cached
         return cached
@@ -694,7 +732,12 @@ class CostModel:
         qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
         moe: dict[str, float] = {}
         if self._moe is not None:
-            moe_s, alltoall_s = self._moe_times(stats.num_tokens)
+            # what _linear_times counted: every rank's tokens (dp), or a micro-batch's (pp)
+            tokens = stats.num_tokens if self.pp == 1 else self.rank_share(stats.num_tokens)
+            moe_s, alltoall_s = self._moe_times(tokens)
+            if self.pp > 1:
+                moe_s *= self._stage_factor
+                alltoall_s *= self._stage_factor
             mlp -= moe_s + alltoall_s
             moe = {"moe": moe_s, "alltoall": alltoall_s}
         parts = {
@@ -720,8 +763,13 @@ class CostModel:
                 requests=stats.decode_requests,
             ),
         }
+        if self.pp > 1:
+            parts["pp_send"] = self.pp_send_time(stats.num_tokens)
         gpu = sum(parts.values())
-        parts["overhead"] = self.overhead.added_time(gpu, stats.num_requests, stats.num_tokens)
+        requests, tokens = stats.num_requests, stats.num_tokens
+        if self._split > 1:  # as step_time counts them
+            requests, tokens = self.rank_share(requests), self.rank_share(tokens)
+        parts["overhead"] = self.overhead.added_time(gpu, requests, tokens)
         return parts
 
     def step_time(self, gpu_s: float, num_requests: int, num_tokens: int) -> float:
@@ -730,7 +778,7 @@ class CostModel:
         the same floats, without a model lookup per call)."""
         if self._overhead_zero:
             return gpu_s
-        if self.dp > 1:  # each rank's engine core schedules its own share
+        if self._split > 1:  # each rank's engine core (each micro-batch) schedules its share
             num_requests, num_tokens = self.rank_share(num_requests), self.rank_share(num_tokens)
         cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = self._step_terms
         cpu = cpu_s + per_request * num_requests + per_token * num_tokens
@@ -746,6 +794,8 @@ class CostModel:
         if cached is None:
             qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(num_tokens)
             cached = qkv + o_proj + mlp + elementwise + allreduce + self._lm_head_time(sampled)
+            if self.pp > 1:
+                cached += self.pp_send_time(num_tokens)
             if len(self._token_cache) < 262144:
                 self._token_cache[key] = cached
         return cached
@@ -823,7 +873,7 @@ class CostModel:
                 return per_gpu / self.gpu.hbm_bandwidth
             active = split_weight_bytes(experts, m.active_param_count() - experts, self.dtype)
             return active / self.tp / self.gpu.hbm_bandwidth
-        return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth
+        return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth / self.pp
 
     @classmethod
     def bare_roofline(

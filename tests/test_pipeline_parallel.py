@@ -1,0 +1,107 @@
+"""Pipeline parallelism (``cluster.pp``): stages of tp GPUs, each a share of the layers, the batch
+split into pp micro-batches in flight, one round through every stage per iteration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import cbsim
+from cbsim.cost.roofline import CostModel
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+from cbsim.kvcache import (
+    KVCache,
+    kv_bytes_per_token_per_gpu,
+    model_weight_bytes,
+    weight_bytes_per_gpu,
+)
+from cbsim.models import get_model
+from cbsim.preflight import gpu_layout
+from tests.conftest import BASE_SCENARIO
+
+L70 = get_model("llama-3-70b")
+
+
+def test_a_stage_holds_its_layers_weights_and_keys() -> None:
+    whole = model_weight_bytes(L70, "bf16")
+    embedding = L70.embedding_param_count() * 2.0
+    # 80 layers over 2 stages: 40 each, plus the embedding (as large as the LM head)
+    layers = whole - 2 * embedding - L70.hidden_size * 2.0
+    assert weight_bytes_per_gpu(L70, "bf16", 1, pp=2) == pytest.approx(layers / 2 + embedding)
+    assert weight_bytes_per_gpu(L70, "bf16", 2, pp=4) == pytest.approx((layers / 4 + embedding) / 2)
+    assert kv_bytes_per_token_per_gpu(L70, 1, "bf16", pp=2) == (
+        kv_bytes_per_token_per_gpu(L70, 1, "bf16") / 2
+    )
+    # 61 layers over 4 stages: the largest holds 16
+    v3 = get_model("deepseek-v3")
+    assert kv_bytes_per_token_per_gpu(v3, 8, "bf16", pp=4) == pytest.approx(16 * 576 * 2)
+    gpu = get_gpu("h100-sxm")
+    pp2 = KVCache.for_replica(L70, gpu, tp=1, dtype="bf16", kv_dtype="bf16", block_size=16,
+                              gpu_memory_utilization=0.9, watermark=0.0, pp=2)  # fmt: skip
+    tp2 = KVCache.for_replica(L70, gpu, tp=2, dtype="bf16", kv_dtype="bf16", block_size=16,
+                              gpu_memory_utilization=0.9, watermark=0.0)  # fmt: skip
+    assert pp2.total_blocks == pytest.approx(tp2.total_blocks, rel=0.02)  # the same memory
+
+
+def test_a_round_is_every_stage_running_every_micro_batch() -> None:
+    one, pp2 = CostModel(L70, "h100-sxm", tp=1), CostModel(L70, "h100-sxm", tp=1, pp=2)
+    batch = [(1, 2000)] * 64
+    ours, theirs = pp2.breakdown(batch), one.breakdown([(1, 2000)] * 32)
+    # the layers of the whole model at a micro-batch of 32, the LM head once per micro-batch
+    for op in ("qkv_proj", "o_proj", "mlp", "attn_decode"):
+        assert ours[op] == pytest.approx(theirs[op], rel=1e-12)
+    assert ours["lm_head"] == pytest.approx(2 * theirs["lm_head"], rel=1e-12)
+    assert ours["pp_send"] > 0.0
+    assert sum(ours.values()) == pytest.approx(pp2.iteration_time(batch), rel=1e-12)
+    # no faster per token than the whole model on one GPU; slower per token than tp 2
+    tp2 = CostModel(L70, "h100-sxm", tp=2)
+    assert pp2.iteration_time([(1, 2000)]) > one.iteration_time([(1, 2000)])
+    assert pp2.iteration_time(batch) > tp2.iteration_time(batch)
+
+
+def test_stages_beyond_a_node_send_over_the_nic() -> None:
+    inside = CostModel("deepseek-v3", "h100-sxm", tp=4, dtype="fp8", pp=2)
+    across = CostModel("deepseek-v3", "h100-sxm", tp=8, dtype="fp8", pp=2)
+    gpu = get_gpu("h100-sxm")
+    assert inside._pp_bandwidth == gpu.nvlink_bandwidth
+    assert across._pp_bandwidth == gpu.network_bandwidth == 50e9
+    assert across.pp_send_time(4096) > inside.pp_send_time(4096)
+
+
+def _scenario(**cluster: Any) -> cbsim.Scenario:
+    return cbsim.load_scenario(
+        {**BASE_SCENARIO, "cluster": {"gpu": "h100-sxm", "dtype": "fp8", **cluster}}
+    )
+
+
+def test_two_nodes_of_h100s_serve_deepseek_v3_with_pipeline_stages() -> None:
+    with pytest.raises(CbsimError, match="does not fit"):
+        cbsim.simulate(_scenario(model="deepseek-v3", tp=8))
+    results = cbsim.simulate(_scenario(model="deepseek-v3", tp=8, pp=2))
+    assert results.summary["completed"] == BASE_SCENARIO["workload"]["num_requests"]
+    assert gpu_layout(_scenario(model="deepseek-v3", tp=8, pp=2)) == (
+        "h100-sxm, tp 8 x pp 2 x 1 replica = 16 GPUs in total"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cluster", "words"),
+    [
+        ({"model": "llama-3.2-1b", "pp": 32}, "32 stages for 16 layers"),
+        ({"model": "qwen3-30b-a3b", "dp": 2, "ep": 2, "pp": 2}, "not modelled"),
+    ],
+)
+def test_layouts_that_do_not_work_are_refused(cluster: dict[str, Any], words: str) -> None:
+    with pytest.raises(CbsimError, match=words):
+        _scenario(**cluster)
+
+
+def test_a_mixture_of_experts_breakdown_keeps_its_parts_apart() -> None:
+    pp2 = CostModel("deepseek-v3", "h100-sxm", tp=8, dtype="fp8", pp=2)
+    batch = [(1, 1000)] * 10 + [(900, 0)]
+    parts = pp2.breakdown(batch)
+    assert all(value >= 0.0 for value in parts.values())
+    assert parts["moe"] > 0.0
+    assert sum(parts.values()) == pytest.approx(pp2.iteration_time(batch), rel=1e-12)

@@ -104,6 +104,15 @@ def format_duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+def _per_share(dp: int, pp: int) -> str:
+    """How the scheduler's limits apply with data-parallel ranks or pipeline micro-batches."""
+    if dp > 1:
+        return f" per rank, {dp} ranks"
+    if pp > 1:
+        return f" per micro-batch, {pp} in flight"
+    return ""
+
+
 def describe(scenario: Scenario) -> str:
     """One line: model, GPU, tensor parallelism, precisions, replicas, engine, scheduler and its
     budget, prefix caching, speculation (with the engine's defaults filled in)."""
@@ -124,7 +133,8 @@ def describe(scenario: Scenario) -> str:
         f"{f', dp={cluster.dp}, ep={cluster.ep}' if cluster.dp > 1 else ''}"
         f"{f', pp={cluster.pp}' if cluster.pp > 1 else ''}, {cluster.dtype} weights, "
         f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
-        f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}, "
+        f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}"
+        f"{_per_share(cluster.dp, cluster.pp)}, "
         f"blocks of {sched.block_size}), {caching}, {speculation}"
     )
 

@@ -1055,7 +1055,8 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         raise CbsimError(
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
             f"with gpu_memory_utilization={cluster.gpu_memory_utilization}: weights need "
-            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or cluster.pp, or use fp8",
+            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or cluster.pp"
+            f"{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
             source=source,
             field="cluster.tp",
         )

@@ -86,12 +86,19 @@ class PrefixAwareRouter:
 
     def route(self, replicas: Sequence[Loaded], req: Request) -> int:
         prompt = req.prompt_tokens
+        loads = [replica.outstanding_tokens() for replica in replicas]
+        if req.segments is None:
+            return loads.index(min(loads))
+        # least loaded first: a cache never holds a whole prompt (its last token is computed),
+        # so a replica's cost exceeds its load, and once the loads reach the best cost so far no
+        # later replica can beat it (nor tie it: ties go to the lowest index)
         best, best_cost = 0, -1
-        for index, replica in enumerate(replicas):
-            cost = replica.outstanding_tokens() + prompt
-            if req.segments is not None:
-                cost -= replica.cached_prefix_tokens(req)
-            if best_cost < 0 or cost < best_cost:
+        for index in sorted(range(len(loads)), key=loads.__getitem__):
+            load = loads[index]
+            if best_cost >= 0 and load >= best_cost:
+                break
+            cost = load + prompt - replicas[index].cached_prefix_tokens(req)
+            if best_cost < 0 or cost < best_cost or (cost == best_cost and index < best):
                 best, best_cost = index, cost
         return best
 

@@ -331,3 +331,32 @@ def test_a_cpu_tier_without_prefix_caching_is_ignored_and_said() -> None:
     results = cbsim.simulate(cbsim.load_scenario(data))
     assert "kv_offload is ignored" in results.summary["warnings"]
     assert results.summary["prefix_hit_rate"] == 0.0
+
+
+class _Replica:
+    def __init__(self, load: int, cached: int) -> None:
+        self.load, self.cached, self.looked = load, cached, False
+
+    def outstanding_tokens(self) -> int:
+        return self.load
+
+    def cached_prefix_tokens(self, req: Request) -> int:
+        self.looked = True
+        return self.cached
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_prefix_aware_routing_skips_only_replicas_that_cannot_win(seed: int) -> None:
+    from cbsim.router import PrefixAwareRouter
+
+    rng = np.random.default_rng(seed)
+    req = _request([1, 2, 3, 4], 256, PrefixInterner())
+    count = int(rng.integers(1, 7))
+    loads = rng.integers(0, 400, count).tolist()
+    cached = (rng.integers(0, 16, count) * BLOCK).tolist()  # at most 240 of 256 prompt tokens
+    replicas = [_Replica(load, hit) for load, hit in zip(loads, cached, strict=True)]
+    costs = [load + 256 - hit for load, hit in zip(loads, cached, strict=True)]
+    chosen = PrefixAwareRouter(rng).route(replicas, req)
+    assert chosen == costs.index(min(costs))  # the cheapest, ties to the lowest index
+    for replica in replicas:
+        assert replica.looked or replica.load >= min(costs)

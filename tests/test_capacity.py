@@ -215,6 +215,13 @@ def test_fleet_for_a_target_is_verified_and_costed_by_hand() -> None:
     assert result["simulations"] == search + len(result["fleet"])
 
 
+def test_a_pipelined_replica_costs_all_its_gpus() -> None:
+    result = plan(scenario(tp=1, pp=2), SLO, prices={"h100-sxm": 2.0}, window_s=WINDOW_S)
+    assert result["gpus_per_replica"] == 2 and result["replica_cost_per_hour"] == 4.0
+    tokens = result["max_rate_rps"] * 3600 * result["output_tokens_per_request"]
+    assert result["cost_per_million_output_tokens"] == pytest.approx(4.0 / tokens * 1e6)
+
+
 def test_vary_gpu_picks_the_cheaper_per_token() -> None:
     vary = {"cluster.gpu": ["h100-sxm", "a100-80gb"]}
     default = plan(scenario(), SLO, vary=vary, window_s=WINDOW_S)

@@ -94,6 +94,7 @@ def _plan_one(
             "model": cluster.model,
             "gpu": cluster.gpu,
             "tp": cluster.tp,
+            "gpus_per_replica": cluster.gpus_per_replica,
             "price_per_gpu_hour": price,
             "target_rps": target_rps,
             "replicas": None,

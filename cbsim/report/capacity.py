@@ -55,10 +55,17 @@ class _OperatingPoint:
     gpus: float | None = None
 
 
+def _replica_gpus(alt: Mapping[str, Any]) -> float | None:
+    """GPUs one replica of an alternative takes (tp x dp x pp; plans written before data and
+    pipeline parallelism record only tp)."""
+    gpus = _finite(alt.get("gpus_per_replica"))
+    return gpus if gpus is not None else _finite(alt.get("tp"))
+
+
 def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
     """The operating point the alternative's cost was computed for: the verified fleet at the
     target load, else one replica at its maximum rate (empty when there is none)."""
-    tp = _finite(alt.get("tp"))
+    tp = _replica_gpus(alt)
     fleet = alt.get("fleet")
     if isinstance(fleet, list):
         for run in reversed(fleet):
@@ -410,10 +417,10 @@ def _token_rate_blocks(
     alternatives: Sequence[Mapping[str, Any]], labels: Sequence[str]
 ) -> list[Block]:
     """Output tokens/s per GPU against per user at every load the search simulated (one replica
-    of each layout, so its GPUs are its tp), one line per alternative."""
+    of each layout, so its GPUs are its tp x dp x pp), one line per alternative."""
     rows: list[dict[str, Any]] = []
     for alt, label in zip(alternatives, labels, strict=True):
-        gpus = _finite(alt.get("tp"))
+        gpus = _replica_gpus(alt)
         for ev in alt.get("evaluations") or []:
             if not isinstance(ev, dict):
                 continue

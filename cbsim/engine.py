@@ -808,6 +808,7 @@ class CostModelCache:
 
     _FIELDS: ClassVar[set[str]] = {
         "model", "gpu", "tp", "dtype", "kv_dtype", "calibration", "engine", "expert_routing", "ep",
+        "dp", "pp",
     }  # fmt: skip
 
     def __init__(self) -> None:

@@ -957,7 +957,9 @@ def _memory_utilization(cluster: Cluster, fraction: float, basis: str) -> float:
     from cbsim.models import get_model
 
     gpu = get_gpu(cluster.gpu)
-    free = kv_capacity_bytes(get_model(cluster.model), gpu, cluster.tp, cluster.dtype, 1.0)
+    free = kv_capacity_bytes(
+        get_model(cluster.model), gpu, cluster.tp, cluster.dtype, 1.0, cluster.dp, cluster.pp
+    )
     if free <= 0:
         return 1.0  # the weights do not fit: the feasibility check says so
     used = gpu.memory_bytes - free

@@ -146,3 +146,13 @@ def test_the_breakdown_adds_up_to_the_iteration() -> None:
     dp8 = _v3(1, 8, 8)
     batch = [(1, 3000)] * 100 + [(700, 0)]
     assert sum(dp8.breakdown(batch).values()) == pytest.approx(dp8.iteration_time(batch), rel=1e-12)
+
+
+def test_a_request_stays_whole_on_one_rank() -> None:
+    """A lone prompt runs on one rank: its attention is that rank's, whatever the other seven."""
+    dp8, one = _v3(1, 8, 8), CostModel("deepseek-v3", "h200", tp=1, dtype="fp8")
+    prompt = [(8192, 0)]
+    assert dp8.breakdown(prompt)["attn_prefill"] == one.breakdown(prompt)["attn_prefill"]
+    # two decodes over eight ranks: the busiest rank holds one of them
+    pair = [(1, 4000), (1, 4000)]
+    assert dp8.breakdown(pair)["attn_decode"] == one.breakdown([(1, 4000)])["attn_decode"]

@@ -105,3 +105,15 @@ def test_a_mixture_of_experts_breakdown_keeps_its_parts_apart() -> None:
     assert all(value >= 0.0 for value in parts.values())
     assert parts["moe"] > 0.0
     assert sum(parts.values()) == pytest.approx(pp2.iteration_time(batch), rel=1e-12)
+
+
+def test_a_lone_request_is_never_split_between_micro_batches() -> None:
+    """One prompt passes the stages one after another: no faster than on one group of GPUs."""
+    prompt = [(7000, 0)]
+    one = CostModel("llama-3-8b", "h100-sxm", tp=1).iteration_time(prompt)
+    for pp in (2, 4):
+        piped = CostModel("llama-3-8b", "h100-sxm", tp=1, pp=pp)
+        assert piped.iteration_time(prompt) >= one
+        assert piped.iteration_time([(1, 32000)]) >= CostModel(
+            "llama-3-8b", "h100-sxm"
+        ).iteration_time([(1, 32000)])

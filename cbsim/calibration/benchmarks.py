@@ -226,8 +226,9 @@ def shared_h100_benchmarks() -> pd.DataFrame:
 
 def catalog_model(hf_model: str) -> str | None:
     """The catalog name of a Hugging Face model id (or a local path ending in one) of a dense
-    model cbsim can price, else None: mixture-of-experts models too, whose measured deployments
-    use expert parallelism and attention data parallelism cbsim does not model yet."""
+    model cbsim can price, else None: mixture-of-experts models too, whose measured deployments'
+    layouts (expert, attention data and pipeline parallelism) the end-to-end fit does not set up
+    yet (``benchmarks/moe_e2e.py`` compares them on their own)."""
     wanted = _base_name(hf_model)
     if wanted not in MODEL_NAMES:
         known = {_base_name(hf_id): name for hf_id, name in HF_MODEL_IDS.items()}

@@ -374,9 +374,11 @@ class CostModel:
         )
         self._compiled: dict[tuple[int, int] | None, Any] = {}
         self._prefill_fit = prefill.specialize(heads).compiled() if prefill is not None else None
-        self._linear_cache: dict[int, tuple[float, float, float, float, float]] = {}
-        self._token_cache: dict[tuple[int, int], float] = {}
-        self._lm_head_cache: dict[int, float] = {}
+        self._linear_cache: dict[
+            int | tuple[int, int], tuple[float, float, float, float, float]
+        ] = {}
+        self._token_cache: dict[tuple[int, ...], float] = {}
+        self._lm_head_cache: dict[int | tuple[int, int], float] = {}
         self._gemm_cache: dict[tuple[int, int, int], float] = {}
         self._gemm_predict = self._gemm_fit.compiled() if self._gemm_fit is not None else None
         self._head_predict = self._head_fit.compiled() if self._head_fit is not None else None
@@ -410,7 +412,7 @@ class CostModel:
             if tp * pp <= self.gpu.gpus_per_node
             else self.gpu.network_bandwidth
         )
-        self._moe_cache: dict[int, tuple[float, float]] = {}
+        self._moe_cache: dict[int | tuple[int, int], tuple[float, float]] = {}
         # the experts spread over every GPU of the replica: tp x dp of them
         self._moe = (
             moe_pricing(self.model, self.gpu, tp * dp, ep, dtype, expert_routing, cal, self.params)
@@ -521,21 +523,27 @@ class CostModel:
         window) at most the last ``sliding_window`` of each request's. With attention data
         parallelism, a rank's share of the group (the ranks wait for the largest); with pipeline
         stages, a micro-batch's share through every stage, each as long as the largest."""
-        if self._split > 1 and tokens > 0:
-            split = self._split
-            tokens, kv_tokens = -(-tokens // split), -(-kv_tokens // split)
-            pairs, requests = pairs / split, -(-requests // split)
+        if self._split > 1 and tokens > 0 and requests > 0:
+            held = -(-requests // self._split)  # whole requests: the largest share's
+            tokens, kv_tokens = (
+                self._share_of(tokens, requests),
+                self._share_of(kv_tokens, requests),
+            )
+            pairs, requests = pairs * held / requests, held
         full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
         m = self.model
-        if self.pp > 1:
-            full *= self._stage_factor
         if not m.sliding_window:
-            return m.num_layers * full
-        kv_local, pairs_local = windowed(
-            tokens, kv_tokens, pairs, requests, m.sliding_window, decode=decode
-        )
-        local = self.attention_time(tokens, kv_local, pairs_local, decode=decode, requests=requests)
-        return (m.num_layers - m.sliding_window_layers) * full + m.sliding_window_layers * local
+            total = m.num_layers * full
+        else:
+            kv_local, pairs_local = windowed(
+                tokens, kv_tokens, pairs, requests, m.sliding_window, decode=decode
+            )
+            local = self.attention_time(
+                tokens, kv_local, pairs_local, decode=decode, requests=requests
+            )
+            total = (m.num_layers - m.sliding_window_layers) * full
+            total += m.sliding_window_layers * local
+        return total * self._stage_factor if self.pp > 1 else total
 
     def elementwise_time(self, tokens: int) -> float:
         """Seconds for one layer's norms, rotary embedding, activation and residual adds."""
@@ -593,15 +601,19 @@ class CostModel:
 
     # ------------------------------------------------------------------ per-iteration terms
 
-    def _linear_times(self, n_tokens: int) -> tuple[float, float, float, float, float]:
-        """(qkv, o_proj, mlp, elementwise, allreduce) seconds for all layers at N tokens (with
-        attention data parallelism: a rank's share of them, the experts all N)."""
-        cached = self._linear_cache.get(n_tokens)
+    def _linear_times(
+        self, n_tokens: int, requests: int = 0
+    ) -> tuple[float, float, float, float, float]:
+        """(qkv, o_proj, mlp, elementwise, allreduce) seconds for all layers at N tokens of
+        ``requests`` requests (with attention data parallelism: a rank's share of them, the
+        experts all N; with pipeline stages: a micro-batch's, through every stage)."""
+        key = n_tokens if self._split == 1 else (n_tokens, requests)
+        cached = self._linear_cache.get(key)
         if cached is not None:
             return cached
         total = n_tokens
         if self._split > 1:
-            n_tokens = self.rank_share(n_tokens)
+            n_tokens = self._share_of(n_tokens, requests)
         m = self.model
         layers = m.num_layers
         h = m.hidden_size
@@ -615,7 +627,7 @@ class CostModel:
         mlp_total = layers * mlp
         if self._moe is not None:
             moe_tokens = total if self.dp > 1 else n_tokens  # ranks share experts; stages not
-            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(moe_tokens))
+            mlp_total = m.num_dense_layers * mlp + sum(self._moe_times(moe_tokens, n_tokens))
         result = (
             layers * qkv,
             layers * o_proj,
@@ -627,7 +639,7 @@ class CostModel:
             f = self._stage_factor
             result = (f * result[0], f * result[1], f * result[2], f * result[3], f * result[4])
         if len(self._linear_cache) < 65536:
-            self._linear_cache[total] = result
+            self._linear_cache[key] = result
         return result
 
     def alltoall_time(self, size_bytes: float) -> float:
@@ -659,33 +671,49 @@ class CostModel:
         sent = tokens * copies * m.hidden_size * self._act_bytes / self.tp
         return 2.0 * self.alltoall_time(sent)
 
+    def _share_of(self, count: int, requests: int) -> int:
+        """The largest rank's (micro-batch's) share of ``count`` (tokens, keys) of a batch of
+        ``requests`` requests, each kept whole on one rank (in one micro-batch), split as evenly
+        as they go: ceil(requests / shares) of them, at least one (``count`` split evenly when
+        ``requests`` is unknown)."""
+        if self._split == 1 or count <= 0:
+            return count
+        if requests <= 0:
+            return -(-count // self._split)
+        return -(-count * -(-requests // self._split) // requests)
+
+    def _micro_batches(self, requests: int) -> int:
+        """Micro-batches a round of a batch of ``requests`` holds (one per stage at most)."""
+        return self.pp if requests <= 0 else min(self.pp, requests)
+
     def rank_share(self, count: int) -> int:
         """A data-parallel rank's (or a pipeline micro-batch's) share of ``count`` (requests,
         tokens) of a batch split evenly over the ``dp`` ranks (``pp`` micro-batches): the
         largest, which the ranks in lockstep (the stages) wait for."""
         return -(-count // self._split)
 
-    def pp_send_time(self, tokens: int) -> float:
-        """Seconds of one round's activation sends between pipeline stages: each of the ``pp``
-        micro-batches' hidden states (16-bit) passed on ``pp`` times (to the next stage, and the
-        sampled tokens back to the first), over NVLink inside a node, else the NIC."""
+    def pp_send_time(self, tokens: int, requests: int = 0) -> float:
+        """Seconds of one round's activation sends between pipeline stages: a micro-batch's
+        hidden states (16-bit) passed on once per micro-batch of the round (on the critical path
+        of the stage that waits for them), over NVLink inside a node, else the NIC."""
         if self.pp == 1 or tokens <= 0:
             return 0.0
         p = self.params
-        message = self.rank_share(tokens) * self.model.hidden_size * self._act_bytes
+        message = self._share_of(tokens, requests) * self.model.hidden_size * self._act_bytes
         link = self._pp_bandwidth * p.allreduce_bw_eff
-        return self.pp * (p.allreduce_latency_s + message / link)
+        return self._micro_batches(requests) * (p.allreduce_latency_s + message / link)
 
-    def moe_layer_time(self, tokens: int) -> float:
+    def moe_layer_time(self, tokens: int, local: int | None = None) -> float:
         """Seconds for one MoE layer's MLP at ``tokens`` tokens on one GPU: the router, the routed
         experts (:mod:`cbsim.calibration.moe`'s fit) and the shared experts. With attention data
         parallelism ``tokens`` are all ranks' (the routed experts see them all); the router and
-        the shared experts run on each rank's share."""
+        the shared experts run on a rank's share, ``local``."""
         if self._moe is None or tokens <= 0:
             return 0.0
         m = self.model
         routed = self._moe.routed_time(tokens)
-        local = self.rank_share(tokens) if self.dp > 1 else tokens
+        if local is None:
+            local = self.rank_share(tokens) if self.dp > 1 else tokens
         router = self.gemm_time(local, m.num_experts, m.hidden_size)
         shared = 0.0
         if m.shared_expert_intermediate_size:
@@ -695,23 +723,28 @@ class CostModel:
             )
         return routed + router + shared
 
-    def _moe_times(self, tokens: int) -> tuple[float, float]:
-        """(MoE MLPs, expert-parallel all-to-all) seconds over all MoE layers (memoised)."""
-        cached = self._moe_cache.get(tokens)
+    def _moe_times(self, tokens: int, local: int | None = None) -> tuple[float, float]:
+        """(MoE MLPs, expert-parallel all-to-all) seconds over all MoE layers at ``tokens``
+        tokens, ``local`` of them a data-parallel rank's (memoised)."""
+        if local is None:
+            local = self.rank_share(tokens) if self.dp > 1 else tokens
+        key = tokens if self.dp == 1 else (tokens, local)
+        cached = self._moe_cache.get(key)
         if cached is None:
             layers = self.model.num_moe_layers
-            dispatch = self.dispatch_time(self.rank_share(tokens)) if self.dp > 1 else 0.0
-            cached = (layers * self.moe_layer_time(tokens), layers * dispatch)
+            dispatch = self.dispatch_time(local) if self.dp > 1 else 0.0
+            cached = (layers * self.moe_layer_time(tokens, local), layers * dispatch)
             if len(self._moe_cache) < 65536:
-                self._moe_cache[tokens] = cached
+                self._moe_cache[key] = cached
         return cached
 
-    def _lm_head_time(self, sampled: int) -> float:
-        cached = self._lm_head_cache.get(sampled)
+    def _lm_head_time(self, sampled: int, requests: int = 0) -> float:
+        key = sampled if self._split == 1 else (sampled, requests)
+        cached = self._lm_head_cache.get(key)
         if cached is None:
             # quantised checkpoints keep the LM head in 16 bits
             cached = self._gemm(
-                self.rank_share(sampled) if self._split > 1 else sampled,
+                self._share_of(sampled, requests),
                 self._vocab_shard,
                 self.model.hidden_size,
                 self._head_dtype,
@@ -719,9 +752,9 @@ class CostModel:
                 self._head_peak,
             )
             if self.pp > 1:  # the last stage samples every micro-batch of the round
-                cached *= self.pp
+                cached *= self._micro_batches(requests)
             if len(self._lm_head_cache) < 65536:
-                self._lm_head_cache[sampled] = cached
+                self._lm_head_cache[key] = cached
         return cached
 
     def breakdown_stats(self, stats: BatchStats) -> dict[str, float]:
@@ -729,12 +762,14 @@ class CostModel:
         ``overhead`` is what the engine's CPU-side work adds beyond the kernels."""
         if stats.num_tokens <= 0:
             return {}
-        qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens)
+        requests = stats.num_requests
+        qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(stats.num_tokens, requests)
         moe: dict[str, float] = {}
         if self._moe is not None:
             # what _linear_times counted: every rank's tokens (dp), or a micro-batch's (pp)
-            tokens = stats.num_tokens if self.pp == 1 else self.rank_share(stats.num_tokens)
-            moe_s, alltoall_s = self._moe_times(tokens)
+            share = self._share_of(stats.num_tokens, requests)
+            tokens = stats.num_tokens if self.pp == 1 else share
+            moe_s, alltoall_s = self._moe_times(tokens, share)
             if self.pp > 1:
                 moe_s *= self._stage_factor
                 alltoall_s *= self._stage_factor
@@ -747,7 +782,7 @@ class CostModel:
             **moe,
             "elementwise": elementwise,
             "allreduce": allreduce,
-            "lm_head": self._lm_head_time(stats.sampled_tokens),
+            "lm_head": self._lm_head_time(stats.sampled_tokens, requests),
             "attn_prefill": self._attention_all_layers(
                 stats.prefill_tokens,
                 stats.prefill_kv_tokens,
@@ -764,11 +799,11 @@ class CostModel:
             ),
         }
         if self.pp > 1:
-            parts["pp_send"] = self.pp_send_time(stats.num_tokens)
+            parts["pp_send"] = self.pp_send_time(stats.num_tokens, requests)
         gpu = sum(parts.values())
-        requests, tokens = stats.num_requests, stats.num_tokens
+        tokens = stats.num_tokens
         if self._split > 1:  # as step_time counts them
-            requests, tokens = self.rank_share(requests), self.rank_share(tokens)
+            requests, tokens = self.rank_share(requests), self._share_of(tokens, requests)
         parts["overhead"] = self.overhead.added_time(gpu, requests, tokens)
         return parts
 
@@ -779,7 +814,8 @@ class CostModel:
         if self._overhead_zero:
             return gpu_s
         if self._split > 1:  # each rank's engine core (each micro-batch) schedules its share
-            num_requests, num_tokens = self.rank_share(num_requests), self.rank_share(num_tokens)
+            num_tokens = self._share_of(num_tokens, num_requests)
+            num_requests = self.rank_share(num_requests)
         cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = self._step_terms
         cpu = cpu_s + per_request * num_requests + per_token * num_tokens
         serial = serial_s + serial_per_request * num_requests
@@ -787,15 +823,17 @@ class CostModel:
             return (gpu_s if gpu_s > cpu else cpu) + serial
         return gpu_s + cpu + serial
 
-    def _token_time(self, num_tokens: int, sampled: int) -> float:
-        """Kernels other than attention: they depend only on the batch's counts (memoised)."""
-        key = (num_tokens, sampled)
+    def _token_time(self, num_tokens: int, sampled: int, requests: int = 0) -> float:
+        """Kernels other than attention: they depend only on the batch's counts (memoised; with
+        data-parallel ranks or pipeline stages also on its requests, kept whole in a share)."""
+        key = (num_tokens, sampled) if self._split == 1 else (num_tokens, sampled, requests)
         cached = self._token_cache.get(key)
         if cached is None:
-            qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(num_tokens)
-            cached = qkv + o_proj + mlp + elementwise + allreduce + self._lm_head_time(sampled)
+            qkv, o_proj, mlp, elementwise, allreduce = self._linear_times(num_tokens, requests)
+            cached = qkv + o_proj + mlp + elementwise + allreduce
+            cached += self._lm_head_time(sampled, requests)
             if self.pp > 1:
-                cached += self.pp_send_time(num_tokens)
+                cached += self.pp_send_time(num_tokens, requests)
             if len(self._token_cache) < 262144:
                 self._token_cache[key] = cached
         return cached
@@ -805,7 +843,7 @@ class CostModel:
         if stats.num_tokens <= 0:
             return 0.0
         return (
-            self._token_time(stats.num_tokens, stats.sampled_tokens)
+            self._token_time(stats.num_tokens, stats.sampled_tokens, stats.num_requests)
             + self._attention_all_layers(
                 stats.prefill_tokens,
                 stats.prefill_kv_tokens,
@@ -831,7 +869,9 @@ class CostModel:
     def decode_time(self, num_requests: int, kv_tokens: int) -> float:
         """Iteration seconds of a pure decode batch: ``num_requests`` single-token steps reading
         ``kv_tokens`` keys/values in all (cached + new). Equal to :meth:`time_stats` of that batch."""
-        gpu = self._token_time(num_requests, num_requests) + self._attention_all_layers(
+        gpu = self._token_time(
+            num_requests, num_requests, num_requests
+        ) + self._attention_all_layers(
             num_requests, kv_tokens, float(kv_tokens), decode=True, requests=num_requests
         )
         return self.step_time(gpu, num_requests, num_requests)
@@ -873,7 +913,7 @@ class CostModel:
                 return per_gpu / self.gpu.hbm_bandwidth
             active = split_weight_bytes(experts, m.active_param_count() - experts, self.dtype)
             return active / self.tp / self.gpu.hbm_bandwidth
-        return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth / self.pp
+        return model_weight_bytes(m, self.dtype) / self.tp / self.gpu.hbm_bandwidth
 
     @classmethod
     def bare_roofline(

@@ -93,6 +93,8 @@ class Proposer(ABC):
 class _ModelProposer(Proposer):
     """Drafts with a (small) transformer on the target's GPUs."""
 
+    shares_layout: ClassVar[bool] = False  # its experts spread as the target's
+
     def __init__(self, shape: ModelShape, target: CostModel) -> None:
         step = target.overhead
         overhead = StepOverhead(
@@ -103,9 +105,12 @@ class _ModelProposer(Proposer):
         engine = target.engine.model_copy(update={"overhead": overhead, "frontend": Frontend()})
         self.shape = shape
         self.tp = target.tp
-        self.dp = target.dp if shape.is_moe else 1  # its layers spread as the target's
-        # a dense head's cost model prices one rank: its steps take a rank's share of the batch
-        self._ranks = 1 if shape.is_moe else target.dp
+        # experts spread as the target's: an MTP module's (its layers are the target's), or any
+        # mixture of experts drafting on data-parallel ranks (whose layout requires it)
+        spread = shape.is_moe and (self.shares_layout or target.dp > 1)
+        self.dp = target.dp if spread else 1
+        # a cost model of one rank (a dense head's) takes a rank's share of the batch per step
+        self._ranks = target.dp // self.dp
         self.dtype = target.dtype
         self.kv_dtype = target.kv_dtype
         self.cost = CostModel(
@@ -117,8 +122,8 @@ class _ModelProposer(Proposer):
             params=target.params,
             calibration=target.calibration,
             engine=engine,
-            expert_routing=target.expert_routing,
-            ep=target.ep if shape.is_moe else 1,
+            expert_routing=target.expert_routing if spread else "balanced",
+            ep=target.ep if spread else 1,
             dp=self.dp,
         )
 
@@ -163,6 +168,8 @@ class _ModelProposer(Proposer):
         return times
 
     def weight_bytes_per_gpu(self) -> float:
+        if self.dp > 1:
+            return weight_bytes_per_gpu(self.shape, self.dtype, self.tp, self.dp)
         return model_weight_bytes(self.shape, self.dtype) / self.tp
 
     def kv_bytes_per_token_per_gpu(self) -> float:
@@ -197,6 +204,7 @@ class EagleHead(_ModelProposer):
 
 class MtpModule(_ModelProposer):
     kind = "mtp"
+    shares_layout = True
 
     def __init__(self, target: CostModel, layers: int) -> None:
         shape = replace(target.model, name=f"{target.model.name}-mtp", num_layers=layers,

@@ -78,3 +78,9 @@ def test_mtp_speculation_lowers_tpot_at_light_load() -> None:
 def test_layers_out_of_range_are_refused() -> None:
     with pytest.raises(CbsimError, match="layers"):
         _scenario(enabled=True, proposer={"kind": "mtp", "layers": 0})
+
+
+def test_an_mtp_module_of_a_sliding_window_model_is_refused_with_the_reason() -> None:
+    target = CostModel("gpt-oss-120b", "h100-sxm", tp=2, dtype="mxfp4")
+    with pytest.raises(CbsimError, match="local- and full-attention"):
+        make_proposer(MtpProposer(kind="mtp"), target)

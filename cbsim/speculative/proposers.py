@@ -32,6 +32,7 @@ import numpy as np
 
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import Frontend, StepOverhead
+from cbsim.errors import CbsimError
 from cbsim.kvcache import (
     DTYPE_BYTES,
     dense_weight_dtype,
@@ -207,6 +208,13 @@ class MtpModule(_ModelProposer):
     shares_layout = True
 
     def __init__(self, target: CostModel, layers: int) -> None:
+        if target.model.sliding_window:
+            raise CbsimError(
+                f"an MTP module of {target.model.name} would mix local- and full-attention "
+                "layers, which is not modelled (the models that ship MTP modules, DeepSeek-V3/R1 "
+                "and Kimi K2, have none); use an eagle or draft_model proposer",
+                field="speculative.proposer",
+            )
         shape = replace(target.model, name=f"{target.model.name}-mtp", num_layers=layers,
                         dense_layers=0)  # fmt: skip
         super().__init__(shape, target)

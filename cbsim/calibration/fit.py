@@ -197,17 +197,47 @@ def _attention_family(
 
 
 def _allreduce_rows(
-    gpu: str, data_dir: str | Path | None, engine: str
+    gpu: str, data_dir: str | Path | None, engine: str, nccl: pd.DataFrame | None = None
 ) -> tuple[pd.DataFrame | None, str]:
     """The all-reduce measurements a profile is fitted on, and where they come from: the engine's
-    own kernel where its table measured the message size, NCCL beyond; NCCL alone without one."""
-    nccl = _optional_table("nccl", gpu, data_dir, engine)
+    own kernel where its table measured the message size, NCCL beyond; NCCL alone without one
+    (``nccl``: the GPU's NCCL table, read here when not given)."""
+    if nccl is None:
+        nccl = _optional_table("nccl", gpu, data_dir, engine)
     custom = _optional_table("custom_allreduce", gpu, data_dir, engine)
     if custom is not None:
         return comm.engine_allreduce_rows(custom, nccl), "custom all-reduce + NCCL beyond"
     if nccl is not None:
         return comm.allreduce_rows(nccl), "NCCL"
     return None, ""
+
+
+def _comm_curves(
+    measured: pd.DataFrame,
+    collective: str,
+    source: str,
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, object]],
+    provenance: dict[str, Measured],
+    validate: bool,
+    points: list[pd.DataFrame] | None = None,
+) -> dict[str, CommFit]:
+    """One collective's curves per GPU count from num_gpus, size_bytes, latency_s rows, and
+    with ``validate`` its held-out message sizes' error (a row, provenance under the
+    collective's name without its hyphen, and measured-against-predicted ``points`` if given)."""
+    curves = comm.fit_allreduce_rows(measured)
+    if validate:
+        held = comm.holdout_rows(measured)
+        truth, predicted = held["measured_s"].to_numpy(), held["predicted_s"].to_numpy()
+        stats = _stats(predicted, truth)
+        if points is not None:
+            points.append(_points(collective, truth, predicted))
+        rows.append(_error_row(gpu, engine, collective, "calibrated", stats))
+        provenance[collective.replace("-", "")] = _held_out(
+            f"held-out message sizes ({source})", len(held), stats
+        )
+    return curves
 
 
 MOE_CHECKED = ("bfloat16", "fp8", "fp8_block", "nvfp4")
@@ -323,31 +353,17 @@ def fit_profile(
             )
             provenance.update(found)
         attention_fits[phase] = fits
-    allreduce = {}
-    comm_rows, comm_source = _allreduce_rows(gpu, data_dir, engine)
+    allreduce: dict[str, CommFit] = {}
+    nccl = _optional_table("nccl", gpu, data_dir, engine)
+    comm_rows, comm_source = _allreduce_rows(gpu, data_dir, engine, nccl)
     if comm_rows is not None:
         progress(f"{gpu}: fitting all-reduce ({comm_source})")
-        allreduce = comm.fit_allreduce_rows(comm_rows)
-        if validate:
-            held = comm.holdout_rows(comm_rows)
-            stats = _stats(held["predicted_s"].to_numpy(), held["measured_s"].to_numpy())
-            points.append(
-                _points("all-reduce", held["measured_s"].to_numpy(), held["predicted_s"].to_numpy())
-            )
-            rows.append(_error_row(gpu, engine, "all-reduce", "calibrated", stats))
-            provenance["allreduce"] = _held_out(
-                f"held-out message sizes ({comm_source})", len(held), stats
-            )
+        allreduce = _comm_curves(comm_rows, "all-reduce", comm_source, gpu, engine, rows,
+                                 provenance, validate, points)  # fmt: skip
     alltoall: dict[str, CommFit] = {}
-    nccl_table = _optional_table("nccl", gpu, data_dir, engine)
-    if nccl_table is not None and (nccl_table["op"].astype(str) == comm.ALLTOALL_OP).any():
-        alltoall_rows = comm.alltoall_rows(nccl_table)
-        alltoall = comm.fit_allreduce_rows(alltoall_rows)
-        if validate:
-            held = comm.holdout_rows(alltoall_rows)
-            stats = _stats(held["predicted_s"].to_numpy(), held["measured_s"].to_numpy())
-            rows.append(_error_row(gpu, engine, "all-to-all", "calibrated", stats))
-            provenance["alltoall"] = _held_out("held-out message sizes (NCCL)", len(held), stats)
+    if nccl is not None and (nccl["op"].astype(str) == comm.ALLTOALL_OP).any():
+        alltoall = _comm_curves(comm.alltoall_rows(nccl), "all-to-all", "NCCL", gpu, engine,
+                                rows, provenance, validate)  # fmt: skip
     elementwise_gpu = gpu if vidur_tables(gpu) else ELEMENTWISE_SOURCE.get(gpu)
     elementwise = vidur.elementwise_fit(elementwise_gpu) if elementwise_gpu else None
     if elementwise is not None:

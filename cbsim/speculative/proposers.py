@@ -181,21 +181,32 @@ class DraftModel(_ModelProposer):
     kind = "draft_model"
 
 
-class EagleHead(_ModelProposer):
-    kind = "eagle"
+class _FusedHead(_ModelProposer):
+    """Layers over the target's hidden state and the next token's embedding, fused by a
+    2h x h projection (EAGLE's fusion layer, MTP's projection): each draft step costs the layers,
+    the projection and the LM head."""
 
-    def __init__(self, target: CostModel) -> None:
-        head = target.model.dense(f"{target.model.name}-eagle-head", 1)
-        super().__init__(head, target)
+    def __init__(self, shape: ModelShape, target: CostModel) -> None:
+        super().__init__(shape, target)
         self._fusion_k = 2 * target.model.hidden_size
 
     def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         hidden = self.shape.hidden_size
-        decode_time, gemm_time = self.cost.decode_time, self.cost.gemm_time
+        cost = self.cost
+        decode_time, gemm_time = cost.decode_time, cost.gemm_time
+        # a cost model of data-parallel ranks prices the projection at a rank's share
+        share = cost.rank_share if cost.dp > 1 else None
         return [
-            decode_time(n, kv) + gemm_time(n, hidden, self._fusion_k)
+            decode_time(n, kv) + gemm_time(share(n) if share else n, hidden, self._fusion_k)
             for n, kv in self._rank_steps(steps)
         ]
+
+
+class EagleHead(_FusedHead):
+    kind = "eagle"
+
+    def __init__(self, target: CostModel) -> None:
+        super().__init__(target.model.dense(f"{target.model.name}-eagle-head", 1), target)
 
     def weight_bytes_per_gpu(self) -> float:
         # one decoder layer and the fusion layer; embeddings and LM head are the target's own
@@ -203,7 +214,7 @@ class EagleHead(_ModelProposer):
         return layer * DTYPE_BYTES[dense_weight_dtype(self.dtype)] / self.tp
 
 
-class MtpModule(_ModelProposer):
+class MtpModule(_FusedHead):
     kind = "mtp"
     shares_layout = True
 
@@ -218,16 +229,6 @@ class MtpModule(_ModelProposer):
         shape = replace(target.model, name=f"{target.model.name}-mtp", num_layers=layers,
                         dense_layers=0)  # fmt: skip
         super().__init__(shape, target)
-        self._fusion_k = 2 * target.model.hidden_size
-
-    def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
-        hidden = self.shape.hidden_size
-        decode_time, gemm_time = self.cost.decode_time, self.cost.gemm_time
-        share = self.cost.rank_share if self.dp > 1 else None
-        return [
-            decode_time(n, kv) + gemm_time(share(n) if share else n, hidden, self._fusion_k)
-            for n, kv in steps
-        ]
 
     def weight_bytes_per_gpu(self) -> float:
         # its layers (experts spread as the target's) and the projection; the embedding, final

@@ -115,7 +115,12 @@ def _per_share(dp: int, pp: int) -> str:
 
 def describe(scenario: Scenario) -> str:
     """One line: model, GPU, tensor parallelism, precisions, replicas, engine, scheduler and its
-    budget, prefix caching, speculation (with the engine's defaults filled in)."""
+    budget, prefix caching, speculation (with the engine's defaults filled in); with pools, one
+    such description per pool."""
+    if scenario.cluster.pooled:
+        from cbsim.pools import pool_plans
+
+        return "; ".join(f"{plan.name}: {describe(plan.scenario)}" for plan in pool_plans(scenario))
     cluster = scenario.cluster
     sched = scenario.scheduler
     spec = scenario.speculative

@@ -31,7 +31,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
@@ -44,10 +44,12 @@ from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kernel_call import KernelCall
-from cbsim.kvcache import KVCache, kv_bytes_per_token_per_gpu
+from cbsim.kv_transfer import Link, kv_bytes_per_token, link_spec, node_of_instances, visible_time
+from cbsim.kvcache import KVCache, blocks_for_tokens, kv_bytes_per_token_per_gpu
 from cbsim.limits import REQUESTS
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
+from cbsim.pools import PoolPlan, pool_plans
 from cbsim.prefix_cache import (
     PrefixCache,
     PrefixInterner,
@@ -58,7 +60,7 @@ from cbsim.prefix_cache import (
 from cbsim.request import Request, Status
 from cbsim.request_table import RequestTable
 from cbsim.rng import stream
-from cbsim.router import make_router
+from cbsim.router import Router, make_router
 from cbsim.scenario import Scenario
 from cbsim.scenario import Scheduler as SchedulerConfig
 from cbsim.scheduler import SchedulerPolicy, make_scheduler
@@ -86,6 +88,7 @@ class Replica:
     index: int
     scheduler: SchedulerPolicy
     env: simpy.Environment
+    pool: ReplicaPool | None = None
     wake: simpy.Event | None = None
     # while a decode run is in flight: its iterations' ends and the running requests' outputs
     # still to come when it started (the state a step-by-step replica would show at any time)
@@ -106,6 +109,25 @@ class Replica:
     last_row: int = -1  # the recorder row of this replica's latest iteration
     delivered_s: float = 0.0  # when its front end has streamed every token emitted so far
     inbound_tokens: int = 0  # outstanding tokens of requests still in its front end
+    # disaggregated serving. A prefill instance: blocks it holds for prompts whose KV has not
+    # crossed yet. A decode instance: prefilled requests waiting for its blocks (FCFS), those
+    # with blocks whose KV is crossing, and those whose KV has arrived (taken in at its next
+    # iteration)
+    held_blocks: int = 0
+    awaiting: deque[Request] = field(default_factory=deque)
+    in_transfer: int = 0
+    inbox: list[Request] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the replica has anything to do or to wait for."""
+        return (
+            self.scheduler.has_work
+            or bool(self.awaiting)
+            or bool(self.inbox)
+            or self.in_transfer > 0
+            or self.held_blocks > 0
+        )
 
     def outstanding_tokens(self) -> int:
         """Tokens still to process for the requests this replica holds, as a step-by-step replica
@@ -156,6 +178,24 @@ class Replica:
         self.run_left = None
 
 
+@dataclass(slots=True)
+class ReplicaPool:
+    """A pool of replicas at run time (see :mod:`cbsim.pools`): the scenario its replicas run,
+    their cost model, front end, speculative decoding and how decode runs are advanced."""
+
+    plan: PoolPlan
+    cost: CostModel
+    spec: SpeculativeDecoding | None
+    spec_kernel: KernelSettings | None
+    fast_forward: bool
+    fast_forward_note: str
+    replicas: list[Replica] = field(default_factory=list)
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.plan.scenario
+
+
 class Simulation:
     """One run of a scenario; :meth:`run` returns the filled :class:`Recorder`."""
 
@@ -170,13 +210,15 @@ class Simulation:
         self.scenario = scenario
         cluster = scenario.cluster
         self.model = get_model(cluster.model)
-        self.gpu = get_gpu(cluster.gpu)
-        self.cost = cost_model_for(scenario) if cost_models is None else cost_models.get(scenario)
-        self.frontend = self.cost.engine.frontend
+        self.env = simpy.Environment()
+        self.pools = [self._new_pool(plan, source, cost_models) for plan in pool_plans(scenario)]
+        # the decoding pool's (a plain cluster's only pool's): what the run's warnings and
+        # speculative figures speak of
+        decoding = self.pools[-1]
+        self.gpu = get_gpu(decoding.scenario.cluster.gpu)
+        self.cost = decoding.cost
+        self.spec = decoding.spec
         self.max_model_len = cluster.max_model_len or self.model.max_position_embeddings
-        self.spec: SpeculativeDecoding | None = None
-        if scenario.speculative.enabled:
-            self.spec = SpeculativeDecoding(scenario.speculative, self.cost, scenario.seed, source)
         workload = build_workload(scenario, source)
         self.closed: ClosedLoopWorkload | None = None
         self.specs: RequestSpecs | None = None
@@ -191,12 +233,21 @@ class Simulation:
         else:
             self.specs = workload
             self.workload_warnings = list(workload.warnings)
-        self.env = simpy.Environment()
-        self.replicas = [
-            Replica(i, make_scheduler(self._rank_limits(), self._new_kv_cache()), self.env)
-            for i in range(cluster.replicas)
-        ]
-        self.prefix_caching = prefix_caching_on(scenario)
+        self.replicas: list[Replica] = []
+        for pool in self.pools:
+            pool_scenario = pool.scenario
+            for _ in range(pool.plan.replicas):
+                scheduler = make_scheduler(
+                    self._rank_limits(pool_scenario), self._new_kv_cache(pool)
+                )
+                replica = Replica(len(self.replicas), scheduler, self.env, pool)
+                pool.replicas.append(replica)
+                self.replicas.append(replica)
+        self.disaggregated = cluster.disaggregation is not None
+        # where requests are routed first: the prefill pool, or every replica
+        self.entry = self.pools[0].replicas if self.disaggregated else self.replicas
+        self.frontend = self.pools[0].cost.engine.frontend
+        self.prefix_caching = any(prefix_caching_on(pool.scenario) for pool in self.pools)
         # chained prompt-segment keys shared by every replica's prefix cache (cbsim.prefix_cache)
         self.interner: PrefixInterner | None = None
         # without prompt content (a trace's block ids, sessions) nothing is ever cached: no cache
@@ -207,24 +258,45 @@ class Simulation:
             self.interner = PrefixInterner()
             if self.specs is not None and self.specs.prefix_ids is not None:
                 self.interner.chained_ids = ids_are_chained(self.specs.prefix_ids)
-            cpu_blocks, load_s_per_block = self._cpu_tier()
-            for replica in self.replicas:
-                kv = replica.scheduler.kv
-                replica.scheduler.prefix = PrefixCache(kv, cpu_blocks, load_s_per_block)
-        elif cluster.kv_offload is not None:
+            for pool in self.pools:
+                # a decode instance's prompts arrive computed: it caches none of them
+                if not prefix_caching_on(pool.scenario) or pool.plan.role == "decode":
+                    continue
+                cpu_blocks, load_s_per_block = self._cpu_tier(pool)
+                for replica in pool.replicas:
+                    kv = replica.scheduler.kv
+                    replica.scheduler.prefix = PrefixCache(kv, cpu_blocks, load_s_per_block)
+        elif any(pool.scenario.cluster.kv_offload is not None for pool in self.pools):
             self.workload_warnings.append(
                 "cluster.kv_offload is ignored: a CPU tier holds what the prefix cache evicts, "
                 "and prefix caching is off"
             )
-        self.router = make_router(cluster.router, stream(scenario.seed, "router"))
-        self.recorder = Recorder(scenario, len(self.replicas), self.replicas[0].scheduler.kv)
+        self.router = self._router(self.pools[0], "router")
+        self.decode_router: Router | None = None
+        self.links: dict[tuple[int, int], Link] = {}
+        self._nodes: list[int] = []
+        self._kv_bytes_per_token = 0.0
+        if self.disaggregated:
+            self.decode_router = self._router(self.pools[1], "router:decode")
+            self._nodes = self._placement()
+            decode = self.pools[1]
+            self._kv_bytes_per_token = kv_bytes_per_token(
+                decode.scenario.cluster, decode.cost.kv_dtype
+            )
+        self.recorder = Recorder(
+            scenario,
+            len(self.replicas),
+            self.replicas[0].scheduler.kv,
+            [r.scheduler.kv.total_blocks for r in self.replicas],
+        )
         # the requests sent and still in flight, by id; done with, they go into the table
         self.requests: dict[int, Request] = {}
         self.sent = 0  # requests sent so far (the next one's id)
         self.table = RequestTable(
             len(workload),
             speculative=self.spec is not None,
-            cached=self.replicas[0].scheduler.prefix is not None,
+            cached=any(r.scheduler.prefix is not None for r in self.replicas),
+            disaggregated=self.disaggregated,
         )
         self._progress = progress
         self._done = 0
@@ -237,42 +309,59 @@ class Simulation:
         self._jitter = stream(scenario.seed, "frontend")
         self._clients = stream(scenario.seed, "clients")
         self._sending = False
-        # speculative decode runs are fast-forwarded by a compiled kernel where it can run them
-        self.spec_kernel: KernelSettings | None = None
         # the decode-run kernels, each dispatched on its first call only (cbsim.kernel_call)
         self._spec_run_call = KernelCall(spec_run_kernel)
         self._decode_run_call = KernelCall(decode_run_kernel)
-        self.fast_forward_note = ""
-        if self.spec is not None and scenario.fast_forward:
-            settings = kernel_settings(self.spec)
-            if isinstance(settings, str):
-                self.fast_forward_note = f"speculative iterations stepped one by one: {settings}"
-            else:
-                self.spec_kernel = settings
-        self.fast_forward = scenario.fast_forward and (
-            self.spec is None or self.spec_kernel is not None
+        self.fast_forward = all(pool.fast_forward for pool in self.pools)
+        self.fast_forward_note = "; ".join(
+            pool.fast_forward_note for pool in self.pools if pool.fast_forward_note
         )
         self.total_requests = len(workload)
 
-    def _cpu_tier(self) -> tuple[int, float]:
+    def _new_pool(
+        self, plan: PoolPlan, source: str | None, cost_models: CostModelCache | None
+    ) -> ReplicaPool:
+        """A pool's cost model and speculative decoding (speculative decode runs are
+        fast-forwarded by a compiled kernel where it can run them)."""
+        scenario = plan.scenario
+        cost = cost_model_for(scenario) if cost_models is None else cost_models.get(scenario)
+        spec = None
+        if scenario.speculative.enabled:
+            spec = SpeculativeDecoding(scenario.speculative, cost, scenario.seed, source)
+        spec_kernel: KernelSettings | None = None
+        note = ""
+        if spec is not None and scenario.fast_forward:
+            settings = kernel_settings(spec)
+            if isinstance(settings, str):
+                note = f"speculative iterations stepped one by one: {settings}"
+            else:
+                spec_kernel = settings
+        fast_forward = scenario.fast_forward and (spec is None or spec_kernel is not None)
+        return ReplicaPool(plan, cost, spec, spec_kernel, fast_forward, note)
+
+    def _router(self, pool: ReplicaPool, name: str) -> Router:
+        return make_router(pool.scenario.cluster.router, stream(self.scenario.seed, name))
+
+    def _cpu_tier(self, pool: ReplicaPool) -> tuple[int, float]:
         """The CPU tier's capacity in blocks and the seconds one block takes to load (0, 0.0:
         none): per GPU, its bytes of one block over its host memory and PCIe bandwidth."""
-        offload = self.scenario.cluster.kv_offload
+        cluster = pool.scenario.cluster
+        offload = cluster.kv_offload
         if offload is None:
             return 0, 0.0
-        cluster = self.scenario.cluster
         per_token = kv_bytes_per_token_per_gpu(
-            self.model, cluster.tp, self.cost.kv_dtype, cluster.pp
+            self.model, cluster.tp, pool.cost.kv_dtype, cluster.pp
         )
-        block_bytes = per_token * self.scenario.scheduler.block_size
+        block_bytes = per_token * pool.scenario.scheduler.block_size
         blocks = cluster.dp * int(offload.cpu_gib * 2**30 // block_bytes)
         return blocks, block_bytes / (offload.bandwidth_gib_s * 2**30)
 
-    def _rank_limits(self) -> SchedulerConfig:
+    @staticmethod
+    def _rank_limits(scenario: Scenario) -> SchedulerConfig:
         """The scheduler settings of a replica: with attention data parallelism its batch limits
         are each rank's (as vLLM's per-rank engine cores take them) times the ranks."""
-        sched = self.scenario.scheduler
-        shares = self.scenario.cluster.dp * self.scenario.cluster.pp  # ranks, or micro-batches
+        sched = scenario.scheduler
+        shares = scenario.cluster.dp * scenario.cluster.pp  # ranks, or micro-batches
         if shares == 1:
             return sched
         return sched.model_copy(
@@ -283,25 +372,35 @@ class Simulation:
             }
         )
 
-    def _new_kv_cache(self) -> KVCache:
-        cluster = self.scenario.cluster
-        sched = self.scenario.scheduler
+    def _new_kv_cache(self, pool: ReplicaPool) -> KVCache:
+        cluster = pool.scenario.cluster
+        sched = pool.scenario.scheduler
+        spec = pool.spec
         return KVCache.for_replica(
             self.model,
-            self.gpu,
+            get_gpu(cluster.gpu),
             tp=cluster.tp,
             dtype=cluster.dtype,
-            kv_dtype=self.cost.kv_dtype,
+            kv_dtype=pool.cost.kv_dtype,
             block_size=sched.block_size,
             gpu_memory_utilization=cluster.gpu_memory_utilization,
             watermark=sched.watermark,
-            extra_weight_bytes=self.spec.proposer.weight_bytes_per_gpu() if self.spec else 0.0,
-            extra_kv_bytes_per_token=(
-                self.spec.proposer.kv_bytes_per_token_per_gpu() if self.spec else 0.0
-            ),
+            extra_weight_bytes=spec.proposer.weight_bytes_per_gpu() if spec else 0.0,
+            extra_kv_bytes_per_token=spec.proposer.kv_bytes_per_token_per_gpu() if spec else 0.0,
             dp=cluster.dp,
             pp=cluster.pp,
         )
+
+    def _placement(self) -> list[int]:
+        """The node of every replica, packed in order (see :mod:`cbsim.kv_transfer`)."""
+        gpus, kinds, per_node = [], [], []
+        for replica in self.replicas:
+            assert replica.pool is not None
+            cluster = replica.pool.scenario.cluster
+            gpus.append(cluster.gpus_per_replica)
+            kinds.append(cluster.gpu)
+            per_node.append(get_gpu(cluster.gpu).gpus_per_node)
+        return node_of_instances(gpus, kinds, per_node)
 
     # ------------------------------------------------------------------ arrivals
 
@@ -393,8 +492,12 @@ class Simulation:
     def _dispatch(self, req: Request) -> None:
         """A request leaves its client now: routed to a replica, and through that replica's front
         end (``request_s + prompt_token_s · P``, plus jitter) to its scheduler. With no front-end
-        terms it reaches the scheduler at once."""
-        replica = self.replicas[self.router.route(self.replicas, req)]
+        terms it reaches the scheduler at once. Disaggregated, it goes to a prefill instance,
+        which is asked for one token (the rest are owed to the decode instance)."""
+        if self.disaggregated and req.deferred_outputs == 0 and req.generated == 0:
+            req.deferred_outputs = req.output_tokens - 1
+            req.output_tokens = 1
+        replica = self.entry[self.router.route(self.entry, req)]
         req.replica = replica.index
         frontend = self.frontend
         if not frontend.delays_requests:
@@ -422,6 +525,7 @@ class Simulation:
         if reason:
             req.status = Status.REJECTED
             req.rejected_reason = reason
+            _owe_outputs(req)
             self._done_with(req)
             if self.closed is not None:
                 self._send(req.client, self.env.now + self._think_time())
@@ -429,6 +533,10 @@ class Simulation:
                 self._turn_of.pop(req.request_id)  # a rejected turn ends its session
             return
         replica.scheduler.enqueue(req)
+        self._notify(replica)
+
+    def _notify(self, replica: Replica) -> None:
+        """Something reached ``replica`` now: wake it if idle, or cut its decode run."""
         if replica.wake is not None:
             wake, replica.wake = replica.wake, None
             wake.succeed()
@@ -438,11 +546,122 @@ class Simulation:
             replica.process.interrupt("arrival")
 
     def _rejection_reason(self, req: Request) -> str:
-        if req.prompt_tokens + req.output_tokens > self.max_model_len:
+        if req.prompt_tokens + req.output_tokens + req.deferred_outputs > self.max_model_len:
             return "context_length"
-        if not self.replicas[0].scheduler.can_ever_fit(req):
+        if not self.entry[0].scheduler.can_ever_fit(req):
+            return "kv_capacity"
+        if self.disaggregated:
+            kv = self.pools[1].replicas[0].scheduler.kv
+            context = req.max_kv_tokens + req.deferred_outputs
+            if blocks_for_tokens(context, kv.block_size) > kv.total_blocks:
+                return "kv_capacity"
+        elif len(self.pools) > 1 and not all(
+            pool.replicas[0].scheduler.can_ever_fit(req) for pool in self.pools
+        ):
             return "kv_capacity"
         return ""
+
+    # ------------------------------------------------------------------ disaggregation
+
+    def _prefilled(self, req: Request) -> None:
+        """A prefill instance has computed ``req``'s prompt (its iteration just ended): the
+        instance keeps the prompt's blocks until its KV has crossed, the request is reset to
+        what a decode instance takes in (the prompt's KV but its last token's, which the decode
+        instance computes to sample the first output token, as vLLM's does) and routed to a
+        decode instance, where it waits for blocks."""
+        source = self.replicas[req.replica]
+        kv = source.scheduler.kv
+        if source.scheduler.prefix is None:  # (with a prefix cache its blocks stay cached)
+            held = blocks_for_tokens(req.prompt_tokens, kv.block_size)
+            kv.allocate(held)
+            req.held_blocks = held
+            source.held_blocks += held
+        req.prefill_replica = req.replica
+        req.prefill_done_s = req.finish_s
+        _owe_outputs(req)
+        req.status = Status.WAITING
+        req.generated = 0
+        req.kv_tokens = req.prompt_tokens - 1
+        req.prefill_target = req.prompt_tokens
+        req.blocks = 0
+        req.first_token_s = req.finish_s = math.nan
+        req.first_row = req.last_row = -1
+        assert self.decode_router is not None
+        decode = self.pools[1].replicas
+        target = decode[self.decode_router.route(decode, req)]
+        req.replica = target.index
+        target.inbound_tokens += req.outstanding_tokens
+        target.awaiting.append(req)
+        self._notify(target)
+
+    def _take_in(self, replica: Replica, now: float) -> None:
+        """A decode instance, between iterations: requests whose KV has arrived join its running
+        batch; then, while no preempted request waits, the prefilled requests waiting for it get
+        their blocks (FCFS, within its batch cap and watermark) and their KV starts crossing."""
+        sched = replica.scheduler
+        for req in replica.inbox:
+            replica.inbound_tokens -= req.outstanding_tokens
+            sched.admit_prefilled(req, now)
+        replica.in_transfer -= len(replica.inbox)
+        replica.inbox.clear()
+        kv = sched.kv
+        cap = sched.config.max_batch_size
+        while replica.awaiting and not sched.waiting:
+            if len(sched.running) + replica.in_transfer >= cap:
+                break
+            req = replica.awaiting[0]
+            tokens = req.max_kv_tokens if sched.reserves_full_length else req.prompt_tokens
+            need = blocks_for_tokens(tokens, kv.block_size)
+            busy = bool(sched.running) or replica.in_transfer > 0
+            if not kv.can_allocate(need, keep_watermark=busy):
+                break
+            kv.allocate(need)
+            req.blocks = need
+            replica.awaiting.popleft()
+            replica.in_transfer += 1
+            self.env.process(self._transfer(req, replica))
+
+    def _link(self, source: int, target: int) -> Link:
+        link = self.links.get((source, target))
+        if link is None:
+            prefill, decode = self.pools[0].scenario, self.pools[1].scenario
+            assert prefill.cluster.disaggregation is None
+            settings = self.scenario.cluster.disaggregation
+            assert settings is not None
+            same_node = self._nodes[source] == self._nodes[target]
+            spec = link_spec(settings.kv_transfer, prefill.cluster, decode.cluster, same_node)
+            link = self.links[(source, target)] = Link(self.env, spec)
+        return link
+
+    def _transfer(self, req: Request, target: Replica) -> Generator[simpy.Event, Any, None]:
+        """``req``'s KV crossing its link (queued behind the link's earlier transfers); then the
+        prefill instance frees its blocks and the decode instance takes the request in."""
+        env = self.env
+        link = self._link(req.prefill_replica, target.index)
+        kv_bytes = req.prompt_tokens * self._kv_bytes_per_token
+        settings = self.scenario.cluster.disaggregation
+        assert settings is not None
+        with link.resource.request() as slot:
+            yield slot
+            start = env.now
+            if settings.kv_transfer.layerwise:
+                prefill_s = req.prefill_done_s - req.first_scheduled_s
+                duration = visible_time(link.spec, kv_bytes, self.model.num_layers, prefill_s)
+            else:
+                duration = link.spec.time(kv_bytes)
+            yield env.timeout(duration)
+            link.transfers += 1
+            link.busy_s += duration
+        req.kv_wait_s = start - req.prefill_done_s
+        req.kv_transfer_s = duration
+        source = self.replicas[req.prefill_replica]
+        if req.held_blocks:
+            source.scheduler.kv.free(req.held_blocks)
+            source.held_blocks -= req.held_blocks
+            req.held_blocks = 0
+            self._notify(source)
+        target.inbox.append(req)
+        self._notify(target)
 
     # ------------------------------------------------------------------ closed loop
 
@@ -547,7 +766,8 @@ class Simulation:
     def _deliveries(self, replica: Replica, ends: list[float], emitted: list[int]) -> list[float]:
         """When the front end has streamed each iteration's tokens: it handles tokens in order,
         ``output_token_s`` each, starting no earlier than the iteration's end."""
-        per_token = self.frontend.output_token_s
+        assert replica.pool is not None
+        per_token = replica.pool.cost.engine.frontend.output_token_s
         free = replica.delivered_s
         out = []
         for end, tokens in zip(ends, emitted, strict=True):
@@ -561,14 +781,19 @@ class Simulation:
     def _replica_loop(self, replica: Replica) -> Generator[simpy.Event, Any, None]:
         env = self.env
         sched = replica.scheduler
-        cost = self.cost
+        pool = replica.pool
+        assert pool is not None
+        cost = pool.cost
         recorder = self.recorder
         record = recorder.record_iteration
-        on_finish = self._on_finish
+        prefills_only = pool.plan.role == "prefill"
+        on_finish = self._prefilled if prefills_only else self._on_finish
+        takes_in = pool.plan.role == "decode"
         index = replica.index
-        spec = self.spec
+        spec = pool.spec
+        fast_forward = pool.fast_forward
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
-        streams = self.frontend.output_token_s > 0.0
+        streams = cost.engine.frontend.output_token_s > 0.0
         closed = self.closed is not None or self.sessions is not None  # finishes make arrivals
         # speculative runs shorten drafts by the free blocks, which a finish's released cache
         # entries change (a prefix-aware router reads only which entries exist: see
@@ -579,13 +804,16 @@ class Simulation:
         clock = env.now
         while True:
             start = clock
+            if takes_in and (replica.inbox or replica.awaiting):
+                self._take_in(replica, start)
             waiting = len(sched.waiting)
-            stop_on_finish = sched.decode_run_mode() if self.fast_forward else None
+            stop_on_finish = sched.decode_run_mode() if fast_forward else None
             if stop_on_finish is not None:
                 # a run deciding by the exact free blocks ends at a finish that releases cache
-                # entries (see SchedulerPolicy.settle_run)
+                # entries (see SchedulerPolicy.settle_run); one whose finishes free blocks that
+                # prefilled requests wait for ends at the first
                 caching = exact_free and sched.prefix is not None and sched.prefix.holds_entries()
-                stop_on_finish = stop_on_finish or closed or caching
+                stop_on_finish = stop_on_finish or closed or caching or bool(replica.awaiting)
                 run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:
                     replica.start_run(run)
@@ -624,7 +852,7 @@ class Simulation:
             batch = sched.next_batch(start)
             sched.forget_running_tokens()
             if not batch.requests:
-                if sched.has_work:
+                if sched.has_work and not replica.held_blocks and not replica.in_transfer:
                     # every running request was preempted: the queue is admissible again
                     batch = sched.next_batch(start)
                     sched.forget_running_tokens()
@@ -650,6 +878,8 @@ class Simulation:
                 spec.verify(batch, index)
             row = recorder.rows
             emitted = sched.complete(batch, end, on_finish, row, replica.last_row)
+            if prefills_only:  # the token a prefill instance samples is not sent (see _prefilled)
+                emitted = 0
             sched.forget_running_tokens()
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None
             record(index, start, duration, batch, emitted, kv_used, waiting, delivered)
@@ -668,12 +898,14 @@ class Simulation:
         at an arrival that has just landed."""
         sched = replica.scheduler
         kv = sched.kv
+        pool = replica.pool
+        assert pool is not None
         arrival = None if cut is None else self.env.now
-        if self.spec is not None:
-            assert self.spec_kernel is not None
+        if pool.spec is not None:
+            assert pool.spec_kernel is not None
             return plan_spec_run(
-                self.spec,
-                self.spec_kernel,
+                pool.spec,
+                pool.spec_kernel,
                 replica.index,
                 sched,
                 start_s=start,
@@ -685,7 +917,7 @@ class Simulation:
             )
         return plan_decode_run(
             sched.running,
-            cost=self.cost,
+            cost=pool.cost,
             start_s=start,
             block_size=kv.block_size,
             used_blocks=kv.used_blocks,
@@ -745,6 +977,7 @@ class Simulation:
         else:
             env.run(until=horizon)
         for req in self.requests.values():  # still in flight
+            _owe_outputs(req)
             self.table.store(req)
         self.requests.clear()
         self.recorder.finish(self.table, self._last_event_s(), self.replicas)
@@ -764,7 +997,7 @@ class Simulation:
         if self.sessions is not None and self._next_session < len(self.sessions.starts):
             return False
         if self.closed is not None or self.sessions is not None:
-            return not self._pending and not any(r.scheduler.has_work for r in self.replicas)
+            return not self._pending and not any(r.busy for r in self.replicas)
         return self.sent == self.total_requests
 
     def _run_until_drained(self, horizon: float | None) -> None:
@@ -772,7 +1005,7 @@ class Simulation:
         while True:
             if horizon is not None and env.now >= horizon:
                 return
-            if self._all_sent() and not any(r.scheduler.has_work for r in self.replicas):
+            if self._all_sent() and not any(r.busy for r in self.replicas):
                 return
             target = env.now + 1.0
             if horizon is not None:
@@ -821,6 +1054,13 @@ class CostModelCache:
         if model is None:
             model = self._models[key] = cost_model_for(scenario)
         return model
+
+
+def _owe_outputs(req: Request) -> None:
+    """A disaggregated request leaving its prefill instance (or the run) asks for all its
+    outputs again."""
+    req.output_tokens += req.deferred_outputs
+    req.deferred_outputs = 0
 
 
 def _iteration_end(env: simpy.Environment, delay: float) -> simpy.Event:

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 REQUEST_COLUMNS = [
     "request_id", "replica", "client", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-    "cached_tokens", "cached_tokens_cpu", "kv_load_s", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+    "cached_tokens", "cached_tokens_cpu", "kv_load_s", "prefill_replica", "kv_wait_s", "kv_transfer_s", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
     "queue_s", "preemptions", "spec_steps",
     "drafted_tokens", "accepted_tokens", "mean_k", "status", "server_arrival_s",
     "server_first_token_s", "server_finish_s", "server_ttft_s", "server_tpot_s", "server_e2e_s",
@@ -112,10 +112,20 @@ class Recorder:
     into the ``iterations`` frame. Streaming (:meth:`stream`), the rows are written to parquet as
     they accumulate (see the module docstring)."""
 
-    def __init__(self, scenario: Scenario, replicas: int, kv: KVCache) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        replicas: int,
+        kv: KVCache,
+        kv_totals: Sequence[int] | None = None,
+    ) -> None:
         self.scenario = scenario
         self.num_replicas = replicas
         self.kv_blocks_total = kv.total_blocks
+        # each replica's KV blocks where pools differ (None: every replica has kv's)
+        self.kv_totals: np.ndarray | None = None
+        if kv_totals is not None and len(set(kv_totals)) > 1:
+            self.kv_totals = np.asarray(kv_totals, dtype=np.int64)
         self._replica = array("q")  # only with several replicas (one: all rows are replica 0)
         self._start = array("d")
         self._duration = array("d")
@@ -273,7 +283,7 @@ class Recorder:
         columns = self._iteration_columns(n, replica, starts, durations, delivered)
         del replica, starts, durations, delivered
         if several:
-            _in_canonical_order(columns, self.speculative)
+            _in_canonical_order(columns, self.speculative, self.kv_totals is not None)
         self._stream.write(columns)
         self._offset += n
 
@@ -301,7 +311,7 @@ class Recorder:
             self.end_s = max(self.end_s, _max_end(starts, durations))
         if several:  # canonical order: by start time, then replica
             del replica, starts, durations, delivered  # each original freed as it is reordered
-            _in_canonical_order(columns, self.speculative)
+            _in_canonical_order(columns, self.speculative, self.kv_totals is not None)
         self.iterations = pd.DataFrame(columns, copy=False)
 
     def _finish_stream(self, requests: RequestTable, replicas: Sequence[Any]) -> None:
@@ -384,7 +394,11 @@ class Recorder:
             "accepted_tokens": spec_column("_accepted", np.int64),
             "emitted_tokens": take("_emitted", np.int64),
             "kv_blocks_used": take("_kv_used", np.int64),
-            "kv_blocks_total": np.full(n, self.kv_blocks_total, dtype=np.int64),
+            "kv_blocks_total": (
+                np.full(n, self.kv_blocks_total, dtype=np.int64)
+                if self.kv_totals is None
+                else self.kv_totals[replica]
+            ),
             "waiting": take("_waiting", np.int64),
             "mean_k": mean_k,
             "k_min": spec_column("_k_min", np.int64),
@@ -394,11 +408,17 @@ class Recorder:
         }
 
 
-def _in_canonical_order(columns: dict[str, np.ndarray], speculative: bool) -> None:
+def _in_canonical_order(
+    columns: dict[str, np.ndarray], speculative: bool, kv_totals_vary: bool = False
+) -> None:
     """Reorder iteration columns by start time, then replica, in place: one column at a time,
     so that each original can be freed as it goes (when nothing else holds it)."""
     order = np.lexsort((columns["replica"], columns["start_s"]))
-    unordered = ("kv_blocks_total",) if speculative else _CONSTANT_UNLESS_SPECULATIVE
+    unordered: tuple[str, ...] = (
+        ("kv_blocks_total",) if speculative else _CONSTANT_UNLESS_SPECULATIVE
+    )
+    if kv_totals_vary:
+        unordered = tuple(name for name in unordered if name != "kv_blocks_total")
     for name, column in columns.items():
         if name not in unordered:
             columns[name] = column[order]

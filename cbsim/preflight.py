@@ -109,7 +109,19 @@ def _lengths_line(what: str, lengths: np.ndarray) -> str:
 
 
 def gpu_layout(scenario: Scenario) -> str:
-    """``h100-sxm, tp 4 x 2 replicas = 8 GPUs in total`` (also what ``cbsim run`` prints)."""
+    """``h100-sxm, tp 4 x 2 replicas = 8 GPUs in total`` (also what ``cbsim run`` prints); with
+    pools, each pool's (``prefill: h100-sxm, tp 2 x 2 replicas; decode: ...; 8 GPUs in total``)."""
+    if scenario.cluster.pooled:
+        from cbsim.pools import pool_plans
+
+        plans = pool_plans(scenario)
+        parts = [f"{plan.name}: {_pool_layout(plan.scenario, total=False)}" for plan in plans]
+        gpus = sum(plan.gpus for plan in plans)
+        return f"{'; '.join(parts)}; {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
+    return _pool_layout(scenario)
+
+
+def _pool_layout(scenario: Scenario, *, total: bool = True) -> str:
     cluster = scenario.cluster
     replicas = f"{cluster.replicas:,} replica{'s' if cluster.replicas != 1 else ''}"
     gpus = cluster.replicas * cluster.gpus_per_replica
@@ -118,6 +130,8 @@ def gpu_layout(scenario: Scenario) -> str:
         layout += f" x dp {cluster.dp}"
     if cluster.pp > 1:
         layout += f" x pp {cluster.pp}"
+    if not total:
+        return f"{cluster.gpu}, {layout} x {replicas}"
     return f"{cluster.gpu}, {layout} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
 
 

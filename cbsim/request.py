@@ -44,20 +44,26 @@ class Request:
         "cached_tokens_cpu",
         "client",
         "decode_steps",
+        "deferred_outputs",
         "drafted_tokens",
         "finish_s",
         "first_row",
         "first_scheduled_s",
         "first_token_s",
         "generated",
+        "held_blocks",
         "k_sum",
         "kv_load_s",
         "kv_tokens",
+        "kv_transfer_s",
+        "kv_wait_s",
         "last_row",
         "load_s",
         "output_tokens",
         "owned_segments",
         "preemptions",
+        "prefill_done_s",
+        "prefill_replica",
         "prefill_target",
         "prefix_node",
         "prompt_tokens",
@@ -121,6 +127,16 @@ class Request:
         self.load_s = 0.0  # a CPU-tier load its next step waits for
         self.kv_load_s = 0.0  # seconds its first admission's load took
         self.session = -1  # the conversation of a multi-turn workload (-1: none)
+        # disaggregated prefill and decode (cbsim.engine): the instance that computed the prompt,
+        # the outputs still owed while it does (there it asks for one token), the blocks it holds
+        # there until its KV has crossed, when its prefill ended, the seconds from then to its
+        # transfer's start (decode admission, a busy link) and the transfer's own seconds
+        self.prefill_replica = -1
+        self.deferred_outputs = 0
+        self.held_blocks = 0
+        self.prefill_done_s = math.nan
+        self.kv_wait_s = 0.0
+        self.kv_transfer_s = 0.0
 
     @property
     def in_prefill(self) -> bool:

@@ -57,6 +57,12 @@ _PREFIX_FIELDS: tuple[tuple[str, type], ...] = (
     ("cached_tokens_cpu", np.int64),
     ("kv_load_s", np.float64),
 )
+# fields only disaggregated runs write
+_TRANSFER_FIELDS: tuple[tuple[str, type], ...] = (
+    ("prefill_replica", np.int64),
+    ("kv_wait_s", np.float64),
+    ("kv_transfer_s", np.float64),
+)
 # fields only speculative runs change from zero
 _SPEC_COUNTS = ("spec_steps", "drafted_tokens", "accepted_tokens", "decode_steps")
 # columns of the request's speculative decoder: its rejected steps and acceptance EMA (NaN without)
@@ -83,9 +89,17 @@ class RequestTable:
     those columns are left at zero, NaN for the acceptance EMA, and never written); ``cached``
     the same for prefix-cache reuse."""
 
-    def __init__(self, capacity: int = 0, *, speculative: bool = True, cached: bool = True) -> None:
+    def __init__(
+        self,
+        capacity: int = 0,
+        *,
+        speculative: bool = True,
+        cached: bool = True,
+        disaggregated: bool = False,
+    ) -> None:
         self.speculative = speculative
         self.cached = cached
+        self.disaggregated = disaggregated
         self.rows = 0  # one past the highest row stored
         self.stored = 0  # rows stored (equal to ``rows`` once every row is in)
         self._capacity = 0
@@ -146,6 +160,9 @@ class RequestTable:
         if self.cached:
             for name, dtype in _PREFIX_FIELDS:
                 put(name, dtype, map(attrgetter(name), pending))
+        if self.disaggregated:
+            for name, dtype in _TRANSFER_FIELDS:
+                put(name, dtype, map(attrgetter(name), pending))
         if self.speculative:
             for name in _SPEC_COUNTS:
                 put(name, np.int64, map(attrgetter(name), pending))
@@ -184,7 +201,7 @@ class RequestTable:
             return new
 
         columns = self._columns
-        for name, dtype in (*_FIELDS, *_PREFIX_FIELDS, *_SPEC_FIELDS):
+        for name, dtype in (*_FIELDS, *_PREFIX_FIELDS, *_TRANSFER_FIELDS, *_SPEC_FIELDS):
             columns[name] = grown(columns.get(name), dtype)
         self._status = grown(self._status, np.int8)
         self._reason = grown(self._reason, np.int8)
@@ -241,6 +258,7 @@ class RequestTable:
             else:  # no decode steps counted: 0.0 throughout
                 mean_k = np.zeros(n)
         ema = col("ema_acceptance") if self.speculative else np.full(n, np.nan)
+        prefill_replica = col("prefill_replica") if self.disaggregated else np.full(n, -1)
         status = pd.Categorical.from_codes(self._status[:n], dtype=STATUS_DTYPE)
         reasons = pd.Series(
             np.asarray(self._reasons, dtype=object)[self._reason[:n]], dtype=REASON_DTYPE
@@ -257,6 +275,9 @@ class RequestTable:
                 "cached_tokens": col("cached_tokens"),
                 "cached_tokens_cpu": col("cached_tokens_cpu"),
                 "kv_load_s": col("kv_load_s"),
+                "prefill_replica": prefill_replica,
+                "kv_wait_s": col("kv_wait_s"),
+                "kv_transfer_s": col("kv_transfer_s"),
                 "output_tokens": outputs,
                 "ttft_s": client_first - sent,
                 "tpot_s": tpot,

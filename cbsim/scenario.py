@@ -307,6 +307,64 @@ class KvOffload(StrictModel):
     bandwidth_gib_s: Annotated[float, NotBool, Field(gt=0.0, le=10000.0)] = 25.0
 
 
+RouterKind = Literal["round_robin", "least_loaded", "random", "prefix_aware", "session_affinity"]
+
+
+class Pool(StrictModel):
+    """A group of replicas with settings of their own: a disaggregated cluster's prefill or decode
+    pool (:class:`Disaggregation`), or one group of a mixed fleet (``cluster.pools``). Every key
+    left unset is the cluster's; ``scheduler`` overrides keys of the scenario's ``scheduler``
+    for this pool's replicas. The model is the cluster's (one model is served)."""
+
+    replicas: ReplicaCount = 1
+    gpu: str | None = None
+    tp: Annotated[int, NotBool, Field(ge=1)] | None = None
+    dtype: DType | None = None
+    kv_dtype: KvDType | None = None
+    engine: str | None = None
+    calibration: str | None = None
+    gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] | None = None
+    prefix_caching: bool | None = None
+    kv_offload: KvOffload | None = None
+    expert_routing: Literal["balanced", "skewed"] | None = None
+    ep: Annotated[int, NotBool, Field(ge=1)] | None = None
+    dp: Annotated[int, NotBool, Field(ge=1, le=64)] | None = None
+    pp: Annotated[int, NotBool, Field(ge=1, le=64)] | None = None
+    router: RouterKind | None = None
+    scheduler: dict[str, Any] | None = None
+
+    def cluster_keys(self) -> dict[str, Any]:
+        """The cluster keys this pool sets (its replicas included)."""
+        keys = self.model_dump(exclude_unset=True, exclude={"scheduler"})
+        keys["replicas"] = self.replicas
+        return keys
+
+
+class KvTransfer(StrictModel):
+    """The link a request's KV cache crosses from its prefill instance to its decode instance
+    (:mod:`cbsim.kv_transfer`). ``link``: ``auto`` (NVLink where the two instances share a node,
+    else the NICs' RDMA), ``nvlink`` or ``rdma``. ``bandwidth_gb_s`` (10^9 bytes/s, the whole
+    link's) and ``latency_s`` (per transfer) override the link's defaults from the hardware
+    catalog. ``layerwise``: each layer's KV leaves as soon as the prefill has computed it
+    (Mooncake's and NIXL's layer-wise mode), overlapping the transfer with the prefill."""
+
+    link: Literal["auto", "nvlink", "rdma"] = "auto"
+    bandwidth_gb_s: Annotated[float, NotBool, Field(gt=0.0, le=100_000.0)] | None = None
+    latency_s: Annotated[float, NotBool, Field(ge=0.0, le=10.0)] | None = None
+    layerwise: bool = False
+
+
+class Disaggregation(StrictModel):
+    """Disaggregated prefill and decode (DistServe, Splitwise, Mooncake, Dynamo, llm-d): requests
+    are routed to a ``prefill`` instance, which computes the prompt; its KV cache then crosses
+    ``kv_transfer`` to a ``decode`` instance, which produces the output tokens. Each pool takes
+    cluster keys (:class:`Pool`)."""
+
+    prefill: Pool = Field(default_factory=Pool)
+    decode: Pool = Field(default_factory=Pool)
+    kv_transfer: KvTransfer = Field(default_factory=KvTransfer)
+
+
 class Cluster(StrictModel):
     """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each, run by
     the serving ``engine`` (``vllm``, ``sglang``, ``tensorrt-llm``, ``none`` for the bare roofline,
@@ -354,9 +412,7 @@ class Cluster(StrictModel):
     dtype: DType = "bf16"
     kv_dtype: KvDType | None = None
     replicas: ReplicaCount = 1
-    router: Literal["round_robin", "least_loaded", "random", "prefix_aware", "session_affinity"] = (
-        "round_robin"
-    )
+    router: RouterKind = "round_robin"
     engine: str = "vllm"
     calibration: str | None = None  # a profile name for this GPU, a JSON path, or "none"
     gpu_memory_utilization: Annotated[float, NotBool, Field(gt=0.0, le=1.0)] = 0.9
@@ -367,6 +423,22 @@ class Cluster(StrictModel):
     ep: Annotated[int, NotBool, Field(ge=1)] = 1
     dp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
     pp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
+    disaggregation: Disaggregation | None = None
+    pools: list[Pool] | None = Field(default=None, min_length=1, max_length=16)
+
+    @property
+    def pooled(self) -> bool:
+        """Whether replicas come in pools of their own settings (disaggregated or mixed)."""
+        return self.disaggregation is not None or self.pools is not None
+
+    @model_validator(mode="after")
+    def _one_way_of_pooling(self) -> Cluster:
+        if self.disaggregation is not None and self.pools is not None:
+            raise ValueError("pools: give either disaggregation (prefill and decode pools) or "
+                             "pools (a mixed aggregated fleet), not both")  # fmt: skip
+        if self.pooled and "replicas" in self.model_fields_set:
+            raise ValueError("replicas: with pools, each pool says its replicas")
+        return self
 
     @property
     def gpus_per_replica(self) -> int:
@@ -781,6 +853,12 @@ def _discriminator_tags() -> set[str]:
     }  # fmt: skip
 
 
+def validation_problem(err: ValidationError) -> CbsimError:
+    """A validation error of part of a scenario (a pool's keys) as one clear line; its field path
+    is relative to that part (see :meth:`CbsimError.located`)."""
+    return _error_from_validation(err, None)
+
+
 def _error_from_validation(err: ValidationError, source: str | None) -> CbsimError:
     """The first validation problem as one clear line (field path without union tags)."""
     first = err.errors()[0]
@@ -995,9 +1073,6 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def _check_feasible(scenario: Scenario, source: str | None) -> None:
     """Cross-field checks: the model fits in GPU memory, traces exist and have the columns, etc."""
-    from cbsim.hardware import get_gpu
-    from cbsim.kvcache import kv_capacity_bytes
-    from cbsim.models import get_model
     from cbsim.traces import load_trace
 
     workload = scenario.workload
@@ -1020,29 +1095,59 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         if isinstance(spec, EmpiricalLength):
             load_trace(spec.trace, source=source, field=f"workload.{name}.trace")
 
-    cluster = scenario.cluster
+    if not math.isfinite(scenario.workload.duration_s or 0.0):
+        raise CbsimError("must be finite", source=source, field="workload.duration_s")
+    _check_pools_fit(scenario, source)
+    from cbsim.workload import check_workload_size
+
+    check_workload_size(scenario, source)
+
+
+def _check_pools_fit(scenario: Scenario, source: str | None) -> None:
+    """Every pool's replicas fit their GPUs (a plain cluster is one pool), and the GPUs in all
+    are within bounds."""
+    from cbsim.pools import pool_plans
+
+    try:
+        plans = pool_plans(scenario)
+    except CbsimError as err:
+        raise err.located(source=source) from None
+    total_gpus = sum(plan.gpus for plan in plans)
+    if not TOTAL_GPUS.contains(total_gpus):
+        shapes = ", ".join(
+            f"{plan.replicas:,} replicas of {plan.scenario.cluster.gpus_per_replica} GPUs"
+            for plan in plans
+        )
+        raise CbsimError(
+            f"{shapes} are {total_gpus:,} GPUs; GPUs in total {TOTAL_GPUS.violation(total_gpus)}",
+            source=source,
+            field="cluster.replicas" if len(plans) == 1 else "cluster",
+        )
+    for plan in plans:
+        prefix = "cluster" if plan.field == "cluster" else plan.field
+        _check_cluster_fits(plan.scenario.cluster, source, prefix)
+
+
+def _check_cluster_fits(cluster: Cluster, source: str | None, prefix: str) -> None:
+    """One pool's layout fits its GPUs' nodes and memory (``prefix``: where its keys are)."""
+    from cbsim.hardware import get_gpu
+    from cbsim.kvcache import kv_capacity_bytes
+    from cbsim.models import get_model
+
     gpu = get_gpu(cluster.gpu)
     model = get_model(cluster.model)
-    total_gpus = cluster.replicas * cluster.gpus_per_replica
-    if not TOTAL_GPUS.contains(total_gpus):
-        raise CbsimError(
-            f"{cluster.replicas:,} replicas of {cluster.gpus_per_replica} GPUs are "
-            f"{total_gpus:,} GPUs; GPUs in total {TOTAL_GPUS.violation(total_gpus)}",
-            source=source,
-            field="cluster.replicas",
-        )
     if cluster.tp > gpu.gpus_per_node:
         raise CbsimError(
             f"tp {cluster.tp} exceeds the {gpu.gpus_per_node} GPUs of one {gpu.name} node",
             source=source,
-            field="cluster.tp",
+            field=f"{prefix}.tp",
         )
     if cluster.tp * cluster.dp > gpu.gpus_per_node:
         raise CbsimError(
             f"tp x dp = {cluster.tp * cluster.dp} exceeds the {gpu.gpus_per_node} GPUs of one "
             f"{gpu.name} node (the expert all-to-all is priced from NVLink measurements)",
             source=source,
-            field="cluster.dp",
+            field=f"{prefix}.dp",
         )
     capacity = kv_capacity_bytes(
         model,
@@ -1060,13 +1165,8 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
             f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or cluster.pp"
             f"{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
             source=source,
-            field="cluster.tp",
+            field=f"{prefix}.tp",
         )
-    if not math.isfinite(scenario.workload.duration_s or 0.0):
-        raise CbsimError("must be finite", source=source, field="workload.duration_s")
-    from cbsim.workload import check_workload_size
-
-    check_workload_size(scenario, source)
 
 
 def _check_calibration(cluster: Cluster, source: str | None) -> None:

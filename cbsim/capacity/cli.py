@@ -267,6 +267,15 @@ def capacity_command(
             if key in CONTROLLED_KEYS:
                 _check_key(key, "--set")
         loaded = load_scenario(scenario, overrides=list(overrides))
+        if loaded.cluster.pooled:
+            raise CbsimError(
+                "capacity plans size replicas of one kind; a cluster of pools (disaggregated "
+                "prefill and decode, or a mixed fleet) is not planned yet: simulate it with "
+                "cbsim run, or plan its aggregated form",
+                field="cluster.disaggregation"
+                if loaded.cluster.disaggregation is not None
+                else "cluster.pools",
+            )
         if out is not None:
             _check_plan_file(out)
         progress, stop = _progress_printer()

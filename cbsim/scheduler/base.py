@@ -273,6 +273,13 @@ class SchedulerPolicy(ABC):
             req.first_scheduled_s = now
         self.running.append(req)
 
+    def admit_prefilled(self, req: Request, now: float) -> None:
+        """A request whose prompt was computed elsewhere (disaggregated prefill) joins the
+        running batch, its blocks allocated and its KV in them (its last prompt token still to
+        compute: that samples its first output token)."""
+        self._admit(req, now)
+        self._running_tokens = None
+
     def cached_prefix_tokens(self, req: Request) -> int:
         """Prompt tokens of ``req`` this replica's prefix cache holds now (what routers see)."""
         prefix = self.prefix

@@ -89,6 +89,7 @@ class Replica:
     scheduler: SchedulerPolicy
     env: simpy.Environment
     pool: ReplicaPool | None = None
+    load_scale: float = 1.0  # how long its tokens take against the fastest pool's (cbsim.router)
     wake: simpy.Event | None = None
     # while a decode run is in flight: its iterations' ends and the running requests' outputs
     # still to come when it started (the state a step-by-step replica would show at any time)
@@ -244,6 +245,8 @@ class Simulation:
                 pool.replicas.append(replica)
                 self.replicas.append(replica)
         self.disaggregated = cluster.disaggregation is not None
+        if cluster.pools is not None:
+            _weigh_by_speed(self.pools)
         # where requests are routed first: the prefill pool, or every replica
         self.entry = self.pools[0].replicas if self.disaggregated else self.replicas
         self.frontend = self.pools[0].cost.engine.frontend
@@ -1054,6 +1057,20 @@ class CostModelCache:
         if model is None:
             model = self._models[key] = cost_model_for(scenario)
         return model
+
+
+REFERENCE_ITERATION = [(2048, 0)] + [(1, 2048)] * 32
+"""The iteration mixed fleets weigh their pools by (see :mod:`cbsim.router`)."""
+
+
+def _weigh_by_speed(pools: list[ReplicaPool]) -> None:
+    """Each replica's ``load_scale``: its pool's time for :data:`REFERENCE_ITERATION` over the
+    fastest pool's."""
+    times = [pool.cost.iteration_time(REFERENCE_ITERATION) for pool in pools]
+    fastest = min(times)
+    for pool, time in zip(pools, times, strict=True):
+        for replica in pool.replicas:
+            replica.load_scale = time / fastest
 
 
 def _owe_outputs(req: Request) -> None:

@@ -15,6 +15,12 @@ Dynamo's KV router weighs the blocks to prefill against the load, and llm-d's pr
 scorer against its load scorers). A cached prefix is worth exactly the prefill it saves; ties go
 to the lowest index; with no cache anywhere it is ``least_loaded``.
 
+Replicas of a mixed fleet (``cluster.pools``: groups on different GPUs or layouts) differ in
+speed, so load-aware routers weigh each replica's tokens by its ``load_scale``: the time its pool
+takes for a reference iteration (one 2,048-token prefill chunk beside 32 decodes at 2,048 tokens
+of context) over the fastest pool's. A token waiting on a replica half as fast counts twice. In a
+plain cluster every scale is 1.
+
 ``session_affinity`` sends every request of a conversation to the replica its first request went
 to (chosen ``least_loaded``): the session of a multi-turn workload, or, for a replayed trace
 (which has no sessions), the content of the prompt's first 1,024 tokens, as a gateway hashing
@@ -36,6 +42,8 @@ from cbsim.request import Request
 
 
 class Loaded(Protocol):
+    load_scale: float
+
     def outstanding_tokens(self) -> int: ...
 
     def cached_prefix_tokens(self, req: Request) -> int: ...
@@ -56,8 +64,9 @@ class RoundRobinRouter:
 
 
 def least_loaded(replicas: Sequence[Loaded]) -> int:
-    """The replica with the fewest outstanding tokens (the lowest index on ties)."""
-    loads = [r.outstanding_tokens() for r in replicas]
+    """The replica with the fewest outstanding tokens, each weighted by its ``load_scale`` (the
+    lowest index on ties)."""
+    loads = [r.outstanding_tokens() * r.load_scale for r in replicas]
     return loads.index(min(loads))
 
 
@@ -86,18 +95,19 @@ class PrefixAwareRouter:
 
     def route(self, replicas: Sequence[Loaded], req: Request) -> int:
         prompt = req.prompt_tokens
-        loads = [replica.outstanding_tokens() for replica in replicas]
+        loads = [replica.outstanding_tokens() * replica.load_scale for replica in replicas]
         if req.segments is None:
             return loads.index(min(loads))
         # least loaded first: a cache never holds a whole prompt (its last token is computed),
         # so a replica's cost exceeds its load, and once the loads reach the best cost so far no
         # later replica can beat it (nor tie it: ties go to the lowest index)
-        best, best_cost = 0, -1
+        best, best_cost = 0, -1.0
         for index in sorted(range(len(loads)), key=loads.__getitem__):
             load = loads[index]
             if best_cost >= 0 and load >= best_cost:
                 break
-            cost = load + prompt - replicas[index].cached_prefix_tokens(req)
+            replica = replicas[index]
+            cost = load + (prompt - replica.cached_prefix_tokens(req)) * replica.load_scale
             if best_cost < 0 or cost < best_cost or (cost == best_cost and index < best):
                 best, best_cost = index, cost
         return best

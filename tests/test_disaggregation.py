@@ -319,3 +319,24 @@ def test_a_mixed_fleet_runs_each_group_on_its_own_gpu() -> None:
     one = its[its["batch_size"] == 1]
     per_replica = one.groupby("replica")["duration_s"].min()
     assert per_replica[1] > per_replica[0]
+
+
+def test_a_mixed_fleet_routes_by_load_weighted_with_speed() -> None:
+    """A replica twice as slow counts each of its tokens twice: least_loaded sends the faster
+    pool more of the traffic."""
+    data = small_scenario(workload__num_requests=200)
+    del data["cluster"]["replicas"]
+    data["cluster"] |= {
+        "router": "least_loaded",
+        "pools": [{"gpu": "l40s", "replicas": 1}, {"gpu": "h200", "replicas": 1}],
+    }
+    data["workload"]["arrival"]["rate"] = 40.0
+    data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 2000}
+    result = cbsim.simulate(data)
+    share = (result.requests["replica"] == 1).mean()
+    assert share > 0.6  # the H200 replica takes most
+    from cbsim.engine import Simulation
+
+    simulation = Simulation(load_scenario(data))
+    l40s, h200 = simulation.replicas
+    assert h200.load_scale == 1.0 and l40s.load_scale > 2.0

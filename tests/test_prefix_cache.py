@@ -334,6 +334,8 @@ def test_a_cpu_tier_without_prefix_caching_is_ignored_and_said() -> None:
 
 
 class _Replica:
+    load_scale = 1.0
+
     def __init__(self, load: int, cached: int) -> None:
         self.load, self.cached, self.looked = load, cached, False
 

@@ -13,13 +13,15 @@ import click
 from rich.console import Console
 
 from cbsim import outputs
+from cbsim.capacity.disaggregated import Candidate, plan_disaggregated
 from cbsim.capacity.fields import CONTROLLED_KEYS, _check_key
 from cbsim.capacity.planning import _check_prices, plan
-from cbsim.capacity.rendering import render
+from cbsim.capacity.rendering import render, render_disaggregated
 from cbsim.capacity.search import DEFAULT_START_RPS, DEFAULT_TOLERANCE, DEFAULT_WINDOW_S, Progress
 from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
-from cbsim.scenario import load_scenario, parse_override
+from cbsim.hardware import get_gpu
+from cbsim.scenario import Scenario, load_scenario, parse_override
 
 #: Exit status of ``cbsim capacity`` when nothing meets the SLO (bad input is 2).
 EXIT_INFEASIBLE = 3
@@ -112,6 +114,36 @@ def _parse_seeds(text: str | None) -> list[int] | None:
 
 
 PLAN_FILE_DESCRIPTION = "a capacity plan cbsim wrote"
+
+
+def _pool_candidates(
+    scenario: Scenario, prefill_texts: Sequence[str], decode_texts: Sequence[str]
+) -> tuple[list[Candidate], list[Candidate]]:
+    """The instance layouts each pool may use: as given, else the scenario's pools' (or its
+    cluster's)."""
+    from cbsim.pools import pool_plans
+
+    if scenario.cluster.disaggregation is not None:
+        plans = pool_plans(scenario)
+        defaults = [
+            [Candidate(plan.scenario.cluster.gpu, plan.scenario.cluster.tp)] for plan in plans
+        ]
+    else:
+        own = Candidate(scenario.cluster.gpu, scenario.cluster.tp)
+        defaults = [[own], [own]]
+    chosen = []
+    for texts, option, default in (
+        (prefill_texts, "--prefill", defaults[0]),
+        (decode_texts, "--decode", defaults[1]),
+    ):
+        candidates = [Candidate.parse(text, option) for text in texts] or default
+        for candidate in candidates:
+            try:
+                get_gpu(candidate.gpu)
+            except CbsimError as err:
+                raise CbsimError(err.message, field=option) from None
+        chosen.append(list(dict.fromkeys(candidates)))
+    return chosen[0], chosen[1]
 
 
 def _is_plan_file(path: Path) -> bool:
@@ -227,6 +259,27 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     show_default=True,
     help="First rate tried.",
 )
+@click.option(
+    "--disaggregated",
+    is_flag=True,
+    help="Plan prefill and decode pools (xPyD) against the best aggregated fleet (needs "
+    "--target-rps; a scenario with cluster.disaggregation always plans this way).",
+)
+@click.option(
+    "--prefill",
+    "prefill_texts",
+    multiple=True,
+    metavar="GPU:TP",
+    help="A prefill instance layout to consider, e.g. h100-sxm:2 (repeatable; default: the "
+    "scenario's prefill pool, or its cluster).",
+)
+@click.option(
+    "--decode",
+    "decode_texts",
+    multiple=True,
+    metavar="GPU:TP",
+    help="A decode instance layout to consider (repeatable; default as --prefill).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--out",
@@ -253,6 +306,9 @@ def capacity_command(
     price_texts: tuple[str, ...],
     tolerance: float,
     start_rps: float,
+    disaggregated: bool,
+    prefill_texts: tuple[str, ...],
+    decode_texts: tuple[str, ...],
     as_json: bool,
     out: Path | None,
     overrides: tuple[str, ...],
@@ -267,30 +323,59 @@ def capacity_command(
             if key in CONTROLLED_KEYS:
                 _check_key(key, "--set")
         loaded = load_scenario(scenario, overrides=list(overrides))
-        if loaded.cluster.pooled:
+        if loaded.cluster.pools is not None:
             raise CbsimError(
-                "capacity plans size replicas of one kind; a cluster of pools (disaggregated "
-                "prefill and decode, or a mixed fleet) is not planned yet: simulate it with "
-                "cbsim run, or plan its aggregated form",
-                field="cluster.disaggregation"
-                if loaded.cluster.disaggregation is not None
-                else "cluster.pools",
+                "capacity plans size replicas of one kind, or prefill and decode pools; a mixed "
+                "fleet (cluster.pools) is not planned yet: simulate it with cbsim run",
+                field="cluster.pools",
+            )
+        split = disaggregated or loaded.cluster.disaggregation is not None
+        if not split and (prefill_texts or decode_texts):
+            raise CbsimError(
+                "--prefill and --decode plan pools: add --disaggregated", field="--prefill"
             )
         if out is not None:
             _check_plan_file(out)
-        progress, stop = _progress_printer()
-        result = plan(
-            loaded,
-            parse_slo(slo_texts) or None,
-            target_rps=target_rps,
-            prices=parse_prices(price_texts),
-            vary=parse_vary(vary_texts),
-            seeds=_parse_seeds(seeds),
-            window_s=window_s,
-            start_rps=start_rps,
-            tolerance=tolerance,
-            progress=progress,
-        )
+        if split:
+            if vary_texts:
+                raise CbsimError(
+                    "a disaggregated plan compares the --prefill and --decode candidates "
+                    "(and the aggregated fleet of the same GPUs); --vary is not taken",
+                    field="--vary",
+                )
+            if target_rps is None:
+                raise CbsimError(
+                    "a disaggregated plan sizes pools for a load", field="--target-rps"
+                )
+            candidates = _pool_candidates(loaded, prefill_texts, decode_texts)
+            progress, stop = _progress_printer()
+            result = plan_disaggregated(
+                loaded,
+                parse_slo(slo_texts) or None,
+                target_rps=target_rps,
+                prefill=candidates[0],
+                decode=candidates[1],
+                prices=parse_prices(price_texts),
+                seeds=_parse_seeds(seeds),
+                window_s=window_s,
+                start_rps=start_rps,
+                tolerance=tolerance,
+                progress=progress,
+            )
+        else:
+            progress, stop = _progress_printer()
+            result = plan(
+                loaded,
+                parse_slo(slo_texts) or None,
+                target_rps=target_rps,
+                prices=parse_prices(price_texts),
+                vary=parse_vary(vary_texts),
+                seeds=_parse_seeds(seeds),
+                window_s=window_s,
+                start_rps=start_rps,
+                tolerance=tolerance,
+                progress=progress,
+            )
     except CbsimError as err:
         stop()
         if err.source is None and err.field is not None and not err.field.startswith("-"):
@@ -302,6 +387,8 @@ def capacity_command(
         _write_plan(out, text)
     if as_json:
         click.echo(text)
+    elif "layouts" in result:
+        render_disaggregated(result, Console(width=max(Console().width, 132)))
     else:
         render(result, Console())
     if not result.get("feasible"):

@@ -101,3 +101,46 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         else:
             console.print("no alternative meets the SLO", highlight=False)
     console.print(f"simulations: {result['simulations']}", highlight=False)
+
+
+def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
+    """Print a disaggregated plan (:func:`~cbsim.capacity.disaggregated.plan_disaggregated`):
+    each pool's candidates, every xPyD layout checked at the target, the aggregated fleet, the
+    verdict."""
+    slo_text = ", ".join(f"{k} ≤ {v:g}" for k, v in result["slo"].items())
+    console.print(f"SLO: {slo_text} · target {result['target_rps']:g} req/s", highlight=False)
+    for pool in ("prefill", "decode"):
+        rates = ", ".join(
+            f"{c['gpu']} tp {c['tp']}: {_number(c['max_rate_rps'], '.3g')} req/s"
+            for c in result[f"{pool}_candidates"]
+        )
+        console.print(f"one {pool} instance sustains: {rates}", highlight=False)
+    table = Table(title=f"layouts for {result['target_rps']:g} req/s")
+    for name, justify in (
+        ("layout", "left"), ("GPUs", "right"), ("$/hour", "right"), ("$/M output tokens", "right"),
+        ("tok/s per GPU", "right"), ("tok/s per user", "right"), ("TTFT p99", "right"),
+        ("TPOT p99", "right"), ("", "left"),
+    ):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    rows = [*result["layouts"]]
+    aggregated = result.get("aggregated")
+    if aggregated and aggregated.get("feasible"):
+        rows.append(aggregated)
+    best = result.get("best")
+    for row in rows:
+        metrics = row.get("metrics") or {}
+        feasible = row.get("feasible", True)
+        mark = "best" if best is not None and row.get("name") == best.get("name") else ""
+        table.add_row(
+            str(row.get("name")),
+            _number(row.get("gpus"), "d"),
+            _money(row.get("cost_per_hour")),
+            _money(row.get("cost_per_million_output_tokens"), ".3f"),
+            _number(row.get("tokens_per_s_per_gpu"), ".1f"),
+            _number(row.get("tokens_per_s_per_user"), ".1f"),
+            _number(metrics.get("ttft_p99_s"), ".3f"),
+            _number(metrics.get("tpot_p99_s"), ".4f"),
+            mark if feasible else "fails the SLO",
+        )
+    console.print(table)
+    console.print(result["verdict"], highlight=False)

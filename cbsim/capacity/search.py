@@ -174,7 +174,10 @@ def _point_data(
     replicas: int,
     duration: float,
     window: float,
+    pools: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
+    """The scenario of one simulated point: ``replicas`` replicas, or, for a disaggregated
+    scenario, ``pools`` = (prefill, decode) instances."""
     data = copy.deepcopy(dict(base))
     wl = data.setdefault("workload", {})
     wl["num_requests"] = None
@@ -185,8 +188,13 @@ def _point_data(
         wl["trace"]["rate_scale"] = rate / axis.base_rate_rps
         wl["trace"]["time_scale"] = None
     cluster = data.setdefault("cluster", {})
-    cluster["replicas"] = replicas
-    if replicas > 1 and cluster.get("router") not in LOAD_AWARE_ROUTERS:
+    if pools is None:
+        cluster["replicas"] = replicas
+    else:
+        cluster.pop("replicas", None)
+        cluster["disaggregation"]["prefill"]["replicas"] = pools[0]
+        cluster["disaggregation"]["decode"]["replicas"] = pools[1]
+    if (replicas > 1 or pools is not None) and cluster.get("router") not in LOAD_AWARE_ROUTERS:
         cluster["router"] = "least_loaded"
     data["seed"] = seed
     data["horizon_s"] = 2 * duration + 600.0
@@ -218,19 +226,30 @@ class _Runner:
         self.label = label
         self.simulations = 0
         self.cost_models = CostModelCache()  # every point of this search prices the same cluster
+        self.kv_wait_p99_s = 0.0  # disaggregated points: the last one's worst decode wait
 
-    def evaluate(self, rate: float, replicas: int = 1) -> Evaluation:
+    def evaluate(
+        self, rate: float, replicas: int = 1, pools: tuple[int, int] | None = None
+    ) -> Evaluation:
+        """The checks at ``rate`` for every seed (until one fails), with ``replicas`` replicas
+        or, disaggregated, ``pools`` = (prefill, decode) instances."""
         duration, window = self.axis.window(rate, self.window_s, self.min_requests)
         runs: list[dict[str, float | None]] = []
         reasons: list[str] = []
         sims = 0
+        self.kv_wait_p99_s = 0.0
         for seed in self.seeds:
             if self.progress is not None:
                 fleet = f", {replicas} replicas" if replicas > 1 else ""
+                if pools is not None:
+                    fleet = f", {pools[0]}P{pools[1]}D"
                 self.progress(f"{self.label}{rate:.4g} req/s{fleet}, seed {seed}")
-            data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window)
+            data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window, pools)
             results = simulate(load_scenario(data), cost_models=self.cost_models)
             sims += 1
+            if pools is not None and len(results.requests):
+                wait = float(results.requests["kv_wait_s"].quantile(0.99))
+                self.kv_wait_p99_s = max(self.kv_wait_p99_s, wait)
             reasons, metrics = _check_run(results, window, self.slo)
             runs.append(metrics)
             if reasons:
@@ -349,16 +368,20 @@ def _find_max_rate(
     min_requests: int,
     progress: Progress | None,
     label: str = "",
+    pools_for: Callable[[float], tuple[int, int]] | None = None,
 ) -> CapacityResult:
+    """The search; ``pools_for``: a disaggregated scenario's (prefill, decode) instances at a
+    rate (default: one replica)."""
     _check_search(window_s, tolerance, start_rps, min_requests)
     axis = _load_axis(scenario)
     base = copy.deepcopy(base)
-    base.setdefault("cluster", {})["replicas"] = 1
+    if pools_for is None:
+        base.setdefault("cluster", {})["replicas"] = 1
     runner = _Runner(base, axis, slo, seeds, window_s, min_requests, progress, label)
     evaluations: list[Evaluation] = []
 
     def evaluate(rate: float) -> Evaluation:
-        ev = runner.evaluate(rate)
+        ev = runner.evaluate(rate, pools=None if pools_for is None else pools_for(rate))
         evaluations.append(ev)
         return ev
 

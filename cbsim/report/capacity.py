@@ -126,7 +126,7 @@ def capacity_report(
     plan: Mapping[str, Any], *, title: str | None = None, source: str = "(in memory)"
 ) -> Report:
     """The report of a :func:`cbsim.capacity.plan` result (its JSON object)."""
-    if not _is_capacity(plan):
+    if not _is_capacity(plan) or "layouts" in plan:
         raise CbsimError("not a capacity plan (the JSON of cbsim capacity --json)", source=source)
     slo: dict[str, Any] = dict(plan.get("slo") or {})
     directions: dict[str, Any] = dict(plan.get("slo_directions") or {})

@@ -28,7 +28,10 @@ def _read_json(path: Path) -> Any:
 
 
 def _is_capacity(data: Any) -> bool:
-    return (
+    """A capacity plan: of one kind of replica, or of disaggregated pools."""
+    from cbsim.report.disaggregated_plan import is_disaggregated_plan
+
+    return is_disaggregated_plan(data) or (
         isinstance(data, Mapping)
         and "slo" in data
         and "max_rate_rps" in data

@@ -115,6 +115,7 @@ class Replica:
     # with blocks whose KV is crossing, and those whose KV has arrived (taken in at its next
     # iteration)
     held_blocks: int = 0
+    held_requests: int = 0
     awaiting: deque[Request] = field(default_factory=deque)
     in_transfer: int = 0
     inbox: list[Request] = field(default_factory=list)
@@ -579,6 +580,7 @@ class Simulation:
             kv.allocate(held)
             req.held_blocks = held
             source.held_blocks += held
+        source.held_requests += 1
         req.prefill_replica = req.replica
         req.prefill_done_s = req.finish_s
         _owe_outputs(req)
@@ -657,7 +659,9 @@ class Simulation:
             link.busy_s += duration
         req.kv_wait_s = start - req.prefill_done_s
         req.kv_transfer_s = duration
+        req.kv_arrived_s = env.now
         source = self.replicas[req.prefill_replica]
+        source.held_requests -= 1
         if req.held_blocks:
             source.scheduler.kv.free(req.held_blocks)
             source.held_blocks -= req.held_blocks
@@ -848,7 +852,7 @@ class Simulation:
                         ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
                         tokens = run.batch_sizes if run.emitted is None else run.emitted
                         deliveries = self._deliveries(replica, ends, tokens)
-                    recorder.record_decode_run(index, run, waiting, deliveries)
+                    recorder.record_decode_run(index, run, waiting, deliveries, replica.in_transfer)
                     replica.last_row = recorder.rows - 1
                     self._release(deliveries, first_row)
                     continue
@@ -874,6 +878,7 @@ class Simulation:
             if batch.load_s > duration:  # a CPU-tier load overlapped layer by layer
                 duration = batch.load_s
             kv_used = sched.kv.used_blocks
+            transfers = replica.held_requests if prefills_only else replica.in_transfer
             end = start + duration
             yield _iteration_end(env, duration if env.now == start else _exact_delay(env.now, end))
             clock = end
@@ -885,7 +890,7 @@ class Simulation:
                 emitted = 0
             sched.forget_running_tokens()
             delivered = self._deliveries(replica, [end], [emitted]) if streams else None
-            record(index, start, duration, batch, emitted, kv_used, waiting, delivered)
+            record(index, start, duration, batch, emitted, kv_used, waiting, delivered, transfers)
             replica.last_row = row
             self._release(delivered, row)
 

@@ -26,7 +26,9 @@ follow common serving benchmarks (vLLM, Vidur):
   reads what happened in it, not a false drop from dividing part of a window by all of it.
   ``prefix_hit_rate`` is the prompt tokens reused from the prefix cache over the prompt tokens of
   the requests first admitted in the window (NaN when none was); the summary's is the same over
-  the whole run, :func:`prefix_hit_rates` per replica.
+  the whole run, :func:`prefix_hit_rates` per replica. Disaggregated runs add ``kv_transfers``
+  (prompts whose KV reached a decode instance in the window), ``kv_transfer_s`` (their mean
+  transfer time) and ``kv_wait_s`` (their mean wait from prefill end to transfer start).
 
 Streaming (:meth:`Recorder.stream`, ``simulate(..., stream_to=PATH)``): instead of holding every
 iteration row until the end, the recorder writes its iteration columns to a parquet file, one row
@@ -72,7 +74,7 @@ if TYPE_CHECKING:
 
 REQUEST_COLUMNS = [
     "request_id", "replica", "client", "arrival_s", "first_token_s", "finish_s", "prompt_tokens",
-    "cached_tokens", "cached_tokens_cpu", "kv_load_s", "prefill_replica", "kv_wait_s", "kv_transfer_s", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
+    "cached_tokens", "cached_tokens_cpu", "kv_load_s", "prefill_replica", "kv_wait_s", "kv_transfer_s", "kv_arrived_s", "output_tokens", "ttft_s", "tpot_s", "e2e_s",
     "queue_s", "preemptions", "spec_steps",
     "drafted_tokens", "accepted_tokens", "mean_k", "status", "server_arrival_s",
     "server_first_token_s", "server_finish_s", "server_ttft_s", "server_tpot_s", "server_e2e_s",
@@ -122,6 +124,10 @@ class Recorder:
         self.scenario = scenario
         self.num_replicas = replicas
         self.kv_blocks_total = kv.total_blocks
+        # disaggregated: per row, the prompts whose KV is leaving (a prefill instance) or
+        # arriving (a decode instance) as the iteration starts
+        self.disaggregated = scenario.cluster.disaggregation is not None
+        self._transfers = array("q")
         # each replica's KV blocks where pools differ (None: every replica has kv's)
         self.kv_totals: np.ndarray | None = None
         if kv_totals is not None and len(set(kv_totals)) > 1:
@@ -184,9 +190,12 @@ class Recorder:
         kv_used: int,
         waiting: int,
         delivered: list[float] | None = None,
+        transfers: int = 0,
     ) -> None:
         if self.num_replicas > 1:
             self._replica.append(replica)
+        if self.disaggregated:
+            self._transfers.append(transfers)
         self._start.append(start)
         self._duration.append(duration)
         self._batch.append(len(batch.requests))
@@ -222,12 +231,19 @@ class Recorder:
         return self._offset + len(self._start)
 
     def record_decode_run(
-        self, replica: int, run: DecodeRun, waiting: int, delivered: list[float] | None = None
+        self,
+        replica: int,
+        run: DecodeRun,
+        waiting: int,
+        delivered: list[float] | None = None,
+        transfers: int = 0,
     ) -> None:
         """Record the iterations of a decode run (each its own row, as if stepped one by one)."""
         n = run.iterations
         if self.num_replicas > 1:
             self._replica.extend([replica] * n)
+        if self.disaggregated:
+            self._transfers.extend([transfers] * n)
         self._start.extend(run.starts)
         self._duration.extend(run.durations)
         self._batch.extend(run.batch_sizes)
@@ -382,6 +398,7 @@ class Recorder:
             del decoding, k_sum
         else:  # no decoding requests counted: 0.0 throughout
             mean_k = np.zeros(n)
+        transfers = {"kv_transfers": take("_transfers", np.int64)} if self.disaggregated else {}
         return {
             "replica": replica,
             "start_s": starts,
@@ -405,6 +422,7 @@ class Recorder:
             "k_max": spec_column("_k_max", np.int64),
             "draft_s": spec_column("_draft_s", np.float64),
             "delivered_s": delivered,
+            **transfers,
         }
 
 
@@ -809,7 +827,7 @@ def summarize(
             "preemptions": preemptions,
             "iterations": totals.rows,
             "mean_batch_size": totals.mean_batch_size,
-            "busy_fraction": busy / (makespan * scenario.cluster.replicas)
+            "busy_fraction": busy / (makespan * scenario.cluster.replica_count)
             if completed and makespan > 0
             else math.nan,
             "kv_blocks_total": totals.kv_blocks_total,
@@ -821,6 +839,13 @@ def summarize(
             "warnings": "; ".join(warnings),
         }
     )
+    if "kv_arrived_s" in requests and bool(requests["kv_arrived_s"].notna().any()):
+        crossed = requests["kv_arrived_s"].notna().to_numpy()
+        for name in ("kv_transfer_s", "kv_wait_s"):
+            values = requests[name].to_numpy(dtype=float)[crossed]
+            stem = name.removesuffix("_s")
+            for q in (50, 99):
+                summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
     return summary
 
 
@@ -1025,6 +1050,16 @@ def timeseries(
                 "span_s": span,
             }
         )
+    arrived = requests["kv_arrived_s"].to_numpy(dtype=float) if "kv_arrived_s" in requests else None
+    if arrived is not None and not np.isnan(arrived).all():  # disaggregated
+        crossed = ~np.isnan(arrived)
+        count = total(arrived[crossed])
+        seconds = total(arrived[crossed], requests["kv_transfer_s"].to_numpy(float)[crossed])
+        waited = total(arrived[crossed], requests["kv_wait_s"].to_numpy(float)[crossed])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            frame["kv_transfers"] = count.astype(np.int64)
+            frame["kv_transfer_s"] = np.where(count > 0, seconds / count, np.nan)
+            frame["kv_wait_s"] = np.where(count > 0, waited / count, np.nan)
     return frame
 
 

@@ -53,6 +53,7 @@ class Request:
         "generated",
         "held_blocks",
         "k_sum",
+        "kv_arrived_s",
         "kv_load_s",
         "kv_tokens",
         "kv_transfer_s",
@@ -137,6 +138,7 @@ class Request:
         self.prefill_done_s = math.nan
         self.kv_wait_s = 0.0
         self.kv_transfer_s = 0.0
+        self.kv_arrived_s = math.nan  # when its KV reached the decode instance
 
     @property
     def in_prefill(self) -> bool:

@@ -62,6 +62,7 @@ _TRANSFER_FIELDS: tuple[tuple[str, type], ...] = (
     ("prefill_replica", np.int64),
     ("kv_wait_s", np.float64),
     ("kv_transfer_s", np.float64),
+    ("kv_arrived_s", np.float64),
 )
 # fields only speculative runs change from zero
 _SPEC_COUNTS = ("spec_steps", "drafted_tokens", "accepted_tokens", "decode_steps")
@@ -259,6 +260,7 @@ class RequestTable:
                 mean_k = np.zeros(n)
         ema = col("ema_acceptance") if self.speculative else np.full(n, np.nan)
         prefill_replica = col("prefill_replica") if self.disaggregated else np.full(n, -1)
+        kv_arrived = col("kv_arrived_s") if self.disaggregated else np.full(n, np.nan)
         status = pd.Categorical.from_codes(self._status[:n], dtype=STATUS_DTYPE)
         reasons = pd.Series(
             np.asarray(self._reasons, dtype=object)[self._reason[:n]], dtype=REASON_DTYPE
@@ -278,6 +280,7 @@ class RequestTable:
                 "prefill_replica": prefill_replica,
                 "kv_wait_s": col("kv_wait_s"),
                 "kv_transfer_s": col("kv_transfer_s"),
+                "kv_arrived_s": kv_arrived,
                 "output_tokens": outputs,
                 "ttft_s": client_first - sent,
                 "tpot_s": tpot,

@@ -427,6 +427,15 @@ class Cluster(StrictModel):
     pools: list[Pool] | None = Field(default=None, min_length=1, max_length=16)
 
     @property
+    def replica_count(self) -> int:
+        """Replicas in all: every pool's (``replicas`` in a plain cluster)."""
+        if self.disaggregation is not None:
+            return self.disaggregation.prefill.replicas + self.disaggregation.decode.replicas
+        if self.pools is not None:
+            return sum(pool.replicas for pool in self.pools)
+        return self.replicas
+
+    @property
     def pooled(self) -> bool:
         """Whether replicas come in pools of their own settings (disaggregated or mixed)."""
         return self.disaggregation is not None or self.pools is not None

@@ -60,7 +60,7 @@ def simulate(
             requests,
             iterations,
             window_s,
-            scenario.cluster.replicas,
+            scenario.cluster.replica_count,
             sums=None if streamed is None else streamed.sums,
         )
     except CbsimError as err:  # too many windows for how long the run lasted

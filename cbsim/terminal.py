@@ -126,7 +126,7 @@ def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
         ),
         ("engine", cluster.engine),
     ]
-    if cluster.replicas > 1:
+    if cluster.replica_count > 1:
         rows.append(("router", cluster.router))
     if scenario.speculative.enabled:
         rows.append(("speculation", _speculation(scenario)))

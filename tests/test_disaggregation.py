@@ -4,6 +4,7 @@ prompts, the KV crosses a link (:mod:`cbsim.kv_transfer`), decode instances prod
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -340,3 +341,34 @@ def test_a_mixed_fleet_routes_by_load_weighted_with_speed() -> None:
     simulation = Simulation(load_scenario(data))
     l40s, h200 = simulation.replicas
     assert h200.load_scale == 1.0 and l40s.load_scale > 2.0
+
+
+def test_transfers_appear_in_the_iterations_timeseries_and_summary(tmp_path: Path) -> None:
+    data = disaggregated(
+        kv_transfer={"link": "rdma", "bandwidth_gb_s": 2.0}, workload__num_requests=60
+    )
+    data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 3000}
+    data["workload"]["arrival"]["rate"] = 8.0
+    result = cbsim.simulate(data)
+    req, its, series = result.requests, result.iterations, result.timeseries
+    # every request's KV crossed once: the timeseries counts each in the window it arrived
+    assert series["kv_transfers"].sum() == len(req)
+    assert np.nanmax(series["kv_transfer_s"]) == pytest.approx(req["kv_transfer_s"].max(), rel=0.2)
+    assert (req["kv_arrived_s"] >= req["server_arrival_s"] + req["kv_transfer_s"]).all()
+    # a prefill iteration sees the prompts it still holds, a decode one the KV crossing into it
+    assert its["kv_transfers"].max() >= 1 and (its["kv_transfers"] >= 0).all()
+    summary = result.summary
+    assert summary["kv_transfer_p50_s"] == pytest.approx(req["kv_transfer_s"].median())
+    assert summary["kv_wait_p99_s"] >= summary["kv_wait_p50_s"] >= 0.0
+    # streamed, the same rows
+    streamed = cbsim.simulate(data, stream_to=tmp_path / "its.parquet")
+    assert streamed.load_iterations()["kv_transfers"].sum() == its["kv_transfers"].sum()
+
+
+def test_aggregated_runs_keep_their_columns() -> None:
+    result = cbsim.simulate(small_scenario())
+    assert "kv_transfers" not in result.iterations
+    assert "kv_transfers" not in result.timeseries
+    assert not any(key.startswith("kv_transfer") for key in result.summary)
+    assert (result.requests["prefill_replica"] == -1).all()
+    assert result.requests["kv_arrived_s"].isna().all()

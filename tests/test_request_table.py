@@ -82,6 +82,7 @@ def legacy_requests_frame(
             "prefill_replica": col("prefill_replica", np.int64),
             "kv_wait_s": col("kv_wait_s", np.float64),
             "kv_transfer_s": col("kv_transfer_s", np.float64),
+            "kv_arrived_s": col("kv_arrived_s", np.float64),
             "output_tokens": outputs,
             "ttft_s": client_first - sent,
             "tpot_s": tpot,

@@ -6,11 +6,12 @@ Each measured run becomes a scenario: its prefill and decode pools (workers, TP,
 expert parallelism), a closed loop of its concurrency (where the table leaves it empty, the
 decode pool's batch size x workers x attention DP, as :mod:`cbsim.calibration.benchmarks` reads
 it), fixed prompt and output lengths, the KV crossing by RDMA between nodes or NVLink within one
-(cbsim's packing, :mod:`cbsim.kv_transfer`). Runs cbsim cannot lay out are listed with the reason
-(DeepSeek's 16-GPU instances: tensor parallelism or TP x DP beyond one 8-GPU node).
+(cbsim's packing, :mod:`cbsim.kv_transfer`); DeepSeek's 16-GPU instances span two nodes, their
+collectives' inter-node part priced over the NICs (:meth:`cbsim.cost.roofline.CostModel.allreduce_time`,
+a model: no multi-node NCCL table is shipped). Runs cbsim cannot lay out are listed with the reason.
 
-Prints every run's measured and simulated mean TTFT and TPOT and their errors, then the median
-over the runs simulated (each configuration is its own check: nothing is fitted, so every run is
+Prints every run's measured and simulated mean TTFT and TPOT and their errors, the median over
+the runs simulated and per configuration (engine, model, lengths, layout) (each configuration is its own check: nothing is fitted, so every run is
 held out).
 
     python benchmarks/disaggregated_e2e.py [--requests-per-client N]
@@ -137,9 +138,24 @@ def main() -> None:
             f"{simulated['ttft_err_%'].abs().median():.1f}%, mean TPOT error median "
             f"{simulated['tpot_err_%'].abs().median():.1f}% (absolute)"
         )
-        skipped = frame[frame["note"].notna()] if "note" in frame else frame[:0]
-        for (model, note), group in skipped.groupby(["model", "note"]):
-            print(f"{len(group)} {model} runs {note}")
+        groups = simulated.assign(
+            ttft=simulated["ttft_err_%"].abs(), tpot=simulated["tpot_err_%"].abs()
+        ).groupby(["engine", "model", "isl/osl", "layout"])
+        print("\nper configuration (median absolute error over its concurrencies, %):")
+        print(
+            groups.agg(
+                runs=("tpot", "size"),
+                ttft=("ttft", "median"),
+                tpot=("tpot", "median"),
+                tpot_signed=("tpot_err_%", "median"),
+            )
+            .round(1)
+            .to_string()
+        )
+        if "note" in frame:
+            skipped = frame[frame["note"].notna()]
+            for (model, note), group in skipped.groupby(["model", "note"]):
+                print(f"{len(group)} {model} runs {note}")
 
 
 if __name__ == "__main__":

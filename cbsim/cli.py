@@ -535,16 +535,17 @@ def cost(
         gpu_spec.peak_flops(dtype)
     except CbsimError as err:
         raise CbsimError(err.message, field="--dtype") from None
-    if tp & (tp - 1) or tp > gpu_spec.gpus_per_node:
+    node = gpu_spec.gpus_per_node
+    if tp & (tp - 1) or tp > 64 or (tp > node and tp % node):
         raise CbsimError(
-            f"tp must be a power of two up to the {gpu_spec.gpus_per_node} GPUs of one "
-            f"{gpu_spec.name} node, got {tp}",
+            f"tp must be a power of two up to 64 (beyond the {node} GPUs of one "
+            f"{gpu_spec.name} node, whole nodes), got {tp}",
             field="--tp",
         )
-    if tp * dp > gpu_spec.gpus_per_node:
+    if tp * dp > node and (tp * dp) % node:
         raise CbsimError(
-            f"tp x dp = {tp * dp} exceeds the {gpu_spec.gpus_per_node} GPUs of one "
-            f"{gpu_spec.name} node",
+            f"tp x dp = {tp * dp} exceeds the {node} GPUs of one {gpu_spec.name} node "
+            "without filling whole nodes",
             field="--dp",
         )
     try:

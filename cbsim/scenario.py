@@ -370,6 +370,10 @@ class Cluster(StrictModel):
     the serving ``engine`` (``vllm``, ``sglang``, ``tensorrt-llm``, ``none`` for the bare roofline,
     or an engine profile JSON; see :mod:`cbsim.cost.engine_profile`).
 
+    A ``tp`` (or ``tp x dp``) group larger than a node takes whole nodes: its all-reduces and
+    all-to-alls add the other nodes' share over the GPUs' NICs to one node's measured time
+    (:meth:`cbsim.cost.roofline.CostModel.allreduce_time`).
+
     ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only); ``kv_dtype`` the KV
     cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
     checkpoint; TensorRT-LLM: fp8). Keys left unset here and in ``scheduler`` take the engine's
@@ -1145,16 +1149,19 @@ def _check_cluster_fits(cluster: Cluster, source: str | None, prefix: str) -> No
 
     gpu = get_gpu(cluster.gpu)
     model = get_model(cluster.model)
-    if cluster.tp > gpu.gpus_per_node:
+    node = gpu.gpus_per_node
+    if cluster.tp > node and cluster.tp % node:
         raise CbsimError(
-            f"tp {cluster.tp} exceeds the {gpu.gpus_per_node} GPUs of one {gpu.name} node",
+            f"tp {cluster.tp} exceeds the {node} GPUs of one {gpu.name} node without filling "
+            f"whole nodes (a group across nodes takes a multiple of {node})",
             source=source,
             field=f"{prefix}.tp",
         )
-    if cluster.tp * cluster.dp > gpu.gpus_per_node:
+    group = cluster.tp * cluster.dp
+    if group > node and group % node:
         raise CbsimError(
-            f"tp x dp = {cluster.tp * cluster.dp} exceeds the {gpu.gpus_per_node} GPUs of one "
-            f"{gpu.name} node (the expert all-to-all is priced from NVLink measurements)",
+            f"tp x dp = {group} exceeds the {node} GPUs of one {gpu.name} node without filling "
+            f"whole nodes (a group across nodes takes a multiple of {node})",
             source=source,
             field=f"{prefix}.dp",
         )

@@ -19,6 +19,7 @@ from cbsim.calibration.comm import (
 from cbsim.calibration.data import load_table
 from cbsim.calibration.profile import CalibrationProfile
 from cbsim.cost import CostModel
+from cbsim.cost.roofline import NETWORK_STEP_LATENCY_S
 
 NVLINK_GPUS = ("a100-80gb", "h100-sxm", "h200")
 ALL_GPUS = (*NVLINK_GPUS, "l40s")
@@ -102,9 +103,29 @@ def test_cost_model_reads_the_allreduce_fit(nccl: dict[str, pd.DataFrame]) -> No
             message = tokens * model.model.hidden_size * 2.0
             assert model.allreduce_time(tokens) == fits[str(tp)](message)
     # a GPU count the profile does not hold falls back to the uncalibrated formula
-    uncalibrated = CostModel("llama-3-8b", "h100-sxm", tp=16)
-    calibrated = CostModel("llama-3-8b", "h100-sxm", tp=16, calibration=profile)
+    partial = CalibrationProfile(gpu="h100-sxm", name="nccl", allreduce={"2": fits["2"]})
+    empty = CalibrationProfile(gpu="h100-sxm", name="empty")
+    uncalibrated = CostModel("llama-3-8b", "h100-sxm", tp=4, calibration=empty)
+    calibrated = CostModel("llama-3-8b", "h100-sxm", tp=4, calibration=partial)
     assert calibrated.allreduce_time(64) == uncalibrated.allreduce_time(64)
+
+
+def test_a_group_across_nodes_adds_the_nics_share_to_one_nodes_allreduce(
+    nccl: dict[str, pd.DataFrame],
+) -> None:
+    """TP 16 on 8-GPU nodes: the node's measured all-reduce, then each GPU's reduced shard
+    (1/8 of the message) out and back over its NIC to the other node."""
+    fits = fit_allreduce(nccl["h100-sxm"], "h100-sxm")
+    profile = CalibrationProfile(gpu="h100-sxm", name="nccl", allreduce=fits)
+    model = CostModel("llama-3-8b", "h100-sxm", tp=16, calibration=profile)
+    gpu = model.gpu
+    for tokens in (1, 64, 8192):
+        message = tokens * model.model.hidden_size * 2.0
+        nic = 2.0 * message / 8 * (1 / 2) / gpu.network_bandwidth + 2 * NETWORK_STEP_LATENCY_S
+        assert model.allreduce_time(tokens) == pytest.approx(fits["8"](message) + nic)
+        assert model.allreduce_time(tokens) > CostModel(
+            "llama-3-8b", "h100-sxm", tp=8, calibration=profile
+        ).allreduce_time(tokens)
 
 
 def test_vidur_network_curves() -> None:

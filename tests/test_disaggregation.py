@@ -245,7 +245,7 @@ def test_auto_link_is_nvlink_within_a_node_and_rdma_across() -> None:
             "cluster.disaggregation.prefill.tpp",
         ),
         (
-            lambda d: d["cluster"]["disaggregation"]["decode"].update(tp=16),
+            lambda d: d["cluster"]["disaggregation"]["decode"].update(tp=3),
             "cluster.disaggregation.decode.tp",
         ),
         (

@@ -324,8 +324,8 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
         "cluster.tp",
     ),
     (
-        "tp beyond a node",
-        {"cluster.tp": 16},
+        "tp beyond 64",
+        {"cluster.tp": 128},
         "cluster.tp",
     ),
     (
@@ -868,7 +868,7 @@ OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("--tp 3", (*COST, "--tp", "3", "--prefill", "10"), "--tp"),
     ("--tp 0", (*COST, "--tp", "0", "--prefill", "10"), "--tp"),
     ("--tp 2^70", (*COST, "--tp", str(2**70), "--prefill", "10"), "--tp"),
-    ("--tp 16", (*COST, "--tp", "16", "--prefill", "10"), "--tp"),
+    ("--tp 128", (*COST, "--tp", "128", "--prefill", "10"), "--tp"),
     (
         "--gpu h100",
         ("cost", "--model", "llama-3-8b", "--gpu", "h100", "--prefill", "1"),

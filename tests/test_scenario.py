@@ -222,10 +222,13 @@ def test_tp_not_positive(tp: int):
     assert error_of(small_scenario(cluster__tp=tp)).field == "cluster.tp"
 
 
-def test_tp_larger_than_a_node():
-    err = error_of(small_scenario(cluster__tp=16))
+def test_tp_beyond_64_is_refused_and_across_nodes_takes_whole_nodes():
+    err = error_of(small_scenario(cluster__tp=128))
     assert err.field == "cluster.tp"
-    assert "8" in err.message
+    assert "64" in err.message
+    # 16 GPUs: two whole 8-GPU nodes, all-reduces partly over the NICs
+    scenario = load_scenario(small_scenario(cluster__tp=16))
+    assert scenario.cluster.gpus_per_replica == 16
 
 
 def test_model_that_does_not_fit():

@@ -54,6 +54,9 @@ from cbsim.models import ModelShape, expert_parallel_problem, get_model
 
 DEFAULT_ENGINE = "vllm"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
+NETWORK_STEP_LATENCY_S = 10e-6
+"""Latency of one step of a collective between nodes over RDMA (an assumption; NCCL's
+inter-node steps take some microseconds on InfiniBand)."""
 
 # Batch entries with at most this many new tokens run in the bandwidth-bound decode attention
 # kernel (decode steps, speculative verification, the tail chunk of a prefill); larger ones run the
@@ -582,21 +585,45 @@ class CostModel:
         return t + kernels * p.elementwise_floor_s
 
     def allreduce_time(self, tokens: int) -> float:
-        """Seconds for one ring all-reduce of the tokens' hidden states across the TP group."""
+        """Seconds for one ring all-reduce of the tokens' hidden states across the TP group (a
+        group spanning nodes: see :meth:`_across_nodes`)."""
         if self.tp == 1 or tokens <= 0:
             return 0.0
+        node = self.gpu.gpus_per_node
+        if self.tp > node:
+            shard = 2.0 * tokens * self.model.hidden_size * self._act_bytes / node  # out and back
+            inside = self._node_allreduce(tokens, node)
+            return inside + self._across_nodes(shard, self.tp // node)
+        return self._node_allreduce(tokens, self.tp)
+
+    def _across_nodes(self, bytes_per_nic: float, nodes: int) -> float:
+        """Seconds for the inter-node part of a collective over ``nodes`` nodes: each GPU's NIC
+        sends the ``(nodes - 1) / nodes`` of ``bytes_per_nic`` bound for other nodes (a ring
+        all-reduce's shard out and back; an all-to-all's sends) over ``network_bandwidth``,
+        rail by rail as NCCL's hierarchical algorithms do, with :data:`NETWORK_STEP_LATENCY_S`
+        per step. A model, not a measurement: the shipped NCCL tables stop at one node."""
+        if nodes <= 1:
+            return 0.0
+        steps = 2 * (nodes - 1)
+        wire = bytes_per_nic * (nodes - 1) / nodes
+        return steps * NETWORK_STEP_LATENCY_S + wire / self.gpu.network_bandwidth
+
+    def _node_allreduce(self, tokens: int, gpus: int) -> float:
+        """Seconds for an all-reduce of ``tokens`` hidden states over ``gpus`` GPUs of one node:
+        measured (NCCL's, or the engine's own kernel's), else the NVLink ring."""
         p = self.params
         message = tokens * self.model.hidden_size * self._act_bytes
         if self.calibration is not None:
-            measured = self.calibration.allreduce_time(self.tp, message)
+            measured = self.calibration.allreduce_time(gpus, message)
             if measured is not None:
                 if self._transfer is not None:
                     engine, reference = self._transfer
-                    mine, theirs = engine.allreduce_time(tokens), reference.allreduce_time(tokens)
+                    mine = engine._node_allreduce(tokens, gpus)
+                    theirs = reference._node_allreduce(tokens, gpus)
                     if mine > 0.0 and theirs > 0.0:
                         measured *= mine / theirs
                 return measured
-        wire = 2.0 * (self.tp - 1) / self.tp * message
+        wire = 2.0 * (gpus - 1) / gpus * message
         return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
 
     # ------------------------------------------------------------------ per-iteration terms
@@ -649,12 +676,19 @@ class CostModel:
         group = self.tp * self.dp
         if group == 1 or size_bytes <= 0:
             return 0.0
+        node = self.gpu.gpus_per_node
+        if group > node:  # the node's share over NVLink while the rest leaves by the NICs
+            inside = self._node_alltoall(size_bytes * node / group, node)
+            return max(inside, self._across_nodes(size_bytes, group // node))
+        return self._node_alltoall(size_bytes, group)
+
+    def _node_alltoall(self, size_bytes: float, gpus: int) -> float:
         if self.calibration is not None:
-            measured = self.calibration.alltoall_time(group, size_bytes)
+            measured = self.calibration.alltoall_time(gpus, size_bytes)
             if measured is not None:
                 return measured
         p = self.params
-        wire = (group - 1) / group * size_bytes
+        wire = (gpus - 1) / gpus * size_bytes
         return p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
 
     def dispatch_time(self, tokens: int) -> float:

@@ -348,34 +348,25 @@ def capacity_command(
                     "a disaggregated plan sizes pools for a load", field="--target-rps"
                 )
             candidates = _pool_candidates(loaded, prefill_texts, decode_texts)
-            progress, stop = _progress_printer()
+        slo = parse_slo(slo_texts) or None  # parsed in the order the options were always read
+        prices = parse_prices(price_texts)
+        vary = None if split else parse_vary(vary_texts)
+        settings: dict[str, Any] = {
+            "target_rps": target_rps,
+            "prices": prices,
+            "seeds": _parse_seeds(seeds),
+            "window_s": window_s,
+            "start_rps": start_rps,
+            "tolerance": tolerance,
+        }
+        progress, stop = _progress_printer()
+        if split:
             result = plan_disaggregated(
-                loaded,
-                parse_slo(slo_texts) or None,
-                target_rps=target_rps,
-                prefill=candidates[0],
-                decode=candidates[1],
-                prices=parse_prices(price_texts),
-                seeds=_parse_seeds(seeds),
-                window_s=window_s,
-                start_rps=start_rps,
-                tolerance=tolerance,
-                progress=progress,
-            )
+                loaded, slo, prefill=candidates[0], decode=candidates[1], progress=progress,
+                **settings,
+            )  # fmt: skip
         else:
-            progress, stop = _progress_printer()
-            result = plan(
-                loaded,
-                parse_slo(slo_texts) or None,
-                target_rps=target_rps,
-                prices=parse_prices(price_texts),
-                vary=parse_vary(vary_texts),
-                seeds=_parse_seeds(seeds),
-                window_s=window_s,
-                start_rps=start_rps,
-                tolerance=tolerance,
-                progress=progress,
-            )
+            result = plan(loaded, slo, vary=vary, progress=progress, **settings)
     except CbsimError as err:
         stop()
         if err.source is None and err.field is not None and not err.field.startswith("-"):

@@ -63,8 +63,9 @@ PARAMETERS = (
     "serial_per_request_s",
     "request_s",
     "prompt_token_s",
+    "serial_per_layer_s",
 )
-SCALES = np.array([1e-3, 1e-5, 1e-6, 1e-3, 1e-5, 1e-2, 1e-5])
+SCALES = np.array([1e-3, 1e-5, 1e-6, 1e-3, 1e-5, 1e-2, 1e-5, 1e-5])
 # a mild pull of every term towards zero, in units of its scale: CPU work the kernels hide on
 # the benchmarks fitted is otherwise unconstrained, and would surface on faster GPUs or models
 RIDGE = 0.005
@@ -156,6 +157,7 @@ class StepSequence:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     max_batch: int
+    layers: int = 0  # decoder layers each GPU runs per step (the per-layer term's multiplier)
 
 
 def record_sequence(scenario: Scenario) -> StepSequence:
@@ -184,7 +186,17 @@ def record_sequence(scenario: Scenario) -> StepSequence:
         prompt_tokens=done["prompt_tokens"].to_numpy(dtype=float),
         output_tokens=done["output_tokens"].to_numpy(dtype=float),
         max_batch=int(steps["batch_size"].max()) if len(steps) else 0,
+        layers=_layers_per_gpu(scenario),
     )
+
+
+def _layers_per_gpu(scenario: Scenario) -> int:
+    from cbsim.kvcache import stage_layers
+    from cbsim.models import get_model
+
+    model = get_model(scenario.cluster.model)
+    pp = scenario.cluster.pp
+    return stage_layers(model, pp) if pp > 1 else model.num_layers
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,7 @@ class SequenceSet:
     gpu_s: np.ndarray
     requests: np.ndarray
     tokens: np.ndarray
+    layers: np.ndarray  # per step: its benchmark's decoder layers per GPU
     offset: np.ndarray  # first step of each benchmark
     benchmark: np.ndarray  # per request: its benchmark's index
     arrival: np.ndarray  # per request: global step index, or -1 (the benchmark's start)
@@ -223,6 +236,9 @@ class SequenceSet:
             gpu_s=joined("gpu_s"),
             requests=joined("requests"),
             tokens=joined("tokens"),
+            layers=np.concatenate([np.full(len(s.gpu_s), float(s.layers)) for s in sequences])
+            if sequences
+            else np.zeros(0),
             offset=offset,
             benchmark=np.concatenate(
                 [np.full(len(s.first_step), i) for i, s in enumerate(sequences)]
@@ -243,7 +259,7 @@ class SequenceSet:
 
     def price_terms(self, x: np.ndarray, overlap: bool) -> tuple[np.ndarray, np.ndarray]:
         cpu = x[0] + x[1] * self.requests + x[2] * self.tokens
-        serial = x[3] + x[4] * self.requests
+        serial = x[3] + x[4] * self.requests + x[7] * self.layers
         duration = (np.maximum(self.gpu_s, cpu) if overlap else self.gpu_s + cpu) + serial
         total = np.cumsum(duration)
         start_of = total[self.offset] - duration[self.offset]  # time before each benchmark
@@ -273,6 +289,7 @@ def _as_vector(overhead: StepOverhead, frontend: Frontend) -> np.ndarray:
             overhead.serial_per_request_s,
             frontend.request_s,
             frontend.prompt_token_s,
+            overhead.serial_per_layer_s,
         ]
     )
 
@@ -287,6 +304,7 @@ def terms_from_vector(x: np.ndarray, overlap: bool) -> tuple[StepOverhead, Front
             overlap=overlap,
             serial_s=values[3],
             serial_per_request_s=values[4],
+            serial_per_layer_s=values[7],
         ),
         Frontend(request_s=values[5], prompt_token_s=values[6]),
     )

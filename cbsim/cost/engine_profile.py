@@ -19,7 +19,11 @@ reasons, and an engine profile holds all three:
   steps from CUDA graphs. :class:`StepOverhead` models a step as
   ``max(gpu, cpu) + serial`` where they overlap and ``gpu + cpu + serial`` where they do not:
   ``cpu = cpu_s + cpu_per_request_s · B + cpu_per_token_s · N`` for B requests and N new tokens,
-  ``serial = serial_s + serial_per_request_s · B`` the part that never hides.
+  ``serial = serial_s + serial_per_request_s · B + serial_per_layer_s · L`` the part that never
+  hides, where L is the decoder layers one GPU runs: a step launches a fixed number of kernels
+  per layer, and each kernel boundary costs time the kernel tables (timing kernels alone) do
+  not see — a launch, or a CUDA graph's node-to-node gap, and the ramp of the next kernel — so
+  this part of a step grows with the model's depth, not with the GPU's speed.
 * **What a client sees.** A benchmark client's time to first token includes the HTTP front end,
   tokenisation and the first token's way back. :class:`Frontend` holds a per-request and a
   per-prompt-token delay on the way in, and a per-output-token service time of the process that
@@ -69,6 +73,19 @@ class StepOverhead(_Strict):
     overlap: bool = False
     serial_s: float = Field(default=0.0, ge=0.0)
     serial_per_request_s: float = Field(default=0.0, ge=0.0)
+    serial_per_layer_s: float = Field(default=0.0, ge=0.0)
+
+    def for_layers(self, layers: int) -> StepOverhead:
+        """These terms for a model whose GPUs each run ``layers`` decoder layers per step: the
+        per-layer part folded into ``serial_s`` (what :meth:`step_time` adds)."""
+        if not self.serial_per_layer_s:
+            return self
+        return self.model_copy(
+            update={
+                "serial_s": self.serial_s + self.serial_per_layer_s * layers,
+                "serial_per_layer_s": 0.0,
+            }
+        )
 
     def cpu_time(self, requests: int, tokens: int) -> float:
         return self.cpu_s + self.cpu_per_request_s * requests + self.cpu_per_token_s * tokens
@@ -77,7 +94,8 @@ class StepOverhead(_Strict):
         return self.serial_s + self.serial_per_request_s * requests
 
     def step_time(self, gpu_s: float, requests: int, tokens: int) -> float:
-        """Seconds of a step whose kernels take ``gpu_s`` for B requests and N new tokens."""
+        """Seconds of a step whose kernels take ``gpu_s`` for B requests and N new tokens (the
+        per-layer part counts once folded in by :meth:`for_layers`)."""
         cpu = self.cpu_time(requests, tokens)
         serial = self.serial_time(requests)
         if self.overlap:
@@ -97,6 +115,7 @@ class StepOverhead(_Strict):
                 self.cpu_per_token_s,
                 self.serial_s,
                 self.serial_per_request_s,
+                self.serial_per_layer_s,
             )
         )
 

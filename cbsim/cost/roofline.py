@@ -49,6 +49,7 @@ from cbsim.kvcache import (
     kv_heads_per_shard,
     model_weight_bytes,
     split_weight_bytes,
+    stage_layers,
 )
 from cbsim.models import ModelShape, expert_parallel_problem, get_model
 
@@ -334,7 +335,11 @@ class CostModel:
             if calibration == DEFAULT_PROFILE
             else None
         )
-        self.overhead = self.engine.overhead
+        # a step's kernel boundaries: as many as the layers one GPU runs (its pipeline stage's)
+        layers = self.model.num_layers
+        if 1 < pp <= layers:
+            layers = stage_layers(self.model, pp)
+        self.overhead = self.engine.overhead.for_layers(layers)
         self._overhead_zero = self.overhead.is_zero
         step = self.overhead  # its terms as plain floats for the hot path (see step_time)
         self._step_terms = (

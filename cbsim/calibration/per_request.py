@@ -1,0 +1,367 @@
+"""Per-request validation: replay a measured serving run request by request and compare.
+
+A closed-loop benchmark reports means; a per-request log says, for every request a client sent,
+when it was sent, how long its prompt and output were, when its first token arrived and how long
+the rest took. Replaying such a log through cbsim — the same send times, the same lengths, the
+same deployment — gives a predicted time to first token, time per output token and end-to-end
+latency *for each request*, and so the whole distribution (p50, p90, p99) rather than a mean:
+queueing, bursts and the light-load path a request takes through an idle engine all show.
+
+Sources read:
+
+* the shipped llm-d-benchmark runs (:func:`shared_runs`): Llama-3.1-70B on two A100s per
+  replica under vLLM V1 (May 2025), ShareGPT prompts sent at fixed intervals and a multi-round
+  chat workload, 56 runs, packed by ``tools/pack_per_request.py``;
+* a user's per-request CSV (:func:`read_run`) in the client's own columns (``launch_time``,
+  ``prompt_tokens``, ``generation_tokens``, ``ttft``, ``generation_time``, as LMBenchmark writes
+  them) or cbsim's (``send_s``, ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``).
+
+A request's measured TPOT is its generation time over its output tokens but the first; requests
+of one output token have none. Multi-round chat users (``user_id``, ``question_id``) resend their
+history, so their prompts get prefix block ids (each user's blocks numbered from the start of the
+conversation) that let the engine's prefix cache reuse what the real one could; ShareGPT prompts
+share text too, but the log does not say which, so their prompts are replayed as unshared (the
+simulated prefill is then an upper bound there).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cbsim.calibration.data import read_table_file, shipped_root
+from cbsim.errors import CbsimError
+from cbsim.scenario import Scenario, load_scenario
+from cbsim.simulate import simulate
+
+SHIPPED = "llm_d_a100_per_request.parquet"
+# vLLM 0.8.5's V1 defaults on a GPU of 70 GiB or more behind its API server (llm-d's README)
+VLLM_V1_SCHEDULER = {"max_batch_size": 1024, "chunk_size": 8192}
+PREFIX_BLOCK_TOKENS = 16
+QUANTILES = (0.5, 0.9, 0.99)
+METRICS = ("ttft_s", "tpot_s", "e2e_s")
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What served a run: model, GPU, layout, engine and the engine flags that matter."""
+
+    model: str = "llama-3.1-70b"
+    gpu: str = "a100-80gb"
+    tp: int = 2
+    replicas: int = 1
+    dtype: str = "bf16"
+    engine: str = "vllm"
+    gpu_memory_utilization: float = 0.95
+    max_model_len: int | None = 20000
+    scheduler: dict[str, Any] = field(default_factory=lambda: dict(VLLM_V1_SCHEDULER))
+    router: str = "round_robin"
+
+
+@dataclass(frozen=True)
+class PerRequestRun:
+    """One measured run: its deployment and one row per request, in send order (``send_s``,
+    ``prompt_tokens``, ``output_tokens``, ``ttft_s``, ``tpot_s``, ``e2e_s``, ``user_id``)."""
+
+    name: str
+    deployment: Deployment
+    requests: pd.DataFrame
+    workload: str = ""
+    qps: float = float("nan")
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """The per-request table in cbsim's names, sorted by send time (stably)."""
+    frame = frame.sort_values("send_s", kind="stable").reset_index(drop=True)
+    out = frame["output_tokens"].to_numpy()
+    generation = frame["generation_time_s"].to_numpy(dtype=float)
+    tpot = np.where(out > 1, generation / np.maximum(out - 1, 1), np.nan)
+    return pd.DataFrame(
+        {
+            "send_s": frame["send_s"].to_numpy(dtype=float) - float(frame["send_s"].min()),
+            "prompt_tokens": frame["prompt_tokens"].to_numpy(dtype=np.int64),
+            "output_tokens": out.astype(np.int64),
+            "ttft_s": frame["ttft_s"].to_numpy(dtype=float),
+            "tpot_s": tpot,
+            "e2e_s": frame["ttft_s"].to_numpy(dtype=float) + generation,
+            "user_id": frame["user_id"].to_numpy(dtype=np.int64)
+            if "user_id" in frame
+            else np.full(len(frame), -1, dtype=np.int64),
+        }
+    )
+
+
+def shared_runs(workload: str | None = None) -> Iterator[PerRequestRun]:
+    """The shipped llm-d-benchmark runs (plain vLLM and llm-d's vLLM build, A100, TP 2)."""
+    table = read_table_file(shipped_root() / "e2e" / SHIPPED)
+    for name, rows in table.groupby("run", observed=True, sort=False):
+        first = rows.iloc[0]
+        if workload is not None and first["workload"] != workload:
+            continue
+        frame = rows.rename(columns={"generation_tokens": "output_tokens"})
+        users = frame["user_id"].where(frame["user_id"] >= 0, -1)
+        yield PerRequestRun(
+            name=str(name),
+            deployment=Deployment(tp=int(first["tp"]), replicas=int(first["replicas"])),
+            requests=_measured(frame.assign(user_id=users)),
+            workload=str(first["workload"]),
+            qps=float(first["qps"]),
+        )
+
+
+_CLIENT_COLUMNS = {
+    "launch_time": "send_s",
+    "generation_tokens": "output_tokens",
+    "ttft": "ttft_s",
+    "generation_time": "generation_time_s",
+}
+
+
+def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
+    """A per-request CSV or parquet: LMBenchmark's columns (``launch_time``, ``prompt_tokens``,
+    ``generation_tokens``, ``ttft``, ``generation_time``) or cbsim's (``send_s``,
+    ``prompt_tokens``, ``output_tokens``, ``ttft_s`` and ``tpot_s`` or ``generation_time_s``)."""
+    frame = read_table_file(path).rename(columns=_CLIENT_COLUMNS)
+    if "generation_time_s" not in frame and "tpot_s" in frame:
+        frame["generation_time_s"] = frame["tpot_s"] * (frame["output_tokens"] - 1).clip(lower=0)
+    needed = ["send_s", "prompt_tokens", "output_tokens", "ttft_s", "generation_time_s"]
+    missing = [c for c in needed if c not in frame]
+    if missing:
+        raise CbsimError(
+            f"a per-request file needs columns {', '.join(needed)} (or LMBenchmark's "
+            f"launch_time, prompt_tokens, generation_tokens, ttft, generation_time); "
+            f"missing {', '.join(missing)}",
+            source=str(path),
+        )
+    if frame.empty:
+        raise CbsimError("no requests in the file", source=str(path))
+    numbers = frame[needed].apply(pd.to_numeric, errors="coerce")
+    bad = numbers.isna().any(axis=1) | (numbers[["prompt_tokens", "output_tokens"]] < 1).any(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
+        raise CbsimError(
+            f"row {row}: send time, token counts, ttft and generation time must be numbers "
+            "(token counts at least 1)",
+            source=str(path),
+        )
+    frame[needed] = numbers
+    if "user_id" in frame:
+        frame["user_id"] = pd.to_numeric(frame["user_id"], errors="coerce").fillna(-1)
+    return PerRequestRun(name=path.stem, deployment=deployment, requests=_measured(frame))
+
+
+# --------------------------------------------------------------------------- replay
+
+
+def _prefix_ids(requests: pd.DataFrame, block: int) -> list[list[int]] | None:
+    """Prefix block ids of multi-round chat prompts: a user's n-th prompt holds its history, so
+    its blocks are the user's blocks 0, 1, ... (a conversation's blocks are shared by every later
+    round of it); None when no request names a user."""
+    users = requests["user_id"].to_numpy()
+    if (users < 0).all():
+        return None
+    ids: list[list[int]] = []
+    next_id = 0
+    base: dict[int, int] = {}
+    stride = 1 << 20
+    for user, prompt in zip(users, requests["prompt_tokens"].to_numpy(), strict=True):
+        if user < 0:
+            ids.append([next_id * stride + k for k in range(int(prompt) // block)])
+            next_id += 1
+            continue
+        if user not in base:
+            base[int(user)] = next_id
+            next_id += 1
+        ids.append([base[int(user)] * stride + k for k in range(int(prompt) // block)])
+    return ids
+
+
+def replay_scenario(run: PerRequestRun, trace_path: Path, engine: str | None = None) -> Scenario:
+    """The run as a cbsim scenario: its requests replayed from ``trace_path`` (written here)
+    on its deployment, under ``engine`` (a name or profile path; default the run's)."""
+    dep = run.deployment
+    requests = run.requests
+    trace = pd.DataFrame(
+        {
+            "arrival_s": requests["send_s"],
+            "prompt_tokens": requests["prompt_tokens"],
+            "output_tokens": requests["output_tokens"],
+        }
+    )
+    ids = _prefix_ids(requests, PREFIX_BLOCK_TOKENS)
+    if ids is not None:
+        trace["prefix_hash_ids"] = [json.dumps(i) for i in ids]
+    trace.to_csv(trace_path, index=False)
+    cluster: dict[str, Any] = {
+        "model": dep.model,
+        "gpu": dep.gpu,
+        "tp": dep.tp,
+        "dtype": dep.dtype,
+        "replicas": dep.replicas,
+        "router": dep.router,
+        "engine": engine or dep.engine,
+        "gpu_memory_utilization": dep.gpu_memory_utilization,
+    }
+    if dep.max_model_len is not None:
+        cluster["max_model_len"] = dep.max_model_len
+    return load_scenario(
+        {
+            "name": f"replay-{run.name}"[:100],
+            "workload": {
+                "trace": {"path": str(trace_path), "prefix_block_tokens": PREFIX_BLOCK_TOKENS}
+            },
+            "cluster": cluster,
+            "scheduler": dict(dep.scheduler),
+        }
+    )
+
+
+def replay(run: PerRequestRun, engine: str | None = None) -> pd.DataFrame:
+    """Measured and predicted latencies of every request of ``run`` (``<metric>`` measured,
+    ``<metric>_pred`` simulated), in send order."""
+    with tempfile.TemporaryDirectory(prefix="cbsim-replay-") as folder:
+        scenario = replay_scenario(run, Path(folder) / "trace.csv", engine)
+        simulated = simulate(scenario).requests.sort_values("request_id")
+    if len(simulated) != len(run.requests):
+        raise CbsimError(f"{run.name}: simulated {len(simulated)} of {len(run.requests)} requests")
+    out = run.requests.copy()
+    for metric in METRICS:
+        out[f"{metric}_pred"] = simulated[metric].to_numpy(dtype=float)
+    return out
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def _ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    keep = np.isfinite(predicted) & np.isfinite(measured) & (measured > 0)
+    errors: np.ndarray = np.abs(predicted[keep] / measured[keep] - 1.0) * 100.0
+    return errors
+
+
+def run_errors(compared: pd.DataFrame) -> dict[str, float]:
+    """Per-request median absolute % error of each metric, and the % error of its p50, p90 and
+    p99 over the run (distribution error; signed: positive = cbsim slower)."""
+    row: dict[str, float] = {"requests": float(len(compared))}
+    for metric in METRICS:
+        measured = compared[metric].to_numpy(dtype=float)
+        predicted = compared[f"{metric}_pred"].to_numpy(dtype=float)
+        ape = _ape(predicted, measured)
+        short = metric.removesuffix("_s")
+        row[f"{short}_req_mape"] = float(np.median(ape)) if ape.size else float("nan")
+        keep = np.isfinite(measured) & np.isfinite(predicted)
+        for q in QUANTILES:
+            m = float(np.quantile(measured[keep], q))
+            p = float(np.quantile(predicted[keep], q))
+            row[f"{short}_p{round(q * 100)}_err"] = (p / m - 1.0) * 100.0
+            row[f"{short}_p{round(q * 100)}_s"] = m
+    return row
+
+
+def validate_runs(
+    runs: Iterator[PerRequestRun] | list[PerRequestRun], engine: str | None = None
+) -> pd.DataFrame:
+    """One row per run: deployment, workload, load and :func:`run_errors`."""
+    rows = []
+    for run in runs:
+        compared = replay(run, engine)
+        rows.append(
+            {
+                "run": run.name,
+                "workload": run.workload,
+                "replicas": run.deployment.replicas,
+                "qps": run.qps,
+                **run_errors(compared),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def with_deployment(run: PerRequestRun, **changes: Any) -> PerRequestRun:
+    """``run`` on a changed deployment (another engine profile, GPU, ...)."""
+    return replace(run, deployment=replace(run.deployment, **changes))
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+SERIAL_GRID_S = tuple(round(0.25e-3 * i, 6) for i in range(13))  # 0 to 3 ms
+STABLE_TTFT_P90_S = 2.0  # a run whose measured TTFT p90 exceeds this was overloaded (queueing)
+
+
+def is_per_request_file(path: Path) -> bool:
+    """Whether a data file holds one row per request (LMBenchmark's or cbsim's columns)."""
+    if path.suffix.lower() not in (".csv", ".parquet"):
+        return False
+    try:
+        frame = read_table_file(path)
+    except CbsimError:
+        return False
+    columns = set(frame.columns)
+    return bool({"launch_time", "send_s"} & columns) and bool({"ttft", "ttft_s"} & columns)
+
+
+def stable(runs: list[PerRequestRun]) -> list[PerRequestRun]:
+    """The runs whose server kept up (measured TTFT p90 at most :data:`STABLE_TTFT_P90_S`): an
+    overloaded run's latencies are its queue's growth, which magnifies any throughput error."""
+    return [r for r in runs if float(r.requests["ttft_s"].quantile(0.9)) <= STABLE_TTFT_P90_S]
+
+
+def _profile_path(profile: Any, folder: Path, name: str) -> str:
+    from cbsim.cost.engine_profile import write_engine_profile
+
+    path = folder / f"{name}.json"
+    write_engine_profile(profile, path)
+    return str(path)
+
+
+def fit_serial(runs: list[PerRequestRun], base: Any) -> tuple[Any, pd.DataFrame]:
+    """``base`` (an engine profile) with the serial step time that best reproduces the runs'
+    per-request TPOT (smallest median |log ratio| over the stable runs, full simulations over
+    :data:`SERIAL_GRID_S`), and the grid's errors. The front end is left as it is."""
+    chosen = stable(runs) or runs
+    trials: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="cbsim-fit-") as folder:
+        for serial in SERIAL_GRID_S:
+            overhead = base.overhead.model_copy(update={"serial_s": serial})
+            trial = base.model_copy(update={"overhead": overhead})
+            path = _profile_path(trial, Path(folder), f"serial-{len(trials)}")
+            ratios = []
+            for run in chosen:
+                compared = replay(run, path)
+                keep = compared["tpot_s"].notna() & (compared["tpot_s"] > 0)
+                ratios.append(
+                    np.log(compared.loc[keep, "tpot_s_pred"] / compared.loc[keep, "tpot_s"])
+                )
+            error = float(np.median(np.abs(np.concatenate(ratios))))
+            trials.append({"serial_s": serial, "tpot_median_abs_log_ratio": error})
+    table = pd.DataFrame(trials)
+    best = float(table["serial_s"].to_numpy()[int(table["tpot_median_abs_log_ratio"].argmin())])
+    overhead = base.overhead.model_copy(update={"serial_s": best})
+    return base.model_copy(update={"overhead": overhead}), table
+
+
+def summarize_runs(errors: pd.DataFrame) -> pd.DataFrame:
+    """Medians over runs of :func:`validate_runs`' figures, for stable runs and for all."""
+    stable_rows = errors["ttft_p90_s"] <= STABLE_TTFT_P90_S
+    rows = []
+    for label, part in (("stable runs", errors[stable_rows]), ("all runs", errors)):
+        if part.empty:
+            continue
+        row: dict[str, Any] = {"runs": label, "count": len(part)}
+        for metric in ("ttft", "tpot", "e2e"):
+            row[f"{metric} per-request"] = part[f"{metric}_req_mape"].median()
+            for q in (50, 90, 99):
+                row[f"{metric} p{q}"] = part[f"{metric}_p{q}_err"].abs().median()
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cbsim import outputs
-from cbsim.calibration import e2e
+from cbsim.calibration import e2e, gpu_holdout, per_request
 from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
 from cbsim.calibration.errors import ape
 from cbsim.calibration.fit import CALIBRATION_REPORT
@@ -42,8 +42,19 @@ from cbsim.errors import CbsimError, UserError
 REPORT_BATCHES = (1, 64, 512, 4096)
 REFERENCE = ("llama-3.1-8b", "h100-sxm", 1024)
 SHARED_ENGINES = ("vllm", "sglang", "tensorrt-llm")
+LEAVE_ONE_GPU_OUT_ENGINE = "vllm"  # the engine with serving data on two GPUs
 SHARED_REPORT_FILES = (
-    *(f"{key}.csv" for key in ("errors", "overhead", "a100_static", "excluded", "predictions")),
+    *(
+        f"{key}.csv"
+        for key in (
+            "errors",
+            "overhead",
+            "a100_static",
+            "leave_one_gpu_out",
+            "excluded",
+            "predictions",
+        )
+    ),
     "report.md",
 )
 
@@ -187,6 +198,9 @@ def shared_report(
         per_model.append(error_rows(fit.rows, ["engine", "model"]))
         overheads.append(overhead_at_batches(fit.profile))
         excluded.append(fit.excluded.assign(engine=engine))
+        if engine == LEAVE_ONE_GPU_OUT_ENGINE:
+            say(f"{engine}: leave one GPU out (H100 fit on the A100 per-request runs, and back)")
+            results["leave_one_gpu_out"] = leave_one_gpu_out(fit)
         if engine in ARGONNE_FRAMEWORKS:
             say(f"{engine}: the H100 fit on the A100 static batches")
             check = static_batch_check(fit.profile, ARGONNE_FRAMEWORKS[engine])
@@ -213,6 +227,8 @@ def shared_report(
         "leave-one-model-out)",
         "overhead": "Engine overhead per decode step (Llama-3.1-8B, one H100, 1k context)",
         "a100_static": "H100-fitted profiles on LLM-Inference-Bench's A100 static batches (APE %)",
+        "leave_one_gpu_out": "vLLM leave one GPU out: median absolute % error over runs (A100 "
+        "per-request runs: per request and of each run's p50/p90/p99; H100 benchmarks: of means)",
         "excluded": "Benchmarks left out",
     }
     files: dict[str, bytes] = {}
@@ -226,6 +242,20 @@ def shared_report(
     return results
 
 
+def leave_one_gpu_out(h100_fit: e2e.EngineFit) -> pd.DataFrame:
+    """vLLM fitted on H100 predicting the A100 per-request runs, and its serial step time fitted
+    on those runs predicting the H100 benchmarks (:mod:`cbsim.calibration.gpu_holdout`)."""
+    from cbsim.calibration.engines import base_profile
+
+    with tempfile.TemporaryDirectory(prefix="cbsim-logo-") as folder:
+        files = e2e.ProfileFiles(Path(folder))
+        forward = gpu_holdout.h100_to_a100(h100_fit.profile, files)
+        _, backward = gpu_holdout.a100_to_h100(
+            h100_fit.rows, base_profile(LEAVE_ONE_GPU_OUT_ENGINE), files
+        )
+    return pd.concat([forward, backward], ignore_index=True)
+
+
 def _prefixed(say: Callable[[str], None], prefix: str) -> Callable[[str], None]:
     return lambda message: say(f"{prefix}: {message}")
 
@@ -235,6 +265,8 @@ def print_shared_report(results: dict[str, pd.DataFrame]) -> None:
     _print_table(results["overhead"], "engine overhead per decode step")
     if "a100_static" in results:
         _print_table(results["a100_static"], "H100 fits on A100 static batches: APE %")
+    if "leave_one_gpu_out" in results:
+        _print_table(results["leave_one_gpu_out"], "vLLM leave one GPU out: absolute % error")
     _print_table(results["excluded"], "benchmarks left out")
 
 
@@ -264,6 +296,10 @@ def print_shared_report(results: dict[str, pd.DataFrame]) -> None:
 @click.option("--dtype", default=None, help="Weight precision, where not recorded.")
 @click.option("--tp", type=click.IntRange(min=1), default=None, help="Tensor parallelism.")
 @click.option(
+    "--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+    help="Replicas behind the load balancer (per-request files).",
+)  # fmt: skip
+@click.option(
     "--holdout", type=click.Choice(["config", "model"]), default="config", show_default=True,
     help="What the held-out error leaves out: a configuration (model, GPU, tp, dtype) or a model.",
 )  # fmt: skip
@@ -278,12 +314,25 @@ def e2e_command(
     tp: int | None,
     holdout: str,
     more_paths: tuple[Path, ...],
+    replicas: int = 1,
 ) -> None:
-    """Fit an engine profile to your own end-to-end benchmark results and report its error."""
+    """Fit an engine profile to your own end-to-end benchmark results and report its error.
+
+    Per-request files (one row per request with its send time, lengths, TTFT and generation
+    time, as LMBenchmark writes them) are replayed request by request instead: the serial step
+    time is fitted to their TPOTs and every run's per-request and p50/p90/p99 errors reported."""
+    files = [*paths, *more_paths]
+    per_request_files = [p for p in files if per_request.is_per_request_file(p)]
+    if per_request_files:
+        if len(per_request_files) != len(files):
+            raise UserError(
+                "--data: give per-request files and benchmark results in separate runs "
+                f"(per-request: {', '.join(str(p) for p in per_request_files)})"
+            )
+        _fit_per_request(engine, per_request_files, out, base, gpu, model, dtype, tp, replicas)
+        return
     try:
-        frame = read_benchmarks(
-            [*paths, *more_paths], engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp
-        )
+        frame = read_benchmarks(files, engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp)
         frame = frame[frame["engine"] == engine]
         if frame.empty:
             raise CbsimError(f"no benchmark of engine {engine!r} in the data", field="--engine")
@@ -308,5 +357,58 @@ def e2e_command(
         f"+ {1e6 * step.cpu_per_token_s:.3f} µs/token ({'overlapped' if step.overlap else 'serial'})"
         f", serial {1e3 * step.serial_s:.3f} ms + {1e6 * step.serial_per_request_s:.2f} µs/request"
         f", front end {1e3 * fit.profile.frontend.request_s:.1f} ms per request"
+    )
+    click.echo(f"profile: {out} (use it with cluster.engine: {out})")
+
+
+def _fit_per_request(
+    engine: str,
+    paths: list[Path],
+    out: Path,
+    base: str | None,
+    gpu: str | None,
+    model: str | None,
+    dtype: str | None,
+    tp: int | None,
+    replicas: int,
+) -> None:
+    """``cbsim calibrate e2e`` on per-request files: replay, fit the serial step time, report."""
+    from cbsim.hardware import get_gpu
+    from cbsim.models import get_model
+
+    try:
+        if gpu is None or model is None:
+            raise CbsimError("per-request files need --gpu and --model (they record neither)")
+        try:
+            gpu = get_gpu(gpu).name
+        except CbsimError as err:
+            raise err.located(field="--gpu") from None
+        try:
+            get_model(model)
+        except CbsimError as err:
+            raise err.located(field="--model") from None
+        name = base or (engine if engine in engine_names() else "vllm")
+        try:
+            start = load_engine_profile(name)
+        except CbsimError as err:
+            raise err.located(field="--base") from None
+        start = start.model_copy(update={"engine": engine})
+        deployment = per_request.Deployment(
+            model=model, gpu=gpu, tp=tp or 1, replicas=replicas, dtype=dtype or "bf16"
+        )
+        runs = [per_request.read_run(path, deployment) for path in paths]
+        click.echo(f"replaying {len(runs)} run(s) over a grid of serial step times")
+        profile, _ = per_request.fit_serial(runs, start)
+        write_engine_profile(profile, out)
+        errors = per_request.validate_runs(runs, str(out))
+    except CbsimError as err:
+        raise UserError(str(err)) from None
+    columns = ["run", "requests", "ttft_req_mape", "ttft_p50_err", "ttft_p90_err",
+               "ttft_p99_err", "tpot_req_mape", "tpot_p50_err", "e2e_req_mape"]  # fmt: skip
+    _print_table(errors[columns], f"{engine}: per-request % error (p-columns signed)")
+    _print_table(per_request.summarize_runs(errors), "medians over runs (absolute %)")
+    click.echo(
+        f"fitted: serial {1e3 * profile.overhead.serial_s:.2f} ms per step "
+        f"(the other terms as in {name})"
     )
     click.echo(f"profile: {out} (use it with cluster.engine: {out})")

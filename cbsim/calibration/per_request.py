@@ -51,18 +51,30 @@ METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 @dataclass(frozen=True)
 class Deployment:
-    """What served a run: model, GPU, layout, engine and the engine flags that matter."""
+    """What served a run: model, GPU, layout, engine and the engine flags that matter (None: the
+    engine's default)."""
 
-    model: str = "llama-3.1-70b"
-    gpu: str = "a100-80gb"
-    tp: int = 2
+    model: str
+    gpu: str
+    tp: int = 1
     replicas: int = 1
     dtype: str = "bf16"
     engine: str = "vllm"
-    gpu_memory_utilization: float = 0.95
-    max_model_len: int | None = 20000
-    scheduler: dict[str, Any] = field(default_factory=lambda: dict(VLLM_V1_SCHEDULER))
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    scheduler: dict[str, Any] = field(default_factory=dict)
     router: str = "round_robin"
+
+
+# llm-d's deployments: `--max-model-len 20000 --gpu-memory-utilization 0.95`, V1 defaults
+LLM_D = Deployment(
+    model="llama-3.1-70b",
+    gpu="a100-80gb",
+    tp=2,
+    gpu_memory_utilization=0.95,
+    max_model_len=20000,
+    scheduler=dict(VLLM_V1_SCHEDULER),
+)
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ def shared_runs(workload: str | None = None) -> Iterator[PerRequestRun]:
         users = frame["user_id"].where(frame["user_id"] >= 0, -1)
         yield PerRequestRun(
             name=str(name),
-            deployment=Deployment(tp=int(first["tp"]), replicas=int(first["replicas"])),
+            deployment=replace(LLM_D, tp=int(first["tp"]), replicas=int(first["replicas"])),
             requests=_measured(frame.assign(user_id=users)),
             workload=str(first["workload"]),
             qps=float(first["qps"]),
@@ -210,8 +222,9 @@ def replay_scenario(run: PerRequestRun, trace_path: Path, engine: str | None = N
         "replicas": dep.replicas,
         "router": dep.router,
         "engine": engine or dep.engine,
-        "gpu_memory_utilization": dep.gpu_memory_utilization,
     }
+    if dep.gpu_memory_utilization is not None:
+        cluster["gpu_memory_utilization"] = dep.gpu_memory_utilization
     if dep.max_model_len is not None:
         cluster["max_model_len"] = dep.max_model_len
     return load_scenario(

@@ -160,9 +160,26 @@ def fresh_folder(folder: Path) -> None:
         for file in BENCHMARK_FILES:
             shutil.copy(BENCHMARKS / file, folder / name / file)
     shutil.copy(ROOT / "scenarios" / "chat-llama3-8b-h100.yaml", folder / "scenario.yaml")
+    _per_request_log(folder / "my-run.csv")
     bad = yaml.safe_load((ROOT / "scenarios" / "chat-llama3-8b-h100.yaml").read_text())
     bad["scheduler"] = {"max_batch_sise": 256}
     (folder / "bad.yaml").write_text(yaml.safe_dump(bad, sort_keys=False), encoding="utf-8")
+
+
+def _per_request_log(path: Path) -> None:
+    """A user's per-request log (``my-run.csv``) in LMBenchmark's columns: a shipped A100 run."""
+    from cbsim.calibration.per_request import shared_runs
+
+    run = next(r for r in shared_runs("short-input") if r.qps == 0.5)
+    requests = run.requests
+    requests.assign(
+        launch_time=1.7e9 + requests["send_s"],
+        generation_tokens=requests["output_tokens"],
+        ttft=requests["ttft_s"],
+        generation_time=requests["e2e_s"] - requests["ttft_s"],
+    )[["launch_time", "prompt_tokens", "generation_tokens", "ttft", "generation_time"]].to_csv(
+        path, index=False
+    )
 
 
 def arguments(command: Command, folder: Path) -> tuple[list[str], Path | None]:

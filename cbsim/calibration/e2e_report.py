@@ -212,6 +212,8 @@ def shared_report(
     results["excluded"] = (
         skipped.groupby(["engine", "skipped"]).size().rename("benchmarks").reset_index()
     )
+    say("vllm-v0: fitting on the A100 static batches (leave one model out)")
+    statics.append(_vllm_v0_held_out())
     if statics:
         static = pd.concat(statics, ignore_index=True)
         errors = 100.0 * ape(static["predicted_s"].to_numpy(), static["measured_s"].to_numpy())
@@ -226,7 +228,8 @@ def shared_report(
         "errors": "Median / P90 absolute % error per engine and model (fit: in-sample; held: "
         "leave-one-model-out)",
         "overhead": "Engine overhead per decode step (Llama-3.1-8B, one H100, 1k context)",
-        "a100_static": "H100-fitted profiles on LLM-Inference-Bench's A100 static batches (APE %)",
+        "a100_static": "H100-fitted profiles on LLM-Inference-Bench's A100 static batches, and "
+        "vLLM's V0 engine (the one those batches ran) fitted on them leave-one-model-out (APE %)",
         "leave_one_gpu_out": "vLLM leave one GPU out: median absolute % error over runs (A100 "
         "per-request runs: per request and of each run's p50/p90/p99; H100 benchmarks: of means)",
         "excluded": "Benchmarks left out",
@@ -240,6 +243,23 @@ def shared_report(
     files["report.md"] = "\n".join(sections).encode("utf-8")
     outputs.write_files_into(out, CALIBRATION_REPORT, files)
     return results
+
+
+def _vllm_v0_held_out() -> pd.DataFrame:
+    """vLLM's V0 engine fitted on the A100 static batches, each model predicted by a fit
+    without it (the engine those batches ran; :func:`cbsim.calibration.overhead.fit_engine_version`)."""
+    from cbsim.calibration.engines import base_profile
+    from cbsim.calibration.overhead import fit_engine_version
+
+    _, held = fit_engine_version(base_profile("vllm-v0"))
+    return pd.DataFrame(
+        {
+            "engine": "vllm-v0 (held out by model)",
+            "model": held["model"],
+            "measured_s": held["measured_s"],
+            "predicted_s": held["predicted_s"],
+        }
+    )
 
 
 def leave_one_gpu_out(h100_fit: e2e.EngineFit) -> pd.DataFrame:

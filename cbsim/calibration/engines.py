@@ -13,6 +13,12 @@ fitted overhead is the overhead *under these defaults*.
   batched tokens and 1024 sequences, else 2048 and 256. Paged KV in blocks of 16;
   ``gpu_memory_utilization`` 0.9 of all memory; ``kv_cache_dtype=auto`` keeps the activations'
   precision (bf16) for fp8 weights. Automatic prefix caching on (V1's default).
+* **vLLM V0** (``vllm-v0``; the engine of 0.6 and earlier, still selectable until 0.10): one
+  synchronous loop — schedule, prepare every sequence's inputs and sampling metadata in Python,
+  run the model, sample, detokenise — so its CPU time per step (a constant plus a cost per
+  running sequence) adds to the kernels instead of hiding behind them. Prefills first without
+  chunking (cbsim's ``vllm`` scheduler) within ``max_num_batched_tokens`` (8192 for 8k-context
+  models), 256 sequences, blocks of 16, 0.9 of memory; prefix caching off by default.
 * **SGLang** (0.4-0.5): a new prefill batch takes priority over decoding (prefill-first, no mixed
   batches by default) within ``chunked_prefill_size`` tokens (8192 on 80-141 GiB GPUs, 16384 on
   larger ones, 4096 on 48 GiB ones; a longer prompt is chunked) — cbsim's ``vllm`` scheduler with
@@ -54,6 +60,14 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
         memory_fraction=0.9,
         memory_basis="total",
         prefix_caching=True,
+    ),
+    "vllm-v0": EngineDefaults(
+        scheduler=SchedulerDefaults(
+            kind="vllm", max_batched_tokens=8192, max_batch_size=256, block_size=16
+        ),
+        memory_fraction=0.9,
+        memory_basis="total",
+        prefix_caching=False,
     ),
     "sglang": EngineDefaults(
         scheduler=SchedulerDefaults(
@@ -100,10 +114,12 @@ OVERLAPPING_ENGINES = ("vllm", "sglang", "tensorrt-llm")
 # in on the GPUs where it exists (NCCL, vLLM's other path, covers the larger messages in both).
 ALLREDUCE_STAND_INS: dict[str, dict[str, str]] = {
     "vllm": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
+    "vllm-v0": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
 }
 
 VERSIONS = {
     "vllm": "V1 engine (0.8+); fitted on 0.11-0.18 benchmarks",
+    "vllm-v0": "V0 engine (0.6 and earlier, 2024); fitted on LLM-Inference-Bench's A100 batches",
     "sglang": "0.5; fitted on 0.5.1-0.5.8 benchmarks",
     "tensorrt-llm": "PyTorch backend (1.0+); fitted on 1.0-1.2 benchmarks",
 }

@@ -129,16 +129,42 @@ def static_batches(framework: str) -> Iterator[tuple[str, int, int, int, float]]
     )
 
 
-def features(engine: str, calibration: CalibrationProfile | None) -> pd.DataFrame:
-    """Every usable measured batch of one engine with its simulated kernel time and step counts."""
-    framework = {v: k for k, v in ENGINES.items()}.get(engine)
+def simulate_under_engine(
+    model: str, tp: int, length: int, batch: int, kernels_path: str
+) -> BatchRun:
+    """A static batch sent at once to an engine (its defaults and kernels, no overhead: the
+    profile at ``kernels_path``), as the engine's own scheduler runs it."""
+    recorder = Simulation(
+        static_batch_scenario(model, tp, length, batch, {"engine": kernels_path})
+    ).run()
+    iterations = recorder.iterations
+    finished = recorder.requests["finish_s"]
+    return BatchRun(
+        kernel_s=float(finished.max()),
+        iterations=len(iterations),
+        request_steps=int(iterations["batch_size"].sum()),
+        token_steps=int((iterations["prefill_tokens"] + iterations["decode_tokens"]).sum()),
+        completed=bool(finished.notna().all()),
+    )
+
+
+def features(
+    engine: str, calibration: CalibrationProfile | None, kernels_path: str | None = None
+) -> pd.DataFrame:
+    """Every usable measured batch of one engine with its simulated kernel time and step counts:
+    under the static scheduler on ``calibration``'s kernels, or, with ``kernels_path`` (an engine
+    profile without overhead), under that engine's defaults and kernels."""
+    framework = {v: k for k, v in ENGINES.items()}.get(engine.removesuffix("-v0"))
     if framework is None:
         raise CbsimError(
             f"no end-to-end measurements for engine {engine!r}; known: {', '.join(ENGINES.values())}"
         )
     rows = []
     for model_id, tp, length, batch, latency in static_batches(framework):
-        run = simulate_static_batch(MODELS[model_id], tp, length, batch, calibration)
+        if kernels_path is None:
+            run = simulate_static_batch(MODELS[model_id], tp, length, batch, calibration)
+        else:
+            run = simulate_under_engine(MODELS[model_id], tp, length, batch, kernels_path)
         rows.append(
             {
                 "model": MODELS[model_id],
@@ -219,5 +245,49 @@ def fit_engine_profile(engine: str = "vllm") -> tuple[EngineProfile, pd.DataFram
                 holdout_p90_ape=stats["p90_ape"],
             )
         },
+    )
+    return profile, validated
+
+
+def fit_engine_version(base: EngineProfile) -> tuple[EngineProfile, pd.DataFrame]:
+    """``base`` (an engine's kernels and defaults, e.g. vLLM's V0 engine) with its step overhead
+    fitted to the static batches of its framework, simulated under its own defaults, not
+    overlapped; and the leave-one-model-out predictions (``predicted_s``)."""
+    import tempfile
+    from pathlib import Path
+
+    from cbsim.calibration.e2e import bare
+    from cbsim.cost.engine_profile import write_engine_profile
+
+    with tempfile.TemporaryDirectory(prefix="cbsim-static-") as folder:
+        path = Path(folder) / "kernels.json"
+        write_engine_profile(bare(base), path)
+        frame = features(base.engine, None, str(path))
+    validated = cross_validate(frame)
+    terms = fit_terms(frame)
+    stats = summarize(validated["predicted_s"].to_numpy(), validated["measured_s"].to_numpy())
+    profile = base.model_copy(
+        update={
+            "description": (
+                f"{base.engine} fitted to LLM-Inference-Bench static batches on A100 "
+                f"({len(frame)} batches, {frame['model'].nunique()} models) under its own "
+                f"defaults; leave-one-model-out median APE {100 * stats['median_ape']:.1f}%, "
+                f"P90 {100 * stats['p90_ape']:.1f}%."
+            ),
+            "overhead": StepOverhead(
+                cpu_s=round(float(terms[0]), 9),
+                cpu_per_request_s=round(float(terms[1]), 9),
+                overlap=False,
+            ),
+            "provenance": {
+                "e2e": EngineMeasured(
+                    source="argonne-lcf/LLM-Inference-Bench (BSD-3-Clause), A100 static batches",
+                    rows=len(frame),
+                    holdout_median_ape=stats["median_ape"],
+                    holdout_p90_ape=stats["p90_ape"],
+                    holdout="leave-one-model-out",
+                )
+            },
+        }
     )
     return profile, validated

@@ -138,6 +138,10 @@ def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     )
     monkeypatch.setattr(data, "argonne_static_batches", lambda: few)
     monkeypatch.setattr(e2e, "DELAY_SAMPLE", 3)
+    from cbsim.calibration import per_request
+
+    light = [r for r in per_request.shared_runs("short-input") if r.qps <= 1.0]
+    monkeypatch.setattr(per_request, "shared_runs", lambda workload=None: iter(light))
     monkeypatch.setitem(sys.modules, "tabulate", None)
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["calibrate", "report", "--e2e", "--out", str(out)])
@@ -147,4 +151,6 @@ def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     for engine in ("vllm", "sglang", "tensorrt-llm"):
         assert engine in errors
     assert (out / "overhead.csv").is_file() and (out / "a100_static.csv").is_file()
+    logo = (out / "leave_one_gpu_out.csv").read_text()
+    assert "fit H100 -> predict A100" in logo and "fit A100 -> predict H100" in logo
     assert (out / "report.md").read_text().startswith("# End-to-end validation")

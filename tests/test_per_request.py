@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from cbsim.calibration import per_request
 from cbsim.cli import cli
 from cbsim.cost.engine_profile import load_engine_profile, read_engine_profile, write_engine_profile
+from cbsim.errors import CbsimError
 from cbsim.simulate import simulate
 
 DEPLOYMENT = per_request.Deployment(model="llama-3-8b", gpu="h100-sxm", tp=1)
@@ -165,3 +166,25 @@ def test_bad_per_request_files_exit_2_naming_the_problem(
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_detailed_vllm_result_is_read_request_by_request(tmp_path: Path) -> None:
+    """vLLM `bench serve --save-detailed`: send times, lengths, TTFT and latency per request;
+    failed requests (an error text) are left out."""
+    detailed = Path(__file__).parent / "data" / "benchmarks" / "vllm_open_loop_detailed.json"
+    assert per_request.is_per_request_file(detailed)
+    run = per_request.read_run(detailed, DEPLOYMENT)
+    assert list(run.requests["send_s"]) == [0.0, 0.41, 0.93]
+    assert list(run.requests["prompt_tokens"]) == [512, 300, 700]
+    assert run.requests["e2e_s"].tolist() == pytest.approx([0.11, 0.082, 0.154])
+    assert run.requests["tpot_s"].tolist() == pytest.approx([0.02, 0.021, 0.021])
+    compared = per_request.replay(run)
+    assert compared["ttft_s_pred"].notna().all()
+
+
+def test_a_json_that_is_not_a_detailed_result_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    path.write_text('{"completed": 3}')
+    assert not per_request.is_per_request_file(path)
+    with pytest.raises(CbsimError, match="save-detailed"):
+        per_request.read_run(path, DEPLOYMENT)

@@ -252,6 +252,7 @@ def _vllm_v0_held_out() -> pd.DataFrame:
     from cbsim.calibration.overhead import fit_engine_version
 
     _, held = fit_engine_version(base_profile("vllm-v0"))
+    held = held[held["predicted_s"].notna()]
     return pd.DataFrame(
         {
             "engine": "vllm-v0 (held out by model)",
@@ -343,14 +344,16 @@ def e2e_command(
     time is fitted to their TPOTs and every run's per-request and p50/p90/p99 errors reported."""
     files = [*paths, *more_paths]
     per_request_files = [p for p in files if per_request.is_per_request_file(p)]
-    if per_request_files:
-        if len(per_request_files) != len(files):
-            raise UserError(
-                "--data: give per-request files and benchmark results in separate runs "
-                f"(per-request: {', '.join(str(p) for p in per_request_files)})"
-            )
-        _fit_per_request(engine, per_request_files, out, base, gpu, model, dtype, tp, replicas)
+    if per_request_files and len(per_request_files) == len(files):
+        _fit_per_request(engine, files, out, base, gpu, model, dtype, tp, replicas)
         return
+    # a detailed vLLM result among summaries counts as one more summary (its means)
+    tables = [p for p in per_request_files if p.suffix.lower() != ".json"]
+    if tables:
+        raise UserError(
+            "--data: give per-request files and benchmark results in separate runs "
+            f"(per-request: {', '.join(str(p) for p in tables)})"
+        )
     try:
         frame = read_benchmarks(files, engine=engine, gpu=gpu, model=model, dtype=dtype, tp=tp)
         frame = frame[frame["engine"] == engine]

@@ -212,6 +212,8 @@ def cross_validate(frame: pd.DataFrame) -> pd.DataFrame:
     out["predicted_s"] = np.nan
     for model in frame["model"].unique():
         held = frame["model"] == model
+        if held.all():  # one model only: nothing to hold it out against
+            continue
         terms = fit_terms(frame[~held])
         out.loc[held, "predicted_s"] = predict(frame[held], terms)
     return out

@@ -139,11 +139,69 @@ _CLIENT_COLUMNS = {
 }
 
 
+DETAILED_KEYS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies")
+
+
+def _detailed_json(path: Path) -> dict[str, Any] | None:
+    """A vLLM ``bench serve --save-detailed`` result (per-request lists), else None."""
+    from cbsim.documents import decode_utf8, parse_json
+
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise CbsimError(f"cannot read: {err.strerror or err}", source=str(path)) from None
+    try:
+        data = parse_json(decode_utf8(raw, str(path)), str(path), invalid="not valid JSON")
+    except CbsimError:
+        return None
+    if isinstance(data, dict) and all(isinstance(data.get(k), list) for k in DETAILED_KEYS):
+        return data
+    return None
+
+
+def _detailed_frame(data: dict[str, Any], path: Path) -> pd.DataFrame:
+    """The requests of a detailed vLLM result that completed (``errors`` empty) in cbsim's
+    columns: sent at ``start_times``, ``input_lens``/``output_lens`` tokens, ``ttfts`` and the
+    rest of ``latencies``."""
+    lengths = {len(data[k]) for k in DETAILED_KEYS}
+    if len(lengths) != 1:
+        raise CbsimError(
+            f"the lists {', '.join(DETAILED_KEYS)} must be equally long", source=str(path)
+        )
+    frame = pd.DataFrame(
+        {
+            "send_s": data["start_times"],
+            "prompt_tokens": data["input_lens"],
+            "output_tokens": data["output_lens"],
+            "ttft_s": data["ttfts"],
+            "latency_s": data["latencies"],
+        }
+    )
+    errors = data.get("errors")
+    if isinstance(errors, list) and len(errors) == len(frame):
+        frame = frame[[not e for e in errors]]
+    frame = frame.apply(pd.to_numeric, errors="coerce")
+    frame["generation_time_s"] = frame["latency_s"] - frame["ttft_s"]
+    completed: pd.DataFrame = frame.reset_index(drop=True)
+    return completed
+
+
 def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
-    """A per-request CSV or parquet: LMBenchmark's columns (``launch_time``, ``prompt_tokens``,
-    ``generation_tokens``, ``ttft``, ``generation_time``) or cbsim's (``send_s``,
-    ``prompt_tokens``, ``output_tokens``, ``ttft_s`` and ``tpot_s`` or ``generation_time_s``)."""
-    frame = read_table_file(path).rename(columns=_CLIENT_COLUMNS)
+    """A per-request file: a CSV or parquet in LMBenchmark's columns (``launch_time``,
+    ``prompt_tokens``, ``generation_tokens``, ``ttft``, ``generation_time``) or cbsim's (``send_s``,
+    ``prompt_tokens``, ``output_tokens``, ``ttft_s`` and ``tpot_s`` or ``generation_time_s``), or a
+    vLLM ``bench serve --save-detailed`` JSON (its completed requests)."""
+    detailed = _detailed_json(path) if path.suffix.lower() == ".json" else None
+    if detailed is not None:
+        frame = _detailed_frame(detailed, path)
+    elif path.suffix.lower() == ".json":
+        raise CbsimError(
+            "a JSON per-request file is a vLLM `bench serve --save-detailed` result (lists "
+            f"{', '.join(DETAILED_KEYS)})",
+            source=str(path),
+        )
+    else:
+        frame = read_table_file(path).rename(columns=_CLIENT_COLUMNS)
     if "generation_time_s" not in frame and "tpot_s" in frame:
         frame["generation_time_s"] = frame["tpot_s"] * (frame["output_tokens"] - 1).clip(lower=0)
     needed = ["send_s", "prompt_tokens", "output_tokens", "ttft_s", "generation_time_s"]
@@ -313,7 +371,10 @@ STABLE_TTFT_P90_S = 2.0  # a run whose measured TTFT p90 exceeds this was overlo
 
 
 def is_per_request_file(path: Path) -> bool:
-    """Whether a data file holds one row per request (LMBenchmark's or cbsim's columns)."""
+    """Whether a data file holds one row per request (LMBenchmark's or cbsim's columns, or a
+    detailed vLLM result with send times)."""
+    if path.suffix.lower() == ".json":
+        return _detailed_json(path) is not None
     if path.suffix.lower() not in (".csv", ".parquet"):
         return False
     try:

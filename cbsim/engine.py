@@ -14,7 +14,8 @@ end has streamed them (see :class:`cbsim.cost.engine_profile.Frontend`). In a cl
 client sends its next request when it has received the last token of its previous one (plus its
 think time), so a finish makes the next arrival. When such an arrival lands on a replica in the
 middle of a fast-forwarded decode run, the replica is poked and cuts the run at the arrival, as
-stepping would have.
+stepping would have. Rate stages and client timeouts (:mod:`cbsim.load_generator`) work the same
+way: a finish may end a stage, and a timeout pokes the replica holding the request.
 
 Ties: an iteration that ends at the very time a request arrives forms the next batch first (the
 request waits for the iteration after), whichever event SimPy scheduled first: a replica's
@@ -47,6 +48,7 @@ from cbsim.kernel_call import KernelCall
 from cbsim.kv_transfer import Link, kv_bytes_per_token, link_spec, node_of_instances, visible_time
 from cbsim.kvcache import KVCache, blocks_for_tokens, kv_bytes_per_token_per_gpu
 from cbsim.limits import REQUESTS
+from cbsim.load_generator import LoadGenerator
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
 from cbsim.pools import PoolPlan, pool_plans
@@ -57,6 +59,7 @@ from cbsim.prefix_cache import (
     ids_are_chained,
     prefix_caching_on,
 )
+from cbsim.prompt_pool import PoolPrompts
 from cbsim.request import Request, Status
 from cbsim.request_table import RequestTable
 from cbsim.rng import stream
@@ -73,7 +76,7 @@ from cbsim.speculative.fast_run import (
     plan_spec_run,
     spec_run_kernel,
 )
-from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 # progress(requests_done, requests_total, simulated_seconds)
 ProgressCallback = Callable[[int, int, float], None]
@@ -107,6 +110,8 @@ class Replica:
     pokeable: bool = False
     poke_until: float = -math.inf
     process: simpy.Process | None = None
+    step_end: float = -math.inf  # when its latest iteration (stepped or in a run) ends
+    forming: bool = False  # between an iteration's end and the next batch (or going idle)
     last_row: int = -1  # the recorder row of this replica's latest iteration
     delivered_s: float = 0.0  # when its front end has streamed every token emitted so far
     inbound_tokens: int = 0  # outstanding tokens of requests still in its front end
@@ -165,6 +170,15 @@ class Replica:
                 sched.prefix.fit(self.run_peak)
         return sched.cached_prefix_tokens(req)
 
+    def current_step_end(self, now: float) -> float:
+        """When the step running at ``now`` ends (-inf: none runs); a step that starts at
+        ``now`` runs (its batch was formed before anything else happening at ``now``)."""
+        ends = self.run_ends
+        if ends is not None:
+            at = bisect.bisect_right(ends, now)
+            return ends[at] if at < len(ends) else -math.inf
+        return self.step_end if self.step_end > now else -math.inf
+
     def start_run(self, run: DecodeRun) -> None:
         self.run = run
         self.run_peak = self.run_peak_rows = 0
@@ -192,6 +206,7 @@ class ReplicaPool:
     fast_forward: bool
     fast_forward_note: str
     replicas: list[Replica] = field(default_factory=list)
+    async_scheduling: bool = False  # the next batch is formed while a step runs
 
     @property
     def scenario(self) -> Scenario:
@@ -225,6 +240,7 @@ class Simulation:
         self.closed: ClosedLoopWorkload | None = None
         self.specs: RequestSpecs | None = None
         self.sessions: SessionWorkload | None = None
+        self.staged: StagedWorkload | None = None
         self._turn_of: dict[int, int] = {}  # sessions: request id -> its turn
         self._next_session = 0
         self.workload_warnings: list[str] = []
@@ -232,6 +248,8 @@ class Simulation:
             self.closed = workload
         elif isinstance(workload, SessionWorkload):
             self.sessions = workload
+        elif isinstance(workload, StagedWorkload):
+            self.staged = workload
         else:
             self.specs = workload
             self.workload_warnings = list(workload.warnings)
@@ -255,8 +273,11 @@ class Simulation:
         # chained prompt-segment keys shared by every replica's prefix cache (cbsim.prefix_cache)
         self.interner: PrefixInterner | None = None
         # without prompt content (a trace's block ids, sessions) nothing is ever cached: no cache
-        knows_content = self.sessions is not None or (
-            self.specs is not None and self.specs.prefix_ids is not None
+        self.pool = scenario_pool(workload)
+        knows_content = (
+            self.sessions is not None
+            or self.pool is not None
+            or (self.specs is not None and self.specs.prefix_ids is not None)
         )
         if self.prefix_caching and knows_content:
             self.interner = PrefixInterner()
@@ -293,6 +314,12 @@ class Simulation:
             self.replicas[0].scheduler.kv,
             [r.scheduler.kv.total_blocks for r in self.replicas],
         )
+        # stages and client timeouts (cbsim.load_generator), when the workload has either
+        client = scenario.workload.client
+        timeout_s = client.timeout_s if client is not None else None
+        self.load: LoadGenerator | None = None
+        if self.staged is not None or timeout_s is not None:
+            self.load = LoadGenerator(self, self.staged, timeout_s)
         # the requests sent and still in flight, by id; done with, they go into the table
         self.requests: dict[int, Request] = {}
         self.sent = 0  # requests sent so far (the next one's id)
@@ -301,6 +328,8 @@ class Simulation:
             speculative=self.spec is not None,
             cached=any(r.scheduler.prefix is not None for r in self.replicas),
             disaggregated=self.disaggregated,
+            staged=self.staged is not None,
+            timeout_s=timeout_s,
         )
         self._progress = progress
         self._done = 0
@@ -341,7 +370,15 @@ class Simulation:
             else:
                 spec_kernel = settings
         fast_forward = scenario.fast_forward and (spec is None or spec_kernel is not None)
-        return ReplicaPool(plan, cost, spec, spec_kernel, fast_forward, note)
+        return ReplicaPool(
+            plan,
+            cost,
+            spec,
+            spec_kernel,
+            fast_forward,
+            note,
+            async_scheduling=plan.scenario.scheduler.async_scheduling,
+        )
 
     def _router(self, pool: ReplicaPool, name: str) -> Router:
         return make_router(pool.scenario.cluster.router, stream(self.scenario.seed, name))
@@ -421,6 +458,9 @@ class Simulation:
             content = None
             if self.interner is not None and specs.prefix_ids is not None:
                 content = specs.prefix_ids[chunk:end]
+            picks = None
+            if specs.pool_picks is not None:
+                picks = specs.pool_picks[chunk:end].tolist()
             for j, sent in enumerate(arrival_s):
                 if sent > env.now:
                     yield env.timeout(sent - env.now)
@@ -429,8 +469,20 @@ class Simulation:
                 req = Request(i, sent, prompts[j], outputs[j], sent_s=sent)
                 if content is not None:
                     req.segments = self._segments(content[j], prompts[j])
+                elif picks is not None:
+                    req.segments = self._pool_segments(picks[j], prompts[j])
                 self.requests[i] = req
+                if self.load is not None:
+                    self.load.watch(req)
                 self._dispatch(req)
+
+    def _pool_segments(self, pick: int, prompt_tokens: int) -> Segments | None:
+        """A prompt pool's prompt ``pick`` as cache segments: its system prompt, its question."""
+        if self.interner is None or self.pool is None:
+            return None
+        content, sizes = self.pool.content(pick)
+        block_size = self.replicas[0].scheduler.kv.block_size
+        return self.interner.segments(content, sizes, prompt_tokens, block_size)
 
     def _segments(self, ids: tuple[int, ...] | None, prompt_tokens: int) -> Segments | None:
         """A replayed request's prompt as cache segments: its trace prefix block ids."""
@@ -484,6 +536,8 @@ class Simulation:
     def next_arrival_s(self) -> float:
         """The earliest time a request may next reach a replica's scheduler (inf: none known)."""
         pending = self._pending[0] if self._pending else math.inf
+        if self.load is not None and self.load.next_send_s < pending:  # a stage's next send
+            pending = self.load.next_send_s
         sessions = self.sessions
         if sessions is not None and self._next_session < len(sessions.starts):
             start = float(sessions.starts[self._next_session])
@@ -520,11 +574,62 @@ class Simulation:
     def _arrive_pending(self, replica: Replica, req: Request) -> None:
         heapq.heappop(self._pending)
         replica.inbound_tokens -= req.outstanding_tokens
+        if req.abandoned:  # its client gave up while the front end had it
+            assert self.load is not None
+            self.load.drop(req)
+            return
         self._arrive(replica, req)
 
     def _arrive(self, replica: Replica, req: Request) -> None:
         """A request reaches a replica's scheduler: rejected, or queued there (waking or poking
-        the replica)."""
+        the replica). Under asynchronous scheduling a busy replica has formed its next batch
+        already: a request arriving while a step runs, or as it ends, reaches the scheduler once
+        the replica has formed the batch after that step (:meth:`_after_formation`), so it joins
+        the step after next."""
+        assert replica.pool is not None
+        if replica.pool.async_scheduling and replica.wake is None:
+            # a step runs (until its end), or one has ended and the next batch is not formed yet
+            # (the replica is forming it, or its iteration end is due a float step later)
+            now = self.env.now
+            end = replica.current_step_end(now) if not replica.forming else -math.inf
+            self._hold(replica, req, end if end > now else now, self._after_formation)
+            return
+        self._enqueue(replica, req)
+
+    def _hold(
+        self, replica: Replica, req: Request, until: float, then: Callable[[Replica, Request], None]
+    ) -> None:
+        """Keep ``req`` from ``replica``'s scheduler until ``until`` (an arrival the replica's
+        decode runs stop for), then hand it to ``then``. Routers count it as the replica's."""
+        heapq.heappush(self._pending, until)
+        replica.inbound_tokens += req.outstanding_tokens
+        event = self.env.timeout(_exact_delay(self.env.now, until))
+        event.callbacks.append(lambda _: self._release_held(replica, req, then))
+
+    def _release_held(
+        self, replica: Replica, req: Request, then: Callable[[Replica, Request], None]
+    ) -> None:
+        heapq.heappop(self._pending)
+        replica.inbound_tokens -= req.outstanding_tokens
+        if req.abandoned:  # its client gave up meanwhile
+            assert self.load is not None
+            self.load.drop(req)
+            return
+        then(replica, req)
+
+    def _after_formation(self, replica: Replica, req: Request) -> None:
+        """At the end of the step the request arrived in: into the scheduler once the replica has
+        formed its next batch (events at one time run after its iteration end; its own event may
+        land a float step later)."""
+        now = self.env.now
+        ends = replica.run_ends
+        last = ends[-1] if ends is not None else replica.step_end
+        if replica.wake is None and (replica.forming or last <= now):
+            self._hold(replica, req, math.nextafter(now, math.inf), self._after_formation)
+        else:
+            self._enqueue(replica, req)
+
+    def _enqueue(self, replica: Replica, req: Request) -> None:
         reason = self._rejection_reason(req)
         if reason:
             req.status = Status.REJECTED
@@ -573,6 +678,10 @@ class Simulation:
         what a decode instance takes in (the prompt's KV but its last token's, which the decode
         instance computes to sample the first output token, as vLLM's does) and routed to a
         decode instance, where it waits for blocks."""
+        if req.abandoned:  # its client gave up meanwhile: nothing to hand over
+            assert self.load is not None
+            self.load.drop(req)
+            return
         source = self.replicas[req.replica]
         kv = source.scheduler.kv
         if source.scheduler.prefix is None:  # (with a prefix cache its blocks stay cached)
@@ -660,6 +769,15 @@ class Simulation:
         req.kv_wait_s = start - req.prefill_done_s
         req.kv_transfer_s = duration
         req.kv_arrived_s = env.now
+        self._free_prefill_blocks(req)
+        if self.load is not None and self.load.landed(req, target):
+            self._notify(target)  # its blocks there are free
+            return
+        target.inbox.append(req)
+        self._notify(target)
+
+    def _free_prefill_blocks(self, req: Request) -> None:
+        """``req``'s prefill instance lets go of it: the blocks it held for the KV are free."""
         source = self.replicas[req.prefill_replica]
         source.held_requests -= 1
         if req.held_blocks:
@@ -667,8 +785,6 @@ class Simulation:
             source.held_blocks -= req.held_blocks
             req.held_blocks = 0
             self._notify(source)
-        target.inbox.append(req)
-        self._notify(target)
 
     # ------------------------------------------------------------------ closed loop
 
@@ -715,13 +831,19 @@ class Simulation:
             )
         self._check_progress(sent)
         prompt, output = closed.lengths[index]
-        self._submit(Request(index, sent, prompt, output, sent_s=sent, client=client))
+        req = Request(index, sent, prompt, output, sent_s=sent, client=client)
+        pick = closed.lengths.pick(index)
+        if pick >= 0:
+            req.segments = self._pool_segments(pick, prompt)
+        self._submit(req)
 
     def _submit(self, req: Request) -> None:
         """Send ``req``, the next request (its id is ``self.sent``), at ``req.sent_s``: now, or
         then (a closed-loop client's next request, a session's next turn)."""
         self.requests[req.request_id] = req
         self.sent = req.request_id + 1
+        if self.load is not None:
+            self.load.watch(req)
         sent = req.sent_s
         if sent <= self.env.now:
             self._dispatch(req)
@@ -754,6 +876,11 @@ class Simulation:
         token has reached them."""
         finished, self._finished = self._finished, []
         self._done += len(finished)
+        if self.staged is not None:
+            assert self.load is not None
+            for req in finished:
+                at = req.finish_s if deliveries is None else deliveries[req.last_row - first_row]
+                self.load.done(req, at)
         if self.closed is None and self.sessions is None:
             return
         for req in finished:
@@ -801,7 +928,9 @@ class Simulation:
         fast_forward = pool.fast_forward
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
         streams = cost.engine.frontend.output_token_s > 0.0
-        closed = self.closed is not None or self.sessions is not None  # finishes make arrivals
+        # finishes make arrivals (or end stages; with timeouts: a timeout knows what finished)
+        closed = self.closed is not None or self.sessions is not None or self.load is not None
+        load = self.load
         # speculative runs shorten drafts by the free blocks, which a finish's released cache
         # entries change (a prefix-aware router reads only which entries exist: see
         # Replica.cached_prefix_tokens)
@@ -811,6 +940,8 @@ class Simulation:
         clock = env.now
         while True:
             start = clock
+            if load is not None and load.aborted:
+                load.abort_due(replica)
             if takes_in and (replica.inbox or replica.awaiting):
                 self._take_in(replica, start)
             waiting = len(sched.waiting)
@@ -825,6 +956,7 @@ class Simulation:
                 if run is not None:
                     replica.start_run(run)
                     replica.pokeable = True
+                    replica.forming = False
                     try:
                         yield _iteration_end(env, _exact_delay(env.now, run.end_s))
                     except simpy.Interrupt:
@@ -836,7 +968,8 @@ class Simulation:
                         if run.end_s > env.now:
                             yield _iteration_end(env, _exact_delay(env.now, run.end_s))
                     replica.pokeable = False
-                    clock = run.end_s
+                    replica.forming = True
+                    clock = replica.step_end = run.end_s
                     replica.end_run()
                     first_row = recorder.rows
                     if run.spec is not None:
@@ -867,6 +1000,7 @@ class Simulation:
                         raise RuntimeError(f"replica {index} has work but formed no batch")
                 else:
                     replica.wake = env.event()
+                    replica.forming = False
                     yield replica.wake
                     clock = env.now
                     continue
@@ -880,7 +1014,10 @@ class Simulation:
             kv_used = sched.kv.used_blocks
             transfers = replica.held_requests if prefills_only else replica.in_transfer
             end = start + duration
+            replica.step_end = end
+            replica.forming = False
             yield _iteration_end(env, duration if env.now == start else _exact_delay(env.now, end))
+            replica.forming = True
             clock = end
             if spec is not None:
                 spec.verify(batch, index)
@@ -944,18 +1081,35 @@ class Simulation:
             return self.specs.prompt_tokens
         if self.sessions is not None:
             return self.sessions.prompt_lengths()
-        assert self.closed is not None
-        lengths = self.closed.lengths  # request i was sent with the i-th lengths
+        source = self.closed if self.closed is not None else self.staged
+        assert source is not None
+        lengths = source.lengths  # request i was sent with the i-th lengths
         return np.fromiter((lengths[i][0] for i in range(self.sent)), dtype=np.int64)
 
     def _on_finish(self, req: Request) -> None:
+        if req.abandoned:  # in the step under way at its timeout: its client had left
+            assert self.load is not None
+            self.load.drop(req)
+            return
         self._finished.append(req)
         self._done_with(req)
 
     def _done_with(self, req: Request) -> None:
-        """``req`` finished or was rejected (nothing changes it any more): into the table."""
+        """``req`` finished, was rejected or timed out (nothing changes it any more): into the
+        table."""
         del self.requests[req.request_id]
         self.table.store(req)
+        if req.status == Status.REJECTED and self.load is not None:
+            self.load.done(req, req.arrival_s)  # (when it reached the scheduler, now)
+
+    def _client_gave_up(self, req: Request, now: float) -> None:
+        """``req`` timed out for its client now: a closed-loop client sends its next request, a
+        session ends (its replica drops the request at its next step boundary)."""
+        self._done += 1
+        if self.closed is not None:
+            self._send(req.client, now + self._think_time())
+        elif self.sessions is not None:
+            self._turn_of.pop(req.request_id, None)
 
     def _report_progress(self) -> Generator[simpy.Event, Any, None]:
         assert self._progress is not None
@@ -972,6 +1126,8 @@ class Simulation:
             self._start_clients()
         elif self.sessions is not None:
             env.process(self._session_starts())
+        elif self.load is not None and self.staged is not None:
+            env.process(self.load.stages())
         else:
             env.process(self._arrivals())
         for replica in self.replicas:
@@ -1004,7 +1160,9 @@ class Simulation:
     def _all_sent(self) -> bool:
         if self.sessions is not None and self._next_session < len(self.sessions.starts):
             return False
-        if self.closed is not None or self.sessions is not None:
+        if self.load is not None and self.load.sending:
+            return False
+        if self.closed is not None or self.sessions is not None or self.staged is not None:
             return not self._pending and not any(r.busy for r in self.replicas)
         return self.sent == self.total_requests
 
@@ -1019,6 +1177,17 @@ class Simulation:
             if horizon is not None:
                 target = min(target, horizon)
             env.run(until=target)
+
+
+def scenario_pool(
+    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload,
+) -> PoolPrompts | None:
+    """The workload's prompt pool (workload.prompt_pool), if it has one."""
+    if isinstance(workload, RequestSpecs):
+        return workload.pool
+    if isinstance(workload, ClosedLoopWorkload | StagedWorkload):
+        return workload.lengths.pool
+    return None
 
 
 def cost_model_for(scenario: Scenario) -> CostModel:
@@ -1104,4 +1273,6 @@ def _exact_delay(now: float, end: float) -> float:
         if reached == end:
             break
         delay = math.nextafter(delay, math.inf if reached < end else -math.inf)
+    while now + delay < end:  # end itself unreachable: never before it
+        delay = math.nextafter(delay, math.inf)
     return delay

@@ -17,7 +17,10 @@ follow common serving benchmarks (vLLM, Vidur):
   steps are one step apart, a token after a pause (preemption, a budget that left the request out)
   has the whole pause, and drafts accepted together in one speculative step arrive with gap 0.
 * Throughput counts completed requests over the makespan (first arrival to last finish); goodput
-  counts only those meeting every SLO target given.
+  counts only those meeting every SLO target given. Requests their client gave up on
+  (``workload.client.timeout_s``) count as ``timed_out``, neither completed nor unfinished; they
+  have no finish, so the latency percentiles are the completed requests' alone. A staged load's
+  summary adds each stage's figures (:func:`stage_summary`).
 * Timeseries use fixed windows; an iteration belongs to the window its start falls in. ``waiting``
   and ``kv_utilization`` are time averages over the window (cluster-wide sum of waiting requests;
   mean KV utilisation over replicas), ``batch_size`` the mean batch size of the iterations run.
@@ -777,6 +780,7 @@ def summarize(
         "completed": completed,
         "rejected": int((status == "rejected").sum()),
         "unfinished": int(((status == "waiting") | (status == "running")).sum()),
+        "timed_out": int((status == "timed_out").sum()),
         "makespan_s": makespan,
         "throughput_rps": completed / makespan if completed and makespan > 0 else 0.0,
         "output_tokens": output_tokens,
@@ -846,7 +850,63 @@ def summarize(
             stem = name.removesuffix("_s")
             for q in (50, 99):
                 summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
+    if "stage" in requests:
+        summary.update(_stage_figures(stage_summary(requests, scenario)))
     return summary
+
+
+STAGE_FIGURES = (
+    "rate", "requests", "completed", "timed_out", "start_s", "throughput_rps", "ttft_p50_s",
+    "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "e2e_p99_s",
+)  # fmt: skip
+"""What :func:`stage_summary` reports of each stage (and the summary as ``stage{i}_{figure}``)."""
+
+
+def stage_summary(requests: pd.DataFrame, scenario: Scenario | None = None) -> pd.DataFrame:
+    """One row per stage of a staged load (``workload.arrival.kind: stages``), indexed by
+    ``stage``: its offered ``rate`` (NaN without the scenario), the ``requests`` it sent,
+    ``completed`` and ``timed_out``, when its first request was sent (``start_s``), its
+    throughput (completed over its first send to its last finish) and its completed requests'
+    latency percentiles, the figures a load generator reports per rate point."""
+    stages = requests["stage"].to_numpy()
+    arrival = scenario.workload.arrival if scenario is not None else None
+    rates = [stage.rate for stage in getattr(arrival, "stages", [])]
+    count = max(len(rates), int(stages.max()) + 1 if len(stages) else 0)
+    status = requests["status"].to_numpy()
+    rows = []
+    for stage in range(count):
+        mine = stages == stage
+        done = mine & (status == "finished")
+        sent = requests["arrival_s"].to_numpy()[mine]
+        finishes = requests["finish_s"].to_numpy()[done]
+        span = float(finishes.max() - sent.min()) if len(finishes) else math.nan
+        row: dict[str, float] = {
+            "rate": rates[stage] if stage < len(rates) else math.nan,
+            "requests": int(mine.sum()),
+            "completed": int(done.sum()),
+            "timed_out": int((mine & (status == "timed_out")).sum()),
+            "start_s": float(sent.min()) if len(sent) else math.nan,
+            "throughput_rps": int(done.sum()) / span if span > 0 else math.nan,
+        }
+        figures: dict[str, float] = {}
+        for metric in ("ttft", "tpot", "e2e"):
+            _percentiles(requests[f"{metric}_s"].to_numpy(dtype=float)[done], metric, figures)
+        row.update({key: figures[key] for key in STAGE_FIGURES if key in figures})
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=list(STAGE_FIGURES))
+    frame.index.name = "stage"
+    return frame
+
+
+def _stage_figures(stages: pd.DataFrame) -> dict[str, float]:
+    """A stage table as flat summary keys: ``stage0_rate``, ``stage0_ttft_p50_s``, ..."""
+    out: dict[str, float] = {}
+    for stage, row in stages.iterrows():
+        for name in STAGE_FIGURES:
+            value = row[name]
+            keep_int = name in ("requests", "completed", "timed_out")
+            out[f"stage{stage}_{name}"] = int(value) if keep_int else float(value)
+    return out
 
 
 # per-window sums of the timeseries: integrated over time, or summed by the window an iteration

@@ -17,7 +17,7 @@ The plain cluster's pool is the scenario itself, untouched, so a plain run is wh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -78,8 +78,7 @@ def _plan(scenario: Scenario, pool: Pool, name: str, role: Role, field: str) -> 
         exclude_unset=True, exclude={"disaggregation", "pools", "replicas"}
     )
     cluster_keys.update(pool.cluster_keys())
-    scheduler_keys = scenario.scheduler.model_dump(exclude_unset=True)
-    scheduler_keys.update(pool.scheduler or {})
+    scheduler_keys = _scheduler_keys(scenario.scheduler.model_dump(exclude_unset=True), pool)
     try:
         cluster = Cluster.model_validate(cluster_keys)
     except ValidationError as err:
@@ -102,3 +101,22 @@ def _plan(scenario: Scenario, pool: Pool, name: str, role: Role, field: str) -> 
         return PoolPlan(name, role, field, apply_engine_defaults(pool_scenario))
     except CbsimError as err:
         raise err.located(field=field) from None
+
+
+BUDGET_KEYS = frozenset({"max_batched_tokens", "chunk_size"})
+
+
+def _scheduler_keys(inherited: dict[str, Any], pool: Pool) -> dict[str, Any]:
+    """A pool's scheduler keys: the scenario's (``inherited``, the user's) with the pool's over
+    them. A pool that names its own ``kind`` takes only the inherited keys that kind reads (the
+    others configure the scenario's scheduler, not this one), and a pool that sets a token budget
+    (``max_batched_tokens`` or its sarathi name ``chunk_size``) replaces the inherited one. The
+    pool's own keys must all be read by its kind (:class:`~cbsim.scenario.Scheduler`)."""
+    own = pool.scheduler or {}
+    kind = own.get("kind")
+    used = Scheduler.USED_KEYS.get(kind) if isinstance(kind, str) else None
+    if used is not None:
+        inherited = {k: v for k, v in inherited.items() if k == "kind" or k in used}
+    if own.keys() & BUDGET_KEYS:
+        inherited = {k: v for k, v in inherited.items() if k not in BUDGET_KEYS}
+    return {**inherited, **own}

@@ -17,7 +17,7 @@ import numpy as np
 from cbsim.scenario import Scenario
 from cbsim.sessions import SessionWorkload
 from cbsim.simulate import scenario_warnings
-from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 PERCENTILES = (50, 90, 99)
 CLOSED_LOOP_SAMPLE = 1024
@@ -40,10 +40,13 @@ def preflight(scenario: Scenario, source: str | None = None) -> Preflight:
 
 
 def _workload_lines(
-    scenario: Scenario, workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload
+    scenario: Scenario,
+    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload,
 ) -> list[str]:
     if isinstance(workload, ClosedLoopWorkload):
         return _closed_loop_lines(workload)
+    if isinstance(workload, StagedWorkload):
+        return _staged_lines(workload)
     if isinstance(workload, SessionWorkload):
         return _session_lines(scenario, workload)
     arrivals = workload.arrival_s
@@ -74,6 +77,24 @@ def _closed_loop_lines(workload: ClosedLoopWorkload) -> list[str]:
     return [
         f"requests: closed loop of {workload.concurrency:,} clients, until "
         f"{' or '.join(limits)}{think}",
+        _lengths_line("prompt tokens", pairs[:, 0]) + note,
+        _lengths_line("output tokens", pairs[:, 1]) + note,
+    ]
+
+
+def _staged_lines(workload: StagedWorkload) -> list[str]:
+    stages = ", ".join(
+        f"{len(offsets):,} in {_seconds(duration)}"
+        for offsets, duration in zip(workload.offsets, workload.durations, strict=True)
+    )
+    gap = f", {workload.gap_s:g} s apart" if workload.gap_s else ""
+    sample = min(len(workload), CLOSED_LOOP_SAMPLE)
+    pairs = np.asarray([workload.lengths[i] for i in range(sample)], dtype=np.int64)
+    pairs = pairs.reshape(sample, 2)
+    note = f" (first {sample:,} requests)"
+    return [
+        f"requests: {len(workload):,} in {len(workload.offsets)} stages, each once the one "
+        f"before has drained ({stages}){gap}",
         _lengths_line("prompt tokens", pairs[:, 0]) + note,
         _lengths_line("output tokens", pairs[:, 1]) + note,
     ]

@@ -30,12 +30,14 @@ class Status(IntEnum):
     RUNNING = 1
     FINISHED = 2
     REJECTED = 3
+    TIMED_OUT = 4  # its client gave up on it (workload.client.timeout_s)
 
 
 class Request:
     """Mutable per-request state; plain slots for speed (one object per request, no per-token objects)."""
 
     __slots__ = (
+        "abandoned",
         "accepted_tokens",
         "admit_seq",
         "arrival_s",
@@ -77,6 +79,7 @@ class Request:
         "shared_blocks",
         "spec",
         "spec_steps",
+        "stage",
         "status",
     )
 
@@ -128,6 +131,9 @@ class Request:
         self.load_s = 0.0  # a CPU-tier load its next step waits for
         self.kv_load_s = 0.0  # seconds its first admission's load took
         self.session = -1  # the conversation of a multi-turn workload (-1: none)
+        self.stage = -1  # the rate point of a staged load that sent it (-1: none)
+        # its client gave up on it (a timeout): the server drops it at its next step boundary
+        self.abandoned = False
         # disaggregated prefill and decode (cbsim.engine): the instance that computed the prompt,
         # the outputs still owed while it does (there it asks for one token), the blocks it holds
         # there until its KV has crossed, when its prefill ended, the seconds from then to its

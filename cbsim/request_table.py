@@ -64,6 +64,8 @@ _TRANSFER_FIELDS: tuple[tuple[str, type], ...] = (
     ("kv_transfer_s", np.float64),
     ("kv_arrived_s", np.float64),
 )
+# fields only staged loads write
+_STAGE_FIELDS: tuple[tuple[str, type], ...] = (("stage", np.int64),)
 # fields only speculative runs change from zero
 _SPEC_COUNTS = ("spec_steps", "drafted_tokens", "accepted_tokens", "decode_steps")
 # columns of the request's speculative decoder: its rejected steps and acceptance EMA (NaN without)
@@ -97,10 +99,16 @@ class RequestTable:
         speculative: bool = True,
         cached: bool = True,
         disaggregated: bool = False,
+        staged: bool = False,
+        timeout_s: float | None = None,
     ) -> None:
         self.speculative = speculative
         self.cached = cached
         self.disaggregated = disaggregated
+        # a staged load's requests get a ``stage`` column; with a client timeout, a timed-out
+        # request's first token counts only when it reached the client before the timeout
+        self.staged = staged
+        self.timeout_s = timeout_s
         self.rows = 0  # one past the highest row stored
         self.stored = 0  # rows stored (equal to ``rows`` once every row is in)
         self._capacity = 0
@@ -164,6 +172,9 @@ class RequestTable:
         if self.disaggregated:
             for name, dtype in _TRANSFER_FIELDS:
                 put(name, dtype, map(attrgetter(name), pending))
+        if self.staged:
+            for name, dtype in _STAGE_FIELDS:
+                put(name, dtype, map(attrgetter(name), pending))
         if self.speculative:
             for name in _SPEC_COUNTS:
                 put(name, np.int64, map(attrgetter(name), pending))
@@ -202,7 +213,9 @@ class RequestTable:
             return new
 
         columns = self._columns
-        for name, dtype in (*_FIELDS, *_PREFIX_FIELDS, *_TRANSFER_FIELDS, *_SPEC_FIELDS):
+        for name, dtype in (
+            *_FIELDS, *_PREFIX_FIELDS, *_TRANSFER_FIELDS, *_SPEC_FIELDS, *_STAGE_FIELDS,
+        ):  # fmt: skip
             columns[name] = grown(columns.get(name), dtype)
         self._status = grown(self._status, np.int8)
         self._reason = grown(self._reason, np.int8)
@@ -248,6 +261,10 @@ class RequestTable:
             client_finish = np.where(done, delivered[np.maximum(last_row, 0)], np.nan)
         else:  # the same values, but columns of their own
             client_first, client_finish = first.copy(), finish.copy()
+        if self.timeout_s is not None and n:
+            # a timed-out request's first token counts only if it reached the client in time
+            timed_out = self._status[:n] == _STATUS_CODE[Status.TIMED_OUT]
+            client_first[timed_out & ~(client_first - sent <= self.timeout_s)] = np.nan
         outputs = col("output_tokens")
         drafted = col("drafted_tokens")
         decode_steps = col("decode_steps")
@@ -265,6 +282,7 @@ class RequestTable:
         reasons = pd.Series(
             np.asarray(self._reasons, dtype=object)[self._reason[:n]], dtype=REASON_DTYPE
         )
+        stage = {"stage": col("stage")} if self.staged else {}
         return pd.DataFrame(
             {
                 "request_id": col("request_id"),
@@ -303,6 +321,7 @@ class RequestTable:
                 "server_ttft_s": first - arrival,
                 "server_tpot_s": server_tpot,
                 "server_e2e_s": finish - arrival,
+                **stage,
             },
             copy=False,
         )

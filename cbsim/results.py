@@ -168,7 +168,7 @@ class Results:
             outputs.recover(path, RUN_RESULT)
         baseline = path / "summary_no_spec.json"
         return cls(
-            scenario=load_scenario(path / "scenario.yaml"),
+            scenario=load_scenario(path / "scenario.yaml", written=True),
             requests=read_requests(path / "requests.parquet"),
             iterations=pd.read_parquet(path / "iterations.parquet"),
             timeseries=pd.read_parquet(path / "timeseries.parquet"),

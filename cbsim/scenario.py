@@ -12,19 +12,22 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from cbsim.documents import parse_yaml, read_text_file
 from cbsim.errors import CbsimError
@@ -122,11 +125,68 @@ class ClosedLoopArrival(StrictModel):
     ramp_s: TimeOffset = 0.0
 
 
+ArrivalProcess = Literal["poisson", "constant"]
+MAX_STAGES = 64
+
+
+class Stage(StrictModel):
+    """One rate point of a staged load: ``rate`` requests per second for ``duration_s`` seconds,
+    sent as ``process`` says (default: the stages' ``process``)."""
+
+    rate: Rate
+    duration_s: Seconds
+    process: ArrivalProcess | None = None
+
+
+class StagesArrival(StrictModel):
+    """A load generator's sweep of rate points, as ``vllm bench serve`` over several request
+    rates, guidellm's rate sweeps and LMBenchmark run it: each stage sends at its ``rate`` for its
+    ``duration_s``, Poisson (exponential gaps, the first gap included; the scenario's
+    ``arrivals`` stream) or ``constant`` (one request every 1/rate seconds from the stage's start,
+    as LMBenchmark and many load generators send). A stage starts once every request of the
+    previous one is done (finished, rejected or timed out, as the client sees it: its last token
+    delivered) and ``gap_s`` more seconds have passed, so stage start times come out of the
+    simulation and stages never overlap. The stages say how many requests are sent: leave
+    ``num_requests`` and ``duration_s`` out. Requests gain a ``stage`` column (0, 1, ...) and the
+    summary per-stage figures (``stage0_ttft_p50_s``, ...; see :func:`cbsim.metrics.stage_summary`)."""
+
+    kind: Literal["stages"]
+    stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
+    process: ArrivalProcess = "poisson"
+    gap_s: TimeOffset = 0.0
+
+    def process_of(self, stage: Stage) -> ArrivalProcess:
+        """How ``stage`` sends its requests."""
+        return stage.process if stage.process is not None else self.process
+
+
 Arrival = Annotated[
-    PoissonArrival | GammaArrival | OfflineArrival | TraceArrival | ClosedLoopArrival,
+    PoissonArrival
+    | GammaArrival
+    | OfflineArrival
+    | TraceArrival
+    | ClosedLoopArrival
+    | StagesArrival,
     Field(discriminator="kind"),
     default_kind("poisson"),
 ]
+
+
+class Client(StrictModel):
+    """How the benchmark client treats a request: one still unfinished ``timeout_s`` seconds after
+    it was sent is given up (its status ``timed_out``, counted in the summary's ``timed_out``) and
+    aborted on the server, as vLLM aborts a request whose client disconnected: at its replica's
+    next step boundary it leaves the waiting queue or the running batch (the step already under
+    way completes), its KV blocks are freed and its prefix-cache entries released (computed
+    prefixes stay cached). A closed-loop client then sends its next request (after its think
+    time); a session's timed-out turn ends the session. A timed-out request keeps the tokens the
+    server generated for it (``generated_tokens``) and its first token's time when that reached
+    the client before the timeout (``first_token_s``, ``ttft_s``; else NaN); ``finish_s``,
+    ``e2e_s`` and ``tpot_s`` are NaN, so it never enters the completed requests' latency
+    percentiles. The inter-token latency counts every token streamed, a timed-out request's
+    included."""
+
+    timeout_s: Seconds
 
 
 class FixedLength(StrictModel):
@@ -234,9 +294,55 @@ class Sessions(StrictModel):
     system_prompt: SystemPrompt | None = None
 
 
+def _fixed_if_number(value: Any) -> Any:
+    """A bare token count is a fixed length."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"kind": "fixed", "value": value}
+    return value
+
+
+PoolLength = Annotated[
+    FixedLength | UniformLength | LognormalLength,
+    Field(discriminator="kind"),
+    BeforeValidator(_fixed_if_number),
+]
+MAX_POOL_PROMPTS = 10_000_000
+
+
+class PromptPool(StrictModel):
+    """Shared-prefix prompts as benchmark tools generate them (SGLang's ``generated-shared-prefix``
+    dataset, vLLM's ``prefix_repetition``, genai-perf's prefix prompts): ``system_prompts``
+    system prompts of ``system_tokens`` tokens each (a length distribution, or a number: fixed),
+    each with ``questions`` questions of its own of ``question_tokens`` tokens, drawn once
+    (:mod:`cbsim.prompt_pool`). Every request's prompt is one system prompt (prompt r, r = 1, 2,
+    ..., with probability proportional to 1 / r**zipf; 0: all alike) followed by one of its
+    questions (uniformly), drawn with replacement, so prompts recur and the prefix cache reuses
+    the system prompts and whole recurring prompts as a server would. The pool replaces
+    ``prompt_tokens``; ``output_tokens`` still gives the output lengths. Works with every arrival
+    process but a replayed trace."""
+
+    system_prompts: Annotated[int, NotBool, Field(ge=1, le=100_000)]
+    system_tokens: PoolLength
+    questions: Annotated[int, NotBool, Field(ge=1, le=MAX_POOL_PROMPTS)]
+    question_tokens: PoolLength
+    zipf: Annotated[float, NotBool, Field(ge=0.0, le=10.0)] = 0.0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PromptPool:
+        prompts = self.system_prompts * self.questions
+        if prompts > MAX_POOL_PROMPTS:
+            raise ValueError(
+                f"{self.system_prompts:,} system prompts x {self.questions:,} questions is "
+                f"{prompts:,} prompts; at most {MAX_POOL_PROMPTS:,}"
+            )
+        return self
+
+
 class Workload(StrictModel):
-    """What arrives: a synthetic process, a replayed trace, trace lengths with synthetic arrivals,
-    or multi-turn sessions."""
+    """What arrives: a synthetic process (rate stages among them, :class:`StagesArrival`), a
+    replayed trace, trace lengths with synthetic arrivals, or multi-turn sessions; ``client``: the
+    benchmark client's timeout (:class:`Client`); ``prompt_pool``: shared-prefix prompts in place
+    of prompt lengths (:class:`PromptPool`)."""
 
     num_requests: RequestCount | None = None
     duration_s: Seconds | None = None
@@ -245,11 +351,23 @@ class Workload(StrictModel):
     output_tokens: Length | None = None
     trace: TraceReplay | None = None
     sessions: Sessions | None = None
+    client: Client | None = None
+    prompt_pool: PromptPool | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
+        if self.prompt_pool is not None:
+            self._pool_alone()
         if self.sessions is not None:
             return self._sessions_complete()
+        if isinstance(self.arrival, StagesArrival):
+            extra = [n for n in ("num_requests", "duration_s") if getattr(self, n) is not None]
+            if extra:
+                raise ValueError(
+                    f"with arrival kind 'stages' leave out {' and '.join(extra)} (each stage's "
+                    "rate and duration_s say how many requests are sent)"
+                )
+            return self
         if self.trace is None:
             if self.arrival is None:
                 raise ValueError(
@@ -284,6 +402,17 @@ class Workload(StrictModel):
         if self.sessions.count is None and self.duration_s is None:
             raise ValueError("give sessions.count or duration_s")
         return self
+
+    def _pool_alone(self) -> None:
+        """A prompt pool makes the prompts: nothing else may."""
+        clashing = {
+            "prompt_tokens": "the pool gives the prompt lengths",
+            "trace": "a replayed trace brings its own prompts",
+            "sessions": "sessions build their own prompts",
+        }
+        for name, why in clashing.items():
+            if getattr(self, name) is not None:
+                raise ValueError(f"prompt_pool: leave out workload.{name} ({why})")
 
     @property
     def closed_loop(self) -> ClosedLoopArrival | None:
@@ -553,9 +682,28 @@ class Scheduler(StrictModel):
     """How a replica forms each iteration's batch.
 
     ``static``: request-level batching (a batch runs until all its requests finish).
-    ``orca``: iteration-level batching with full-length KV reserved at admission.
+    ``orca``: iteration-level batching with full-length KV reserved at admission: whole prompts
+    beside the running decodes within ``max_batched_tokens``, or, with ``chunked_prefill``, the
+    prompt that does not fit cut to what the budget leaves (TensorRT-LLM's chunked context).
     ``vllm``: paged KV, prefills first (whole prompts within ``max_batched_tokens``), preemption.
-    ``sarathi``: chunked prefill with a per-iteration token budget ``chunk_size``, decodes first.
+    ``sarathi``: chunked prefill, decodes first, within a per-iteration token budget
+    ``max_batched_tokens`` (vLLM's ``--max-num-batched-tokens``); ``chunk_size`` is
+    Sarathi-Serve's name for the same budget and may stand in for it.
+
+    ``async_scheduling`` (every kind): the engine forms the batch of step n+1 while step n runs
+    (vLLM's ``--async-scheduling``, on by default since late 2025; SGLang's and TensorRT-LLM's
+    overlap schedulers), so its CPU work hides behind the GPU's, at a price: a request that
+    reaches the scheduler while a step runs (or as one ends) missed the batch already formed and
+    joins the step after next. An idle engine takes it at once. Off unless set (the shipped
+    engine profiles were fitted without it: :mod:`cbsim.calibration.engines`).
+
+    Each kind reads only some keys (:attr:`USED_KEYS`): a key the user sets that the kind does not
+    read is an error naming the scheduler, never a setting silently ignored, and so is setting
+    ``max_batched_tokens`` and ``chunk_size`` to different values under ``sarathi``. Only the
+    user's keys count: an engine's defaults fill only keys the kind reads
+    (:func:`apply_engine_defaults`). A key set to null is unset, so ``--set scheduler.kind=vllm
+    --set scheduler.chunk_size=null`` runs a sarathi scenario under vllm. Under ``sarathi`` both
+    budget keys hold the one budget: the user's, else the engine's, else 512.
     """
 
     kind: Literal["static", "orca", "vllm", "sarathi"] = "vllm"
@@ -564,6 +712,163 @@ class Scheduler(StrictModel):
     block_size: BlockSize = 16
     chunk_size: TokenCount = 512
     watermark: Annotated[float, NotBool, Field(ge=0.0, lt=1.0)] = 0.01
+    chunked_prefill: bool = False
+    async_scheduling: bool = False
+
+    # the keys each kind reads (``kind`` aside); a written scenario leaves the others out
+    USED_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "static": ("max_batch_size", "max_batched_tokens", "block_size", "async_scheduling"),
+        "orca": (
+            "max_batch_size",
+            "max_batched_tokens",
+            "block_size",
+            "chunked_prefill",
+            "async_scheduling",
+        ),
+        "vllm": (
+            "max_batch_size",
+            "max_batched_tokens",
+            "block_size",
+            "watermark",
+            "async_scheduling",
+        ),
+        "sarathi": (
+            "max_batch_size",
+            "max_batched_tokens",
+            "block_size",
+            "chunk_size",
+            "watermark",
+            "async_scheduling",
+        ),
+    }
+    SARATHI_BUDGET: ClassVar[int] = 512  # sarathi's budget when neither user nor engine sets one
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            return {k: v for k, v in data.items() if v is not None or k not in cls.model_fields}
+        return data
+
+    @model_validator(mode="after")
+    def _keys_fit_the_kind(self) -> Scheduler:
+        given = self.model_fields_set
+        # without a kind the engine's defaults pick one: engine_updates checks the keys then
+        if "kind" in given:
+            unused = self.unused_keys(self.kind, given)
+            if unused:
+                key = unused[0]
+                error = PydanticCustomError("unused_key", self.unused_key_message(self.kind, key))
+                raise ValidationError.from_exception_data(
+                    type(self).__name__,
+                    [InitErrorDetails(type=error, loc=(key,), input=getattr(self, key))],
+                )
+        if self.kind == "sarathi":
+            budget = self.sarathi_budget(self.chunk_size)
+            self.__dict__["max_batched_tokens"] = self.__dict__["chunk_size"] = budget
+        return self
+
+    @model_serializer(mode="wrap")
+    def _only_keys_the_kind_reads(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Defaults the kind does not read are left out, so a written scenario reads back."""
+        data = handler(self)
+        used = self.USED_KEYS.get(self.kind)
+        if used is None or not isinstance(data, dict):
+            return data
+        given = self.model_fields_set
+        return {k: v for k, v in data.items() if k == "kind" or k in used or k in given}
+
+    @classmethod
+    def unused_keys(cls, kind: str, given: Iterable[str]) -> list[str]:
+        """The keys among ``given`` that a ``kind`` scheduler does not read, in field order."""
+        used = cls.USED_KEYS.get(kind)
+        if used is None:
+            return []
+        given = set(given)
+        return [k for k in cls.model_fields if k in given and k != "kind" and k not in used]
+
+    @classmethod
+    def unused_key_message(cls, kind: str, key: str, default_of: str | None = None) -> str:
+        """Why ``key`` is an error under ``kind`` (``default_of``: the engine whose default the
+        kind is, when the user did not pick it)."""
+        reads = cls.USED_KEYS[kind]
+        origin = ""
+        if default_of is not None:
+            origin = f" ({default_of}'s default; scheduler.kind picks another)"
+        hint = ""
+        if key == "chunk_size":
+            hint = " (its token budget is max_batched_tokens)"
+        elif key == "chunked_prefill" and kind == "sarathi":
+            hint = " (it always chunks prompts)"
+        return (
+            f"not used by the {kind} scheduler{origin}, which reads {', '.join(reads[:-1])} and "
+            f"{reads[-1]}{hint}: remove it (or set it to null)"
+        )
+
+    def sarathi_budget(self, fallback: int) -> int:
+        """The token budget under ``sarathi``: ``max_batched_tokens`` if the user set it, else
+        ``chunk_size`` if set, else ``fallback``. ValueError when the user set both, differently."""
+        given = self.model_fields_set
+        if "max_batched_tokens" in given:
+            if "chunk_size" in given and self.chunk_size != self.max_batched_tokens:
+                raise ValueError(
+                    f"max_batched_tokens ({self.max_batched_tokens}) and chunk_size "
+                    f"({self.chunk_size}) are both the sarathi scheduler's per-iteration token "
+                    "budget and differ: set one of them (max_batched_tokens, as vLLM names it)"
+                )
+            return self.max_batched_tokens
+        return self.chunk_size if "chunk_size" in given else fallback
+
+    def engine_updates(self, engine: Mapping[str, Any], engine_name: str) -> dict[str, Any]:
+        """The keys an engine's scheduler defaults (``engine``, named ``engine_name``) fill here:
+        those the kind (the user's, else the engine's) reads and the user left unset; the token
+        budget only from an engine of the kind's family (:meth:`engine_budget`), under
+        ``sarathi`` into both budget keys. A key the user set that the engine's kind does not
+        read is an error naming that kind."""
+        given = self.model_fields_set
+        if "kind" in given:
+            kind = self.kind
+        else:
+            kind = engine.get("kind", self.kind)
+            unused = self.unused_keys(kind, given)
+            if unused:
+                origin = f"engine {engine_name}" if "kind" in engine else "cbsim"
+                raise CbsimError(
+                    self.unused_key_message(kind, unused[0], origin),
+                    field=f"scheduler.{unused[0]}",
+                )
+        used = self.USED_KEYS[kind]
+        updates = {
+            key: value
+            for key, value in engine.items()
+            if key not in given
+            and (key == "kind" or key in used)
+            and key not in ("max_batched_tokens", "chunk_size")
+        }
+        budget = self.engine_budget(kind, engine)
+        if kind == "sarathi":
+            try:
+                budget = self.sarathi_budget(self.SARATHI_BUDGET if budget is None else budget)
+            except ValueError as err:
+                raise CbsimError(str(err), field="scheduler") from None
+            updates["max_batched_tokens"] = updates["chunk_size"] = budget
+        elif budget is not None and "max_batched_tokens" not in given:
+            updates["max_batched_tokens"] = budget
+        return {key: value for key, value in updates.items() if getattr(self, key) != value}
+
+    @classmethod
+    def engine_budget(cls, kind: str, engine: Mapping[str, Any]) -> int | None:
+        """The token budget an engine's scheduler defaults (``engine``) give a ``kind``
+        scheduler, or None. An engine's budget is made for its own scheduler, so it goes to the
+        kinds of the same family: chunked prefill (``sarathi``; vLLM's 2048 on an A100) or whole
+        prompts (``vllm``, ``orca``, ``static``). Older profiles named the sarathi budget
+        ``chunk_size`` beside a ``max_batched_tokens`` for the other kinds."""
+        if "chunk_size" in engine:  # an older profile: one budget per family
+            return engine["chunk_size"] if kind == "sarathi" else engine.get("max_batched_tokens")
+        chunked = engine.get("kind") == "sarathi"
+        if (kind == "sarathi") != chunked:
+            return None
+        return engine.get("max_batched_tokens")
 
 
 # --------------------------------------------------------------------------- speculative
@@ -833,7 +1138,8 @@ class Scenario(StrictModel):
         )
         if wl.trace is not None or wl.sessions is not None or from_acceptance_trace:
             return []
-        return [n for n in ("prompt_tokens", "output_tokens") if getattr(wl, n) is None]
+        names = ["prompt_tokens", "output_tokens"] if wl.prompt_pool is None else ["output_tokens"]
+        return [n for n in names if getattr(wl, n) is None]
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as plain data (round-trips through :func:`load_scenario`)."""
@@ -855,12 +1161,15 @@ def _format_loc(loc: Sequence[int | str]) -> str:
     return "".join(parts)
 
 
-TAGGED_SECTIONS = {"arrival", "prompt_tokens", "output_tokens", "proposer", "acceptance", "policy"}
+TAGGED_SECTIONS = {
+    "arrival", "prompt_tokens", "output_tokens", "proposer", "acceptance", "policy", "system_tokens",
+    "question_tokens",
+}  # fmt: skip
 
 
 def _discriminator_tags() -> set[str]:
     return {
-        "poisson", "gamma", "offline", "trace", "closed_loop", "fixed", "uniform", "lognormal", "empirical",
+        "poisson", "gamma", "offline", "trace", "closed_loop", "stages", "fixed", "uniform", "lognormal", "empirical",
         "draft_model", "eagle", "ngram", "iid", "positional", "per_request", "token_level",
         "threshold", "ewma_lookahead", "heuristic", "batch_table", "goodput",
     }  # fmt: skip
@@ -959,11 +1268,13 @@ def load_scenario(
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
     *,
     seed: int | None = None,
+    written: bool = False,
 ) -> Scenario:
     """Read and validate a scenario from a YAML path or a mapping.
 
     ``overrides`` are dotted keys (``{"scheduler.kind": "sarathi"}`` or ``["scheduler.kind=sarathi"]``)
-    applied before validation; ``seed`` replaces the scenario's seed.
+    applied before validation; ``seed`` replaces the scenario's seed. ``written``: the scenario a
+    result folder holds, possibly written by an older cbsim (see :func:`_migrate_written`).
     """
     source: str | None = None
     if isinstance(path_or_dict, Mapping):
@@ -972,6 +1283,8 @@ def load_scenario(
         path = Path(path_or_dict)
         source = str(path)
         data = _resolve_relative_paths(read_yaml(path), path.parent)
+    if written:
+        data = _migrate_written(data)
     if overrides:
         pairs: dict[str, Any] = (
             dict(parse_override(o) for o in overrides)
@@ -986,9 +1299,37 @@ def load_scenario(
     except ValidationError as err:
         raise _error_from_validation(err, source) from None
     _check_calibration(scenario.cluster, source)
-    scenario = apply_engine_defaults(scenario)
+    try:
+        scenario = apply_engine_defaults(scenario)
+    except CbsimError as err:
+        raise err.located(source=source) from None
     _check_feasible(scenario, source)
     return scenario
+
+
+def _migrate_written(data: dict[str, Any]) -> dict[str, Any]:
+    """A result folder's resolved scenario as this cbsim reads it. Older ones wrote every
+    scheduler key, read or not by the kind, and ran ``sarathi`` on ``chunk_size`` alone: the keys
+    the kind does not read are dropped and a sarathi ``max_batched_tokens`` gives way to its
+    ``chunk_size`` (the budget that run used)."""
+    sections = [data.get("scheduler")]
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict):
+        split = cluster.get("disaggregation")
+        if isinstance(split, dict):
+            sections += [pool.get("scheduler") for pool in split.values() if isinstance(pool, dict)]
+        pools = cluster.get("pools")
+        if isinstance(pools, list):
+            sections += [pool.get("scheduler") for pool in pools if isinstance(pool, dict)]
+    for section in sections:
+        if not isinstance(section, dict) or section.get("kind") not in Scheduler.USED_KEYS:
+            continue
+        kind = section["kind"]
+        if kind == "sarathi" and "chunk_size" in section:
+            section.pop("max_batched_tokens", None)
+        for key in Scheduler.unused_keys(kind, list(section)):
+            section.pop(key)
+    return data
 
 
 def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
@@ -1003,19 +1344,20 @@ def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
 
 def apply_engine_defaults(scenario: Scenario) -> Scenario:
     """The scenario with every key it leaves unset filled from its engine's defaults for its GPU:
-    scheduler kind, token budget, batch cap and block size, the KV-cache precision for its weights,
-    the GPU memory the engine takes. Keys the scenario sets win. Idempotent; the returned scenario
-    still reports only the user's keys as set (see :func:`_keeping_fields_set`)."""
+    scheduler kind, token budget, batch cap, block size and chunked prefill (only the keys the
+    kind reads: :meth:`Scheduler.engine_updates`), the KV-cache precision for its weights, the GPU
+    memory the engine takes. Keys the scenario sets win; one the engine's scheduler does not read
+    is an error. Idempotent; the returned scenario still reports only the user's keys as set (see
+    :func:`_keeping_fields_set`)."""
     from cbsim.cost.engine_profile import load_engine_profile
     from cbsim.cost.roofline import default_kv_dtype
 
     cluster = scenario.cluster
     profile = load_engine_profile(cluster.engine)
     defaults = profile.defaults_for(cluster.gpu)
-    scheduler_set = scenario.scheduler.model_fields_set
-    scheduler_updates = {
-        key: value for key, value in defaults.scheduler.values().items() if key not in scheduler_set
-    }
+    scheduler_updates = scenario.scheduler.engine_updates(
+        defaults.scheduler.values(), cluster.engine
+    )
     cluster_updates: dict[str, Any] = {}
     if cluster.kv_dtype is None:
         cluster_updates["kv_dtype"] = default_kv_dtype(profile, cluster.gpu, cluster.dtype)

@@ -16,7 +16,7 @@ from cbsim.results import Results
 from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
 from cbsim.sessions import SessionWorkload
-from cbsim.workload import ClosedLoopWorkload, RequestSpecs, build_workload
+from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 
 def simulate(
@@ -119,7 +119,7 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
 def scenario_warnings(
     scenario: Scenario,
     source: str | None = None,
-    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | None = None,
+    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload | None = None,
 ) -> list[str]:
     """The warnings of a scenario before it runs: doubts about a replayed trace's times and the
     scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
@@ -127,8 +127,11 @@ def scenario_warnings(
         workload = build_workload(scenario, source)
     if isinstance(workload, SessionWorkload):
         return scheduler_warnings(scenario.scheduler, workload.prompt_lengths())
-    if isinstance(workload, ClosedLoopWorkload):
-        count = workload.max_requests or max(1024, workload.concurrency)
+    if isinstance(workload, ClosedLoopWorkload | StagedWorkload):
+        if isinstance(workload, StagedWorkload):
+            count = min(len(workload), 1024)
+        else:
+            count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
         return scheduler_warnings(scenario.scheduler, prompts)
     return [*workload.warnings, *scheduler_warnings(scenario.scheduler, workload.prompt_tokens)]

@@ -13,7 +13,7 @@ keys with the values to try (the sweep is their Cartesian product), optional exp
       workload.arrival.rate: [4, 8, 16]
       scheduler.kind: [vllm, sarathi]
     points:
-      - {scheduler.kind: sarathi, scheduler.chunk_size: 256}
+      - {scheduler.kind: sarathi, scheduler.max_batched_tokens: 256}
     seeds: [1, 2, 3]
 
 Every point (override mapping × seed) is resolved to a validated :class:`~cbsim.scenario.Scenario`

@@ -202,6 +202,8 @@ def summary_table(results: Results) -> Table:
     table.add_row("rejected", str(s.get("rejected", "n/a")))
     if s.get("unfinished"):
         table.add_row("unfinished", str(s["unfinished"]))
+    if s.get("timed_out"):
+        table.add_row("timed out", str(s["timed_out"]))
     table.add_row("throughput", _fmt(s.get("throughput_rps"), ".3f", "req/s"))
     table.add_row("output tokens", _fmt(s.get("output_tokens_per_s"), ".1f", "tok/s"))
     table.add_row("goodput (SLO)", _fmt(s.get("goodput_rps"), ".3f", "req/s"))

@@ -4,7 +4,9 @@ An open-loop workload is materialised up front as three arrays — arrival times
 lengths and output lengths (tokens) — because its arrivals do not depend on the simulation, as real
 traffic's do not. A closed-loop load (``closed_loop``: C clients, each sending its next request when
 its last one finished) has no arrival times until the simulation makes them: it is a
-:class:`ClosedLoopWorkload`, whose i-th request sent gets the i-th lengths drawn. Arrivals are Poisson (exponential gaps), gamma (gaps with a chosen coefficient of
+:class:`ClosedLoopWorkload`, whose i-th request sent gets the i-th lengths drawn. So is a staged
+load (``stages``, :class:`StagedWorkload`): its send times within each stage are drawn up front,
+but a stage starts when the previous one has drained, which only the simulation tells. Arrivals are Poisson (exponential gaps), gamma (gaps with a chosen coefficient of
 variation, bursty above 1) or replayed from a real trace with a time scale; lengths are fixed,
 uniform, lognormal (arithmetic mean, log-space sigma, clipped) or resampled from a trace. Each draws
 from its own named random stream, so changing one never changes the others.
@@ -21,6 +23,7 @@ import pandas as pd
 
 from cbsim.errors import CbsimError
 from cbsim.limits import REQUESTS, SIMULATED_TIME, WINDOWS
+from cbsim.prompt_pool import PoolPrompts, build_prompt_pool
 from cbsim.rng import stream
 from cbsim.scenario import (
     ClosedLoopArrival,
@@ -32,6 +35,7 @@ from cbsim.scenario import (
     OfflineArrival,
     PoissonArrival,
     Scenario,
+    StagesArrival,
     TraceAcceptance,
     TraceArrival,
     UniformLength,
@@ -53,6 +57,9 @@ class RequestSpecs:
     # for prefix_block_tokens tokens of the prompt (prefix caching)
     prefix_ids: np.ndarray | None = None
     prefix_block_tokens: int = 512
+    # a prompt pool's prompts (workload.prompt_pool): the pool, and each request's prompt in it
+    pool: PoolPrompts | None = None
+    pool_picks: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -61,22 +68,38 @@ class RequestSpecs:
 LENGTH_CHUNK = 1024
 
 
+# count -> the next count prompt lengths, output lengths and prompt pool picks (None: no pool)
+LengthDraw = Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
+
+
 @dataclass
 class ClosedLoopLengths:
     """Prompt and output lengths in sending order: request i gets the i-th pair, whatever the
     timing. They are drawn in chunks from the same named streams, so a run that sends more
-    requests extends the sequence and never changes its start."""
+    requests extends the sequence and never changes its start. With a prompt pool, request i's
+    prompt in it is :meth:`pick`."""
 
-    draw: Callable[[int], tuple[np.ndarray, np.ndarray]]
+    draw: LengthDraw
+    pool: PoolPrompts | None = None
     _prompts: list[int] = field(default_factory=list)
     _outputs: list[int] = field(default_factory=list)
+    _picks: list[int] = field(default_factory=list)
 
     def __getitem__(self, index: int) -> tuple[int, int]:
         while index >= len(self._prompts):
-            prompts, outputs = self.draw(LENGTH_CHUNK)
+            prompts, outputs, picks = self.draw(LENGTH_CHUNK)
             self._prompts.extend(prompts.tolist())
             self._outputs.extend(outputs.tolist())
+            if picks is not None:
+                self._picks.extend(picks.tolist())
         return self._prompts[index], self._outputs[index]
+
+    def pick(self, index: int) -> int:
+        """Request ``index``'s prompt in the prompt pool (-1: no pool)."""
+        if self.pool is None:
+            return -1
+        self[index]
+        return self._picks[index]
 
 
 @dataclass
@@ -95,6 +118,41 @@ class ClosedLoopWorkload:
     def __len__(self) -> int:
         """Requests it will send, when that is known in advance (0 when only a duration is)."""
         return self.max_requests or 0
+
+
+@dataclass
+class StagedWorkload:
+    """A staged load (``stages``): stage i sends at ``offsets[i]`` seconds after its start, which
+    the simulation sets (when stage i - 1 has drained, plus ``gap_s``); the i-th request sent
+    gets the i-th lengths."""
+
+    offsets: list[np.ndarray]
+    durations: list[float]
+    gap_s: float
+    lengths: ClosedLoopLengths
+
+    def __len__(self) -> int:
+        """Requests it sends (fewer when a horizon stops it)."""
+        return sum(len(o) for o in self.offsets)
+
+
+def stage_offsets(arrival: StagesArrival, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each stage's send times from its start: Poisson (exponential gaps, the first included) or
+    constant (every 1/rate seconds from 0), within its duration (the end excluded)."""
+    offsets = []
+    for stage in arrival.stages:
+        rate, duration = stage.rate, stage.duration_s
+        if arrival.process_of(stage) == "constant":
+            times = np.arange(math.ceil(rate * duration)) / rate
+        else:
+            expected = rate * duration
+            chunk = int(expected + 10 * math.sqrt(expected) + 16)
+            times = np.cumsum(rng.exponential(1.0 / rate, chunk))
+            while times[-1] < duration:
+                more = np.cumsum(rng.exponential(1.0 / rate, chunk)) + times[-1]
+                times = np.concatenate([times, more])
+        offsets.append(times[times < duration])
+    return offsets
 
 
 def _gaps(arrival: PoissonArrival | GammaArrival, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -158,6 +216,8 @@ def expected_span_s(scenario: Scenario) -> float | None:
     the simulation can tell."""
     wl = scenario.workload
     arrival = wl.arrival
+    if isinstance(arrival, StagesArrival):  # without the drains, which the simulation tells
+        return _stages_span(arrival)
     if not isinstance(arrival, PoissonArrival | GammaArrival):
         return wl.duration_s if isinstance(arrival, ClosedLoopArrival) else None
     spans = [wl.duration_s] if wl.duration_s is not None else []
@@ -173,6 +233,8 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
     expects at most the request limit, and the timeseries windows stay within their limit."""
     wl = scenario.workload
     arrival = wl.arrival
+    if isinstance(arrival, StagesArrival):
+        _check_stages(arrival, source)
     if isinstance(arrival, PoissonArrival | GammaArrival):
         if wl.num_requests is not None and wl.num_requests / arrival.rate > SIMULATED_TIME.high:
             span = wl.num_requests / arrival.rate
@@ -194,6 +256,31 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
     expected_span = expected_span_s(scenario)
     if expected_span is not None:
         check_windows(scenario, expected_span, source)
+
+
+def _stages_span(arrival: StagesArrival) -> float:
+    """How long the stages send, their gaps included (their drains left out)."""
+    return sum(s.duration_s for s in arrival.stages) + arrival.gap_s * (len(arrival.stages) - 1)
+
+
+def _check_stages(arrival: StagesArrival, source: str | None) -> None:
+    """The stages span at most the simulated-time limit and expect at most the request limit."""
+    span = _stages_span(arrival)
+    if not SIMULATED_TIME.contains(span):
+        raise CbsimError(
+            f"the stages and their gaps last {span:.3g} s; simulated time "
+            f"{SIMULATED_TIME.violation(span)}",
+            source=source,
+            field="workload.arrival.stages",
+        )
+    expected = sum(s.rate * s.duration_s for s in arrival.stages)
+    if expected > REQUESTS.high:
+        raise CbsimError(
+            f"the stages send about {expected:.3g} requests; a run's requests "
+            f"{REQUESTS.violation(expected)}",
+            source=source,
+            field="workload.arrival.stages",
+        )
 
 
 def check_windows(scenario: Scenario, span_s: float, source: str | None) -> None:
@@ -229,12 +316,21 @@ def _check_arrivals(scenario: Scenario, arrivals: np.ndarray, source: str | None
     check_windows(scenario, last, source)
 
 
-def build_workload(
-    scenario: Scenario, source: str | None = None
-) -> RequestSpecs | ClosedLoopWorkload | SessionWorkload:
+Workload = RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload
+
+
+def build_workload(scenario: Scenario, source: str | None = None) -> Workload:
     """Materialise the scenario's requests (or, closed-loop, the source of their lengths; with
-    sessions, the drawn sessions), after checking they stay within :mod:`cbsim.limits`."""
+    sessions, the drawn sessions; staged, each stage's send times), after checking they stay
+    within :mod:`cbsim.limits`."""
     check_workload_size(scenario, source)
+    if scenario.workload.prompt_pool is not None and _acceptance_trace(scenario) is not None:
+        raise CbsimError(
+            "an acceptance trace supplies the prompt lengths: it cannot be combined with "
+            "workload.prompt_pool",
+            source=source,
+            field="speculative.acceptance",
+        )
     if scenario.workload.sessions is not None:
         if _acceptance_trace(scenario) is not None:
             raise CbsimError(
@@ -251,9 +347,19 @@ def build_workload(
     return specs
 
 
-def _build(scenario: Scenario, source: str | None) -> RequestSpecs | ClosedLoopWorkload:
+def _build(
+    scenario: Scenario, source: str | None
+) -> RequestSpecs | ClosedLoopWorkload | StagedWorkload:
     wl = scenario.workload
     seed = scenario.seed
+    pool = build_prompt_pool(scenario, source)
+    if isinstance(wl.arrival, StagesArrival):
+        return StagedWorkload(
+            offsets=stage_offsets(wl.arrival, stream(seed, "arrivals")),
+            durations=[stage.duration_s for stage in wl.arrival.stages],
+            gap_s=wl.arrival.gap_s,
+            lengths=ClosedLoopLengths(_closed_loop_draw(scenario, pool, source), pool),
+        )
     closed = wl.closed_loop
     if closed is not None:
         max_requests = wl.num_requests
@@ -272,14 +378,14 @@ def _build(scenario: Scenario, source: str | None) -> RequestSpecs | ClosedLoopW
             ramp_s=closed.ramp_s,
             max_requests=max_requests,
             duration_s=wl.duration_s,
-            lengths=ClosedLoopLengths(_closed_loop_draw(scenario, closed, source)),
+            lengths=ClosedLoopLengths(_closed_loop_draw(scenario, pool, source), pool),
         )
     if wl.trace is not None:
         trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
         return _with_acceptance_trace_lengths(
             scenario, _from_trace(scenario, trace, source), source
         )
-    assert wl.arrival is not None and not isinstance(wl.arrival, TraceArrival | ClosedLoopArrival)
+    assert isinstance(wl.arrival, PoissonArrival | GammaArrival | OfflineArrival)
     arrivals = synthetic_arrivals(
         wl.arrival, wl.num_requests, wl.duration_s, stream(seed, "arrivals")
     )
@@ -289,13 +395,23 @@ def _build(scenario: Scenario, source: str | None) -> RequestSpecs | ClosedLoopW
         return _with_acceptance_trace_lengths(
             scenario, RequestSpecs(arrivals, placeholder, placeholder), source
         )
-    if wl.prompt_tokens is None or wl.output_tokens is None:
-        missing = scenario.missing_lengths()[0]
-        raise CbsimError("required field is missing", source=source, field=f"workload.{missing}")
+    missing = scenario.missing_lengths()
+    if missing:
+        raise CbsimError("required field is missing", source=source, field=f"workload.{missing[0]}")
+    assert wl.output_tokens is not None
+    picks = None
+    if pool is not None:
+        picks = pool.picker(seed)(n)
+        prompts = pool.prompt_tokens(picks)
+    else:
+        assert wl.prompt_tokens is not None
+        prompts = _lengths(scenario, wl.prompt_tokens, n, "workload.prompt_tokens", source)
     return RequestSpecs(
         arrival_s=arrivals,
-        prompt_tokens=_lengths(scenario, wl.prompt_tokens, n, "workload.prompt_tokens", source),
+        prompt_tokens=prompts,
         output_tokens=_lengths(scenario, wl.output_tokens, n, "workload.output_tokens", source),
+        pool=pool,
+        pool_picks=picks,
     )
 
 
@@ -360,10 +476,11 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
 
 
 def _closed_loop_draw(
-    scenario: Scenario, closed: ClosedLoopArrival, source: str | None
-) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-    """Where a closed loop's lengths come from: an acceptance trace's or a replayed trace's rows in
-    order (cycling), else the length distributions, each from its own continuing stream."""
+    scenario: Scenario, pool: PoolPrompts | None, source: str | None
+) -> LengthDraw:
+    """Where a closed loop's (or a staged load's) lengths come from: an acceptance trace's or a
+    replayed trace's rows in order (cycling), else the length distributions (prompts: the prompt
+    pool's, when there is one), each from its own continuing stream."""
     wl = scenario.workload
     rows: tuple[np.ndarray, np.ndarray] | None = None
     config = _acceptance_trace(scenario)
@@ -382,18 +499,23 @@ def _closed_loop_draw(
         if spec is not None and config is None:
             samplers[name] = _length_sampler(scenario, spec, f"workload.{name}", source)
     position = [0]
+    picker = pool.picker(scenario.seed) if pool is not None else None
 
-    def draw(count: int) -> tuple[np.ndarray, np.ndarray]:
+    def draw(count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         index = (np.arange(count) + position[0]) % len(rows[0]) if rows is not None else None
         position[0] += count
+        picks = None
         columns = []
         for column, name in enumerate(("prompt_tokens", "output_tokens")):
             if name in samplers:
                 columns.append(samplers[name](count))
+            elif picker is not None and pool is not None and column == 0:
+                picks = picker(count)
+                columns.append(pool.prompt_tokens(picks))
             else:
                 assert rows is not None and index is not None
                 columns.append(rows[column][index])
-        return columns[0], columns[1]
+        return columns[0], columns[1], picks
 
     return draw
 

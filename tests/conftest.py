@@ -144,3 +144,19 @@ def run_chromium(
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"chromium did not finish within {timeout_s} s: {' '.join(command)}")
+
+
+def drawn_scheduler(draw: Any, kind: str, max_batch_size: int) -> dict[str, Any]:
+    """A hypothesis-drawn scheduler section of ``kind`` with only the keys that kind reads
+    (sarathi's budget by its Sarathi-Serve name, ``chunk_size``)."""
+    from hypothesis import strategies as st
+
+    scheduler = {
+        "kind": kind,
+        "block_size": draw(st.sampled_from([1, 8, 16, 32])),
+        "max_batch_size": max_batch_size,
+        "max_batched_tokens": draw(st.integers(max(64, max_batch_size), 8192)),
+        "chunk_size": draw(st.integers(max(16, max_batch_size), 1024)),
+    }
+    del scheduler["max_batched_tokens" if kind == "sarathi" else "chunk_size"]
+    return scheduler

@@ -182,6 +182,9 @@ TRACE = {"path": "azure-conv-2023"}
 PER_REQUEST = {"kind": "per_request", "mean": 0.7}
 TOKEN_LEVEL = {"kind": "token_level"}
 SPEC_ON = {"speculative.enabled": True}
+STAGES = {"kind": "stages", "stages": [{"rate": 4.0, "duration_s": 5.0}]}
+CLIENT = {"timeout_s": 30.0}
+POOL = {"system_prompts": 2, "system_tokens": 100, "questions": 3, "question_tokens": 20}
 NUMBER_FIELDS: tuple[NumberField, ...] = (
     NumberField("seed", SEED, True),
     NumberField("workload.num_requests", REQUESTS, True),
@@ -199,6 +202,11 @@ NUMBER_FIELDS: tuple[NumberField, ...] = (
     NumberField("workload.prompt_tokens.mean", TOKENS, False, LOGNORMAL),
     NumberField("workload.prompt_tokens.sigma", LOGNORMAL_SIGMA, False, LOGNORMAL),
     NumberField("workload.output_tokens.max", TOKENS, True, LOGNORMAL),
+    NumberField("workload.arrival.gap_s", SIMULATED_TIME, False, STAGES),
+    NumberField("workload.client.timeout_s", DURATION, False, CLIENT),
+    NumberField("workload.prompt_pool.system_prompts", None, True, POOL, (0, -1, 100_001)),
+    NumberField("workload.prompt_pool.questions", None, True, POOL, (0, -3, 10**7 + 1)),
+    NumberField("workload.prompt_pool.zipf", None, False, POOL, (-1.0, 10.5)),
     NumberField("workload.trace.time_scale", TIME_SCALE, False, TRACE),
     NumberField("workload.trace.rate_scale", TIME_SCALE, False, TRACE),
     NumberField("workload.trace.start_s", SIMULATED_TIME, False, TRACE),
@@ -337,6 +345,48 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
         "fp4 on an H100",
         {"cluster.dtype": "fp4", "cluster.gpu": "h100-sxm"},
         "cluster.dtype",
+    ),
+    (
+        "stages and num_requests",
+        {"workload.arrival": STAGES, "workload.num_requests": 50, "workload.duration_s": None},
+        "workload",
+    ),
+    (
+        "a stage at no rate",
+        {
+            "workload.arrival": {"kind": "stages", "stages": [{"rate": 0, "duration_s": 5.0}]},
+            "workload.num_requests": None,
+            "workload.duration_s": None,
+        },
+        "workload.arrival.stages[0].rate",
+    ),
+    (
+        "a stage without a duration",
+        {
+            "workload.arrival": {"kind": "stages", "stages": [{"rate": 1.0}], "gap_s": 1},
+            "workload.num_requests": None,
+            "workload.duration_s": None,
+        },
+        "workload.arrival.stages[0].duration_s",
+    ),
+    (
+        "stages of a year at a million requests/s",
+        {
+            "workload.arrival": {"kind": "stages", "stages": [{"rate": 1e6, "duration_s": 3e7}]},
+            "workload.num_requests": None,
+            "workload.duration_s": None,
+        },
+        "workload.arrival.stages",
+    ),
+    (
+        "a prompt pool beside prompt lengths",
+        {"workload.prompt_pool": POOL, "workload.prompt_tokens": FIXED},
+        "workload",
+    ),
+    (
+        "a prompt pool of 100 million prompts",
+        {"workload.prompt_pool": {**POOL, "system_prompts": 10_000, "questions": 10_000}},
+        "workload.prompt_pool",
     ),
     (
         "threshold k above k_max",

@@ -2,7 +2,8 @@
 
 A fixed-seed campaign draws :data:`CAMPAIGN_SIZE` small scenarios across the scenario space:
 arrival processes (Poisson, gamma, offline, closed loop, replayed shipped traces in short slices,
-synthetic arrivals over trace lengths), length distributions (fixed, uniform, lognormal,
+synthetic arrivals over trace lengths, rate stages), client timeouts, shared-prefix prompt pools,
+length distributions (fixed, uniform, lognormal,
 empirical), models, GPUs, tensor parallelism, weight and KV precisions, serving engines, replicas
 and routers, all four schedulers and their knobs, memory pressure and context limits, speculative
 decoding with every proposer, acceptance model and k policy, SLOs, timeseries windows, horizons
@@ -11,7 +12,8 @@ campaign counts how often), so every scenario run is one ``cbsim validate`` acce
 for:
 
 - ``runs``: it finishes (no exception) within :data:`CASE_TIMEOUT_S` seconds;
-- ``conservation``: every arrived request appears once with a valid status, finished requests
+- ``conservation``: every arrived request appears once with a valid status (``timed_out`` only
+  with a client timeout, and then no finished request slower than it), finished requests
   generated exactly their output, the iterations emitted exactly the tokens the requests
   generated, no more drafts accepted than drafted (per request, per iteration, in total);
 - ``summary``: the summary's counts and rates agree with the frames, the timeseries adds up;
@@ -65,6 +67,9 @@ MAX_DRAWS = 200
 INVARIANTS = (
     "runs", "conservation", "summary", "time", "kv", "determinism", "fast_forward", "round_trip",
 )  # fmt: skip
+
+# Cases kept as first drawn, without load-generator features (tests below replay them)
+REGRESSION_CASES = (222, 501)
 
 # Violations the campaign found that are not fixed yet, counted apart (``known``) rather than as
 # failures: (invariant, start of the message) -> the defect. Remove an entry once it is fixed.
@@ -201,6 +206,10 @@ def _scheduler(rng: random.Random) -> Draw:
     scheduler["chunk_size"] = rng.randint(max(16, max_batch_size), 1024)
     if _maybe(rng, 0.3):
         scheduler["watermark"] = round(rng.uniform(0.0, 0.2), 3)
+    # a kind takes only the keys it reads (the same draws as before, then the others dropped)
+    del scheduler["max_batched_tokens" if scheduler["kind"] == "sarathi" else "chunk_size"]
+    if scheduler["kind"] in ("static", "orca"):
+        scheduler.pop("watermark", None)
     return scheduler
 
 
@@ -283,6 +292,49 @@ def _speculative(rng: random.Random) -> Draw:
     }
 
 
+def _load_generators(rng: random.Random, data: Draw) -> None:
+    """Benchmark load-generator features, drawn from a stream of their own (so a case's other
+    numbers stay as they were): rate stages in place of Poisson or gamma arrivals, a client
+    timeout, a shared-prefix prompt pool in place of prompt lengths."""
+    workload = data["workload"]
+    kind = (workload.get("arrival") or {}).get("kind")
+    synthetic = "trace" not in workload
+    if kind in ("poisson", "gamma") and synthetic and _maybe(rng, 0.3):
+        stages: list[Draw] = []
+        for _ in range(rng.randint(1, 3)):
+            rate = round(10 ** rng.uniform(-0.5, 1.5), 3)
+            stage: Draw = {
+                "rate": rate,
+                "duration_s": round(min(2.0, rng.randint(1, 15) / rate), 3),
+            }
+            if _maybe(rng, 0.2):
+                stage["process"] = rng.choice(["poisson", "constant"])
+            stages.append(stage)
+        arrival: Draw = {"kind": "stages", "stages": stages}
+        if _maybe(rng, 0.5):
+            arrival["process"] = rng.choice(["poisson", "constant"])
+        if _maybe(rng, 0.3):
+            arrival["gap_s"] = round(rng.uniform(0.0, 1.0), 3)
+        workload["arrival"] = arrival
+        workload.pop("num_requests", None)
+        workload.pop("duration_s", None)
+    if _maybe(rng, 0.25):
+        workload["client"] = {"timeout_s": round(10 ** rng.uniform(-1.5, 1.0), 4)}
+    if synthetic and "prompt_tokens" in workload and _maybe(rng, 0.2):
+        del workload["prompt_tokens"]
+        workload["prompt_pool"] = {
+            "system_prompts": rng.randint(1, 6),
+            "system_tokens": rng.choice([rng.randint(16, 1500), _length(rng, 16, 1500)]),
+            "questions": rng.randint(1, 20),
+            "question_tokens": _length(rng, 1, 300),
+            "zipf": round(rng.choice([0.0, rng.uniform(0.0, 2.0)]), 3),
+        }
+        for name in ("system_tokens", "question_tokens"):
+            spec = workload["prompt_pool"][name]
+            if isinstance(spec, dict) and spec["kind"] == "empirical":
+                workload["prompt_pool"][name] = {"kind": "fixed", "value": rng.randint(1, 300)}
+
+
 def draw_scenario(rng: random.Random, name: str) -> Draw:
     """One random scenario as a dict (what a YAML file would hold); not necessarily valid."""
     data: Draw = {
@@ -344,8 +396,11 @@ class Case:
 def make_case(index: int, seed: int = SEED_OF_CAMPAIGN) -> Case:
     """Scenario ``index`` of the campaign: the first valid draw of its own seeded stream."""
     rng = random.Random(seed * 1_000_003 + index)
+    extras = random.Random(f"load-generators/{seed}/{index}")
     for draws in range(1, MAX_DRAWS + 1):
         data = draw_scenario(rng, f"fuzz-{index}")
+        if index not in REGRESSION_CASES:
+            _load_generators(extras, data)
         try:
             preflight(cbsim.load_scenario(data))  # what ``cbsim validate`` checks
         except CbsimError:
@@ -383,6 +438,11 @@ def check_conservation(results: cbsim.Results, fail: Fail) -> None:
     c = "conservation"
     _check(fail, c, req["request_id"].tolist() == list(range(len(req))), "request ids 0..n-1")
     allowed = {"finished", "rejected"} | ({"waiting", "running"} if horizon is not None else set())
+    client = scenario.workload.client
+    if client is not None:
+        allowed.add("timed_out")
+        slowest = float(req.loc[status == "finished", "e2e_s"].max()) if len(req) else 0.0
+        _check(fail, c, not slowest > client.timeout_s, f"finished after the timeout: {slowest}")
     _check(fail, c, set(status) <= allowed, f"statuses {sorted(set(status))}")
     specs = build_workload(scenario)
     if isinstance(specs, RequestSpecs):
@@ -434,6 +494,7 @@ def check_summary(results: cbsim.Results, fail: Fail) -> None:
         "completed": int((status == "finished").sum()),
         "rejected": int((status == "rejected").sum()),
         "unfinished": int(status.isin(["waiting", "running"]).sum()),
+        "timed_out": int((status == "timed_out").sum()),
         "preemptions": int(req["preemptions"].sum()),
         "output_tokens": int(req.loc[status == "finished", "output_tokens"].sum()),
     }
@@ -670,6 +731,10 @@ def test_quick_slice_covers_the_scenario_space():
     assert len(speculative) >= len(cases) // 4
     assert {s["proposer"]["kind"] for s in speculative} == {"draft_model", "eagle", "ngram"}
     assert len({s["policy"]["kind"] for s in speculative}) == 6
+    workloads = [c.data["workload"] for c in cases]
+    assert any(w.get("arrival", {}).get("kind") == "stages" for w in workloads)
+    assert any("client" in w for w in workloads)
+    assert any("prompt_pool" in w for w in workloads)
 
 
 def test_quick_slice_of_valid_scenarios():

@@ -122,7 +122,7 @@ def test_speculative_decoding_on_a_moe_target_drafts_with_a_dense_head() -> None
         "enabled": True,
         "proposer": {"kind": "eagle"},
         "acceptance": {"kind": "per_request", "mean": 0.6},
-        "policy": {"kind": "goodput", "k_max": 6},
+        "policy": {"kind": "fixed", "k": 3},
     }
     base = small_scenario({"cluster.model": "mixtral-8x7b", "cluster.tp": 2})
     plain = cbsim.simulate(cbsim.load_scenario(base)).summary

@@ -23,7 +23,7 @@ from cbsim.request import Request, Status
 from cbsim.scenario import Scheduler
 from cbsim.scheduler import make_scheduler
 from cbsim.workload import build_workload
-from tests.conftest import summaries_equal
+from tests.conftest import drawn_scheduler, summaries_equal
 
 # Whole simulations are too slow to shrink within the test-time budget: a failure reports the
 # example as generated (hypothesis prints it; its database replays it first on the next run).
@@ -81,17 +81,12 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         cluster["gpu_memory_utilization"] = 0.45
     if draw(st.booleans()):
         cluster["max_model_len"] = draw(st.integers(512, 4096))
+    scheduler = drawn_scheduler(draw, kind, max_batch_size)
     data: dict[str, Any] = {
         "seed": draw(st.integers(0, 2**16)),
         "workload": workload,
         "cluster": cluster,
-        "scheduler": {
-            "kind": kind,
-            "block_size": draw(st.sampled_from([1, 8, 16, 32])),
-            "max_batch_size": max_batch_size,
-            "max_batched_tokens": draw(st.integers(max(64, max_batch_size), 8192)),
-            "chunk_size": draw(st.integers(max(16, max_batch_size), 1024)),
-        },
+        "scheduler": scheduler,
         "fast_forward": draw(st.booleans()),
     }
     if draw(st.integers(0, 4)) == 0:
@@ -291,7 +286,6 @@ def test_scheduler_kv_accounting(case, max_batch_size: int, chunk: int):
         block_size=block_size,
         max_batch_size=max_batch_size,
         max_batched_tokens=max(chunk, max_batch_size),
-        chunk_size=max(chunk, max_batch_size),
     )
     kv = KVCache(total_blocks, block_size, watermark_blocks=watermark)
     sched = make_scheduler(config, kv)

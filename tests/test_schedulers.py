@@ -52,7 +52,7 @@ def test_empty_scheduler_forms_empty_batches():
 
 @pytest.mark.parametrize("kind", ["static", "orca", "vllm", "sarathi"])
 def test_every_policy_drains_and_generates_exact_outputs(kind: str):
-    sched = make(kind, max_batch_size=3, max_batched_tokens=300, chunk_size=100)
+    sched = make(kind, max_batch_size=3, max_batched_tokens=100 if kind == "sarathi" else 300)
     reqs = enqueue(sched, requests((250, 4), (40, 9), (120, 1), (10, 30), (300, 2)))
     run = drive(sched)
     assert sorted(r.request_id for r in run.finished) == [0, 1, 2, 3, 4]
@@ -365,9 +365,7 @@ def test_sarathi_does_not_thrash_on_prompts_that_cannot_fit():
     # over and over (each restart throws its chunks away); vllm on the same load preempts 8 times.
     results = {}
     for kind in ("vllm", "sarathi"):
-        sched = make(
-            kind, total_blocks=100, block_size=16, watermark=1, chunk_size=64, max_batched_tokens=64
-        )
+        sched = make(kind, total_blocks=100, block_size=16, watermark=1, max_batched_tokens=64)
         reqs = enqueue(sched, requests(*[(300, 400)] * 8))
         run = drive(sched)
         assert len(run.finished) == 8

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from tests.conftest import summaries_equal
+from tests.conftest import drawn_scheduler, summaries_equal
 
 EXAMPLE_TRACE = (
     Path(__file__).resolve().parent.parent / "scenarios" / "data" / "acceptance-example.csv"
@@ -170,17 +170,12 @@ def scenarios(draw: st.DrawFn, policy: dict[str, Any] | None = None) -> dict[str
         cluster["gpu_memory_utilization"] = 0.45
     elif draw(st.integers(0, 5)) == 0:
         cluster["max_model_len"] = draw(st.integers(256, 4096))  # some requests are rejected
+    scheduler = drawn_scheduler(draw, kind, max_batch_size)
     return {
         "seed": draw(st.integers(0, 2**16)),
         "workload": workload,
         "cluster": cluster,
-        "scheduler": {
-            "kind": kind,
-            "block_size": draw(st.sampled_from([1, 8, 16, 32])),
-            "max_batch_size": max_batch_size,
-            "max_batched_tokens": draw(st.integers(max(64, max_batch_size), 8192)),
-            "chunk_size": draw(st.integers(max(16, max_batch_size), 1024)),
-        },
+        "scheduler": scheduler,
         "speculative": {
             "enabled": True,
             "proposer": draw(proposers()),

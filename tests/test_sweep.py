@@ -284,9 +284,9 @@ def test_mixed_and_structured_override_values_become_text_columns() -> None:
             {
                 "speculative.enabled": True,
                 "speculative.policy": {"kind": "fixed", "k": 2},
-                "scheduler.chunk_size": 256,
+                "scheduler.max_batched_tokens": 256,
             },
-            {"speculative.enabled": False, "scheduler.chunk_size": "512"},
+            {"speculative.enabled": False, "scheduler.max_batched_tokens": "512"},
         ],
     }
     points = expand_points(sweep)
@@ -294,7 +294,7 @@ def test_mixed_and_structured_override_values_become_text_columns() -> None:
     assert list(frame.columns) == [
         "speculative.enabled",
         "speculative.policy",
-        "scheduler.chunk_size",
+        "scheduler.max_batched_tokens",
         "seed",
         "key",
         "completed",
@@ -302,7 +302,7 @@ def test_mixed_and_structured_override_values_become_text_columns() -> None:
     ]
     policy = frame["speculative.policy"]
     assert policy.iloc[0] == '{"k":2,"kind":"fixed"}' and pd.isna(policy.iloc[1])
-    assert list(frame["scheduler.chunk_size"]) == ["256", "512"]
+    assert list(frame["scheduler.max_batched_tokens"]) == ["256", "512"]
     assert list(frame["speculative.enabled"]) == [True, False]
     # only points with a summary get a row; an empty table keeps its columns and writes
     empty = sweep_frame(points, {})

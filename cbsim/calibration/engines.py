@@ -8,8 +8,8 @@ fitted overhead is the overhead *under these defaults*.
 
 * **vLLM** (V1 engine, 0.8 and later): chunked prefill always on; each step schedules the running
   requests first (decodes, then the next chunk of partial prefills) and admits waiting prompts with
-  what is left of ``max_num_batched_tokens`` — cbsim's ``sarathi`` scheduler with that budget as
-  ``chunk_size``. On GPUs with at least 70 GiB (not the A100) the server defaults are 8192
+  what is left of ``max_num_batched_tokens`` — cbsim's ``sarathi`` scheduler with that budget
+  (``max_batched_tokens``). On GPUs with at least 70 GiB (not the A100) the server defaults are 8192
   batched tokens and 1024 sequences, else 2048 and 256. Paged KV in blocks of 16;
   ``gpu_memory_utilization`` 0.9 of all memory; ``kv_cache_dtype=auto`` keeps the activations'
   precision (bf16) for fp8 weights. Automatic prefix caching on (V1's default).
@@ -27,8 +27,11 @@ fitted overhead is the overhead *under these defaults*.
   cache reuses prompt prefixes (on unless ``--disable-radix-cache``).
 * **TensorRT-LLM** (PyTorch backend, 1.0 and later, ``trtllm-serve``): in-flight batching mixes
   whole context (prefill) requests with generation steps within ``max_num_tokens`` 8192 and
-  ``max_batch_size`` 2048, chunked context off, and the default ``GUARANTEED_NO_EVICT`` capacity
-  policy admits a request only when its whole length fits — cbsim's ``orca`` scheduler. KV blocks
+  ``max_batch_size`` 2048, and the default ``GUARANTEED_NO_EVICT`` capacity policy admits a
+  request only when its whole length fits — cbsim's ``orca`` scheduler. Chunked context is taken
+  as on (``chunked_prefill``): without it an 8,192-token prompt never fits beside running
+  generation steps in the 8,192-token budget and long-prompt benchmarks would run one request at
+  a time, which no measured deployment shows. KV blocks
   of 32 tokens; ``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations;
   NVIDIA's fp8 checkpoints quantise the KV cache to fp8 too. KV block reuse
   (``enable_block_reuse``) on by default.
@@ -37,11 +40,18 @@ All three fuse each residual add into the RMSNorm that follows it and the SwiGLU
 one kernel. All three overlap the CPU side of a step with the GPU's work on the previous one — vLLM's async
 scheduling (on by default since the end of 2025), SGLang's overlap scheduler, TensorRT-LLM's
 overlap scheduler — so their CPU time per step hides behind the kernels until it exceeds them:
-the fit learns how much CPU time there is, not whether it overlaps.
+the fit learns how much CPU time there is, not whether it overlaps. The same overlap means the
+batch of the next step is formed while the current one runs, so a request reaching a busy engine
+joins the step after next (``scheduler.async_scheduling``). The shipped profiles leave that off:
+on the H100 closed-loop benchmarks they are fitted to, turning it on doubles vLLM's held-out TTFT
+error (42.6% to 82.6% median; TPOT 11.4% to 12.4%), because cbsim's fixed-length closed loops
+stay in lockstep where the measured clients evidently did not, and the extra step lands on top
+of that; per-request data of an engine that schedules asynchronously would settle it.
 """
 
 from __future__ import annotations
 
+from cbsim.calibration.custom_allreduce import engine_model
 from cbsim.cost.engine_profile import (
     EngineDefaults,
     EngineProfile,
@@ -55,7 +65,10 @@ LARGE_MEMORY_GPUS = ("h100-sxm", "h200", "b200", "mi300x")
 ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
     "vllm": EngineDefaults(
         scheduler=SchedulerDefaults(
-            kind="sarathi", chunk_size=2048, max_batch_size=256, block_size=16
+            kind="sarathi",
+            max_batched_tokens=2048,
+            max_batch_size=256,
+            block_size=16,
         ),
         memory_fraction=0.9,
         memory_basis="total",
@@ -71,7 +84,10 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
     ),
     "sglang": EngineDefaults(
         scheduler=SchedulerDefaults(
-            kind="vllm", max_batched_tokens=8192, max_batch_size=4096, block_size=1
+            kind="vllm",
+            max_batched_tokens=8192,
+            max_batch_size=4096,
+            block_size=1,
         ),
         memory_fraction=0.87,
         memory_basis="total",
@@ -79,7 +95,11 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
     ),
     "tensorrt-llm": EngineDefaults(
         scheduler=SchedulerDefaults(
-            kind="orca", max_batched_tokens=8192, max_batch_size=2048, block_size=32
+            kind="orca",
+            max_batched_tokens=8192,
+            max_batch_size=2048,
+            block_size=32,
+            chunked_prefill=True,
         ),
         kv_dtype={"fp8": "fp8"},
         memory_fraction=0.9,
@@ -90,7 +110,9 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
 
 GPU_DEFAULTS: dict[str, dict[str, EngineDefaults]] = {
     "vllm": {
-        gpu: EngineDefaults(scheduler=SchedulerDefaults(chunk_size=8192, max_batch_size=1024))
+        gpu: EngineDefaults(
+            scheduler=SchedulerDefaults(max_batched_tokens=8192, max_batch_size=1024)
+        )
         for gpu in LARGE_MEMORY_GPUS
     },
     "sglang": {
@@ -112,6 +134,8 @@ OVERLAPPING_ENGINES = ("vllm", "sglang", "tensorrt-llm")
 # vLLM runs small all-reduces with its own one-shot/two-shot custom kernel (8 MB and below); it
 # was not measured, but SGLang's custom all-reduce is the same kernel lineage and was: it stands
 # in on the GPUs where it exists (NCCL, vLLM's other path, covers the larger messages in both).
+# On A100 and B200, where no engine's own all-reduce was measured, every engine's is priced from
+# its mechanism fitted on H100 (``custom_allreduce``: cbsim.calibration.custom_allreduce).
 ALLREDUCE_STAND_INS: dict[str, dict[str, str]] = {
     "vllm": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
     "vllm-v0": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
@@ -133,6 +157,7 @@ def base_profile(engine: str) -> EngineProfile:
         overhead=StepOverhead(overlap=engine in OVERLAPPING_ENGINES),
         fused_elementwise=True,
         allreduce=ALLREDUCE_STAND_INS.get(engine, {}),
+        custom_allreduce=engine_model(engine),
         kernel_transfer=(
             KernelTransfer(gpu="h100-sxm", profile=ENGINE_KERNELS[engine]["h100-sxm"])
             if engine in ENGINE_KERNELS

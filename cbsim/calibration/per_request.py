@@ -43,7 +43,12 @@ from cbsim.simulate import simulate
 
 SHIPPED = "llm_d_a100_per_request.parquet"
 # vLLM 0.8.5's V1 defaults on a GPU of 70 GiB or more behind its API server (llm-d's README)
-VLLM_V1_SCHEDULER = {"max_batch_size": 1024, "chunk_size": 8192}
+VLLM_V1_SCHEDULER = {
+    "kind": "sarathi",
+    "max_batch_size": 1024,
+    "max_batched_tokens": 8192,
+    "async_scheduling": False,  # vLLM 0.8.5 scheduled synchronously (async came in 0.10-0.12)
+}
 PREFIX_BLOCK_TOKENS = 16
 QUANTILES = (0.5, 0.9, 0.99)
 METRICS = ("ttft_s", "tpot_s", "e2e_s")

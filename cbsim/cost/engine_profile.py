@@ -9,10 +9,13 @@ reasons, and an engine profile holds all three:
   ratio measured on another GPU, shape by shape; without it the GPU's default profile is used.
   ``allreduce`` names, per GPU, a profile whose all-reduce stands in for the engine's own where
   its kernel profile has none of its custom kernel (vLLM's one-shot/two-shot all-reduce, the
-  same lineage as SGLang's, which was measured). ``fused_elementwise``: the engine fuses each residual add into the RMSNorm after it and the
-  SwiGLU activation into one kernel (vLLM, SGLang and TensorRT-LLM do), so a layer's element-wise
-  work is four memory-bound kernels (two add+norm, activation, rotary) streaming at the
-  GPU's calibrated memory efficiency, instead of the unfused operators Vidur timed.
+  same lineage as SGLang's, which was measured). ``custom_allreduce`` prices the engine's own
+  one-shot/two-shot all-reduce from its mechanism on the GPUs it lists, which have no measured
+  table of it (A100, B200: :mod:`cbsim.cost.custom_allreduce`). ``fused_elementwise``: the
+  engine fuses each residual add into the RMSNorm after it and the SwiGLU activation into one
+  kernel (vLLM, SGLang and TensorRT-LLM do), so a layer's element-wise work is four memory-bound
+  kernels (two add+norm, activation, rotary) streaming at the GPU's calibrated memory
+  efficiency, instead of the unfused operators Vidur timed.
 * **CPU work per step.** Beyond its kernels an engine step pays for scheduling, preparing inputs,
   sampling and handing outputs back. Modern engines hide most of it behind the GPU (vLLM V1's async
   scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler) and replay decode
@@ -51,6 +54,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cbsim import outputs
+from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.profile import Measured as KernelMeasured
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
@@ -154,7 +158,15 @@ KvDtype = Literal["bf16", "fp16", "fp8"]
 
 
 class SchedulerDefaults(_Strict):
-    """Scheduler settings the engine uses unless a scenario sets them (names as in the scenario)."""
+    """Scheduler settings the engine uses unless a scenario sets them (names as in the scenario).
+
+    ``max_batched_tokens`` is the engine's per-step token budget, given to the kinds of its own
+    scheduler's family (:meth:`cbsim.scenario.Scheduler.engine_budget`); ``chunk_size`` is an older
+    profile's name for a sarathi budget. ``chunked_prefill`` (orca): a prompt that does not fit
+    beside the running decodes is cut to what the budget leaves (TensorRT-LLM's chunked context).
+    ``async_scheduling``: the engine forms the next step's batch while the current one runs
+    (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers).
+    """
 
     kind: SchedulerKind | None = None
     max_batch_size: int | None = Field(default=None, ge=1)
@@ -162,6 +174,8 @@ class SchedulerDefaults(_Strict):
     chunk_size: int | None = Field(default=None, ge=1)
     block_size: int | None = Field(default=None, ge=1)
     watermark: float | None = Field(default=None, ge=0.0, lt=1.0)
+    chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
 
     def values(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -244,6 +258,7 @@ class EngineProfile(_Strict):
     kernels: dict[str, str] = Field(default_factory=dict)
     kernel_transfer: KernelTransfer | None = None
     allreduce: dict[str, str] = Field(default_factory=dict)
+    custom_allreduce: CustomAllreduce | None = None
     fused_elementwise: bool = False
     overhead: StepOverhead = Field(default_factory=StepOverhead)
     frontend: Frontend = Field(default_factory=Frontend)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
 from cbsim.cost.mla import mla_pricing
 from cbsim.cost.moe import EXPERT_ROUTINGS, moe_pricing
@@ -260,6 +261,15 @@ def _transfer_models(
     return pair[0], pair[1]
 
 
+def _custom_allreduce(engine: EngineProfile, gpu: str) -> CustomAllreduce | None:
+    """The engine's all-reduce mechanism where it prices this GPU: a GPU it lists that has no
+    measured table of the engine's kernel (its own kernel profile or an all-reduce stand-in)."""
+    model = engine.custom_allreduce
+    if model is None or gpu not in model.gpus or gpu in engine.kernels or gpu in engine.allreduce:
+        return None
+    return model
+
+
 def windowed(
     tokens: int, kv_tokens: int, pairs: float, requests: int, window: int, *, decode: bool
 ) -> tuple[int, float]:
@@ -334,6 +344,16 @@ class CostModel:
             _transfer_models(self.model, self.gpu.name, tp, dtype, self.kv_dtype, self.engine)
             if calibration == DEFAULT_PROFILE
             else None
+        )
+        self._custom_allreduce = (
+            _custom_allreduce(self.engine, self.gpu.name)
+            if calibration == DEFAULT_PROFILE
+            else None
+        )
+        # the engine's all-reduce is its own here (a measured stand-in or the mechanism), not
+        # the GPU's NCCL times the transfer GPU's engine/vLLM ratio
+        self._own_allreduce = self._custom_allreduce is not None or (
+            calibration == DEFAULT_PROFILE and self.gpu.name in self.engine.allreduce
         )
         # a step's kernel boundaries: as many as the layers one GPU runs (its pipeline stage's)
         layers = self.model.num_layers
@@ -615,13 +635,21 @@ class CostModel:
 
     def _node_allreduce(self, tokens: int, gpus: int) -> float:
         """Seconds for an all-reduce of ``tokens`` hidden states over ``gpus`` GPUs of one node:
-        measured (NCCL's, or the engine's own kernel's), else the NVLink ring."""
+        measured (NCCL's, or the engine's own kernel's), the engine's own kernel from its
+        mechanism where it was not measured (:mod:`cbsim.cost.custom_allreduce`), else the
+        NVLink ring."""
         p = self.params
         message = tokens * self.model.hidden_size * self._act_bytes
         if self.calibration is not None:
             measured = self.calibration.allreduce_time(gpus, message)
             if measured is not None:
-                if self._transfer is not None:
+                own = self._custom_allreduce
+                if own is not None:
+                    small = self.calibration.allreduce_time(gpus, own.reference_size_bytes)
+                    return own.time(
+                        message, gpus, self.gpu.nvlink_bandwidth, measured, small or measured
+                    )
+                if self._transfer is not None and not self._own_allreduce:
                     engine, reference = self._transfer
                     mine = engine._node_allreduce(tokens, gpus)
                     theirs = reference._node_allreduce(tokens, gpus)

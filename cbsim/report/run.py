@@ -198,6 +198,8 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
         ("busy fraction", format_value(s.get("busy_fraction")), "fraction"),
         ("makespan", format_value(s.get("makespan_s")), "s"),
     ]
+    if s.get("timed_out"):  # the client gave them up (workload.client.timeout_s)
+        headline.insert(4, ("timed out", format_value(s.get("timed_out")), ""))
     cached = bool(
         "cached_tokens" in data.requests.columns
         and float(pd.to_numeric(data.requests["cached_tokens"]).sum()) > 0

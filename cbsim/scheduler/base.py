@@ -56,6 +56,10 @@ class WaitingQueue(deque[Request]):
         self.tokens -= req.outstanding_tokens
         return req
 
+    def remove(self, req: Request) -> None:
+        super().remove(req)
+        self.tokens -= req.outstanding_tokens
+
 
 @dataclass(slots=True)
 class Batch:
@@ -329,6 +333,24 @@ class SchedulerPolicy(ABC):
             return False
         self.kv.allocate(need)
         req.blocks += need
+        return True
+
+    def abort(self, req: Request) -> bool:
+        """Drop ``req``, whose client gave up on it, between iterations: out of the waiting queue
+        or the running set, its KV blocks freed and its prefix-cache entries released (they stay
+        cached, as a preempted request's do). False, changing nothing, when it is in neither."""
+        if req.status == Status.RUNNING and req in self.running:
+            self.running.remove(req)
+            self.kv.free(req.blocks - req.shared_blocks)
+            if req.prefix_node is not None:
+                assert self.prefix is not None
+                self.prefix.release(req)
+            req.blocks = 0
+        elif req in self.waiting:
+            self.waiting.remove(req)
+        else:
+            return False
+        self._running_tokens = None
         return True
 
     def _preempt(self, victim: Request) -> None:

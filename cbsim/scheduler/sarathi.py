@@ -1,11 +1,12 @@
 """Sarathi-Serve: chunked prefill under a per-iteration token budget, decodes first.
 
-Every iteration has a budget of ``chunk_size`` tokens. Running decodes come first (one token each,
-preempting the most recently admitted request when KV runs out), then requests part-way through
-their prefill continue with the next chunk, then waiting requests are admitted FCFS (with KV
-blocks for their whole prompt reserved, as vLLM does) and start theirs, each chunk as large as the
-remaining budget allows. Prefills and decodes share the iteration, so
-decodes never stall behind a long prompt: that is the point of stall-free batching.
+Every iteration has a budget of ``max_batched_tokens`` tokens (vLLM's
+``--max-num-batched-tokens``; ``chunk_size``, Sarathi-Serve's name for it, holds the same number).
+Running decodes come first (one token each, preempting the most recently admitted request when KV
+runs out), then requests part-way through their prefill continue with the next chunk, then
+waiting requests are admitted FCFS (with KV blocks for their whole prompt reserved, as vLLM does)
+and start theirs, each chunk as large as the remaining budget allows. Prefills and decodes share
+the iteration, so decodes never stall behind a long prompt: that is the point of stall-free batching.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 @register("sarathi")
 class SarathiScheduler(SchedulerPolicy):
     def decode_run_mode(self) -> bool | None:
-        if len(self.running) > self.config.chunk_size:
+        if len(self.running) > self.config.max_batched_tokens:
             return None  # the budget leaves some decodes out
         return super().decode_run_mode()
 
     def _head_admissible(self) -> bool:
-        budget = self.config.chunk_size - len(self.running)
+        budget = self.config.max_batched_tokens - len(self.running)
         if budget <= 0 or len(self.running) >= self.config.max_batch_size:
             return False
         req = self.waiting[0]
@@ -33,7 +34,7 @@ class SarathiScheduler(SchedulerPolicy):
     def next_batch(self, now: float) -> Batch:
         cfg = self.config
         batch = Batch()
-        budget = cfg.chunk_size
+        budget = cfg.max_batched_tokens
         prefilling: list[Request] = []
         budget = self._add_decodes(batch, budget, prefilling)
         for req in prefilling:

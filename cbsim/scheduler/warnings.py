@@ -25,7 +25,17 @@ def scheduler_warnings(config: Scheduler, prompts: np.ndarray) -> list[str]:
     budget = config.max_batched_tokens
     median = int(np.median(prompts))
     warnings: list[str] = []
-    if config.kind in ("orca", "static"):
+    if config.kind == "sarathi" or (config.kind == "orca" and config.chunked_prefill):
+        # a prompt that does not fit is chunked: only a budget the decodes fill holds prompts back
+        if budget <= config.max_batch_size:
+            given = config.model_fields_set  # the budget by the name the user gave it
+            alias = "chunk_size" in given and "max_batched_tokens" not in given
+            warnings.append(
+                f"scheduler.{'chunk_size' if alias else 'max_batched_tokens'} ({budget}) is not "
+                f"above max_batch_size ({config.max_batch_size}): with a full batch decoding no "
+                "prefill token fits, and new prompts wait for requests to finish"
+            )
+    elif config.kind in ("orca", "static"):
         over = prompts > budget
         if over.any():
             warnings.append(
@@ -54,10 +64,4 @@ def scheduler_warnings(config: Scheduler, prompts: np.ndarray) -> list[str]:
                 f"scheduler.max_batched_tokens ({budget}) is below {_share(over)} of the prompts: "
                 "each of those is prefilled alone, beyond the budget"
             )
-    elif config.kind == "sarathi" and config.chunk_size <= config.max_batch_size:
-        warnings.append(
-            f"scheduler.chunk_size ({config.chunk_size}) is not above max_batch_size "
-            f"({config.max_batch_size}): with a full batch decoding no prefill token fits, and "
-            "new prompts wait for requests to finish"
-        )
     return warnings

@@ -17,7 +17,7 @@ KEYS = (
     "requests", "completed", "rejected", "unfinished", "preemptions", "iterations",
     "throughput_rps", "output_tokens_per_s", "goodput_rps", "ttft_p50_s", "ttft_p99_s",
     "tpot_p50_s", "tpot_p99_s", "e2e_p99_s", "mean_batch_size", "itl_p50_s", "itl_p99_s",
-    "prefix_hit_rate",
+    "prefix_hit_rate", "timed_out",
 )  # fmt: skip
 
 

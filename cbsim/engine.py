@@ -43,6 +43,8 @@ from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.cost.profile import DEFAULT_PROFILE
 from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.errors import CbsimError
+from cbsim.event_time import exact_delay as _exact_delay
+from cbsim.event_time import iteration_end as _iteration_end
 from cbsim.hardware import get_gpu
 from cbsim.kernel_call import KernelCall
 from cbsim.kv_transfer import Link, kv_bytes_per_token, link_spec, node_of_instances, visible_time
@@ -569,16 +571,7 @@ class Simulation:
         replica.inbound_tokens += req.outstanding_tokens
         heapq.heappush(self._pending, arrival)
         event = self.env.timeout(arrival - now)
-        event.callbacks.append(lambda _: self._arrive_pending(replica, req))
-
-    def _arrive_pending(self, replica: Replica, req: Request) -> None:
-        heapq.heappop(self._pending)
-        replica.inbound_tokens -= req.outstanding_tokens
-        if req.abandoned:  # its client gave up while the front end had it
-            assert self.load is not None
-            self.load.drop(req)
-            return
-        self._arrive(replica, req)
+        event.callbacks.append(lambda _: self._release_held(replica, req, self._arrive))
 
     def _arrive(self, replica: Replica, req: Request) -> None:
         """A request reaches a replica's scheduler: rejected, or queued there (waking or poking
@@ -611,7 +604,7 @@ class Simulation:
     ) -> None:
         heapq.heappop(self._pending)
         replica.inbound_tokens -= req.outstanding_tokens
-        if req.abandoned:  # its client gave up meanwhile
+        if req.abandoned:  # its client gave up while the front end or the replica held it
             assert self.load is not None
             self.load.drop(req)
             return
@@ -1252,27 +1245,3 @@ def _owe_outputs(req: Request) -> None:
     outputs again."""
     req.output_tokens += req.deferred_outputs
     req.deferred_outputs = 0
-
-
-def _iteration_end(env: simpy.Environment, delay: float) -> simpy.Event:
-    """A timeout of ``delay`` that SimPy processes before any normal event of the same time (an
-    arrival, a front end's delivery): what :class:`simpy.events.Timeout` does, at urgent
-    priority (see the module docstring on ties)."""
-    event = simpy.Event(env)
-    event._ok = True
-    event._value = None
-    env.schedule(event, simpy.events.URGENT, delay)
-    return event
-
-
-def _exact_delay(now: float, end: float) -> float:
-    """A delay that SimPy's ``now + delay`` turns into exactly ``end`` (no rounding drift)."""
-    delay = end - now
-    for _ in range(4):
-        reached = now + delay
-        if reached == end:
-            break
-        delay = math.nextafter(delay, math.inf if reached < end else -math.inf)
-    while now + delay < end:  # end itself unreachable: never before it
-        delay = math.nextafter(delay, math.inf)
-    return delay

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
+from cbsim.event_time import exact_delay
 from cbsim.request import Request, Status
 
 if TYPE_CHECKING:
@@ -63,9 +64,6 @@ class LoadGenerator:
         self.sending = staged is not None
         # timeouts: per replica, the requests given up whose abort it has yet to make
         self.aborted: dict[int, list[Request]] = {}
-        from cbsim.engine import _exact_delay  # (the engine imports this module)
-
-        self._exact_delay = _exact_delay
 
     # ------------------------------------------------------------------ stages
 
@@ -76,7 +74,7 @@ class LoadGenerator:
         staged = self.staged
         assert staged is not None
         horizon = sim.scenario.horizon_s if sim.scenario.horizon_s is not None else math.inf
-        exact = self._exact_delay
+        exact = exact_delay
         # the stages' own clock: times exactly as computed (SimPy's now + delay may round)
         clock = 0.0
         try:
@@ -143,7 +141,7 @@ class LoadGenerator:
             return
         env = self.sim.env
         deadline = req.sent_s + self.timeout_s
-        delay = self._exact_delay(env.now, deadline) if deadline > env.now else 0.0
+        delay = exact_delay(env.now, deadline) if deadline > env.now else 0.0
         env.timeout(delay).callbacks.append(lambda _: self._time_out(req))
 
     def _time_out(self, req: Request) -> None:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbsim.lengths import sample_lengths
 from cbsim.rng import stream
 from cbsim.scenario import Scenario
 from cbsim.sessions import zipf_choice
@@ -78,8 +79,6 @@ class PoolPrompts:
 
 def build_prompt_pool(scenario: Scenario, source: str | None = None) -> PoolPrompts | None:
     """The scenario's prompt pool, drawn (None: it has none)."""
-    from cbsim.workload import sample_lengths
-
     config = scenario.workload.prompt_pool
     if config is None:
         return None

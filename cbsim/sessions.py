@@ -112,7 +112,8 @@ def zipf_choice(count: int, exponent: float, n: int, rng: np.random.Generator) -
 
 def build_sessions(scenario: Scenario, source: str | None = None) -> SessionWorkload:
     """Draw the scenario's sessions."""
-    from cbsim.workload import sample_lengths, synthetic_arrivals
+    from cbsim.lengths import sample_lengths
+    from cbsim.workload import synthetic_arrivals
 
     wl = scenario.workload
     config = wl.sessions

@@ -22,23 +22,21 @@ import numpy as np
 import pandas as pd
 
 from cbsim.errors import CbsimError
+from cbsim.lengths import sample_lengths
 from cbsim.limits import REQUESTS, SIMULATED_TIME, WINDOWS
 from cbsim.prompt_pool import PoolPrompts, build_prompt_pool
 from cbsim.rng import stream
 from cbsim.scenario import (
     ClosedLoopArrival,
     EmpiricalLength,
-    FixedLength,
     GammaArrival,
     Length,
-    LognormalLength,
     OfflineArrival,
     PoissonArrival,
     Scenario,
     StagesArrival,
     TraceAcceptance,
     TraceArrival,
-    UniformLength,
 )
 from cbsim.sessions import SessionWorkload, build_sessions
 from cbsim.speculative.acceptance_trace import load_acceptance_trace
@@ -186,25 +184,6 @@ def synthetic_arrivals(
     if duration_s is not None:
         times = times[times <= duration_s]
     return times
-
-
-def sample_lengths(
-    spec: Length, n: int, rng: np.random.Generator, *, field: str, source: str | None
-) -> np.ndarray:
-    """``n`` token lengths from a length distribution (always ≥ 1)."""
-    if isinstance(spec, FixedLength):
-        return np.full(n, spec.value, dtype=np.int64)
-    if isinstance(spec, UniformLength):
-        return rng.integers(spec.low, spec.high + 1, n, dtype=np.int64)
-    if isinstance(spec, LognormalLength):
-        mu = math.log(spec.mean) - spec.sigma**2 / 2.0
-        values = np.rint(rng.lognormal(mu, spec.sigma, n)).astype(np.int64)
-        return np.clip(values, spec.min, spec.max if spec.max is not None else None)
-    assert isinstance(spec, EmpiricalLength)
-    trace = load_trace(spec.trace, source=source, field=f"{field}.trace")
-    column = "prompt_tokens" if field.endswith("prompt_tokens") else "output_tokens"
-    rows = rng.integers(0, len(trace), n)
-    return trace[column].to_numpy(dtype=np.int64)[rows]
 
 
 # --------------------------------------------------------------------------- size checks

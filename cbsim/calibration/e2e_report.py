@@ -359,12 +359,7 @@ def e2e_command(
         frame = frame[frame["engine"] == engine]
         if frame.empty:
             raise CbsimError(f"no benchmark of engine {engine!r} in the data", field="--engine")
-        name = base or (engine if engine in engine_names() else "vllm")
-        try:
-            start = load_engine_profile(name)
-        except CbsimError as err:
-            raise err.located(field="--base") from None
-        start = start.model_copy(update={"engine": engine})
+        _, start = _starting_profile(engine, base)
         fit = e2e.fit_engine(frame, start, holdout=holdout, progress=lambda m: click.echo(m))
         write_engine_profile(fit.profile, out)
     except CbsimError as err:
@@ -382,6 +377,17 @@ def e2e_command(
         f", front end {1e3 * fit.profile.frontend.request_s:.1f} ms per request"
     )
     click.echo(f"profile: {out} (use it with cluster.engine: {out})")
+
+
+def _starting_profile(engine: str, base: str | None) -> tuple[str, EngineProfile]:
+    """The profile a fit starts from (``--base``, else the shipped one of ``engine``, else
+    vLLM's), renamed ``engine``, with its name."""
+    name = base or (engine if engine in engine_names() else "vllm")
+    try:
+        start = load_engine_profile(name)
+    except CbsimError as err:
+        raise err.located(field="--base") from None
+    return name, start.model_copy(update={"engine": engine})
 
 
 def _fit_per_request(
@@ -410,12 +416,7 @@ def _fit_per_request(
             get_model(model)
         except CbsimError as err:
             raise err.located(field="--model") from None
-        name = base or (engine if engine in engine_names() else "vllm")
-        try:
-            start = load_engine_profile(name)
-        except CbsimError as err:
-            raise err.located(field="--base") from None
-        start = start.model_copy(update={"engine": engine})
+        name, start = _starting_profile(engine, base)
         deployment = per_request.Deployment(
             model=model, gpu=gpu, tp=tp or 1, replicas=replicas, dtype=dtype or "bf16"
         )

@@ -29,6 +29,7 @@ from cbsim.cost.engine_profile import Measured as EngineMeasured
 from cbsim.engine import Simulation
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
+from cbsim.metrics import Recorder
 from cbsim.models import get_model
 from cbsim.scenario import Scenario, load_scenario
 
@@ -103,7 +104,11 @@ def simulate_static_batch(
     simulation.cost = CostModel(
         get_model(model), get_gpu(GPU), tp=tp, dtype="fp16", calibration=calibration, engine=None
     )
-    recorder = simulation.run()
+    return _batch_run(simulation.run())
+
+
+def _batch_run(recorder: Recorder) -> BatchRun:
+    """What a static batch's simulation did: its last finish and its step counts."""
     iterations = recorder.iterations
     finished = recorder.requests["finish_s"]
     return BatchRun(
@@ -134,18 +139,8 @@ def simulate_under_engine(
 ) -> BatchRun:
     """A static batch sent at once to an engine (its defaults and kernels, no overhead: the
     profile at ``kernels_path``), as the engine's own scheduler runs it."""
-    recorder = Simulation(
-        static_batch_scenario(model, tp, length, batch, {"engine": kernels_path})
-    ).run()
-    iterations = recorder.iterations
-    finished = recorder.requests["finish_s"]
-    return BatchRun(
-        kernel_s=float(finished.max()),
-        iterations=len(iterations),
-        request_steps=int(iterations["batch_size"].sum()),
-        token_steps=int((iterations["prefill_tokens"] + iterations["decode_tokens"]).sum()),
-        completed=bool(finished.notna().all()),
-    )
+    scenario = static_batch_scenario(model, tp, length, batch, {"engine": kernels_path})
+    return _batch_run(Simulation(scenario).run())
 
 
 def features(

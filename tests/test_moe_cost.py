@@ -14,6 +14,7 @@ import cbsim
 from cbsim.calibration.data import load_table
 from cbsim.calibration.moe import moe_rows
 from cbsim.cli import cli
+from cbsim.cost.moe import routed_experts
 from cbsim.cost.roofline import CostModel
 from cbsim.errors import CbsimError
 from cbsim.models import get_model
@@ -34,7 +35,7 @@ def test_mixtral_layer_matches_the_measured_kernel() -> None:
     )
     chosen = rows[mask]
     assert len(chosen) >= 20
-    predicted = np.array([cost._moe.routed_time(int(t)) for t in chosen["num_tokens"]])
+    predicted = np.array([cost._moe.table_time(int(t)) for t in chosen["num_tokens"]])
     errors = np.abs(predicted / chosen["latency_s"].to_numpy() - 1)
     assert np.median(errors) < 0.15
 
@@ -197,3 +198,41 @@ def test_mxfp4_stores_the_experts_only() -> None:
     assert results.summary["completed"] == len(results.requests)
     with pytest.raises(CbsimError, match="mxfp4 stores a mixture of experts' expert weights"):
         cbsim.load_scenario(small_scenario({"cluster.dtype": "mxfp4"}))
+
+
+def test_routed_experts_by_hand_and_by_sampling() -> None:
+    """Expected experts a GPU reads when a router picks each token's top-k independently: k for
+    one token, E · (1 - (1 - k/E)^T) without expert parallelism, all local experts for many
+    tokens, and a GPU's share under expert parallelism, checked by sampling."""
+    assert routed_experts(1, 8, 128, 1) == pytest.approx(8.0)
+    assert routed_experts(16, 8, 128, 1) == pytest.approx(128 * (1 - (1 - 8 / 128) ** 16))
+    assert routed_experts(4096, 8, 128, 4) == pytest.approx(32.0)
+    rng = np.random.default_rng(7)
+    for tokens, topk, experts, ep in ((4, 8, 128, 4), (16, 8, 128, 8), (8, 8, 256, 16)):
+        local = []
+        for _ in range(2000):
+            chosen = np.zeros(experts, dtype=bool)
+            for _ in range(tokens):
+                chosen[rng.choice(experts, size=topk, replace=False)] = True
+            local.append(chosen.reshape(ep, experts // ep).sum(axis=1).mean())
+        assert routed_experts(tokens, topk, experts, ep) == pytest.approx(np.mean(local), rel=0.02)
+
+
+def test_served_routing_reads_fewer_experts_than_the_balanced_table() -> None:
+    """The measured rows route every pair to a new expert; a served router's picks collide, so
+    a 16-token step of Qwen3-235B (128 experts, top 8) reads 82 experts, not 128, and costs less
+    than the table's row; one token reads its 8 either way, and so does a GPU's even share under
+    expert parallelism. Skewed routing keeps its fit's routing."""
+    tp = CostModel("qwen3-235b-a22b", "h100-sxm", tp=4, dtype="fp8")._moe
+    assert tp.independent_routing
+    assert tp.routed_time(1) == pytest.approx(tp.table_time(1))
+    assert tp.routed_time(16) < 0.85 * tp.table_time(16)
+    assert tp.routed_time(4096) == pytest.approx(tp.table_time(4096), rel=1e-6)
+    ep = CostModel("qwen3-235b-a22b", "h100-sxm", tp=4, ep=4, dtype="fp8")._moe
+    assert ep.routed_time(1) == pytest.approx(ep.table_time(1))
+    assert ep.routed_time(16) < 0.85 * ep.table_time(16)
+    skewed = CostModel("qwen3-235b-a22b", "h100-sxm", tp=4, expert_routing="skewed")._moe
+    assert not skewed.independent_routing
+    assert skewed.routed_time(16) == skewed.table_time(16)
+    a100 = CostModel("qwen3-30b-a3b", "a100-80gb", tp=1)._moe  # power-law rows stand in
+    assert not a100.independent_routing

@@ -18,6 +18,25 @@ releases ship; ``fp4`` → ``nvfp4``), ``cluster.expert_routing`` the routing (`
 GPU's default profile (an engine profile without MoE tables uses vLLM's kernels), else H100's
 applied to this GPU's spec sheet (H200, L40S, MI300X measured none); uncalibrated, the raw
 roofline with the GEMM efficiencies of :class:`~cbsim.cost.params.CostParams`.
+
+Which experts a step reads: the router's, not the table's. AI Configurator's ``balanced`` rows
+route deterministically, token ``i``'s ``j``-th choice expert ``(i + j · ⌈E / k⌉) mod E``: every
+(token, expert) pair lands on a new expert until all ``E`` are covered, so a table row reads
+``min(E, T · k)`` experts (what the fit's roofline counts). A served model's router picks each
+token's ``k`` experts by its own scores, independently of the other tokens and, for a router
+trained to balance load, uniformly on average: an expert escapes all ``T`` tokens of a step with
+probability ``(1 − k / E)^T``, so a step reads ``E · (1 − (1 − k / E)^T)`` experts on average (the
+coupon collector's count), fewer than the table's once ``T · k`` nears ``E`` (Qwen3-235B, 128
+experts top-8, at 16 tokens: 82 against 128). Under expert parallelism every GPU holds
+``E / ep`` experts, each read with that probability (:func:`routed_experts`). The GPUs' counts
+vary around that mean, and a layer waits for its busiest GPU; independent uniform routing would
+make the busiest read 3.5 of a token's 8 experts at EP 4 against an even 2, but the measured
+TensorRT-LLM EP 4 and EP 8 runs at 4 clients, where that is the whole difference, are already
+too slow without it (``docs/engines.md``): a trained router's picks spread more evenly across
+GPUs than independent draws do, so the mean is priced. A ``balanced`` cluster is priced so
+(:attr:`MoePricing.independent_routing`); ``skewed`` keeps the power-law fit's own routing,
+whose hot experts its parameters absorb. ``MoePricing.table_time`` gives the table's routing,
+for checks against the measured rows.
 """
 
 from __future__ import annotations
@@ -44,6 +63,7 @@ __all__ = [
     "moe_base",
     "moe_terms",
     "peak_for",
+    "routed_experts",
 ]
 
 FEATURES: tuple[str, ...] = ("pairs_per_expert", "hidden", "inner")
@@ -117,12 +137,15 @@ def moe_terms(
     tp: np.ndarray,
     ep: np.ndarray,
     moe_dtype: str,
+    active: np.ndarray | None = None,
 ) -> MoeTerms:
     """FLOPs, bytes, buffer bytes and correction features of one GPU's share of an MoE layer
-    (see the module docstring); arrays broadcast."""
+    (see the module docstring); arrays broadcast. ``active``: the experts the GPU reads, by
+    default the measured tables' deterministic balanced routing's ``min(E / ep, pairs)``."""
     kind = moe_dtype_of(moe_dtype)
     pairs = tokens * topk / ep
-    active = np.minimum(experts / ep, np.maximum(pairs, 1.0))
+    if active is None:
+        active = np.minimum(experts / ep, np.maximum(pairs, 1.0))
     inner = inter / tp
     per_pair = ACTIVATION_BYTES * (6.0 * inner + 2.0 * hidden)
     return MoeTerms(
@@ -131,6 +154,16 @@ def moe_terms(
         buffers=ACTIVATION_BYTES * 2.0 * tokens * hidden + tokens * topk * per_pair,
         features=(pairs / active, hidden * np.ones_like(pairs), inner * np.ones_like(pairs)),
     )
+
+
+def routed_experts(tokens: int, topk: int, experts: int, ep: int) -> float:
+    """Expected experts one of ``ep`` GPUs reads for ``tokens`` tokens routed independently, each
+    to ``topk`` distinct experts of ``experts`` chosen uniformly on average (see the module
+    docstring): each of its ``experts / ep`` experts is read with probability
+    ``1 − (1 − topk / experts)^tokens``."""
+    if tokens <= 0:
+        return 0.0
+    return (experts // ep) * (1.0 - (1.0 - min(1.0, topk / experts)) ** tokens)
 
 
 def peak_for(gpu: GPU, moe_dtype: str) -> float:
@@ -161,17 +194,31 @@ class MoePricing:
     fit: MoeFit | None
     params: CostParams
     source: str
+    independent_routing: bool = False
 
     def routed_time(self, tokens: int) -> float:
-        """Seconds of one MoE layer's routed experts over ``tokens`` tokens on one GPU."""
+        """Seconds of one MoE layer's routed experts over ``tokens`` tokens on one GPU, the
+        experts read as the served model's router picks them (see the module docstring)."""
+        return self._time(tokens, self.independent_routing)
+
+    def table_time(self, tokens: int) -> float:
+        """:meth:`routed_time` under the measured tables' own routing (for checks against them)."""
+        return self._time(tokens, False)
+
+    def _time(self, tokens: int, independent: bool) -> float:
         if tokens <= 0:
             return 0.0
         m = self.model
         one = np.ones(1, dtype=np.float64)
+        active = (
+            max(1.0, routed_experts(tokens, m.experts_per_token, m.num_experts, self.ep)) * one
+            if independent
+            else None
+        )
         terms = moe_terms(
             tokens * one, m.hidden_size * one, m.expert_intermediate_size * one,
             m.experts_per_token * one, m.num_experts * one, (self.tp // self.ep) * one,
-            self.ep * one, self.moe_dtype,
+            self.ep * one, self.moe_dtype, active,
         )  # fmt: skip
         peak, bandwidth = peak_for(self.gpu, self.moe_dtype), self.gpu.hbm_bandwidth
         fit = self.fit
@@ -202,14 +249,19 @@ def moe_pricing(
     if moe_dtype is None:
         raise CbsimError(f"no MoE kernel for {dtype} weights", field="dtype")
     if calibration is None:
-        return MoePricing(model, gpu, tp, ep, moe_dtype, None, params, "uncalibrated roofline")
+        return MoePricing(
+            model, gpu, tp, ep, moe_dtype, None, params, "uncalibrated roofline",
+            expert_routing == "balanced",
+        )  # fmt: skip
     layout = "ep" if ep > 1 else "tp"
     for where, profile in profiles_to_try(gpu.name, calibration):
         for routing in _ROUTING_FITS[expert_routing]:
             fit = profile.moe.get(fit_key(moe_dtype, routing, ep > 1))
             if fit is not None:
                 source = f"{where}: {routing}, {layout}"
-                return MoePricing(model, gpu, tp, ep, moe_dtype, fit, params, source)
+                return MoePricing(
+                    model, gpu, tp, ep, moe_dtype, fit, params, source, routing == "balanced"
+                )
     raise CbsimError(
         f"no measured MoE kernel for {dtype} weights ({moe_dtype}) "
         f"{'with' if ep > 1 else 'without'} expert parallelism on {gpu.name} or "

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -48,7 +47,7 @@ from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
 from cbsim.models import get_model
-from cbsim.outputs import check_replaceable
+from cbsim.outputs import check_path, check_replaceable, new_temporary_file
 from cbsim.prefix_cache import prefix_caching_on
 from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
@@ -189,15 +188,17 @@ def run_id(seed: int, now: datetime | None = None) -> str:
 
 
 def _check_out(out: Path, scenario: Path) -> None:
-    """Refuse, before simulating, an ``--out`` that writing would destroy: one holding anything
-    but an earlier run result (see :mod:`cbsim.outputs`), or the scenario file itself."""
-    if scenario.resolve().is_relative_to(out.resolve()):
-        raise CbsimError(
-            "holds the scenario file being run, and --out is replaced as a whole: "
-            "give a new or empty folder",
-            source=str(out),
-        )
+    """Refuse, before simulating, an ``--out`` that cannot be written (:func:`check_path`) or
+    that writing would destroy: one holding anything but an earlier run result (see
+    :mod:`cbsim.outputs`), or the scenario file itself."""
     try:
+        check_path(out)
+        if scenario.resolve().is_relative_to(out.resolve()):
+            raise CbsimError(
+                f"holds {scenario}, the scenario file being run, and --out is replaced as a "
+                "whole: give a new or empty folder",
+                source=str(out),
+            )
         check_replaceable(out, RUN_RESULT)
     except CbsimError as err:
         raise err.located(field="--out") from None
@@ -219,12 +220,11 @@ def _request_count(scenario: Scenario, source: str) -> int | None:
 
 def _stream_file(out: Path | None, name: str) -> Path:
     """A hidden file for the streamed iterations beside the result directory (on its file
-    system, so that writing the results links it rather than copying it)."""
+    system, so that writing the results links it rather than copying it), named as cbsim's
+    temporaries are: a killed run's is deleted by the next write there."""
     parent = out.resolve().parent if out is not None else (Path("results") / name).resolve()
-    parent.mkdir(parents=True, exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f".{name}.", suffix=".iterations.parquet", dir=parent)
-    os.close(fd)
-    return Path(path)
+    stem = out.name if out is not None else name
+    return new_temporary_file(parent, f"{stem[:24]}.iterations.parquet")
 
 
 def _should_stream(stream: bool, scenario: Scenario, out: Path | None, source: str) -> bool:
@@ -345,6 +345,8 @@ def run(
     loaded = load_scenario(scenario, overrides=list(overrides), seed=seed)
     if out is not None:
         _check_out(out, scenario)
+    else:  # the run folder is created after the run: find out before it whether it can be
+        check_path(Path("results") / loaded.name / run_id(loaded.seed, started))
     if compare_no_spec and not loaded.speculative.enabled:
         raise CbsimError("--compare-no-spec needs speculative.enabled: true", source=str(scenario))
     stream_to: Path | None = None
@@ -542,6 +544,9 @@ def cost(
             f"{gpu_spec.name} node, whole nodes), got {tp}",
             field="--tp",
         )
+    split_problem = model_shape.attention_split_problem(tp)
+    if split_problem:
+        raise CbsimError(split_problem, field="--tp")
     if tp * dp > node and (tp * dp) % node:
         raise CbsimError(
             f"tp x dp = {tp * dp} exceeds the {node} GPUs of one {gpu_spec.name} node "
@@ -753,6 +758,7 @@ def calibrate_compare(gpu: str, data: Path, calibration: str) -> None:
 
 
 def _register_commands() -> None:
+    from cbsim.bench import bench_command
     from cbsim.calibration.e2e_report import e2e_command
     from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
@@ -764,6 +770,7 @@ def _register_commands() -> None:
     cli.add_command(capacity_command)
     cli.add_command(report_command)
     cli.add_command(catalog_command)
+    cli.add_command(bench_command)
     calibrate.add_command(measure_command)
     calibrate.add_command(e2e_command)
 

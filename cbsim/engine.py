@@ -19,9 +19,10 @@ way: a finish may end a stage, and a timeout pokes the replica holding the reque
 
 Ties: an iteration that ends at the very time a request arrives forms the next batch first (the
 request waits for the iteration after), whichever event SimPy scheduled first: a replica's
-iteration ends are scheduled with SimPy's urgent priority (:func:`_iteration_end`). A run of
-iterations advanced in one event then stops where stepping would see the arrival, at the first
-iteration ending strictly after it, and the two agree bit for bit even on exact float ties.
+iteration ends are scheduled with SimPy's urgent priority, at their exact times
+(:func:`cbsim.event_time.iteration_end_at`). A run of iterations advanced in one event then stops
+where stepping would see the arrival, at the first iteration ending strictly after it, and the two
+agree bit for bit even on exact float ties.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from cbsim.cost.profile import DEFAULT_PROFILE
 from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.errors import CbsimError
 from cbsim.event_time import exact_delay as _exact_delay
-from cbsim.event_time import iteration_end as _iteration_end
+from cbsim.event_time import iteration_end_at as _iteration_end_at
 from cbsim.hardware import get_gpu
 from cbsim.kernel_call import KernelCall
 from cbsim.kv_transfer import Link, kv_bytes_per_token, link_spec, node_of_instances, visible_time
@@ -326,7 +327,7 @@ class Simulation:
         self.requests: dict[int, Request] = {}
         self.sent = 0  # requests sent so far (the next one's id)
         self.table = RequestTable(
-            len(workload),
+            _table_rows(workload, scenario.horizon_s),
             speculative=self.spec is not None,
             cached=any(r.scheduler.prefix is not None for r in self.replicas),
             disaggregated=self.disaggregated,
@@ -340,6 +341,7 @@ class Simulation:
         # sends and front-end arrivals scheduled but not yet happened (a heap of times)
         self._pending: list[float] = []
         self._sends_now = (-1.0, 0)  # (time, sends at that time): catches a loop of rejections
+        self._rejected_run = (0, 0)  # (finished then, rejections since): a loop of rejections
         self._outbox: deque[tuple[int, float]] = deque()
         self._jitter = stream(scenario.seed, "frontend")
         self._clients = stream(scenario.seed, "clients")
@@ -630,6 +632,7 @@ class Simulation:
             _owe_outputs(req)
             self._done_with(req)
             if self.closed is not None:
+                self._check_rejections(reason)
                 self._send(req.client, self.env.now + self._think_time())
             elif self.sessions is not None:
                 self._turn_of.pop(req.request_id)  # a rejected turn ends its session
@@ -823,6 +826,8 @@ class Simulation:
                 field="workload.duration_s",
             )
         self._check_progress(sent)
+        if index == max(PROJECTION_SENDS, 10 * closed.concurrency):
+            self._check_projection(index, sent)
         prompt, output = closed.lengths[index]
         req = Request(index, sent, prompt, output, sent_s=sent, client=client)
         pick = closed.lengths.pick(index)
@@ -861,6 +866,43 @@ class Simulation:
                 "(each one rejected at once?); check the lengths against the model's context "
                 "and KV capacity, or set think_time_s",
                 field="workload.arrival",
+            )
+
+    def _check_rejections(self, reason: str) -> None:
+        """A closed loop whose every request is rejected (longer than the context, or than the
+        KV cache holds) would send until the request limit, think time or not: stop it once
+        many in a row have been rejected with none finishing meanwhile."""
+        done, count = self._rejected_run
+        count = count + 1 if done == self._done else 1
+        self._rejected_run = (self._done, count)
+        assert self.closed is not None
+        if count > 100 * self.closed.concurrency + 1000:
+            raise CbsimError(
+                f"closed loop: {count:,} requests in a row were rejected ({reason}) and none "
+                "finished; check the lengths against the model's context and KV capacity",
+                field="workload.arrival",
+            )
+
+    def _check_projection(self, index: int, sent: float) -> None:
+        """A closed loop sending for ``duration_s`` at the pace of its first ``index`` requests:
+        an error now, not minutes later at the request limit, when that pace would send far
+        more than the limit allows."""
+        closed = self.closed
+        assert closed is not None
+        if closed.duration_s is None or sent <= 0.0:
+            return
+        if closed.max_requests is not None and closed.max_requests <= REQUESTS.high:
+            return
+        span = closed.duration_s
+        if self.scenario.horizon_s is not None:
+            span = min(span, self.scenario.horizon_s)
+        projected = index / sent * span
+        if projected > 2 * REQUESTS.high:
+            raise CbsimError(
+                f"the closed loop sent {index:,} requests in its first {sent:.6g} s: over "
+                f"{span:.6g} s it would send about {projected:.3g}; a run's requests "
+                f"{REQUESTS.violation(projected)}: give num_requests or a shorter duration_s",
+                field="workload.duration_s",
             )
 
     def _release(self, deliveries: list[float] | None, first_row: int) -> None:
@@ -920,7 +962,12 @@ class Simulation:
         spec = pool.spec
         fast_forward = pool.fast_forward
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
-        streams = cost.engine.frontend.output_token_s > 0.0
+        # the recorder keeps a delivery time for every row or none: when any pool's front end
+        # streams, every replica records them (its iteration ends, where its own does not)
+        streams = any(
+            r.pool is not None and r.pool.cost.engine.frontend.output_token_s > 0.0
+            for r in self.replicas
+        )
         # finishes make arrivals (or end stages; with timeouts: a timeout knows what finished)
         closed = self.closed is not None or self.sessions is not None or self.load is not None
         load = self.load
@@ -951,7 +998,7 @@ class Simulation:
                     replica.pokeable = True
                     replica.forming = False
                     try:
-                        yield _iteration_end(env, _exact_delay(env.now, run.end_s))
+                        yield _iteration_end_at(env, run.end_s)
                     except simpy.Interrupt:
                         # an arrival landed mid-run: stop where stepping would have seen it
                         cut = self._plan_run(replica, start, stop_on_finish, horizon, cut=run)
@@ -959,7 +1006,7 @@ class Simulation:
                         run = cut
                         replica.start_run(run)
                         if run.end_s > env.now:
-                            yield _iteration_end(env, _exact_delay(env.now, run.end_s))
+                            yield _iteration_end_at(env, run.end_s)
                     replica.pokeable = False
                     replica.forming = True
                     clock = replica.step_end = run.end_s
@@ -1009,7 +1056,7 @@ class Simulation:
             end = start + duration
             replica.step_end = end
             replica.forming = False
-            yield _iteration_end(env, duration if env.now == start else _exact_delay(env.now, end))
+            yield _iteration_end_at(env, end)
             replica.forming = True
             clock = end
             if spec is not None:
@@ -1245,3 +1292,25 @@ def _owe_outputs(req: Request) -> None:
     outputs again."""
     req.output_tokens += req.deferred_outputs
     req.deferred_outputs = 0
+
+
+PROJECTION_SENDS = 1_000
+"""Sends after which a closed loop's pace is projected over its duration (``_check_projection``)."""
+
+INITIAL_TABLE_ROWS = 4096
+"""Rows a request table starts with when a horizon cuts a run whose sends are not known ahead."""
+
+
+def _table_rows(
+    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload,
+    horizon_s: float | None,
+) -> int:
+    """Rows to allocate the request table up front: the requests the run will send, where known
+    (an open-loop workload's arrivals before the horizon; every request of a workload without a
+    horizon); a run a horizon cuts whose sends come out of the run starts with at most
+    :data:`INITIAL_TABLE_ROWS` and the table grows as rows arrive. (Allocating every request of
+    a long workload cut to a short horizon took gigabytes for a few rows.)"""
+    if isinstance(workload, RequestSpecs) and horizon_s is not None:
+        return int(np.searchsorted(workload.arrival_s, horizon_s, side="left"))
+    rows = len(workload)
+    return rows if horizon_s is None else min(rows, INITIAL_TABLE_ROWS)

@@ -1,27 +1,34 @@
 """Event times exact to the float: when a replica's iteration ends, and how to land on it.
 
 The engine keeps its own clock (an iteration ends at start + duration exactly) and asks SimPy for
-events at those times. SimPy computes ``now + delay``, which may round: :func:`exact_delay` finds a
-delay that lands exactly on the time wanted (or, where none does, the first float after it).
-:func:`iteration_end` is such an event at urgent priority, so an iteration that ends when
-something else happens is seen first (see :mod:`cbsim.engine` on ties).
+events at those times. SimPy computes ``now + delay``, which may round, and from some ``now`` no
+delay reaches the time wanted (``now + delay`` rounds to even on a tie). :func:`iteration_end_at`
+schedules an event at the exact time itself, at urgent priority, so an iteration that ends when
+something else happens is seen first (see :mod:`cbsim.engine` on ties), and a run of iterations
+waited for in one event lands where stepping through them lands, to the bit. :func:`exact_delay`
+finds a delay that lands exactly on a time (or, where none does, the first float after it) for
+ordinary timeouts.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import simpy
 
 
-def iteration_end(env: simpy.Environment, delay: float) -> simpy.Event:
-    """A timeout of ``delay`` that SimPy processes before any normal event of the same time (an
-    arrival, a front end's delivery): what :class:`simpy.events.Timeout` does, at urgent
-    priority (see the module docstring on ties)."""
+def iteration_end_at(env: simpy.Environment, end: float) -> simpy.Event:
+    """An event at exactly ``end`` (``env.now`` if that is later) that SimPy processes before any
+    normal event of the same time (an arrival, a front end's delivery): a
+    :class:`simpy.events.Timeout` at urgent priority, scheduled at the time itself rather than
+    at ``now`` plus a delay (see the module docstring)."""
     event = simpy.Event(env)
     event._ok = True
     event._value = None
-    env.schedule(event, simpy.events.URGENT, delay)
+    at = end if end > env.now else env.now
+    # what Environment.schedule does, with the time itself instead of now + delay
+    heapq.heappush(env._queue, (at, simpy.events.URGENT, next(env._eid), event))
     return event
 
 

@@ -269,6 +269,44 @@ VOCABULARY = Limit(
     "tokens",
     "sixty-four times the largest released vocabulary (Gemma 3: 262,144)",
 )
+ENGINE_TIME = Limit(
+    "engine-profile times (step overheads, front-end delays, all-reduce latencies)",
+    0.0,
+    10.0,
+    "s",
+    "measured engines spend microseconds to milliseconds per step, request or token; ten "
+    "seconds is thousands of times that",
+)
+BENCHMARK_CLIENTS = Limit(
+    "concurrent clients of a measured serving benchmark (cbsim calibrate e2e)",
+    1,
+    16_384,
+    "clients",
+    "serving benchmarks run at most a few thousand clients; each benchmark is simulated "
+    "several times to fit",
+)
+BENCHMARK_REQUESTS = Limit(
+    "requests of a measured serving benchmark (cbsim calibrate e2e)",
+    1,
+    100_000,
+    "requests",
+    "serving benchmarks send thousands of prompts; each benchmark is simulated several times "
+    "to fit",
+)
+MEASURED_LATENCY = Limit(
+    "measured latencies of a serving benchmark (TTFT, TPOT, ITL, end-to-end)",
+    0.0,
+    DAY_S,
+    "s",
+    "no serving benchmark waits a day for a token",
+)
+MEASURED_THROUGHPUT = Limit(
+    "measured throughputs of a serving benchmark (requests/s, tokens/s)",
+    0.0,
+    1e9,
+    "per second",
+    "a billion tokens per second is beyond any fleet",
+)
 
 ALL_LIMITS: tuple[Limit, ...] = (
     REQUESTS,
@@ -297,6 +335,11 @@ ALL_LIMITS: tuple[Limit, ...] = (
     MODEL_HEADS,
     MODEL_EXPERTS,
     VOCABULARY,
+    ENGINE_TIME,
+    BENCHMARK_CLIENTS,
+    BENCHMARK_REQUESTS,
+    MEASURED_LATENCY,
+    MEASURED_THROUGHPUT,
 )
 
 # Files: how deep and how large a YAML or JSON document may be once its aliases are expanded.
@@ -340,6 +383,7 @@ Seed = Annotated[int, NotBool, NonNegative, AfterValidator(SEED.check)]
 Concentration = Annotated[float, NotBool, Positive, AfterValidator(CONCENTRATION.check)]
 Divergence = Annotated[float, NotBool, NonNegative, AfterValidator(DIVERGENCE.check)]
 StepCount = Annotated[int, NotBool, Positive, AfterValidator(STEPS.check)]
+EngineSeconds = Annotated[float, NotBool, NonNegative, AfterValidator(ENGINE_TIME.check)]
 
 
 # --------------------------------------------------------------------------- command line

@@ -451,6 +451,7 @@ class IterationTotals:
 
     rows: int = 0
     busy_s: float = 0.0  # Σ duration
+    end_s: float = 0.0  # the last iteration's end (0: no rows)
     draft_s: float = 0.0
     batch_sum: int = 0
     max_batch: int = 0
@@ -460,13 +461,13 @@ class IterationTotals:
     def of(cls, iterations: pd.DataFrame) -> IterationTotals:
         """The totals of a whole iterations frame."""
         totals = cls()
-        names = ("duration_s", "draft_s", "batch_size", "kv_blocks_total")
+        names = ("start_s", "duration_s", "draft_s", "batch_size", "kv_blocks_total")
         totals.add({name: iterations[name].to_numpy() for name in names})
         return totals
 
     def add(self, columns: Mapping[str, np.ndarray]) -> None:
-        """Add iteration rows (at least ``duration_s``, ``draft_s``, ``batch_size`` and
-        ``kv_blocks_total``)."""
+        """Add iteration rows (at least ``start_s``, ``duration_s``, ``draft_s``, ``batch_size``
+        and ``kv_blocks_total``)."""
         n = len(columns["duration_s"])
         if n == 0:
             return
@@ -474,6 +475,7 @@ class IterationTotals:
             self.kv_blocks_total = int(columns["kv_blocks_total"][0])
         self.rows += n
         self.busy_s += float(columns["duration_s"].sum())
+        self.end_s = max(self.end_s, float((columns["start_s"] + columns["duration_s"]).max()))
         self.draft_s += float(columns["draft_s"].sum())
         batch = columns["batch_size"]
         self.batch_sum += int(batch.sum())
@@ -500,9 +502,18 @@ class IterationStream:
         self.totals.add(columns)
         self.sums.add(columns)
         table = _arrow_table(columns)
-        if self._writer is None:
-            self._writer = self._open(table.schema)
-        self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        try:
+            if self._writer is None:
+                self._writer = self._open(table.schema)
+            self._writer.write_table(table, row_group_size=max(table.num_rows, 1))
+        except OSError as err:
+            raise self._failure(err) from None
+
+    def _failure(self, err: OSError) -> CbsimError:
+        """A failed write (a full disk, a read-only folder) as a user error naming the file."""
+        return CbsimError(
+            f"cannot write the streamed iterations: {err.strerror or err}", source=str(self.path)
+        )
 
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         """The parquet writer. Columns are dictionary-encoded but for the times, nearly all
@@ -512,10 +523,14 @@ class IterationStream:
 
     def close(self, empty: dict[str, np.ndarray]) -> None:
         """Finish the file; ``empty``: the columns with no rows (the schema, if none came)."""
-        if self._writer is None:
-            self._writer = self._open(_arrow_table(empty).schema)
-        self._writer.close()
-        self._writer = None
+        try:
+            if self._writer is None:
+                self._writer = self._open(_arrow_table(empty).schema)
+            self._writer.close()
+        except OSError as err:
+            raise self._failure(err) from None
+        finally:
+            self._writer = None
         pa.default_memory_pool().release_unused()  # the writer's buffers, before the ITL's
 
 
@@ -741,6 +756,19 @@ def meets_slo(requests: pd.DataFrame, scenario: Scenario) -> np.ndarray:
     return ok
 
 
+def _busy_fraction(
+    requests: pd.DataFrame, scenario: Scenario, totals: IterationTotals, makespan: float
+) -> float:
+    """The replicas' busy time over their time from the first arrival to the end of the run:
+    the last finish, or the last iteration's end where iterations ran on after it (a horizon
+    cut the run with requests still running). NaN without a finished request."""
+    if not makespan > 0:
+        return math.nan
+    first = float(requests["arrival_s"].min())
+    span = max(makespan, totals.end_s - first)
+    return totals.busy_s / (span * scenario.cluster.replica_count)
+
+
 def summarize(
     requests: pd.DataFrame,
     iterations: pd.DataFrame,
@@ -831,9 +859,7 @@ def summarize(
             "preemptions": preemptions,
             "iterations": totals.rows,
             "mean_batch_size": totals.mean_batch_size,
-            "busy_fraction": busy / (makespan * scenario.cluster.replica_count)
-            if completed and makespan > 0
-            else math.nan,
+            "busy_fraction": _busy_fraction(requests, scenario, totals, makespan),
             "kv_blocks_total": totals.kv_blocks_total,
             "max_batch_size": totals.max_batch,
             # prefix caching: prompt tokens reused at admission / prompt tokens of admitted requests
@@ -975,9 +1001,10 @@ class WindowSums:
         start = np.asarray(columns["start_s"][rows], dtype=float)
         duration = np.asarray(columns["duration_s"][rows], dtype=float)
         end = start + duration
+        latest = float(end.max())
+        _window_count(latest, self.window_s)  # beyond the limit: an error before allocating
         first, last = self._bins(start), self._bins(end)
         self._grow(int(last.max()) + 1)
-        latest = float(end.max())
         self.max_end_s = latest if self.max_end_s is None else max(self.max_end_s, latest)
         sums = self.sums
         inside = first == last

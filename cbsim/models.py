@@ -96,6 +96,8 @@ class ModelShape:
         sliding_window_layers: how many layers use local attention.
         attention_sinks: a learned sink logit per head and layer (gpt-oss).
         o_bias: the attention output projection carries a bias (gpt-oss).
+        mtp_layers: the multi-token-prediction layers it ships (``num_nextn_predict_layers``,
+            DeepSeek-V3's 1; 0: none, an ``mtp`` proposer has no module to run).
     """
 
     name: str
@@ -128,6 +130,7 @@ class ModelShape:
     sliding_window_layers: int = 0
     attention_sinks: bool = False
     o_bias: bool = False
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in (
@@ -162,6 +165,7 @@ class ModelShape:
             "v_head_dim",
             "sliding_window",
             "sliding_window_layers",
+            "mtp_layers",
         ):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -216,11 +220,15 @@ class ModelShape:
 
     def dense(self, name: str, num_layers: int) -> ModelShape:
         """This model's width and attention with ``num_layers`` dense layers (no experts): the
-        shape of a speculative head trained for it, as EAGLE's are."""
+        shape of a speculative head trained for it, as EAGLE's are. Its layers attend to the
+        whole context: the heads trained for local-attention models (gpt-oss's and Llama 4's
+        EAGLE-3 heads) are full-attention Llama layers."""
         return replace(
             self,
             name=name,
             num_layers=num_layers,
+            sliding_window=0,
+            sliding_window_layers=0,
             num_experts=0,
             experts_per_token=0,
             expert_intermediate_size=0,
@@ -229,6 +237,31 @@ class ModelShape:
             moe_layer_step=1,
             expert_bias=False,
             router_bias=False,
+        )
+
+    def splits_attention(self, tp: int) -> bool:
+        """Whether ``tp`` GPUs can share this model's attention as vLLM, SGLang and TensorRT-LLM
+        shard it: whole query heads each (``num_heads % tp == 0``), and whole KV heads each or,
+        with more GPUs than KV heads, each KV head replicated on ``tp / num_kv_heads`` of them
+        (latent attention's one compressed KV is replicated whatever ``tp``)."""
+        if self.num_heads % tp:
+            return False
+        kv = self.num_kv_heads
+        return self.is_mla or (kv % tp == 0 if tp <= kv else tp % kv == 0)
+
+    def attention_split_problem(self, tp: int) -> str | None:
+        """Why ``tp`` GPUs cannot share this model's attention (None: they can), with the
+        tensor-parallel sizes that can (see :meth:`splits_attention`)."""
+        if self.splits_attention(tp):
+            return None
+        fits = [t for t in (2**i for i in range(11)) if t <= self.num_heads]
+        fits = [t for t in fits if self.splits_attention(t)]
+        kv = "" if self.is_mla else f" and {self.num_kv_heads} KV heads"
+        choices = f"{', '.join(map(str, fits[:-1]))}{' or ' if len(fits) > 1 else ''}{fits[-1]}"
+        return (
+            f"tp {tp} cannot share {self.name}'s {self.num_heads} attention heads{kv} among its "
+            "GPUs (vLLM, SGLang and TensorRT-LLM need num_attention_heads divisible by tp, and "
+            f"KV heads split evenly or replicated evenly); use tp {choices}"
         )
 
     @property
@@ -536,6 +569,7 @@ _CATALOG: dict[str, ModelShape] = {
             qk_rope_head_dim=64,
             qk_nope_head_dim=128,
             v_head_dim=128,
+            mtp_layers=1,
         ),
         # openai/gpt-oss-120b: 128 experts (4 per token) with biases, alternating 128-token
         # sliding-window and full attention, attention sinks and biases
@@ -608,6 +642,7 @@ _KEY_LIMITS: dict[str, Limit] = {
     "no_rope_layer_interval": MODEL_LAYERS,
     "sliding_window": TOKENS,
     "attention_chunk_size": TOKENS,
+    "num_nextn_predict_layers": MODEL_LAYERS,
 }
 
 # model_type values whose architecture puts a bias on q/k/v even without attention_bias.
@@ -789,6 +824,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
             qkv_bias=attention_bias or config.get("model_type") in _QKV_BIAS_MODEL_TYPES,
             qk_norm=config.get("model_type") in _QK_NORM_MODEL_TYPES,
             o_bias=attention_bias,
+            mtp_layers=_count_key(config, "num_nextn_predict_layers", 0),
             **extra,
         )
     except CbsimError as err:  # name the config's key, not the ModelShape attribute
@@ -946,6 +982,7 @@ _CONFIG_KEYS = {
     "num_kv_heads": "num_key_value_heads",
     "experts_per_token": "num_experts_per_tok",
     "dense_layers": "first_k_dense_replace",
+    "mtp_layers": "num_nextn_predict_layers",
 }
 
 

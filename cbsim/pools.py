@@ -65,7 +65,7 @@ def pool_plans(scenario: Scenario) -> list[PoolPlan]:
         ]
     if cluster.pools is not None:
         return [
-            _plan(scenario, pool, f"pool {i}", "both", f"cluster.pools.{i}")
+            _plan(scenario, pool, f"pool {i}", "both", f"cluster.pools[{i}]")
             for i, pool in enumerate(cluster.pools)
         ]
     return [PoolPlan("all", "both", "cluster", scenario)]

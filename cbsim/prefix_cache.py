@@ -85,11 +85,38 @@ def prefix_caching_on(scenario: Scenario) -> bool:
 @dataclass(slots=True, frozen=True)
 class Segments:
     """A prompt's content as segments: ``keys[s]`` identifies segment s and everything before it,
-    ``blocks[s]`` is how many KV blocks end inside it, ``tokens[s]`` the tokens up to its end."""
+    ``blocks[s]`` is how many KV blocks of ``block_size`` tokens end inside it, ``tokens[s]`` the
+    tokens up to its end. A replica whose blocks differ in size (a mixed fleet's pools) counts
+    them with :meth:`at_block_size` (0: the size is not known, every replica counts its own)."""
 
     keys: tuple[int, ...]
     blocks: tuple[int, ...]
     tokens: tuple[int, ...]
+    block_size: int = 0
+    _sized: dict[int, Segments] | None = field(default=None, compare=False, repr=False)
+
+    def at_block_size(self, block_size: int) -> Segments:
+        """These segments with ``blocks`` counted in blocks of ``block_size`` tokens."""
+        if block_size == self.block_size:
+            return self
+        sized = self._sized
+        if sized is None:
+            sized = {}
+            object.__setattr__(self, "_sized", sized)  # a cache: the value stays the same
+        other = sized.get(block_size)
+        if other is None:
+            other = sized[block_size] = Segments(
+                self.keys, _blocks_ending_in(self.tokens, block_size), self.tokens, block_size
+            )
+        return other
+
+
+def _blocks_ending_in(ends: Sequence[int], block_size: int) -> tuple[int, ...]:
+    """How many KV blocks of ``block_size`` tokens end inside each segment ending at ``ends``."""
+    starts = (0, *ends[:-1])
+    return tuple(
+        end // block_size - start // block_size for start, end in zip(starts, ends, strict=True)
+    )
 
 
 @dataclass(slots=True)
@@ -120,11 +147,7 @@ class PrefixInterner:
             ends[-1] = prompt_tokens
         length = ends[-1] - (ends[-2] if count > 1 else 0)
         keys = self._chain(content, count, length if length < sizes[count - 1] else None)
-        starts = [0, *ends[:-1]]
-        blocks = [
-            end // block_size - begin // block_size for begin, end in zip(starts, ends, strict=True)
-        ]
-        return Segments(tuple(keys), tuple(blocks), tuple(ends))
+        return Segments(tuple(keys), _blocks_ending_in(ends, block_size), tuple(ends), block_size)
 
     def _chain(self, content: Sequence[int], count: int, cut: int | None) -> list[int]:
         """The keys of the first ``count`` segments of ``content``: each stands for (the key
@@ -173,11 +196,8 @@ class PrefixInterner:
                 end // block_size - start // block_size,
             )
         else:
-            blocks = tuple(
-                b // block_size - a // block_size
-                for a, b in zip((0, *ends[:-1]), ends, strict=True)
-            )
-        return Segments(tuple(keys), blocks, ends)
+            blocks = _blocks_ending_in(ends, block_size)
+        return Segments(tuple(keys), blocks, ends, block_size)
 
 
 def ids_are_chained(prefix_ids: Sequence[tuple[int, ...]] | npt.NDArray[np.object_]) -> bool:
@@ -303,9 +323,9 @@ class PrefixCache:
     def lookup(self, req: Request) -> Hit:
         """The longest cached run of ``req``'s leading segments, capped so that the block of its
         last prompt token is computed."""
-        segments = req.segments
-        if segments is None or not segments.keys:
+        if req.segments is None or not req.segments.keys:
             return NO_HIT
+        segments = req.segments.at_block_size(self.kv.block_size)
         keys = segments.keys
         child = self.root.children.get(keys[0])
         cap = (req.prefill_target - 1) // self.kv.block_size
@@ -403,9 +423,9 @@ class PrefixCache:
     def register(self, req: Request) -> None:
         """``req`` has prefilled its prompt: its segments not cached yet join the cache, their
         blocks now shared, in use by ``req``."""
-        segments = req.segments
-        if segments is None:
+        if req.segments is None:
             return
+        segments = req.segments.at_block_size(self.kv.block_size)
         first = req.owned_segments  # the segments it reused (registering is once per admission)
         node = req.prefix_node if req.prefix_node is not None else self.root
         shared = req.shared_blocks

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -770,12 +770,16 @@ class Scheduler(StrictModel):
 
     @model_serializer(mode="wrap")
     def _only_keys_the_kind_reads(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Defaults the kind does not read are left out, so a written scenario reads back."""
+        """Defaults the kind does not read are left out, so a written scenario reads back;
+        ``sarathi``'s budget is written once, so it reads back by the same name."""
         data = handler(self)
         used = self.USED_KEYS.get(self.kind)
         if used is None or not isinstance(data, dict):
             return data
         given = self.model_fields_set
+        if self.kind == "sarathi":  # one budget, by the name the user gave it (as warnings say)
+            alias = "chunk_size" in given and "max_batched_tokens" not in given
+            data.pop("max_batched_tokens" if alias else "chunk_size", None)
         return {k: v for k, v in data.items() if k == "kind" or k in used or k in given}
 
     @classmethod
@@ -1142,8 +1146,39 @@ class Scenario(StrictModel):
         return [n for n in names if getattr(wl, n) is None]
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved scenario as plain data (round-trips through :func:`load_scenario`)."""
-        return self.model_dump(mode="json")
+        """The resolved scenario as plain data (round-trips through :func:`load_scenario`).
+
+        A pooled cluster (``disaggregation`` or ``pools``) has no ``replicas`` of its own, and
+        each pool is written with every setting its replicas ran with (:func:`_resolved_pools`),
+        since the cluster's resolved keys, read back as set, would otherwise reach the pools."""
+        data = self.model_dump(mode="json")
+        if self.cluster.pooled:
+            _resolved_pools(self, data["cluster"])
+        return data
+
+
+def _resolved_pools(scenario: Scenario, cluster: dict[str, Any]) -> None:
+    """Write into ``cluster`` (the dumped cluster of a pooled ``scenario``) each pool as its
+    replicas run it: every pool key from the pool's resolved cluster, its whole resolved
+    scheduler, no cluster-wide ``replicas``."""
+    from cbsim.pools import pool_plans
+
+    cluster.pop("replicas", None)
+    plans = pool_plans(scenario)
+    pools = [_resolved_pool(plan.scenario) for plan in plans]
+    if scenario.cluster.disaggregation is not None:
+        cluster["disaggregation"]["prefill"], cluster["disaggregation"]["decode"] = pools
+    else:
+        cluster["pools"] = pools
+
+
+def _resolved_pool(pool_scenario: Scenario) -> dict[str, Any]:
+    """A pool's keys as its replicas run them (the scenario :func:`cbsim.pools.pool_plans`
+    gives them)."""
+    resolved = pool_scenario.cluster.model_dump(mode="json")
+    keys = {name: resolved[name] for name in Pool.model_fields if name != "scheduler"}
+    keys["scheduler"] = pool_scenario.scheduler.model_dump(mode="json")
+    return keys
 
 
 # --------------------------------------------------------------------------- loading
@@ -1315,6 +1350,7 @@ def _migrate_written(data: dict[str, Any]) -> dict[str, Any]:
     sections = [data.get("scheduler")]
     cluster = data.get("cluster")
     if isinstance(cluster, dict):
+        _migrate_written_pools(cluster)
         split = cluster.get("disaggregation")
         if isinstance(split, dict):
             sections += [pool.get("scheduler") for pool in split.values() if isinstance(pool, dict)]
@@ -1330,6 +1366,29 @@ def _migrate_written(data: dict[str, Any]) -> dict[str, Any]:
         for key in Scheduler.unused_keys(kind, list(section)):
             section.pop(key)
     return data
+
+
+def _written_pools(cluster: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pool mappings of a written cluster (disaggregated or a mixed fleet)."""
+    split = cluster.get("disaggregation")
+    pools = [split.get("prefill"), split.get("decode")] if isinstance(split, dict) else []
+    if isinstance(cluster.get("pools"), list):
+        pools += cluster["pools"]
+    return [pool for pool in pools if isinstance(pool, dict)]
+
+
+def _migrate_written_pools(cluster: dict[str, Any]) -> None:
+    """Older cbsims wrote a pooled cluster with ``replicas`` beside its pools (which reads as an
+    error) and every pool key it left to the cluster as null: the cluster's ``replicas`` is
+    dropped and a null pool key left to the cluster again. (This cbsim writes no ``replicas``
+    there, and every pool key resolved: :meth:`Scenario.to_dict`.)"""
+    pools = _written_pools(cluster)
+    if not pools or "replicas" not in cluster:
+        return
+    del cluster["replicas"]
+    for pool in pools:
+        for key in [k for k, v in pool.items() if v is None]:
+            del pool[key]
 
 
 def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
@@ -1443,6 +1502,7 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         from cbsim.speculative.acceptance_trace import load_acceptance_trace
 
         load_acceptance_trace(acceptance.path, source=source)
+    _check_proposer(scenario, source)
     if workload.trace is not None:
         load_trace(workload.trace.path, source=source, field="workload.trace.path")
     for name in ("prompt_tokens", "output_tokens"):
@@ -1456,6 +1516,19 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
     from cbsim.workload import check_workload_size
 
     check_workload_size(scenario, source)
+
+
+def _check_proposer(scenario: Scenario, source: str | None) -> None:
+    """A speculative proposer the model can have (an MTP module of a local-attention model is
+    not modelled)."""
+    if not scenario.speculative.enabled or scenario.speculative.proposer.kind != "mtp":
+        return
+    from cbsim.models import get_model
+    from cbsim.speculative.proposers import mtp_problem
+
+    problem = mtp_problem(get_model(scenario.cluster.model))
+    if problem:
+        raise CbsimError(problem, source=source, field="speculative.proposer.kind")
 
 
 def _check_pools_fit(scenario: Scenario, source: str | None) -> None:
@@ -1480,7 +1553,39 @@ def _check_pools_fit(scenario: Scenario, source: str | None) -> None:
         )
     for plan in plans:
         prefix = "cluster" if plan.field == "cluster" else plan.field
-        _check_cluster_fits(plan.scenario.cluster, source, prefix)
+        cluster, field = plan.scenario.cluster, _pool_key_field(scenario, prefix)
+        if plan.field != "cluster":  # (a plain cluster's: _check_calibration)
+            _check_precision_and_profile(cluster, source, field)
+        _check_heads_split(cluster, source, field("tp"))
+        _check_cluster_fits(cluster, source, prefix)
+
+
+def _pool_key_field(scenario: Scenario, prefix: str) -> Callable[[str], str]:
+    """Where the user set each key of the pool at ``prefix`` (``cluster`` for a plain
+    cluster): the pool's own key if it sets it, else the cluster's."""
+    cluster = scenario.cluster
+    pool: Pool | None = None
+    if prefix.startswith("cluster.pools[") and cluster.pools is not None:
+        pool = cluster.pools[int(prefix.removeprefix("cluster.pools[").removesuffix("]"))]
+    elif prefix.startswith("cluster.disaggregation.") and cluster.disaggregation is not None:
+        pool = getattr(cluster.disaggregation, prefix.rsplit(".", 1)[1])
+
+    def field(key: str) -> str:
+        if pool is not None and key in pool.model_fields_set:
+            return f"{prefix}.{key}"
+        return f"cluster.{key}"
+
+    return field
+
+
+def _check_heads_split(cluster: Cluster, source: str | None, field: str) -> None:
+    """``tp`` shares the model's attention heads as the engines shard them
+    (:meth:`~cbsim.models.ModelShape.splits_attention`)."""
+    from cbsim.models import get_model
+
+    problem = get_model(cluster.model).attention_split_problem(cluster.tp)
+    if problem:
+        raise CbsimError(f"{problem}, or add replicas, pp or dp", source=source, field=field)
 
 
 def _check_cluster_fits(cluster: Cluster, source: str | None, prefix: str) -> None:
@@ -1531,21 +1636,35 @@ def _check_calibration(cluster: Cluster, source: str | None) -> None:
     """The serving engine's profile and the calibration profile exist and parse, and the GPU can
     run the weights' precision."""
     from cbsim.cost.engine_profile import load_engine_profile
+
+    try:
+        load_engine_profile(cluster.engine)
+    except CbsimError as err:
+        raise err.located(source=source, field="cluster.engine") from None
+    if not cluster.pooled:  # (each pool's GPU, precision and profile: _check_pools_fit)
+        _check_precision_and_profile(cluster, source, "cluster.{}".format)
+
+
+def _check_precision_and_profile(
+    cluster: Cluster, source: str | None, field: Callable[[str], str]
+) -> None:
+    """One pool's GPU runs its weights' precision and has the calibration profile it names
+    (``field``: where each key is set)."""
+    from cbsim.cost.engine_profile import load_engine_profile
     from cbsim.cost.profile import DEFAULT_PROFILE, load_profile
     from cbsim.hardware import get_gpu
 
     try:
-        engine = load_engine_profile(cluster.engine)
-    except CbsimError as err:
-        raise err.located(source=source, field="cluster.engine") from None
-    try:
         get_gpu(cluster.gpu).peak_flops(cluster.dtype)
     except CbsimError as err:
-        raise CbsimError(err.message, source=source, field="cluster.dtype") from None
+        where = field("dtype")
+        if where == "cluster.dtype" and field("gpu") != "cluster.gpu":
+            where = field("gpu")  # the pool's GPU takes the cluster's precision
+        raise CbsimError(err.message, source=source, field=where) from None
     name = cluster.calibration or DEFAULT_PROFILE
     if name == DEFAULT_PROFILE:
-        name = engine.kernel_profile(cluster.gpu) or DEFAULT_PROFILE
+        name = load_engine_profile(cluster.engine).kernel_profile(cluster.gpu) or DEFAULT_PROFILE
     try:
         load_profile(cluster.gpu, name)
     except CbsimError as err:
-        raise err.located(source=source, field="cluster.calibration") from None
+        raise err.located(source=source, field=field("calibration")) from None

@@ -140,7 +140,7 @@ def build_sessions(scenario: Scenario, source: str | None = None) -> SessionWork
 
     turns = lengths(config.turns, n, "turns")
     total = int(turns.sum())
-    first = np.concatenate([[0], np.cumsum(turns)[:-1]]).astype(np.int64)
+    first = (np.cumsum(turns) - turns).astype(np.int64)  # each session's first turn (none: empty)
     template = np.full(n, -1, dtype=np.int64)
     template_tokens = np.zeros(0, dtype=np.int64)
     system = config.system_prompt

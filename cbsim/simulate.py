@@ -12,10 +12,12 @@ import numpy as np
 from cbsim.engine import CostModelCache, ProgressCallback, Simulation
 from cbsim.errors import CbsimError
 from cbsim.metrics import IterationTotals, summarize, timeseries
+from cbsim.outputs import temporary_prefix
 from cbsim.results import Results
 from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
 from cbsim.sessions import SessionWorkload
+from cbsim.setting_warnings import ignored_settings
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 
@@ -44,7 +46,10 @@ def simulate(
     window_s = scenario.output.timeseries_window_s
     if stream_to is not None:
         simulation.recorder.stream(stream_to, window_s)
-    recorder = simulation.run()
+    try:
+        recorder = simulation.run()
+    except CbsimError as err:  # a run-time guard (the request limit, the windows) names a field
+        raise err.located(source=source) from None
     wall = time.perf_counter() - wall_start
     requests = recorder.requests
     iterations = recorder.iterations
@@ -106,9 +111,11 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
     """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
     batches (the largest: ``max_batch``) far beyond what the engine's overhead was fitted on,
     doubts about a replayed trace's times."""
+    specs = simulation.specs
     warnings = [
         *simulation.workload_warnings,
         *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
+        *ignored_settings(scenario, specs is not None and specs.prefix_ids is not None),
     ]
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
@@ -125,16 +132,22 @@ def scenario_warnings(
     scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
     if workload is None:
         workload = build_workload(scenario, source)
+    trace_ids = isinstance(workload, RequestSpecs) and workload.prefix_ids is not None
+    ignored = ignored_settings(scenario, trace_ids)
     if isinstance(workload, SessionWorkload):
-        return scheduler_warnings(scenario.scheduler, workload.prompt_lengths())
+        return [*scheduler_warnings(scenario.scheduler, workload.prompt_lengths()), *ignored]
     if isinstance(workload, ClosedLoopWorkload | StagedWorkload):
         if isinstance(workload, StagedWorkload):
             count = min(len(workload), 1024)
         else:
             count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-        return scheduler_warnings(scenario.scheduler, prompts)
-    return [*workload.warnings, *scheduler_warnings(scenario.scheduler, workload.prompt_tokens)]
+        return [*scheduler_warnings(scenario.scheduler, prompts), *ignored]
+    return [
+        *workload.warnings,
+        *scheduler_warnings(scenario.scheduler, workload.prompt_tokens),
+        *ignored,
+    ]
 
 
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:
@@ -156,7 +169,9 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     if results.iterations_path is None:
         baseline = simulate(load_scenario(data), source=source)
     else:
-        with tempfile.TemporaryDirectory(dir=results.iterations_path.parent) as tmp:
+        # named as cbsim's temporaries are: a killed run's is deleted by the next write there
+        parent, prefix = results.iterations_path.parent, temporary_prefix("no-spec")
+        with tempfile.TemporaryDirectory(prefix=prefix, suffix=".tmp", dir=parent) as tmp:
             stream_to = Path(tmp) / "iterations.parquet"
             baseline = simulate(load_scenario(data), source=source, stream_to=stream_to)
     spec, base = results.summary, baseline.summary

@@ -767,6 +767,8 @@ def execute_sweep(
                 if time.monotonic() - last_write >= TABLE_REWRITE_INTERVAL_S:
                     write_table()
                     last_write = time.monotonic()
+    # workers of a killed earlier sweep may have ended only after this one started
+    outputs.remove_stale_temporaries(points_dir)
     write_table()
     frame = pd.read_parquet(table_path)
     return SweepReport(

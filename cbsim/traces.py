@@ -469,9 +469,27 @@ def _datetime_seconds(
     row = _first_bad(parsed.isna().to_numpy())
     if row is not None:
         raise where.bad_cell(row, column, series.iloc[row - 1], "a date-time")
+    row = _first_bad(_outside_nanosecond_range(parsed))
+    if row is not None:
+        raise where.bad_cell(
+            row, column, series.iloc[row - 1], "a date-time between the years 1678 and 2261"
+        )
     nanoseconds = parsed.dt.tz_localize(None).astype("datetime64[ns]").to_numpy().astype(np.int64)
     relative: npt.NDArray[np.float64] = (nanoseconds - nanoseconds.min()) / 1e9
     return relative
+
+
+_BLOCK_IDS = "a flat list of integer block ids, each within a signed 64-bit integer"
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _outside_nanosecond_range(parsed: pd.Series[Any]) -> npt.NDArray[np.bool_]:
+    """Which parsed date-times a nanosecond clock cannot hold (before 1677-09-21 or after
+    2262-04-11, such as a year-1 placeholder)."""
+    naive = parsed.dt.tz_localize(None)
+    low, high = pd.Timestamp.min.ceil("s"), pd.Timestamp.max.floor("s")
+    outside: npt.NDArray[np.bool_] = ((naive < low) | (naive > high)).to_numpy(dtype=bool)
+    return outside
 
 
 def _prefix_ids(series: pd.Series[Any], column: str, where: _Where) -> list[tuple[int, ...]]:
@@ -479,22 +497,44 @@ def _prefix_ids(series: pd.Series[Any], column: str, where: _Where) -> list[tupl
     for row, value in enumerate(series.tolist(), start=1):
         ids = _block_ids(value)
         if ids is None:
-            raise where.bad_cell(row, column, value, "a list of integer block ids")
+            raise where.bad_cell(row, column, _shortened(value), _BLOCK_IDS)
         out.append(ids)
     return out
 
 
 def _block_ids(value: Any) -> tuple[int, ...] | None:
-    """A request's prefix block ids as a tuple of ints, or None if ``value`` is not such a list."""
+    """A request's prefix block ids as a tuple of ints, or None if ``value`` is not a flat list
+    of integers that fit in int64 (a nested or huge value included)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             return None
     if isinstance(value, np.ndarray):
-        return tuple(value.tolist()) if value.dtype.kind in "iu" and value.ndim == 1 else None
-    if isinstance(value, list | tuple) and all(
-        isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value
-    ):
+        if value.dtype.kind not in "iu" or value.ndim != 1:
+            return None
+        value = value.tolist()
+    if isinstance(value, list | tuple) and all(_is_int64(v) for v in value):
         return tuple(int(v) for v in value)
     return None
+
+
+def _is_int64(value: Any) -> bool:
+    """Whether ``value`` is an integer (not a bool) that a signed 64-bit integer holds."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return False
+    return _INT64_MIN <= int(value) <= _INT64_MAX
+
+
+def _shortened(value: Any, limit: int = 60) -> Any:
+    """A cell's value cut to ``limit`` characters for an error message (a nested list can be
+    thousands of characters long)."""
+    text = value if isinstance(value, str) else None
+    if text is None and isinstance(value, list | tuple | np.ndarray):
+        try:
+            text = str(value)
+        except RecursionError:
+            return "a list nested too deeply"
+    if text is None or len(text) <= limit:
+        return value
+    return text[:limit] + "..."

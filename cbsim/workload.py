@@ -29,14 +29,17 @@ from cbsim.rng import stream
 from cbsim.scenario import (
     ClosedLoopArrival,
     EmpiricalLength,
+    FixedLength,
     GammaArrival,
     Length,
+    LognormalLength,
     OfflineArrival,
     PoissonArrival,
     Scenario,
     StagesArrival,
     TraceAcceptance,
     TraceArrival,
+    UniformLength,
 )
 from cbsim.sessions import SessionWorkload, build_sessions
 from cbsim.speculative.acceptance_trace import load_acceptance_trace
@@ -223,7 +226,7 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
                 source=source,
                 field="workload.arrival.rate",
             )
-        if wl.num_requests is None and wl.duration_s is not None:
+        if wl.num_requests is None and wl.duration_s is not None and wl.sessions is None:
             expected = arrival.rate * wl.duration_s
             if expected > REQUESTS.high:
                 raise CbsimError(
@@ -232,9 +235,49 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
                     source=source,
                     field="workload.duration_s",
                 )
+    if wl.sessions is not None:
+        _check_sessions(scenario, source)
     expected_span = expected_span_s(scenario)
+    if expected_span is None:
+        expected_span = scenario.horizon_s  # the run stops there at the latest
     if expected_span is not None:
         check_windows(scenario, expected_span, source)
+
+
+def _typical_length(length: Length) -> float:
+    """About the mean of a length distribution (1 where only its trace can tell)."""
+    if isinstance(length, FixedLength):
+        return float(length.value)
+    if isinstance(length, UniformLength):
+        return (length.low + length.high) / 2
+    if isinstance(length, LognormalLength):
+        return float(min(max(length.mean, length.min), length.max or length.mean))
+    return 1.0
+
+
+def _check_sessions(scenario: Scenario, source: str | None) -> None:
+    """Sessions expect at most the request limit: sessions started (``count``, or rate x
+    ``duration_s``, whichever is fewer) times their typical number of turns."""
+    wl = scenario.workload
+    sessions, arrival = wl.sessions, wl.arrival
+    assert sessions is not None and isinstance(arrival, PoissonArrival | GammaArrival)
+    started: list[tuple[float, str]] = []
+    if sessions.count is not None:
+        started.append((float(sessions.count), "workload.sessions.count"))
+    if wl.duration_s is not None:
+        started.append((arrival.rate * wl.duration_s, "workload.duration_s"))
+    if not started:
+        return
+    count, field = min(started)
+    turns = _typical_length(sessions.turns)
+    expected = count * turns
+    if expected > REQUESTS.high:
+        raise CbsimError(
+            f"about {count:.3g} sessions of about {turns:.3g} turns each send about "
+            f"{expected:.3g} requests; a run's requests {REQUESTS.violation(expected)}",
+            source=source,
+            field=field,
+        )
 
 
 def _stages_span(arrival: StagesArrival) -> float:

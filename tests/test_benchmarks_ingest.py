@@ -244,11 +244,20 @@ def test_vllm_metadata_records_the_run_and_wins_over_options(tmp_path: Path) -> 
     )
 
 
-def test_vllm_engine_comes_from_options_then_a_backend_naming_an_engine(tmp_path: Path) -> None:
+def test_vllm_engine_comes_from_a_backend_naming_an_engine_then_options(tmp_path: Path) -> None:
     path = write_json(tmp_path, vllm_record(backend="sglang"))
     assert read_benchmarks(path, **RUN).loc[0, "engine"] == "sglang"
-    assert read_benchmarks(path, engine="trtllm", **RUN).loc[0, "engine"] == "tensorrt-llm"
+    assert read_benchmarks(path, engine="sglang", **RUN).loc[0, "engine"] == "sglang"
     assert read_benchmarks(VLLM_CLOSED, engine="my-engine", **RUN).loc[0, "engine"] == "my-engine"
+
+
+def test_an_engine_option_contradicting_the_backend_is_an_error(tmp_path: Path) -> None:
+    """A result whose backend names the engine that served it is never fitted as another."""
+    path = write_json(tmp_path, vllm_record(backend="tensorrt-llm"))
+    with pytest.raises(CbsimError) as caught:
+        read_benchmarks(path, engine="vllm", **RUN)
+    assert caught.value.source == str(path) and caught.value.field == "backend"
+    assert "--engine tensorrt-llm" in str(caught.value)
 
 
 def test_vllm_appended_results_are_one_run_per_line(tmp_path: Path) -> None:

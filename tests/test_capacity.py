@@ -244,16 +244,32 @@ def test_vary_gpu_picks_the_cheaper_per_token() -> None:
 
 
 def test_invalid_alternatives_are_reported_and_skipped() -> None:
-    result = plan(
-        scenario(),
-        SLO,
-        vary={"cluster.tp": [3]},
-        window_s=WINDOW_S,
-    )
-    (alt,) = result["alternatives"]
-    assert alt["error"] and "power of two" in alt["error"]
-    assert alt["simulations"] == 0
+    """An alternative invalid only in combination (fp4 weights on a GPU without FP4) is reported
+    and skipped; the others are searched (an unreachable SLO keeps the search short)."""
+    vary = {"cluster.gpu": ["h100-sxm", "b200"], "cluster.dtype": ["fp4"]}
+    result = plan(scenario(), {"ttft_p99_s": 0.0001}, vary=vary, window_s=WINDOW_S)
+    h100, b200 = result["alternatives"]
+    assert h100["error"] and "FP4" in h100["error"] and h100["simulations"] == 0
+    assert b200["error"] is None and b200["simulations"] > 0
     assert result["best"] is None and not result["feasible"]
+
+
+@pytest.mark.parametrize(
+    ("vary", "message"),
+    [
+        ({"cluster.tp": [3]}, "cluster.tp=3: tp must be a power of two"),
+        ({"cluster.gpu": ["h100", "h200"]}, "cluster.gpu=h100: unknown gpu 'h100'"),
+        ({"cluster.gpu": ["h900"]}, "cluster.gpu=h900: unknown gpu 'h900'"),
+    ],
+)
+def test_a_vary_value_no_alternative_takes_is_bad_input(
+    vary: dict[str, list[Any]], message: str
+) -> None:
+    """A misspelt value is an error naming it before any search (not an infeasible plan, nor
+    a plan of the other values)."""
+    with pytest.raises(CbsimError, match=message) as info:
+        plan(scenario(), SLO, vary=vary, window_s=WINDOW_S)
+    assert info.value.field == "--vary"
 
 
 def test_changing_a_kind_drops_the_old_kind_fields() -> None:

@@ -143,3 +143,26 @@ def test_the_report_compares_layouts_per_gpu_and_per_user(tmp_path: Path) -> Non
     assert "disaggregation pays" in text and "aggregated" in text
     assert "Tokens per GPU vs tokens per user" in text
     assert (out.parent / "report-disaggregated-tokens-per-gpu-vs-per-user.png").is_file()
+
+
+def test_a_disaggregated_plan_file_is_one_capacity_may_replace(tmp_path: Path) -> None:
+    """``--out`` replaces a plan cbsim wrote, a disaggregated one too (it has no
+    ``max_rate_rps``), and still refuses any other file."""
+    from cbsim.capacity.cli import _check_plan_file
+
+    plan = plan_disaggregated(
+        load_scenario(traffic(2000, 50)),
+        {"ttft_p99_s": 2.0, "tpot_p99_s": 0.05},
+        target_rps=1.0,
+        prefill=[Candidate("h100-sxm", 1)],
+        decode=[Candidate("h100-sxm", 1)],
+        window_s=5.0,
+        min_requests=10,
+        tolerance=0.5,
+    )
+    out = tmp_path / "plan.json"
+    out.write_text(json.dumps(plan, allow_nan=False))
+    _check_plan_file(out)  # no error: cbsim's own plan
+    out.write_text(json.dumps({"slo": {}, "simulations": 1}))
+    with pytest.raises(CbsimError, match="not a capacity plan"):
+        _check_plan_file(out)

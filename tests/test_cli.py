@@ -594,3 +594,41 @@ def test_cost_prices_mixture_of_experts_configs(
     config.write_text(json.dumps(gpt_oss))
     result = invoke("cost", "--model", config, "--gpu", "h100-sxm", "--tp", "2", "--prefill", "8")
     assert result.exit_code == 0, result.output
+
+
+INTERRUPT_WHILE_IMPORTING = """
+import importlib, sys
+
+class CtrlC:
+    # Ctrl-C pressed while the command imports its dependencies (pandas: the first heavy one)
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["cbsim", "--help"]
+module, _, function = {entry!r}.partition(":")
+getattr(importlib.import_module(module), function)()
+"""
+
+
+def test_ctrl_c_while_starting_exits_130_without_a_traceback() -> None:
+    """The seconds the ``cbsim`` console script spends importing pandas, numba and the rest are
+    covered by its Ctrl-C handling: ``interrupted`` and status 130, as during a run (not a
+    traceback and death by SIGINT)."""
+    import tomllib
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    scripts = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["scripts"]
+    code = INTERRUPT_WHILE_IMPORTING.format(entry=scripts["cbsim"])
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=pyproject.parent,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "interrupted"

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import cbsim
@@ -19,7 +20,7 @@ from cbsim.kv_transfer import NVLINK_LATENCY_S, RDMA_LATENCY_S, node_of_instance
 from cbsim.kvcache import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 from cbsim.scenario import load_scenario
-from tests.conftest import small_scenario
+from tests.conftest import small_scenario, summaries_equal
 
 
 def disaggregated(
@@ -372,3 +373,46 @@ def test_aggregated_runs_keep_their_columns() -> None:
     assert not any(key.startswith("kv_transfer") for key in result.summary)
     assert (result.requests["prefill_replica"] == -1).all()
     assert result.requests["kv_arrived_s"].isna().all()
+
+
+def closed_loop_split(
+    seed: int, clients: int, prefill: int, decode: int, gpus: tuple[str, str], think: float
+) -> dict[str, Any]:
+    """A closed loop on prefill instances of one GPU kind and decode instances of another."""
+    data = disaggregated(
+        prefill={"replicas": prefill, "gpu": gpus[0]},
+        decode={"replicas": decode, "gpu": gpus[1]},
+        seed=seed,
+    )
+    data["cluster"].update(model="llama-3.2-1b", router="random")
+    data["workload"] = {
+        "num_requests": 12,
+        "arrival": {"kind": "closed_loop", "concurrency": clients, "think_time_s": think},
+        "prompt_tokens": {"kind": "uniform", "low": 50, "high": 2000},
+        "output_tokens": {"kind": "uniform", "low": 1, "high": 300},
+    }
+    return data
+
+
+@settings(max_examples=6, deadline=None)
+# a decode run waited for in one event ended a float step after stepping's last iteration (no
+# delay from the run's start reached its end), and the clients' next requests followed it
+@example(seed=13, clients=3, prefill=2, decode=2, gpus=("l40s", "mi300x"), think=0.0)
+@given(
+    seed=st.integers(0, 10_000),
+    clients=st.integers(1, 4),
+    prefill=st.integers(1, 2),
+    decode=st.integers(1, 2),
+    gpus=st.sampled_from([("l40s", "mi300x"), ("mi300x", "l40s")]),
+    think=st.sampled_from([0.0, 0.004]),
+)
+def test_fast_forward_is_stepping_in_a_disaggregated_closed_loop(
+    seed: int, clients: int, prefill: int, decode: int, gpus: tuple[str, str], think: float
+) -> None:
+    data = closed_loop_split(seed, clients, prefill, decode, gpus, think)
+    fast = cbsim.simulate(data)
+    data["fast_forward"] = False
+    slow = cbsim.simulate(data)
+    pd.testing.assert_frame_equal(fast.requests, slow.requests)
+    pd.testing.assert_frame_equal(fast.iterations, slow.iterations)
+    assert summaries_equal(fast.summary, slow.summary)

@@ -21,6 +21,7 @@ whole campaign and prints its figures.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -399,11 +400,18 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
 )
 
 
+POOLED_KEYS = frozenset({"disaggregation", "pools", "dp", "ep"})
+"""Cluster keys of a base whose pools or MoE ranks a combination of cluster keys would not
+reach (its pools' GPUs serve) or would meet first (a dense model with ``dp``)."""
+
+
 def combination_cases(rng: random.Random) -> Iterator[BadInput]:
     for (label, settings, field_path), base_name in itertools.product(COMBINATIONS, sorted(BASES)):
         data = BASES[base_name]
         if "sessions" in data["workload"] and any(k.startswith("workload.") for k in settings):
             continue  # combinations of a request-level workload's keys: not a sessions base's
+        if any(k.startswith("cluster.") for k in settings) and POOLED_KEYS & set(data["cluster"]):
+            continue  # its pools (or its MoE ranks) say what the cluster's keys would
         for key, value in settings.items():
             data = _set(data, key, value)
         data["workload"] = {k: v for k, v in data["workload"].items() if v is not None}
@@ -470,6 +478,8 @@ def name_cases(rng: random.Random) -> Iterator[BadInput]:
     for (path, value), base_name in zip(
         UNKNOWN_NAMES * 2, itertools.cycle(sorted(BASES)), strict=False
     ):
+        if "sessions" in BASES[base_name]["workload"] and path.startswith("workload."):
+            continue  # a sessions base refuses a request-level workload's keys first
         data = _set(BASES[base_name], path, value)
         if path.startswith("speculative."):
             data = _set(data, "speculative.enabled", True)
@@ -894,6 +904,318 @@ def sweep_cases(rng: random.Random) -> Iterator[BadInput]:
     )
 
 
+# --- engine profiles ----------------------------------------------------------------------
+
+SESSIONS = {
+    "turns": {"kind": "uniform", "low": 3, "high": 9},
+    "user_tokens": {"kind": "fixed", "value": 100},
+    "answer_tokens": {"kind": "fixed", "value": 50},
+}
+SMALL_LOAD = {
+    "name": "guard",
+    "workload": {
+        "num_requests": 100,
+        "arrival": {"kind": "poisson", "rate": 2.0},
+        "prompt_tokens": {"kind": "fixed", "value": 100},
+        "output_tokens": {"kind": "fixed", "value": 10},
+    },
+    "cluster": {"model": "llama-3.1-8b", "gpu": "h100-sxm"},
+    "slo": {"ttft_s": 2.0, "tpot_s": 0.1},
+}
+
+
+VLLM_PROFILE: dict[str, Any] = json.loads(
+    (ROOT / "cbsim" / "data" / "profiles" / "engines" / "vllm.json").read_text(encoding="utf-8")
+)
+BAD_PROFILE_VALUES: tuple[tuple[str, Any], ...] = (
+    ("overhead.serial_s", math.inf),
+    ("overhead.serial_s", math.nan),
+    ("overhead.cpu_per_token_s", 1e300),
+    ("overhead.serial_per_layer_s", 11.0),
+    ("frontend.request_s", math.inf),
+    ("frontend.output_token_s", -1.0),
+    ("defaults.scheduler.block_size", 10**9),
+    ("defaults.scheduler.max_batch_size", 10**12),
+    ("defaults.scheduler.max_batched_tokens", 2**40),
+    ("gpu_defaults.h100-sxm.scheduler.block_size", 0),
+    ("custom_allreduce.latency_s", math.inf),
+    ("fitted_range.batch_size", [64, 1]),
+)
+
+
+def engine_profile_cases(rng: random.Random) -> Iterator[BadInput]:
+    """Engine profiles (``cluster.engine: profile.json``) with a value out of its range: the
+    error names the scenario, its field, the profile file and the profile's field."""
+    for dotted, value in BAD_PROFILE_VALUES:
+        profile = _set(VLLM_PROFILE, dotted, value)
+        scenario = _set(SMALL_LOAD, "cluster.engine", "{tmp}/engine.json")
+        yield BadInput(
+            "profile",
+            f"engine profile {dotted} {value!r}",
+            _validate_or_run(rng, "{tmp}/scenario.yaml"),
+            ("{tmp}/scenario.yaml", "cluster.engine", "{tmp}/engine.json", dotted),
+            {"scenario.yaml": _dump(scenario), "engine.json": json.dumps(profile).encode()},
+        )
+
+
+# --- calibrate e2e data -------------------------------------------------------------------
+
+VLLM_RESULT: dict[str, Any] = {
+    "backend": "vllm",
+    "model_id": "meta-llama/Llama-3.1-8B",
+    "completed": 64,
+    "num_prompts": 64,
+    "max_concurrency": 4,
+    "request_rate": "inf",
+    "total_input_tokens": 64 * 512,
+    "total_output_tokens": 64 * 128,
+    "mean_ttft_ms": 40.0,
+    "mean_tpot_ms": 8.0,
+    "gpu": "h100-sxm",
+    "tp": 1,
+    "dtype": "bf16",
+}
+NORMALISED_HEADER = "engine,gpu,model,dtype,tp,isl,osl,concurrency,ttft_mean_s,tpot_mean_s"
+NORMALISED_ROW = ("vllm", "h100-sxm", "llama-3.1-8b", "bf16", 1, 1024, 128, 8, 0.19, 0.008)
+PER_REQUEST_HEADER = "send_s,prompt_tokens,output_tokens,ttft_s,generation_time_s"
+BAD_RESULT_VALUES: tuple[tuple[str, Any, str], ...] = (
+    ("completed", 1e30, "completed"),
+    ("mean_ttft_ms", 1e308, "mean_ttft_ms"),
+    ("mean_tpot_ms", 1e12, "mean_tpot_ms"),
+    ("max_concurrency", 1_000_000, "max_concurrency"),
+    ("num_prompts", 10**9, "num_prompts"),
+    ("total_input_tokens", 64 * 200_000, "total_input_tokens"),  # beyond the context
+    ("total_input_tokens", 10, "total_input_tokens"),  # under one token a request
+    ("output_throughput", 1e30, "output_throughput"),
+    ("tp", 10**6, "tp"),
+    ("backend", "tensorrt-llm", "backend"),  # fitted as --engine vllm
+)
+BAD_NORMALISED_CELLS: tuple[tuple[int, Any, str], ...] = (
+    (5, 200_000, "isl"),  # beyond llama-3.1-8b's 131,072-token context
+    (5, 0.5, "isl"),
+    (7, 1e6, "concurrency"),
+    (8, 1e9, "ttft_mean_s"),
+    (4, 3, "tp"),  # not a tensor-parallel degree: named in the file, not as cluster.tp
+)
+BAD_PER_REQUEST_CELLS: tuple[tuple[int, Any, str], ...] = (
+    (1, 1e30, "prompt_tokens"),
+    (1, 200_000, "prompt_tokens"),  # beyond the context
+    (1, 100.5, "prompt_tokens"),
+    (3, -0.05, "ttft_s"),
+    (3, "inf", "ttft_s"),
+    (0, 1e30, "send_s"),
+)
+
+
+def _per_request_csv(column: int, value: Any) -> bytes:
+    rows = [[0.0, 100, 10, 0.05, 0.1], [1.0, 120, 12, 0.06, 0.12]]
+    rows[1][column] = value
+    lines = [PER_REQUEST_HEADER, *(",".join(str(v) for v in row) for row in rows)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def benchmark_cases(rng: random.Random) -> Iterator[BadInput]:
+    """``cbsim calibrate e2e`` data (vLLM results, normalised tables, per-request logs) with a
+    value out of range: the error names the data file and its field, never a field of the
+    scenario cbsim makes of it."""
+    fit = ("calibrate", "e2e", "--engine", "vllm", "--out", "{tmp}/profile.json")
+    for key, value, field_name in BAD_RESULT_VALUES:
+        record = {**VLLM_RESULT, key: value}
+        yield BadInput(
+            "benchmark",
+            f"vllm result {key} {value!r}",
+            (*fit, "--data", "{tmp}/bench.json"),
+            ("{tmp}/bench.json", field_name),
+            {"bench.json": json.dumps(record).encode()},
+        )
+    for column, value, field_name in BAD_NORMALISED_CELLS:
+        row = list(NORMALISED_ROW)
+        row[column] = value
+        table = f"{NORMALISED_HEADER}\n{','.join(str(v) for v in row)}\n"
+        yield BadInput(
+            "benchmark",
+            f"normalised table {field_name} {value!r}",
+            (*fit, "--data", "{tmp}/bench.csv"),
+            ("{tmp}/bench.csv", field_name),
+            {"bench.csv": table.encode()},
+        )
+    for column, value, field_name in BAD_PER_REQUEST_CELLS:
+        yield BadInput(
+            "benchmark",
+            f"per-request log {field_name} {value!r}",
+            (*fit, "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--data", "{tmp}/log.csv"),
+            ("{tmp}/log.csv", field_name),
+            {"log.csv": _per_request_csv(column, value)},
+        )
+
+
+# --- prefix ids and dates in traces -------------------------------------------------------
+
+TRACE_HEADER = "timestamp,input_length,output_length,hash_ids"
+
+
+def _ids_trace(cell: str) -> bytes:
+    return f'{TRACE_HEADER}\n0,600,10,"[1, 2]"\n1,600,10,"{cell}"\n'.encode()
+
+
+def _ids_parquet(ids: list[int]) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "timestamp": [0, 1],
+            "input_length": [600, 600],
+            "output_length": [10, 10],
+            "hash_ids": pa.array([[1, 2], ids], type=pa.list_(pa.uint64())),
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def trace_id_cases(rng: random.Random) -> Iterator[BadInput]:
+    """Traces whose prefix block ids or dates cbsim cannot hold: nested lists, integers beyond
+    int64, date-times outside what a nanosecond clock holds."""
+    files: list[tuple[str, str, bytes, str]] = [
+        ("ids nested 3,000 deep", "trace.csv", _ids_trace("[" * 3000 + "]" * 3000), "hash_ids"),
+        ("ids nested once", "trace.csv", _ids_trace("[[1, 2], [3]]"), "hash_ids"),
+        ("id 2^64", "trace.csv", _ids_trace(f"[1, {2**64}]"), "hash_ids"),
+        ("id -2^63 - 1", "trace.csv", _ids_trace(f"[{-(2**63) - 1}]"), "hash_ids"),
+        (
+            "jsonl id 2^64",
+            "trace.jsonl",
+            b'{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [%d]}\n'
+            % 2**64,
+            "hash_ids",
+        ),
+        ("parquet uint64 id", "trace.parquet", _ids_parquet([2**64 - 1]), "hash_ids"),
+        (
+            "timestamp in year 1",
+            "trace.csv",
+            b"timestamp,input_length,output_length\n"
+            b"0001-01-01 00:00:00,600,10\n0001-01-01 00:00:05,600,10\n",
+            "timestamp",
+        ),
+        (
+            "timestamp in year 9999",
+            "trace.csv",
+            b"timestamp,input_length,output_length\n"
+            b"2024-01-01 00:00:00,600,10\n9999-01-01 00:00:00,600,10\n",
+            "timestamp",
+        ),
+    ]
+    for label, name, content, column in files:
+        data = _set(SMALL_LOAD, "workload", {"trace": {"path": f"{{tmp}}/{name}"}})
+        data["cluster"]["prefix_caching"] = True
+        yield BadInput(
+            "trace ids",
+            label,
+            _validate_or_run(rng, "{tmp}/scenario.yaml"),
+            ("{tmp}/scenario.yaml", "workload.trace.path", f"{{tmp}}/{name}", column),
+            {"scenario.yaml": _dump(data), name: content},
+        )
+
+
+# --- what only a run or a search tells ------------------------------------------------------
+
+
+def _workload(**workload: Any) -> dict[str, Any]:
+    data = json.loads(json.dumps(SMALL_LOAD))
+    data["workload"] = workload
+    return data
+
+
+def _closed(concurrency: int, **extra: Any) -> dict[str, Any]:
+    arrival = {"kind": "closed_loop", "concurrency": concurrency, **extra}
+    return {**SMALL_LOAD["workload"], "num_requests": None, "arrival": arrival}
+
+
+GUARDED: tuple[tuple[str, dict[str, Any], tuple[str, ...], tuple[str, ...]], ...] = (
+    (
+        "9M sessions of 6 turns",
+        _workload(arrival={"kind": "poisson", "rate": 2.0}, sessions={**SESSIONS, "count": 9e6}),
+        ("validate",),
+        ("{tmp}/scenario.yaml", "workload.sessions.count"),
+    ),
+    (
+        "sessions at 1,000/s for 5,000 s",
+        _workload(arrival={"kind": "poisson", "rate": 1000.0}, duration_s=5000, sessions=SESSIONS),
+        ("validate",),
+        ("{tmp}/scenario.yaml", "workload.duration_s"),
+    ),
+    (
+        "1 ms windows up to a one-day horizon",
+        {
+            **_workload(**{**SMALL_LOAD["workload"], "arrival": {"kind": "offline"}}),
+            "horizon_s": 86_400,
+            "output": {"timeseries_window_s": 0.001},
+        },
+        ("validate",),
+        ("{tmp}/scenario.yaml", "output.timeseries_window_s"),
+    ),
+    (
+        "closed loop of one client for a year",
+        _workload(**{**_closed(1), "duration_s": 31_536_000}),
+        ("run", "--quiet", "--out", "{tmp}/out"),
+        ("{tmp}/scenario.yaml", "workload.duration_s"),
+    ),
+    (
+        "closed loop whose every request is rejected",
+        _workload(
+            **{
+                **_closed(4, think_time_s=0.5),
+                "prompt_tokens": {"kind": "fixed", "value": 200_000},
+                "duration_s": 2_000_000,  # 16 million sends: under twice the limit
+            }
+        ),
+        ("run", "--quiet", "--out", "{tmp}/out"),
+        ("{tmp}/scenario.yaml", "workload.arrival", "rejected"),
+    ),
+    (
+        "capacity of a closed loop",
+        _workload(**{**_closed(4), "num_requests": 100}),
+        ("capacity",),
+        ("{tmp}/scenario.yaml", "workload.arrival"),
+    ),
+    (
+        "capacity --vary a misspelt GPU beside a good one",
+        SMALL_LOAD,
+        ("capacity", "--vary", "cluster.gpu=h100,h200", "--window-s", "10"),
+        ("--vary", "'h100'"),
+    ),
+    (
+        "capacity --vary an unknown GPU",
+        SMALL_LOAD,
+        ("capacity", "--vary", "cluster.gpu=h900", "--window-s", "10"),
+        ("--vary", "'h900'"),
+    ),
+    (
+        "capacity --prefill h100-sxm:3",
+        SMALL_LOAD,
+        ("capacity", "--disaggregated", "--target-rps", "5", "--prefill", "h100-sxm:3"),
+        ("--prefill", "h100-sxm:3", "power of two"),
+    ),
+    (
+        "capacity of sessions at a target past the request limit",
+        _workload(arrival={"kind": "poisson", "rate": 2.0}, duration_s=60, sessions=SESSIONS),
+        ("capacity", "--target-rps", "60000", "--window-s", "200"),
+        ("--target-rps", "60000"),
+    ),
+)
+
+
+def guard_cases(rng: random.Random) -> Iterator[BadInput]:
+    """Inputs valid field by field whose run or search would exceed a limit (requests, windows)
+    or could not happen: each refused early, naming the field or option that leads there."""
+    for label, data, command, names in GUARDED:
+        args = (command[0], "{tmp}/scenario.yaml", *command[1:])
+        yield BadInput("guard", label, args, names, {"scenario.yaml": _dump(data)})
+
+
 # --- command-line options -----------------------------------------------------------------
 
 COST = ("cost", "--model", "llama-3-8b", "--gpu", "h100-sxm")
@@ -1013,6 +1335,10 @@ GENERATORS: tuple[Callable[[random.Random], Iterator[BadInput]], ...] = (
     config_cases,
     sweep_cases,
     option_cases,
+    engine_profile_cases,
+    benchmark_cases,
+    trace_id_cases,
+    guard_cases,
 )
 
 
@@ -1133,13 +1459,38 @@ def test_campaign_is_big_and_varied():
     cases = campaign()
     assert len(cases) >= 300
     assert {c.category for c in cases} == {
-        "number", "combination", "name", "file", "trace", "config", "sweep", "option"
+        "number", "combination", "name", "file", "trace", "config", "sweep", "option",
+        *NEW_FILE_KINDS,
     }  # fmt: skip
     assert campaign() == cases  # seeded: the same campaign every time
 
 
+NEW_FILE_KINDS = ("profile", "benchmark", "trace ids", "guard")
+"""Categories every case of which runs by default (:func:`test_every_case_of_the_new_kinds`),
+each a defect once: left out of the quick slice."""
+
+
+@functools.cache
+def _new_kind_cases() -> tuple[BadInput, ...]:
+    """The cases of :data:`NEW_FILE_KINDS`, drawn once (the whole campaign takes seconds)."""
+    rng = random.Random(SEED_OF_CAMPAIGN)
+    kinds = (engine_profile_cases, benchmark_cases, trace_id_cases, guard_cases)
+    return tuple(case for generate in kinds for case in generate(rng))
+
+
+@pytest.mark.parametrize("category", NEW_FILE_KINDS)
+def test_every_case_of_the_new_kinds(category: str, tmp_path: Path):
+    """Engine profiles, ``calibrate e2e`` data, trace ids and dates, and the limits only a run
+    or a search meets: every case exits 2 with one error naming the file and field (or option),
+    quickly."""
+    cases = [c for c in _new_kind_cases() if c.category == category]
+    assert len(cases) >= 8
+    outcomes = run_all(cases, tmp_path)
+    assert all(o.problem is None for o in outcomes), _report(outcomes)
+
+
 def test_quick_slice_of_bad_inputs(tmp_path: Path):
-    cases = quick_slice(campaign())
+    cases = quick_slice([c for c in campaign() if c.category not in NEW_FILE_KINDS])
     assert 90 <= len(cases) <= QUICK_CASES + 10
     outcomes = run_all(cases, tmp_path)
     assert all(o.problem is None for o in outcomes), _report(outcomes)

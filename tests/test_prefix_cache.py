@@ -362,3 +362,45 @@ def test_prefix_aware_routing_skips_only_replicas_that_cannot_win(seed: int) -> 
     assert chosen == costs.index(min(costs))  # the cheapest, ties to the lowest index
     for replica in replicas:
         assert replica.looked or replica.load >= min(costs)
+
+
+def _shared_first_block_trace(path: Path, requests: int = 16) -> Path:
+    """Requests of 200 prompt tokens whose first 64-token block (id 1) is all they share."""
+    ids = [f"[1, {100 + i}, {200 + i}, {300 + i}]" for i in range(requests)]
+    frame = pd.DataFrame(
+        {
+            "arrival_s": np.arange(requests) * 0.5,
+            "prompt_tokens": 200,
+            "output_tokens": 4,
+            "hash_ids": ids,
+        }
+    )
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("block_sizes", [(16, 32), (32, 16), (16, 128)])
+def test_a_mixed_fleet_reuses_only_the_shared_prefix_in_its_own_blocks(
+    tmp_path: Path, block_sizes: tuple[int, int]
+) -> None:
+    """Pools of different block sizes: each replica reuses the 64 shared tokens in whole blocks
+    of its own (none where a block is larger), never more."""
+    trace = _shared_first_block_trace(tmp_path / "ids.csv")
+    data = {
+        "workload": {"trace": {"path": str(trace), "prefix_block_tokens": 64}},
+        "cluster": {
+            "model": "llama-3-8b",
+            "engine": "none",
+            "prefix_caching": True,
+            "router": "round_robin",
+            "pools": [
+                {"gpu": "h100-sxm", "scheduler": {"block_size": block_sizes[0]}},
+                {"gpu": "h200", "scheduler": {"block_size": block_sizes[1]}},
+            ],
+        },
+    }
+    req = cbsim.simulate(data).requests
+    for replica, block in enumerate(block_sizes):
+        cached = req.loc[req["replica"] == replica, "cached_tokens"].to_numpy()
+        reusable = 64 // block * block
+        assert cached[0] == 0 and (cached[1:] == reusable).all(), (replica, cached)

@@ -4,8 +4,13 @@ same results as holding them, the file equal to the held frame."""
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import math
+import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,7 @@ from cbsim.cost.engine_profile import (
     load_engine_profile,
     write_engine_profile,
 )
+from cbsim.outputs import temporary_name_pattern
 from cbsim.results import Results
 from cbsim.simulate import compare_no_spec, simulate
 
@@ -258,3 +264,66 @@ def test_cli_stream_without_out_writes_a_run_directory(
     written = Path(result.output.strip().splitlines()[-1])
     assert [p.name for p in (tmp_path / "results" / "stream").iterdir()] == [written.name]
     pd.testing.assert_frame_equal(Results.read(written).iterations, simulate(scenario()).iterations)
+
+
+# --------------------------------------------------------------------------- writing safely
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_runs_stream_file_is_a_temporary_the_next_run_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario()))
+    streamed_to: list[Path] = []
+    real = cli_module.simulate
+
+    def spy(*args: Any, **kwargs: Any) -> Results:
+        streamed_to.append(kwargs["stream_to"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cli_module, "simulate", spy)
+    # what a `cbsim run --stream --out run` killed during its run leaves beside run/
+    killed = tmp_path / f".run.iterations.parquet.cbsim-{dead_pid()}-abc.tmp"
+    killed.write_bytes(b"PAR1 half a file")
+    args = ["run", str(path), "--out", str(tmp_path / "run"), "--quiet", "--stream"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    # its own stream file is named as cbsim's temporaries are: a kill leaves one the next deletes
+    match = temporary_name_pattern().match(streamed_to[0].name)
+    assert match is not None and int(match["pid"]) == os.getpid()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "s.yaml"]
+
+
+def _refuse_to_create(*args: Any, **kwargs: Any) -> Any:
+    raise PermissionError(errno.EROFS, "Read-only file system")
+
+
+def _disk_full(*args: Any, **kwargs: Any) -> Any:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("fault", ["read-only", "disk-full"])
+def test_cli_stream_that_cannot_write_is_one_error_line(
+    fault: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario()))
+    if fault == "read-only":  # a read-only file system refuses even root
+        monkeypatch.setattr(tempfile, "mkstemp", _refuse_to_create)
+        where, reason = str(tmp_path), "Read-only file system"
+    else:
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", _disk_full)
+        where, reason = ".run.iterations.parquet.cbsim-", "No space left on device"
+    args = ["run", str(path), "--out", str(tmp_path / "run"), "--quiet", "--stream"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert where in lines[0] and reason in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

@@ -170,3 +170,20 @@ def test_last_window_is_divided_by_the_time_it_covers() -> None:
     np.testing.assert_allclose(frame["output_tokens_per_s"], tokens / step, rtol=0.03)
     np.testing.assert_allclose(frame["waiting"], 3.0)
     np.testing.assert_allclose(frame["kv_utilization"], 0.5)
+
+
+def test_window_sums_refuse_a_run_past_the_window_limit_before_allocating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An iteration ending past the windows the limit allows is an error as it is added, before
+    the sums grow to it (a 1 ms window reached 11.5 GiB before the error at the end)."""
+    monkeypatch.setattr(
+        metrics, "WINDOWS", metrics.WINDOWS.__class__("windows", 1, 1000, "windows", "test")
+    )
+    sums = metrics.WindowSums(1.0)
+    row = {name: np.ones(1) for name in metrics._WINDOW_COLUMNS}
+    sums.add({**row, "start_s": np.array([10.0])})
+    with pytest.raises(cbsim.CbsimError, match="windows") as caught:
+        sums.add({**row, "start_s": np.array([5000.0])})
+    assert caught.value.field == "output.timeseries_window_s"
+    assert max(len(v) for v in sums.sums.values()) <= 1000

@@ -5,7 +5,7 @@ Usage: python tools/fit_engines.py [--out results/calibration/e2e]
 Each engine's profile starts from its kernels per GPU and its documented defaults
 (cbsim/calibration/engines.py); its step overhead and front-end delay are fitted to the shipped
 H100 closed-loop benchmarks (cbsim/calibration/e2e.py), and every error is measured by full
-simulation, in-sample and leave-one-model-out; the MoE models (tools/moe_e2e.py), which no term
+simulation, in-sample and leave-one-model-out; the MoE models (tools/moe_held_out.py), which no term
 is fitted on, are predicted by the new profiles. The profiles go to
 cbsim/data/profiles/engines/<engine>.json; the tables (also quoted in the README) to
 docs/engines.md and the --out folder. About ten minutes on two cores.
@@ -17,7 +17,7 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-from moe_e2e import section as moe_section  # tools/moe_e2e.py, beside this script
+from moe_held_out import section as moe_section  # tools/moe_held_out.py, beside this script
 
 from cbsim.calibration.e2e_report import (
     ARGONNE_FRAMEWORKS,

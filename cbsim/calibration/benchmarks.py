@@ -35,7 +35,8 @@ at once). A vLLM run with a finite rate *and* a concurrency cap keeps both.
    per-request lists where those were saved. The file does not say which GPU, tensor-parallel
    degree or dtype ran: give them as options (``gpu=``, ``tp=``, ``dtype=``), or record them with
    ``--metadata gpu=h100-sxm tp=1 dtype=bf16``. The engine is vLLM unless the benchmark's
-   ``--backend`` named another engine (``sglang``, ``tensorrt-llm``, ...).
+   ``--backend`` named another engine (``sglang``, ``tensorrt-llm``, ...); such a backend is
+   recorded, and an ``engine`` option naming another engine is an error.
 3. A CSV (or parquet) in the normalised columns, for measurements typed by hand. Required:
    ``engine``, ``gpu``, ``dtype``, ``tp`` (on aggregated rows), ``isl``, ``osl``, ``hf_model`` or
    ``model``, and per row at least one measured latency or throughput; every other column may be
@@ -49,7 +50,9 @@ Hugging Face ``config.json``; when not given it comes from ``hf_model`` through
 :data:`HF_MODEL_IDS`, and stays None for models cbsim does not know (MoE models, for instance),
 which stay in the table so that a caller can report them as skipped.
 
-Bad input raises :class:`~cbsim.errors.CbsimError` naming the file, the column or key and the row.
+Bad input raises :class:`~cbsim.errors.CbsimError` naming the file, the column or key and the row;
+numbers outside their physical range (:data:`_FIELD_LIMITS`, from :mod:`cbsim.limits`: token
+counts, clients, requests, latencies, throughputs, parallel sizes) are bad input too.
 """
 
 from __future__ import annotations
@@ -70,6 +73,17 @@ import pandas as pd
 from cbsim.calibration.data import shipped_root
 from cbsim.errors import CbsimError, unknown_name
 from cbsim.hardware import GPU_NAMES
+from cbsim.limits import (
+    BATCH_SIZE,
+    BENCHMARK_CLIENTS,
+    BENCHMARK_REQUESTS,
+    MEASURED_LATENCY,
+    MEASURED_THROUGHPUT,
+    RATE,
+    TOKENS,
+    TOTAL_GPUS,
+    Limit,
+)
 from cbsim.models import MODEL_NAMES, get_model
 
 MEASURED_COLUMNS: tuple[str, ...] = (
@@ -163,6 +177,32 @@ _VLLM_THROUGHPUTS = MappingProxyType(
     {"output_tokens_per_s": "output_throughput", "request_throughput_rps": "request_throughput"}
 )
 SHIPPED_H100 = "aiconfigurator_silicon_h100.parquet"
+_FIELD_LIMITS: Mapping[str, Limit] = MappingProxyType(
+    {
+        "isl": TOKENS,
+        "osl": TOKENS,
+        "output_lens": TOKENS,
+        "concurrency": BENCHMARK_CLIENTS,
+        "max_concurrency": BENCHMARK_CLIENTS,
+        "num_requests": BENCHMARK_REQUESTS,
+        "num_prompts": BENCHMARK_REQUESTS,
+        "completed": BENCHMARK_REQUESTS,
+        "failed": BENCHMARK_REQUESTS,
+        "request_rate": RATE,
+        "ttfts": MEASURED_LATENCY,
+        "latencies": MEASURED_LATENCY,
+        "itls": MEASURED_LATENCY,
+        **{c: MEASURED_LATENCY for c in MEASURED_COLUMNS if c.endswith("_s")},
+        "output_tokens_per_s": MEASURED_THROUGHPUT,
+        "request_throughput_rps": MEASURED_THROUGHPUT,
+        "output_throughput": MEASURED_THROUGHPUT,
+        "request_throughput": MEASURED_THROUGHPUT,
+    }
+)
+"""Physical ranges of the numbers a benchmark file gives (:mod:`cbsim.limits`): a typo or a
+corrupt file ends in an error naming the file, the row and the field, not in an absurd fit or a
+simulation of a million clients."""
+_LAYOUT_SUFFIXES = ("tp", "pp", "dp", "ep", "_size", "workers")
 
 PathLike = str | os.PathLike[str]
 
@@ -300,6 +340,8 @@ def _number(
         number = float(value)
     except (TypeError, ValueError):
         raise where.error(f"{_show(value)} is not a number", field) from None
+    except OverflowError:
+        raise where.error("is too large to be a measured quantity", field) from None
     if math.isnan(number):
         return math.nan
     if number < 0 or (positive and number == 0):
@@ -307,7 +349,39 @@ def _number(
         raise where.error(f"must be {sign}, got {_show(value)}", field)
     if math.isinf(number) and not allow_inf:
         raise where.error(f"must be finite, got {_show(value)}", field)
+    if number > 0 and math.isfinite(number):
+        _check_range(where, field, value, number)
     return number
+
+
+def _limit_of(field: str) -> tuple[Limit, float] | None:
+    """The range of a benchmark field (a file's key or column) and the factor to its range's
+    unit (milliseconds to seconds), or None for a field without one."""
+    name = field.split("[", 1)[0]
+    if name in _FIELD_LIMITS:
+        return _FIELD_LIMITS[name], 1.0
+    if name.endswith("_ms"):
+        return MEASURED_LATENCY, 1e-3
+    if name.endswith("batch_size"):
+        return BATCH_SIZE, 1.0
+    if name.endswith(_LAYOUT_SUFFIXES):
+        return TOTAL_GPUS, 1.0
+    return None
+
+
+def _check_range(where: _Where, field: str, value: Any, number: float) -> None:
+    """An error naming ``field`` when ``number`` lies outside the field's physical range."""
+    found = _limit_of(field)
+    if found is None:
+        return
+    limit, scale = found
+    if not limit.contains(number * scale):
+        unit = " ms" if scale == 1e-3 else ""
+        raise where.error(
+            f"{_show(value)}{unit} is out of range: {limit.what} must be {limit.describe()} "
+            f"({limit.reason})",
+            field,
+        )
 
 
 def _count(
@@ -503,6 +577,7 @@ def _aiconfigurator_row(source: str, number: int, cells: Mapping[str, Any]) -> d
     row["concurrency"] = concurrency if not math.isnan(concurrency) else _clients(row)
     if math.isnan(row["ttft_mean_s"]) and math.isnan(row["tpot_mean_s"]):
         raise where.error("has neither silicon_ttft_ms nor silicon_tpot_ms")
+    _check_context(where, row, "isl")
     return row
 
 
@@ -602,6 +677,7 @@ def _normalised_row(
         else:
             row[field] = _count(where, field, cells.get(field), None)
     row.update(_measured(where, {c: cells.get(c) for c in MEASURED_COLUMNS}))
+    _check_context(where, row, "isl")
     return row
 
 
@@ -708,36 +784,90 @@ def _vllm_row(
     completed = _count(where, "completed", record["completed"], None)
     if completed is None:
         raise where.error("no request completed: nothing was measured", "completed")
-    backend = (_text(record.get("backend")) or "").lower()
-    engine = _ENGINES.get(backend, backend) if backend else "vllm"
     model_id = _required(where, "model_id", _text(record["model_id"]))
     cells = {**{k: record.get(k) for k in OPTIONS}, "hf_model": model_id}
-    row = _identity(
-        where, cells, options, default_engine=engine if engine in _BENCH_BACKEND_ENGINES else "vllm"
-    )
+    backend = _backend_engine(record)
+    if backend is not None:  # the file records its engine: an option cannot contradict it
+        recorded = _engine(cells["engine"])
+        if recorded is not None and recorded != backend:
+            raise where.error(
+                f"engine {recorded!r} contradicts backend {record.get('backend')!r}", "engine"
+            )
+        cells["engine"] = backend
+        given = options.get("engine")
+        if given is not None and given != backend:
+            raise where.error(
+                f"{record.get('backend')!r}: the benchmark ran {backend}, not {given} (--engine); "
+                f"fit it with --engine {backend}",
+                "backend",
+            )
+    row = _identity(where, cells, options, default_engine="vllm")
     row.update(_parallel_layout(where, cells, options, "agg"))
     file_label = where.source or ""
     row.update(
         source=f"{file_label}:{where.row}" if where.row else file_label,
         mode="agg",
-        isl=_tokens(where, record, "total_input_tokens") / completed,
-        osl=_tokens(where, record, "total_output_tokens") / completed,
+        isl=_mean_tokens(where, record, "total_input_tokens", completed),
+        osl=_mean_tokens(where, record, "total_output_tokens", completed),
         num_requests=_requests_sent(where, record, completed),
         **_vllm_load(where, record),
     )
     row.update(_vllm_measured(where, record))
+    _check_context(where, row, "total_input_tokens")
     return row
 
 
-def _tokens(where: _Where, record: Mapping[str, Any], key: str) -> int:
-    tokens: int = _required(where, key, _count(where, key, record[key], None))
-    return tokens
+def _check_context(where: _Where, row: Mapping[str, Any], field: str) -> None:
+    """A benchmark's prompt and output within its model's context (a longer one never ran:
+    the file is wrong, or names the wrong model); ``field`` holds the prompt length."""
+    model, isl, osl = row.get("model"), row["isl"], row["osl"]
+    if model is None or math.isnan(isl):
+        return
+    try:
+        context = get_model(str(model)).max_position_embeddings
+    except CbsimError:
+        return  # an unreadable model config: reported where the model is used
+    output = 1.0 if math.isnan(osl) else max(1.0, osl)
+    if isl + output > context:
+        raise where.error(
+            f"a prompt of {isl:,.0f} tokens and an output of {output:,.0f} exceed the "
+            f"{context:,}-token context of {model}",
+            field,
+        )
+
+
+def _backend_engine(record: Mapping[str, Any]) -> str | None:
+    """The engine a vLLM result's ``backend`` names (``sglang``, ``tensorrt-llm``, ...), or None
+    for a plain endpoint (``vllm``, ``openai``, ...: whatever served it)."""
+    backend = (_text(record.get("backend")) or "").lower()
+    engine = _ENGINES.get(backend, backend)
+    return engine if engine in _BENCH_BACKEND_ENGINES else None
+
+
+def _mean_tokens(where: _Where, record: Mapping[str, Any], key: str, completed: int) -> float:
+    """Tokens per completed request from a total (``total_input_tokens``), within the range of
+    token counts (a total that is not one, or a ``completed`` far too large, is an error)."""
+    tokens: int = _required(where, key, _count(where, key, record[key], None, zero=True))
+    mean = tokens / completed
+    if not TOKENS.contains(mean):
+        raise where.error(
+            f"{tokens:,} tokens over {completed:,} completed requests is {mean:.4g} per request; "
+            f"a request's token count must be {TOKENS.describe()} ({TOKENS.reason})",
+            key,
+        )
+    return mean
 
 
 def _requests_sent(where: _Where, record: Mapping[str, Any], completed: int) -> float:
     """``--num-prompts``, else the completed and failed requests."""
     sent = _count(where, "num_prompts", record.get("num_prompts"), None)
     failed = _count(where, "failed", record.get("failed"), 0, zero=True) or 0
+    if sent is None and not BENCHMARK_REQUESTS.contains(completed + failed):
+        raise where.error(
+            f"{completed:,} completed and {failed:,} failed requests: a benchmark's requests "
+            f"must be {BENCHMARK_REQUESTS.describe()} ({BENCHMARK_REQUESTS.reason})",
+            "failed",
+        )
     return float(sent if sent is not None else completed + failed)
 
 

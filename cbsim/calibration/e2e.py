@@ -48,6 +48,7 @@ from cbsim.cost.engine_profile import (
     write_engine_profile,
 )
 from cbsim.errors import CbsimError
+from cbsim.limits import ENGINE_TIME
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import simulate
 
@@ -100,22 +101,76 @@ def benchmark_scenario(row: pd.Series, engine: str) -> Scenario:
     }
     if isinstance(row.get("kv_dtype"), str):
         cluster["kv_dtype"] = row["kv_dtype"]
-    return load_scenario(
-        {
-            "name": "benchmark",
-            "workload": {
-                "num_requests": requests,
-                "arrival": arrival,
-                "prompt_tokens": {"kind": "fixed", "value": int(row["isl"])},
-                "output_tokens": {"kind": "fixed", "value": max(1, int(row["osl"]))},
-            },
-            "cluster": cluster,
-        }
-    )
+    _check_context(row)
+    try:
+        return load_scenario(
+            {
+                "name": "benchmark",
+                "workload": {
+                    "num_requests": requests,
+                    "arrival": arrival,
+                    "prompt_tokens": {"kind": "fixed", "value": int(row["isl"])},
+                    "output_tokens": {"kind": "fixed", "value": max(1, int(row["osl"]))},
+                },
+                "cluster": cluster,
+            }
+        )
+    except CbsimError as err:
+        raise benchmark_error(row, err) from None
 
 
 def _known(value: object) -> bool:
     return value is not None and not pd.isna(value)  # type: ignore[call-overload]
+
+
+# Where a problem with the scenario made of a benchmark comes from in the benchmark's data.
+_DATA_FIELDS = (
+    ("workload.prompt_tokens", "isl"),
+    ("workload.output_tokens", "osl"),
+    ("workload.arrival.concurrency", "concurrency"),
+    ("workload.arrival.rate", "request_rate"),
+    ("workload.num_requests", "num_requests"),
+    ("cluster.model", "model"),
+    ("cluster.gpu", "gpu"),
+    ("cluster.tp", "tp"),
+    ("cluster.dtype", "dtype"),
+    ("cluster.kv_dtype", "kv_dtype"),
+    ("cluster.engine", "engine"),
+)
+
+
+def benchmark_error(row: pd.Series, err: CbsimError) -> CbsimError:
+    """A problem met reproducing one benchmark, located in the user's data: its file and row
+    (the ``source`` column) and the benchmark's field the scenario's field came from."""
+    scenario_field = err.field or ""
+    field = next((data for prefix, data in _DATA_FIELDS if scenario_field.startswith(prefix)), None)
+    where = (
+        f" (as the simulated scenario's {scenario_field})" if field is None and err.field else ""
+    )
+    return CbsimError(
+        f"cannot reproduce this benchmark: {err.message}{where}",
+        source=str(row.get("source") or "benchmark"),
+        field=field,
+    )
+
+
+def _check_context(row: pd.Series) -> None:
+    """A benchmark's prompt and output must fit its model's context (else no request could run
+    and nothing would be measured)."""
+    from cbsim.models import get_model
+
+    try:
+        context = get_model(str(row["model"])).max_position_embeddings
+    except CbsimError as err:
+        raise benchmark_error(row, err.located(field="cluster.model")) from None
+    isl, osl = int(row["isl"]), max(1, int(row["osl"]))
+    if isl + osl > context:
+        raise CbsimError(
+            f"a prompt of {isl:,} tokens (isl) and an output of {osl:,} (osl) exceed the "
+            f"{context:,}-token context of {row['model']}",
+            source=str(row.get("source") or "benchmark"),
+            field="isl",
+        )
 
 
 @dataclass(frozen=True)
@@ -168,6 +223,11 @@ def record_sequence(scenario: Scenario) -> StepSequence:
     steps = results.iterations.sort_values("start_s", kind="stable")
     ends = (steps["start_s"] + steps["duration_s"]).to_numpy()
     done = results.requests[results.requests["status"] == "finished"]
+    if done.empty:
+        reasons = results.requests.get("rejected_reason", pd.Series(dtype=object)).dropna()
+        reasons = reasons[reasons.astype(str) != ""]
+        why = f" ({reasons.iloc[0]})" if len(reasons) else ""
+        raise CbsimError(f"no request of it finished{why}")
 
     def step_of(times: pd.Series) -> np.ndarray:
         values = times.to_numpy(dtype=float)
@@ -295,7 +355,9 @@ def _as_vector(overhead: StepOverhead, frontend: Frontend) -> np.ndarray:
 
 
 def terms_from_vector(x: np.ndarray, overlap: bool) -> tuple[StepOverhead, Frontend]:
-    values = [float(v) for v in np.maximum(x, 0.0)]
+    """The terms of a parameter vector, each within what an engine profile holds (a fit
+    chasing measurements far beyond any engine stops at the range's end)."""
+    values = [float(v) for v in np.clip(x, 0.0, ENGINE_TIME.high)]
     return (
         StepOverhead(
             cpu_s=values[0],
@@ -435,7 +497,11 @@ def record_sequences(
     kernels = files.path(bare(profile))
     sequences = []
     for i, (_, row) in enumerate(frame.iterrows()):
-        sequences.append(record_sequence(benchmark_scenario(row, kernels)))
+        scenario = benchmark_scenario(row, kernels)
+        try:
+            sequences.append(record_sequence(scenario))
+        except CbsimError as err:
+            raise benchmark_error(row, err) from None
         if progress is not None:
             progress(i + 1, len(frame))
     return sequences
@@ -482,7 +548,11 @@ def simulate_rows(
     ttft, tpot = [], []
     for i, (_, row) in enumerate(frame.iterrows()):
         profile = profiles[i] if isinstance(profiles, list) else profiles
-        summary = simulate(benchmark_scenario(row, files.path(profile))).summary
+        scenario = benchmark_scenario(row, files.path(profile))
+        try:
+            summary = simulate(scenario).summary
+        except CbsimError as err:
+            raise benchmark_error(row, err) from None
         ttft.append(summary["ttft_mean_s"])
         tpot.append(summary["tpot_mean_s"])
     out["predicted_ttft_s"] = ttft

@@ -38,6 +38,7 @@ import pandas as pd
 
 from cbsim.calibration.data import read_table_file, shipped_root
 from cbsim.errors import CbsimError
+from cbsim.limits import BENCHMARK_REQUESTS, MEASURED_LATENCY, SIMULATED_TIME, TOKENS, Limit
 from cbsim.scenario import Scenario, load_scenario
 from cbsim.simulate import simulate
 
@@ -92,6 +93,7 @@ class PerRequestRun:
     requests: pd.DataFrame
     workload: str = ""
     qps: float = float("nan")
+    source: str = ""  # the file it was read from (errors name it)
 
 
 # --------------------------------------------------------------------------- reading
@@ -145,6 +147,13 @@ _CLIENT_COLUMNS = {
 
 
 DETAILED_KEYS = ("start_times", "input_lens", "output_lens", "ttfts", "latencies")
+_DETAILED_NAMES = {
+    "send_s": "start_times",
+    "prompt_tokens": "input_lens",
+    "output_tokens": "output_lens",
+    "ttft_s": "ttfts",
+    "generation_time_s": "latencies",
+}
 
 
 def _detailed_json(path: Path) -> dict[str, Any] | None:
@@ -197,8 +206,10 @@ def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
     ``prompt_tokens``, ``output_tokens``, ``ttft_s`` and ``tpot_s`` or ``generation_time_s``), or a
     vLLM ``bench serve --save-detailed`` JSON (its completed requests)."""
     detailed = _detailed_json(path) if path.suffix.lower() == ".json" else None
+    names: dict[str, str] = {}  # cbsim's column -> the file's name for it
     if detailed is not None:
         frame = _detailed_frame(detailed, path)
+        names = dict(_DETAILED_NAMES)
     elif path.suffix.lower() == ".json":
         raise CbsimError(
             "a JSON per-request file is a vLLM `bench serve --save-detailed` result (lists "
@@ -206,9 +217,12 @@ def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
             source=str(path),
         )
     else:
-        frame = read_table_file(path).rename(columns=_CLIENT_COLUMNS)
+        frame = read_table_file(path)
+        names = {ours: theirs for theirs, ours in _CLIENT_COLUMNS.items() if theirs in frame}
+        frame = frame.rename(columns=_CLIENT_COLUMNS)
     if "generation_time_s" not in frame and "tpot_s" in frame:
         frame["generation_time_s"] = frame["tpot_s"] * (frame["output_tokens"] - 1).clip(lower=0)
+        names["generation_time_s"] = "tpot_s"
     needed = ["send_s", "prompt_tokens", "output_tokens", "ttft_s", "generation_time_s"]
     missing = [c for c in needed if c not in frame]
     if missing:
@@ -220,19 +234,87 @@ def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
         )
     if frame.empty:
         raise CbsimError("no requests in the file", source=str(path))
-    numbers = frame[needed].apply(pd.to_numeric, errors="coerce")
-    bad = numbers.isna().any(axis=1) | (numbers[["prompt_tokens", "output_tokens"]] < 1).any(axis=1)
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
+    if not BENCHMARK_REQUESTS.contains(len(frame)):
         raise CbsimError(
-            f"row {row}: send time, token counts, ttft and generation time must be numbers "
-            "(token counts at least 1)",
+            f"has {len(frame):,} requests; a replayed run "
+            f"{BENCHMARK_REQUESTS.violation(len(frame))}",
             source=str(path),
         )
+    numbers = frame[needed].apply(pd.to_numeric, errors="coerce")
+    for column in needed:
+        _check_column(numbers[column], frame[column], column, names.get(column, column), str(path))
+    _check_span(numbers["send_s"], names.get("send_s", "send_s"), str(path))
+    _check_context(numbers, deployment, names.get("prompt_tokens", "prompt_tokens"), str(path))
     frame[needed] = numbers
     if "user_id" in frame:
         frame["user_id"] = pd.to_numeric(frame["user_id"], errors="coerce").fillna(-1)
-    return PerRequestRun(name=path.stem, deployment=deployment, requests=_measured(frame))
+    return PerRequestRun(
+        name=path.stem, deployment=deployment, requests=_measured(frame), source=str(path)
+    )
+
+
+# column -> (range, whole numbers only, what a cell must be); send times may have any origin
+# (LMBenchmark's are since the epoch): only their span is bounded (:func:`_check_span`)
+_ANY_TIME = Limit("send times", -1e300, 1e300, "s", "any origin; the span is what counts")
+_COLUMN_RANGES: dict[str, tuple[Limit, bool, str]] = {
+    "send_s": (_ANY_TIME, False, "a finite send time in seconds"),
+    "prompt_tokens": (TOKENS, True, "a whole token count"),
+    "output_tokens": (TOKENS, True, "a whole token count"),
+    "ttft_s": (MEASURED_LATENCY, False, "a time to first token in seconds"),
+    "generation_time_s": (MEASURED_LATENCY, False, "a generation time in seconds"),
+}
+
+
+def _check_column(
+    numbers: pd.Series, cells: pd.Series, column: str, name: str, source: str
+) -> None:
+    """Every cell of a per-request column a number of its kind within its physical range; the
+    first that is not is an error naming the file, the row and the column (``name``: the
+    file's own name for it)."""
+    limit, whole, what = _COLUMN_RANGES[column]
+    values = numbers.to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(values) | (values < limit.low) | (values > limit.high)
+        if whole:
+            bad |= values != np.floor(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        cell = cells.iloc[row]
+        shown = repr(cell) if isinstance(cell, str) else f"{float(numbers.iloc[row]):.6g}"
+        within = "" if limit is _ANY_TIME else f" {limit.describe()} ({limit.reason})"
+        raise CbsimError(
+            f"row {row + 1}: {shown} is not {what}{within}",
+            source=source,
+            field=name,
+        )
+
+
+def _check_span(send: pd.Series, name: str, source: str) -> None:
+    span = float(send.max() - send.min())
+    if not SIMULATED_TIME.contains(span):
+        raise CbsimError(
+            f"the requests span {span:,.6g} s; a replayed run {SIMULATED_TIME.violation(span)}",
+            source=source,
+            field=name,
+        )
+
+
+def _check_context(numbers: pd.DataFrame, deployment: Deployment, name: str, source: str) -> None:
+    """Every request's prompt and output within what the deployment's model serves."""
+    from cbsim.models import get_model
+
+    context = deployment.max_model_len or get_model(deployment.model).max_position_embeddings
+    total = (numbers["prompt_tokens"] + numbers["output_tokens"]).to_numpy()
+    over = np.flatnonzero(total > context)
+    if over.size:
+        row = int(over[0])
+        raise CbsimError(
+            f"row {row + 1}: a prompt of {int(numbers['prompt_tokens'].iloc[row]):,} and an "
+            f"output of {int(numbers['output_tokens'].iloc[row]):,} tokens exceed the "
+            f"{context:,}-token context of {deployment.model}",
+            source=source,
+            field=name,
+        )
 
 
 # --------------------------------------------------------------------------- replay
@@ -306,8 +388,14 @@ def replay(run: PerRequestRun, engine: str | None = None) -> pd.DataFrame:
     """Measured and predicted latencies of every request of ``run`` (``<metric>`` measured,
     ``<metric>_pred`` simulated), in send order."""
     with tempfile.TemporaryDirectory(prefix="cbsim-replay-") as folder:
-        scenario = replay_scenario(run, Path(folder) / "trace.csv", engine)
-        simulated = simulate(scenario).requests.sort_values("request_id")
+        try:
+            scenario = replay_scenario(run, Path(folder) / "trace.csv", engine)
+            simulated = simulate(scenario).requests.sort_values("request_id")
+        except CbsimError as err:
+            # the scenario and its trace are cbsim's own: the problem is the run's
+            raise CbsimError(
+                f"cannot replay this run: {err.message}", source=run.source or run.name
+            ) from None
     if len(simulated) != len(run.requests):
         raise CbsimError(f"{run.name}: simulated {len(simulated)} of {len(run.requests)} requests")
     out = run.requests.copy()

@@ -41,9 +41,13 @@ SLO, and at what price per token?". cbsim answers it by simulation, in three ste
 
 3. **Alternatives.** ``vary`` maps dotted scenario keys to lists of values; every combination is
    planned on its own and ``best`` is the cheapest that meets the SLO (by cost per million output
-   tokens, then cost per hour). Combinations that make an invalid scenario are reported with
-   their error and skipped. The keys the search sets itself (load, window, replicas, router,
-   seed, horizon) cannot be varied or ``--set``.
+   tokens, then cost per hour). Combinations that make an invalid scenario only together (fp4
+   weights on a GPU without FP4) are reported with their error and skipped; a value that every
+   combination holding it refuses for that key (a misspelt GPU), or combinations none of which
+   is valid, are bad input, refused before any search. The keys the search sets itself (load,
+   window, replicas, router, seed, horizon) cannot be varied or ``--set``. A run of the search
+   that the scenario's limits refuse (the requests a target rate sends over the window) is an
+   error naming the option that led there (``--target-rps``, ``--window-s``).
 
 :func:`find_max_rate` does step 1, :func:`plan` all three and returns one JSON-ready mapping;
 :data:`capacity_command` is the ``cbsim capacity`` command line. The search is serial and

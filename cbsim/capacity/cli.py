@@ -147,20 +147,28 @@ def _pool_candidates(
 
 
 def _is_plan_file(path: Path) -> bool:
-    """Whether ``path`` holds a plan :func:`plan` made (so ``--out`` may replace it)."""
+    """Whether ``path`` holds a plan :func:`plan` or :func:`plan_disaggregated` made (so
+    ``--out`` may replace it)."""
     try:
         data = parse_json(read_text_file(path), str(path))
     except CbsimError:
         return False
-    return (
-        isinstance(data, dict)
-        and {"slo", "max_rate_rps", "simulations"} <= set(data)
-        and ("evaluations" in data or "alternatives" in data)
+    if not isinstance(data, dict):
+        return False
+    keys = set(data)
+    aggregated = {"slo", "max_rate_rps", "simulations"} <= keys and bool(
+        {"evaluations", "alternatives"} & keys
     )
+    disaggregated = {"slo", "simulations", "layouts", "prefill_candidates", "decode_candidates"}
+    return aggregated or disaggregated <= keys
 
 
 def _check_plan_file(out: Path) -> None:
     """Refuse, before searching, an ``--out`` that writing the plan would have to refuse."""
+    try:
+        outputs.check_path(out)  # before the first look at it: a name too long, a symlink loop
+    except CbsimError as err:
+        raise err.located(field="--out") from None
     if out.is_dir():
         raise CbsimError("is a folder; give the plan's file name", source=str(out), field="--out")
     if out.exists() and not _is_plan_file(out):

@@ -78,6 +78,16 @@ class Candidate:
         return f"{self.gpu} tp {self.tp}"
 
 
+def _load_candidate(data: dict[str, Any], candidate: Candidate, option: str) -> Scenario:
+    """The scenario of a pool candidate; a candidate that makes it invalid (an unknown GPU, a
+    tensor-parallel degree the model cannot use, weights that do not fit) is an error naming
+    the option that gave it, not a field of the user's scenario."""
+    try:
+        return load_scenario(data)
+    except CbsimError as err:
+        raise CbsimError(f"{candidate.gpu}:{candidate.tp}: {err.message}", field=option) from None
+
+
 def _aggregated_data(scenario: Scenario) -> dict[str, Any]:
     """The scenario as written, without disaggregation (its pools' keys dropped)."""
     data = _scenario_data(scenario)
@@ -111,7 +121,7 @@ def _pool_runner(
     """The search's runner over a disaggregated scenario (evaluated with ``pools``)."""
     return _Runner(
         split, _load_axis(load_scenario(split)), targets, search["seeds"], search["window_s"],
-        search["min_requests"], search["progress"], label,
+        search["min_requests"], search["progress"], label, "--target-rps",
     )  # fmt: skip
 
 
@@ -163,6 +173,11 @@ def plan_disaggregated(
         "progress": progress,
     }
     simulations = 0
+    for option, candidates in (("--prefill", prefill), ("--decode", decode)):
+        for candidate in candidates:
+            _load_candidate(_with_instance(data, candidate), candidate, option)
+    first_pair = _split_data(data, prefill[0], decode[0], kv_transfer)
+    _pool_runner(first_pair, targets, search, "").check(target_rps, pools=(1, 1))
 
     # 1. prefill capacity: one-token outputs, the TTFT target
     prefill_rates: dict[Candidate, float | None] = {}
@@ -170,7 +185,7 @@ def plan_disaggregated(
     for candidate in prefill:
         one_token = _with_instance(data, candidate)
         one_token["workload"]["output_tokens"] = {"kind": "fixed", "value": 1}
-        loaded = load_scenario(one_token)
+        loaded = _load_candidate(one_token, candidate, "--prefill")
         found = _find_max_rate(
             loaded,
             one_token,
@@ -195,7 +210,7 @@ def plan_disaggregated(
     decode_out = []
     for candidate in decode:
         split = _split_data(data, fastest, candidate, kv_transfer)
-        loaded = load_scenario(split)
+        loaded = _load_candidate(split, candidate, "--decode")
         found = _find_max_rate(
             loaded,
             split,

@@ -75,6 +75,10 @@ def _plan_one(
 ) -> dict[str, Any]:
     cluster = scenario.cluster
     price = _price(cluster.gpu, prices)
+    if target_rps is not None:  # the fleet's run at the target must be one cbsim can simulate
+        axis = _load_axis(scenario)
+        target = _Runner(base, axis, slo, seeds, window_s, min_requests, None, "", "--target-rps")
+        target.check(target_rps)
     found = _find_max_rate(
         scenario,
         base,
@@ -122,7 +126,9 @@ def _plan_one(
     # fleet for the target load, verified by simulation
     axis = _load_axis(scenario)
     fleet_base = copy.deepcopy(base)
-    runner = _Runner(fleet_base, axis, slo, seeds, window_s, min_requests, progress, label)
+    runner = _Runner(
+        fleet_base, axis, slo, seeds, window_s, min_requests, progress, label, "--target-rps"
+    )
     first = max(1, math.ceil(target_rps / found.max_rate_rps * (1 - 1e-12)))
     extra = max_extra_replicas if max_extra_replicas is not None else max(8, first)
     fleet: list[dict[str, Any]] = []
@@ -230,14 +236,17 @@ def plan(
         "tolerance": tolerance,
         "target_rps": target_rps,
     }
+    prepared = [_alternative(loaded, base, overrides) for overrides in combos]
+    if vary_map:
+        _check_vary_values(vary_map, combos, prepared)
+    elif isinstance(prepared[0], CbsimError):  # the scenario itself cannot be searched
+        raise prepared[0]
     alternatives: list[dict[str, Any]] = []
     for i, overrides in enumerate(combos):
         label = f"[{i + 1}/{len(combos)}] " if len(combos) > 1 else ""
-        try:
-            alt_scenario = load_scenario(_set_keys(base, overrides)) if overrides else loaded
-            alt_base = _scenario_data(alt_scenario)
-            _load_axis(alt_scenario)
-        except CbsimError as err:
+        ready = prepared[i]
+        if isinstance(ready, CbsimError):
+            err = ready
             alternatives.append(
                 {
                     "overrides": overrides,
@@ -253,6 +262,7 @@ def plan(
                 }
             )
             continue
+        alt_scenario, alt_base = ready
         alt = _plan_one(
             alt_scenario,
             alt_base,
@@ -302,6 +312,52 @@ def plan(
             "best": best,
         }
     )
+
+
+def _alternative(
+    loaded: Scenario, base: dict[str, Any], overrides: Mapping[str, Any]
+) -> tuple[Scenario, dict[str, Any]] | CbsimError:
+    """The scenario of one alternative and its data, or why it is not a valid scenario."""
+    try:
+        scenario = load_scenario(_set_keys(base, overrides)) if overrides else loaded
+        data = _scenario_data(scenario)
+        _load_axis(scenario)
+    except CbsimError as err:
+        return err
+    return scenario, data
+
+
+def _check_vary_values(
+    vary: Mapping[str, Sequence[Any]],
+    combos: Sequence[Mapping[str, Any]],
+    prepared: Sequence[tuple[Scenario, dict[str, Any]] | CbsimError],
+) -> None:
+    """Bad input, before any search: a ``vary`` value that every alternative holding it refuses
+    for that very key (a misspelt GPU, a tensor-parallel degree no model takes), or alternatives
+    none of which is a valid scenario. An alternative that is invalid only in combination (a
+    model too large for one of the GPUs at one tp) is reported and skipped as before."""
+    for key, values in vary.items():
+        for value in values:
+            errors = [
+                outcome
+                for overrides, outcome in zip(combos, prepared, strict=True)
+                if overrides[key] == value
+            ]
+            if errors and all(
+                isinstance(e, CbsimError) and (e.field or "").startswith(key) for e in errors
+            ):
+                first = errors[0]
+                assert isinstance(first, CbsimError)
+                raise CbsimError(f"{key}={value}: {first.message}", field="--vary")
+    if all(isinstance(outcome, CbsimError) for outcome in prepared):
+        first_error = prepared[0]
+        assert isinstance(first_error, CbsimError)
+        if not any((first_error.field or "").startswith(key) for key in vary):
+            raise first_error  # the scenario's own problem, whatever is varied
+        raise CbsimError(
+            f"no alternative is a valid scenario; {_describe_overrides(combos[0])}: {first_error}",
+            field="--vary",
+        )
 
 
 def _json_object(data: dict[str, Any]) -> dict[str, Any]:

@@ -215,8 +215,10 @@ class _Runner:
         min_requests: int,
         progress: Progress | None,
         label: str = "",
+        option: str = "--window-s",
     ) -> None:
         self.base = base
+        self.option = option  # what an invalid point of the search is put down to
         self.axis = axis
         self.slo = slo
         self.seeds = list(seeds)
@@ -245,7 +247,7 @@ class _Runner:
                     fleet = f", {pools[0]}P{pools[1]}D"
                 self.progress(f"{self.label}{rate:.4g} req/s{fleet}, seed {seed}")
             data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window, pools)
-            results = simulate(load_scenario(data), cost_models=self.cost_models)
+            results = simulate(self._load_point(data, rate), cost_models=self.cost_models)
             sims += 1
             if pools is not None and len(results.requests):
                 wait = float(results.requests["kv_wait_s"].quantile(0.99))
@@ -258,6 +260,27 @@ class _Runner:
                 break
         self.simulations += sims
         return Evaluation(rate, not reasons, _combine(runs, self.slo), "; ".join(reasons), sims)
+
+    def check(self, rate: float, pools: tuple[int, int] | None = None) -> None:
+        """Whether the search's run at ``rate`` is a valid scenario (an error now, not after
+        minutes of searching, when it is not)."""
+        duration, window = self.axis.window(rate, self.window_s, self.min_requests)
+        data = _point_data(self.base, self.axis, rate, self.seeds[0], 1, duration, window, pools)
+        self._load_point(data, rate)
+
+    def _load_point(self, data: dict[str, Any], rate: float) -> Scenario:
+        """The scenario of one point of the search; one the scenario's limits refuse is put down
+        to the option that led there (:attr:`option`), not to a field of the user's file whose
+        value the search chose (the rate, the duration)."""
+        try:
+            return load_scenario(data)
+        except CbsimError as err:
+            duration = data["workload"]["duration_s"]
+            raise CbsimError(
+                f"the search would simulate {rate:.6g} req/s for {duration:.6g} s, which is not "
+                f"a valid run: {err.message}",
+                field=self.option,
+            ) from None
 
 
 def _resolve(

@@ -35,7 +35,11 @@ in-node part like a node's all-reduce.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from cbsim.limits import ENGINE_TIME
 
 MAX_CUSTOM_BYTES = 8.0 * 2**20
 """vLLM's ``CustomAllreduce`` default ``max_size`` (messages below it run the custom kernel)."""
@@ -49,14 +53,16 @@ class CustomAllreduce(BaseModel):
 
     fitted_on: str
     gpus: list[str] = Field(default_factory=list)
-    latency_s: float = Field(gt=0.0)
-    latency_per_peer_s: float = Field(ge=0.0)
-    two_shot_latency_s: float = Field(gt=0.0)
-    two_shot_latency_per_peer_s: float = Field(ge=0.0)
+    latency_s: float = Field(gt=0.0, le=ENGINE_TIME.high)
+    latency_per_peer_s: float = Field(ge=0.0, le=ENGINE_TIME.high)
+    two_shot_latency_s: float = Field(gt=0.0, le=ENGINE_TIME.high)
+    two_shot_latency_per_peer_s: float = Field(ge=0.0, le=ENGINE_TIME.high)
     efficiency: float = Field(gt=0.0, le=1.5)
-    max_bytes: float = Field(default=MAX_CUSTOM_BYTES, gt=0.0)
-    reference_size_bytes: float = Field(default=4096.0, gt=0.0)
-    reference_latency_s: dict[str, float] = Field(default_factory=dict)
+    max_bytes: float = Field(default=MAX_CUSTOM_BYTES, gt=0.0, le=2.0**40)
+    reference_size_bytes: float = Field(default=4096.0, gt=0.0, le=2.0**40)
+    reference_latency_s: dict[str, Annotated[float, Field(gt=0.0, le=ENGINE_TIME.high)]] = Field(
+        default_factory=dict
+    )
 
     def kernel_time(
         self, size_bytes: float, gpus: int, nvlink_bandwidth: float, scale: float = 1.0

@@ -58,6 +58,7 @@ from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.profile import Measured as KernelMeasured
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
+from cbsim.limits import BatchSize, BlockSize, EngineSeconds, TokenCount
 
 SCHEMA_VERSION = 2
 BARE = "none"
@@ -71,13 +72,13 @@ class _Strict(BaseModel):
 class StepOverhead(_Strict):
     """CPU-side time of one engine step and how much of it the GPU's work hides."""
 
-    cpu_s: float = Field(default=0.0, ge=0.0)
-    cpu_per_request_s: float = Field(default=0.0, ge=0.0)
-    cpu_per_token_s: float = Field(default=0.0, ge=0.0)
+    cpu_s: EngineSeconds = 0.0
+    cpu_per_request_s: EngineSeconds = 0.0
+    cpu_per_token_s: EngineSeconds = 0.0
     overlap: bool = False
-    serial_s: float = Field(default=0.0, ge=0.0)
-    serial_per_request_s: float = Field(default=0.0, ge=0.0)
-    serial_per_layer_s: float = Field(default=0.0, ge=0.0)
+    serial_s: EngineSeconds = 0.0
+    serial_per_request_s: EngineSeconds = 0.0
+    serial_per_layer_s: EngineSeconds = 0.0
 
     def for_layers(self, layers: int) -> StepOverhead:
         """These terms for a model whose GPUs each run ``layers`` decoder layers per step: the
@@ -136,10 +137,10 @@ class Frontend(_Strict):
     scheduling noise), drawn from the scenario's ``frontend`` stream.
     """
 
-    request_s: float = Field(default=0.0, ge=0.0)
-    prompt_token_s: float = Field(default=0.0, ge=0.0)
-    output_token_s: float = Field(default=0.0, ge=0.0)
-    request_jitter_s: float = Field(default=0.0, ge=0.0)
+    request_s: EngineSeconds = 0.0
+    prompt_token_s: EngineSeconds = 0.0
+    output_token_s: EngineSeconds = 0.0
+    request_jitter_s: EngineSeconds = 0.0
 
     def request_delay(self, prompt_tokens: int) -> float:
         return self.request_s + self.prompt_token_s * prompt_tokens
@@ -169,10 +170,10 @@ class SchedulerDefaults(_Strict):
     """
 
     kind: SchedulerKind | None = None
-    max_batch_size: int | None = Field(default=None, ge=1)
-    max_batched_tokens: int | None = Field(default=None, ge=1)
-    chunk_size: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
+    max_batch_size: BatchSize | None = None
+    max_batched_tokens: TokenCount | None = None
+    chunk_size: TokenCount | None = None
+    block_size: BlockSize | None = None
     watermark: float | None = Field(default=None, ge=0.0, lt=1.0)
     chunked_prefill: bool | None = None
     async_scheduling: bool | None = None
@@ -224,9 +225,16 @@ class EngineDefaults(_Strict):
 class FittedRange(_Strict):
     """Where the overhead terms were fitted: batch sizes (requests per step) and GPUs/models."""
 
-    batch_size: tuple[int, int]
+    batch_size: tuple[BatchSize, BatchSize]
     gpus: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
+
+    @field_validator("batch_size")
+    @classmethod
+    def _ordered(cls, batch_size: tuple[int, int]) -> tuple[int, int]:
+        if batch_size[0] > batch_size[1]:
+            raise ValueError(f"the smallest batch {batch_size[0]} is above the largest")
+        return batch_size
 
 
 class KernelTransfer(_Strict):
@@ -359,7 +367,10 @@ def read_engine_profile(path: Path | Any) -> EngineProfile:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise CbsimError(f"{where}: {first['msg']}", source=name) from None
+        message = first["msg"].removeprefix("Value error, ")
+        # the profile's own field stays in the message: an option or scenario field naming the
+        # profile (--engine, cluster.engine) is put before the file, not joined to this path
+        raise CbsimError(f"{where}: {message}", source=name) from None
 
 
 def _is_engine_profile(path: Path) -> bool:

@@ -66,7 +66,7 @@ def _read_run(path: Path) -> _RunData:
         # the iterations (the largest table, unused by the figures) are not read
         with contextlib.suppress(CbsimError, OSError, ValueError):
             results = Results(
-                scenario=load_scenario(scenario_path),
+                scenario=load_scenario(scenario_path, written=True),
                 requests=frames["requests"],
                 iterations=pd.DataFrame(),
                 timeseries=frames["timeseries"],

@@ -97,6 +97,7 @@ def write_report(
     ``.md``/``.markdown`` file name, else ``html``. Returns ``out``."""
     target = Path(out)
     kind = _format_for(target, fmt)
+    outputs.check_path(target)  # before the first look at it: a name too long, a symlink loop
     if target.is_dir():
         raise CbsimError("is a directory; give the report's file name", source=str(out))
     if target.exists() and not _is_cbsim_report(target):

@@ -214,18 +214,25 @@ class EagleHead(_FusedHead):
         return layer * DTYPE_BYTES[dense_weight_dtype(self.dtype)] / self.tp
 
 
+def mtp_problem(model: ModelShape) -> str | None:
+    """Why an MTP module of ``model`` cannot be priced (None: it can)."""
+    if model.sliding_window:
+        return (
+            f"an MTP module of {model.name} would mix local- and full-attention layers, which is "
+            "not modelled (the models that ship MTP modules, DeepSeek-V3/R1 and Kimi K2, have "
+            "none); use an eagle or draft_model proposer"
+        )
+    return None
+
+
 class MtpModule(_FusedHead):
     kind = "mtp"
     shares_layout = True
 
     def __init__(self, target: CostModel, layers: int) -> None:
-        if target.model.sliding_window:
-            raise CbsimError(
-                f"an MTP module of {target.model.name} would mix local- and full-attention "
-                "layers, which is not modelled (the models that ship MTP modules, DeepSeek-V3/R1 "
-                "and Kimi K2, have none); use an eagle or draft_model proposer",
-                field="speculative.proposer",
-            )
+        problem = mtp_problem(target.model)
+        if problem:
+            raise CbsimError(problem, field="speculative.proposer.kind")
         shape = replace(target.model, name=f"{target.model.name}-mtp", num_layers=layers,
                         dense_layers=0)  # fmt: skip
         super().__init__(shape, target)

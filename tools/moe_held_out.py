@@ -1,6 +1,6 @@
 """Mixture-of-experts end-to-end error on the shipped H100 benchmarks, into docs/engines.md.
 
-Usage: python tools/moe_e2e.py [--out results/calibration/e2e]
+Usage: python tools/moe_held_out.py [--out results/calibration/e2e]
 
 Simulates every unsaturated aggregated MoE run cbsim can lay out (cbsim/calibration/moe_e2e.py:
 gpt-oss-120b under vLLM, Qwen3-235B-A22B fp8 under TensorRT-LLM) with the shipped engine
@@ -51,7 +51,7 @@ def section(out: Path | None = None) -> str:
         f"{HEADING}\n\n"
         "Mean TTFT and TPOT of every aggregated run below 512 clients, simulated with the shipped "
         "profile (its step terms fitted on the dense models above); median / P90 absolute and "
-        "median signed % error (`python tools/moe_e2e.py`). Routed experts are priced from vLLM's "
+        "median signed % error (`python tools/moe_held_out.py`). Routed experts are priced from vLLM's "
         "fused-MoE tables with the experts a served router reads (`cbsim/cost/moe.py`).\n\n"
         + table.round(1).to_markdown(index=False)
         + "\n\n"

@@ -1,0 +1,34 @@
+"""``cbsim bench``: a serving benchmark from flags alone, reported as ``vllm bench serve`` does.
+
+People who size LLM deployments already run ``vllm bench serve --model M --input-len 1024
+--output-len 128 --num-prompts 1000 --request-rate 8`` (or ``--max-concurrency 64``) against a
+real server and read its ``Serving Benchmark Result`` block and ``--save-result`` JSON. ``cbsim
+bench`` takes the same flags plus the deployment a real benchmark gets from its server
+(``--gpu``, ``--tp``, ``--engine``, ``--dtype``), simulates the run, prints the same block and
+writes a result JSON with the same keys, so a simulated run diffs against a measured one with the
+tools already used for measured ones. Several values of ``--request-rate`` or
+``--max-concurrency`` make a sweep, one run (and one row, one result file) per value.
+
+The package: :mod:`~cbsim.bench.load` (flags → one scenario per load point),
+:mod:`~cbsim.bench.vllm_result` (a run → vLLM's per-request records, metrics and result JSON),
+:mod:`~cbsim.bench.run` (running the points, writing result files and folders),
+:mod:`~cbsim.bench.render` (vLLM's text) and :mod:`~cbsim.bench.cli` (the command).
+"""
+
+from __future__ import annotations
+
+from cbsim.bench.cli import bench_command
+from cbsim.bench.load import BenchOptions, LoadPoint, load_points
+from cbsim.bench.run import BenchRun, Reporting, run_bench
+from cbsim.bench.vllm_result import result_json
+
+__all__ = [
+    "BenchOptions",
+    "BenchRun",
+    "LoadPoint",
+    "Reporting",
+    "bench_command",
+    "load_points",
+    "result_json",
+    "run_bench",
+]

@@ -1,0 +1,81 @@
+"""Settings a scenario gives that change nothing in its run, said before they mislead a user.
+
+A key the user set is read, or it is an error (unknown keys are); but some valid keys mean
+nothing in the company of others, and a run that silently ignores one looks as if it had used
+it: prefix caching or a CPU tier on a disaggregated cluster's decode pool (its instances receive
+their prompts' KV computed and cache none of them), ``prefix_block_tokens`` for a replayed trace
+whose requests carry no prefix block ids, a multi-token-prediction proposer for a model that
+ships no MTP module. Each gives one warning naming the key; the command line prints them and the
+run's summary carries them (``warnings``), as :mod:`cbsim.scheduler.warnings` does for
+scheduler settings.
+"""
+
+from __future__ import annotations
+
+from cbsim.models import get_model
+from cbsim.scenario import Scenario, TraceReplay
+
+DECODE = "cluster.disaggregation.decode"
+
+
+def ignored_settings(scenario: Scenario, trace_ids: bool) -> list[str]:
+    """Warnings for the keys of ``scenario`` its run ignores; ``trace_ids``: the run replays a
+    trace's prefix block ids."""
+    return [
+        *_decode_pool_caching(scenario),
+        *_prefix_block_tokens(scenario, trace_ids),
+        *_mtp_without_module(scenario),
+    ]
+
+
+def _decode_pool_caching(scenario: Scenario) -> list[str]:
+    """A decode pool that turns on prefix caching or a CPU tier the cluster does not."""
+    split = scenario.cluster.disaggregation
+    if split is None:
+        return []
+    decode, cluster = split.decode, scenario.cluster
+    given = decode.model_fields_set
+    warnings = []
+    if "prefix_caching" in given and decode.prefix_caching and not cluster.prefix_caching:
+        warnings.append(
+            f"{DECODE}.prefix_caching is ignored: a decode instance receives its prompts' KV "
+            "computed and caches none of them (the prefill pool's prefix_caching is what reuses "
+            "prompts)"
+        )
+    if "kv_offload" in given and decode.kv_offload is not None and cluster.kv_offload is None:
+        warnings.append(
+            f"{DECODE}.kv_offload is ignored: a CPU tier holds what a prefix cache evicts, and a "
+            "decode instance caches no prompts (give it to the prefill pool)"
+        )
+    return warnings
+
+
+def _prefix_block_tokens(scenario: Scenario, trace_ids: bool) -> list[str]:
+    """``prefix_block_tokens`` (other than its default) for a replay without prefix block ids."""
+    trace = scenario.workload.trace
+    if trace is None or trace_ids:
+        return []
+    default = TraceReplay.model_fields["prefix_block_tokens"].default
+    if trace.prefix_block_tokens == default:  # (a written scenario gives every key)
+        return []
+    return [
+        f"workload.trace.prefix_block_tokens ({trace.prefix_block_tokens}) is ignored: the "
+        "requests replayed carry no prefix block ids (a prefix_hash_ids or hash_ids column of "
+        "an open-loop replay), so no prompt content is known to cache"
+    ]
+
+
+def _mtp_without_module(scenario: Scenario) -> list[str]:
+    """An ``mtp`` proposer for a model whose config names no MTP layers."""
+    spec = scenario.speculative
+    if not spec.enabled or spec.proposer.kind != "mtp":
+        return []
+    model = get_model(scenario.cluster.model)
+    if model.mtp_layers:
+        return []
+    return [
+        f"speculative.proposer.kind: mtp, but {model.name} ships no multi-token-prediction "
+        "module (no num_nextn_predict_layers in its config): the run prices one made of its "
+        "own layers, and its acceptance is whatever speculative.acceptance says; an eagle or "
+        "draft_model proposer is one that exists"
+    ]

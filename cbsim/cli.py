@@ -763,6 +763,7 @@ def _register_commands() -> None:
     from cbsim.calibration.measure import measure_command
     from cbsim.capacity import capacity_command
     from cbsim.catalog import catalog_command
+    from cbsim.plan import plan_command
     from cbsim.report import report_command
     from cbsim.sweep import sweep_command
 
@@ -770,6 +771,7 @@ def _register_commands() -> None:
     cli.add_command(capacity_command)
     cli.add_command(report_command)
     cli.add_command(catalog_command)
+    cli.add_command(plan_command)
     cli.add_command(bench_command)
     calibrate.add_command(measure_command)
     calibrate.add_command(e2e_command)

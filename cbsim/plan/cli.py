@@ -1,0 +1,406 @@
+"""``cbsim plan``: the command line's options, the base scenario they make, the output folder.
+
+A plan starts from a workload and an SLO given as aiconfigurator takes them (``--model --isl
+--osl --ttft --tpot``: fixed prompt and output lengths, Poisson arrivals) or from a scenario file
+(``--scenario``: its workload, seed, engine and precision; its layout is what the plan replaces).
+Every option is checked before the search, and a bad one is one ``error:`` line naming it (exit
+status 2). The plan is written to ``--out DIR`` as ``plan.json`` (and ``pareto.png``), replacing
+the folder atomically (:func:`cbsim.outputs.replace_folder`) only if it is empty or an earlier
+plan; a plan that nothing meets is written and printed, then exits with status 3.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cbsim import outputs
+from cbsim.capacity.cli import Infeasible, _progress_printer, parse_prices
+from cbsim.capacity.search import _check_search, _load_axis, _scenario_data
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.errors import CbsimError, UserError
+from cbsim.hardware import get_gpu
+from cbsim.limits import TOKENS
+from cbsim.models import get_model
+from cbsim.plan.layouts import SearchSpace
+from cbsim.plan.planner import PlanSettings, described, plan_deployment
+from cbsim.plan.render import pareto_png, render, wide_console
+from cbsim.scenario import load_scenario
+
+PLAN_OUTPUT = outputs.OutputKind(
+    name="plan",
+    description="a deployment plan",
+    entries=frozenset({"plan.json", "pareto.png"}),
+    required=frozenset({"plan.json"}),
+)
+
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_SEED = 1
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_PP = (1, 2)
+DEFAULT_DP = (1, 2, 4, 8)  # mixture-of-experts models only
+DEFAULT_SEQS = (64, 128, 256)
+DEFAULT_TOKENS = (2048, 8192)
+PERCENTILES = ("p50", "p90", "p99")
+MAX_VERIFY_SEEDS = 20
+MAX_TOTAL_GPUS = 4096
+# scenario fields the options set, for errors found while checking the scenario they make
+OPTION_OF_FIELD = {
+    "cluster.model": "--model",
+    "cluster.engine": "--engine",
+    "cluster.dtype": "--dtype",
+    "cluster.gpu": "--gpus",
+    "workload.prompt_tokens": "--isl",
+    "workload.output_tokens": "--osl",
+    "slo.ttft_s": "--ttft",
+    "slo.tpot_s": "--tpot",
+}
+
+
+def _int_list(text: str | None, option: str, default: Sequence[int]) -> list[int]:
+    """``"1,2,4"`` as ``[1, 2, 4]`` (each a positive whole number), or ``default``."""
+    if text is None:
+        return list(default)
+    values: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise CbsimError(f"{part!r} is not a whole number", field=option) from None
+        if not TOKENS.contains(value):
+            raise CbsimError(f"{part!r}: {TOKENS.violation(value)}", field=option)
+        values.append(value)
+    if not values:
+        raise CbsimError("give at least one value", field=option)
+    return list(dict.fromkeys(values))
+
+
+def _gpu_list(text: str | None, default: str) -> list[str]:
+    names = [p.strip() for p in (default if text is None else text).split(",") if p.strip()]
+    if not names:
+        raise CbsimError("give at least one GPU", field="--gpus")
+    gpus = []
+    for name in names:
+        try:
+            gpus.append(get_gpu(name).name)
+        except CbsimError as err:
+            raise CbsimError(err.message, field="--gpus") from None
+    return list(dict.fromkeys(gpus))
+
+
+def _check_precision(gpus: Sequence[str], dtype: str) -> None:
+    """Every GPU compared runs the weights' precision (fp4 needs Blackwell)."""
+    for gpu in gpus:
+        try:
+            get_gpu(gpu).peak_flops(dtype)
+        except CbsimError as err:
+            raise CbsimError(err.message, field="--dtype") from None
+
+
+def _positive(value: float | None, option: str) -> None:
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise CbsimError(f"must be a number > 0, got {value!r}", field=option)
+
+
+def _refine(text: str) -> int | None:
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise CbsimError(f"{text!r}: give a whole number or 'all'", field="--refine") from None
+    if value < 0:
+        raise CbsimError(f"must be >= 0 (or 'all'), got {value}", field="--refine")
+    return value
+
+
+def _relocated(err: CbsimError) -> CbsimError:
+    """An error in the scenario the options made, named by the option that set the field."""
+    for prefix, option in OPTION_OF_FIELD.items():
+        if err.field is not None and err.field.startswith(prefix):
+            return CbsimError(err.message, field=option)
+    return err
+
+
+def _flag_base(
+    model: str | None,
+    isl: int | None,
+    osl: int | None,
+    gpu: str,
+    engine: str | None,
+    dtype: str | None,
+    ttft: float | None,
+    tpot: float | None,
+) -> dict[str, Any]:
+    """The scenario the flags describe: fixed lengths, Poisson arrivals (the rate is searched)."""
+    for value, option in ((model, "--model"), (isl, "--isl"), (osl, "--osl")):
+        if value is None:
+            raise CbsimError("required (or give --scenario FILE)", field=option)
+    assert model is not None and isl is not None and osl is not None
+    for value, option in ((isl, "--isl"), (osl, "--osl")):
+        if not TOKENS.contains(value):
+            raise CbsimError(TOKENS.violation(value) or "", field=option)
+    try:
+        context = get_model(model).max_position_embeddings
+    except CbsimError as err:
+        raise CbsimError(err.message, field="--model") from None
+    if isl + osl > context:
+        raise CbsimError(
+            f"{isl:,} prompt + {osl:,} output tokens exceed {model}'s {context:,}-token context",
+            field="--isl",
+        )
+    if ttft is None and tpot is None:
+        raise CbsimError("give a TTFT and/or a TPOT target (seconds)", field="--ttft")
+    return {
+        "name": f"plan-{Path(model).stem}",
+        "seed": DEFAULT_SEED,
+        "workload": {
+            "num_requests": 1000,
+            "arrival": {"kind": "poisson", "rate": 1.0},
+            "prompt_tokens": {"kind": "fixed", "value": isl},
+            "output_tokens": {"kind": "fixed", "value": osl},
+        },
+        "cluster": {
+            "model": model,
+            "gpu": gpu,
+            "engine": engine or "vllm",
+            "dtype": dtype or "bf16",
+        },
+        "slo": {"ttft_s": ttft, "tpot_s": tpot},
+    }
+
+
+def _scenario_base(
+    path: Path, model: str | None, engine: str | None, dtype: str | None
+) -> dict[str, Any]:
+    """A scenario file's data, with the flags' model, engine and precision over its own."""
+    loaded = load_scenario(path)
+    _load_axis(loaded)  # a rate to search: poisson, gamma or a trace
+    base = _scenario_data(loaded)
+    cluster = base.setdefault("cluster", {})
+    for key, value in (("model", model), ("engine", engine), ("dtype", dtype)):
+        if value is not None:
+            cluster[key] = value
+    base.setdefault("seed", loaded.seed)
+    return base
+
+
+def _slo(
+    base: dict[str, Any], ttft: float | None, tpot: float | None, pct: str
+) -> dict[str, float]:
+    """The targets: the flags, else the scenario's ``slo`` (its defaults included)."""
+    scenario_slo = described(base).slo
+    targets = {}
+    for name, flag in (("ttft", ttft), ("tpot", tpot)):
+        value = flag if flag is not None else getattr(scenario_slo, f"{name}_s")
+        if value is not None:
+            targets[f"{name}_{pct}_s"] = float(value)
+    if not targets:
+        raise CbsimError("give a TTFT and/or a TPOT target (seconds)", field="--ttft")
+    return targets
+
+
+def _check_out(out: Path) -> None:
+    try:
+        outputs.check_replaceable(out, PLAN_OUTPUT)
+    except CbsimError as err:
+        raise CbsimError(str(err), field="--out") from None
+
+
+def write_plan(out: Path, plan: dict[str, Any]) -> Path:
+    """``plan.json`` and ``pareto.png`` into ``out``, replacing it as a whole."""
+    text = json.dumps(plan, indent=2, allow_nan=False) + "\n"
+    png = pareto_png(plan)
+
+    def fill(folder: Path) -> None:
+        (folder / "plan.json").write_text(text, encoding="utf-8")
+        if png is not None:
+            (folder / "pareto.png").write_bytes(png)
+
+    try:
+        return outputs.replace_folder(out, PLAN_OUTPUT, fill)
+    except CbsimError as err:
+        raise UserError(str(err.located(field="--out"))) from None
+    except OSError as err:
+        raise UserError(f"{err.filename or out}: cannot write the plan: {err.strerror}") from None
+
+
+def _check_numbers(options: dict[str, Any]) -> None:
+    """The targets, window, headroom, seeds, budget and engine of the options."""
+    for value, option in (
+        (options["ttft"], "--ttft"), (options["tpot"], "--tpot"), (options["window_s"], "--window-s"),
+    ):  # fmt: skip
+        _positive(value, option)
+    headroom = options["headroom"]
+    if not (math.isfinite(headroom) and 0 < headroom <= 1):
+        raise CbsimError(f"must be in (0, 1], got {headroom!r}", field="--headroom")
+    if not 1 <= options["seeds"] <= MAX_VERIFY_SEEDS:
+        raise CbsimError(
+            f"must be 1 to {MAX_VERIFY_SEEDS}, got {options['seeds']}", field="--seeds"
+        )
+    total = options["total_gpus"]
+    if total is not None and not 1 <= total <= MAX_TOTAL_GPUS:
+        raise CbsimError(f"must be 1 to {MAX_TOTAL_GPUS}, got {total}", field="--total-gpus")
+    if options["engine"] is not None:
+        try:
+            load_engine_profile(options["engine"])
+        except CbsimError as err:
+            raise CbsimError(err.message, field="--engine") from None
+    _check_search(options["window_s"], options["tolerance"], 1.0, 1)
+
+
+def _base_and_gpus(options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The base scenario (from the flags or ``--scenario``) and the GPU kinds, checked."""
+    scenario: Path | None = options["scenario"]
+    if scenario is None:
+        gpus = _gpu_list(options["gpus"], DEFAULT_GPU)
+        base = _flag_base(
+            options["model"], options["isl"], options["osl"], gpus[0], options["engine"],
+            options["dtype"], options["ttft"], options["tpot"],
+        )  # fmt: skip
+    else:
+        for option in ("isl", "osl"):
+            if options[option] is not None:
+                raise CbsimError(
+                    "the scenario gives the workload: leave out --isl/--osl", field=f"--{option}"
+                )
+        base = _scenario_base(scenario, options["model"], options["engine"], options["dtype"])
+        gpus = _gpu_list(options["gpus"], base["cluster"].get("gpu", DEFAULT_GPU))
+    base["cluster"]["gpu"] = gpus[0]
+    _check_precision(gpus, base["cluster"].get("dtype", "bf16"))
+    try:
+        described(base)
+    except CbsimError as err:
+        raise _relocated(err) from None
+    return base, gpus
+
+
+def _space(options: dict[str, Any], gpus: list[str]) -> SearchSpace:
+    return SearchSpace(
+        gpus=gpus,
+        tp=_int_list(options["tp"], "--tp", DEFAULT_TP),
+        pp=_int_list(options["pp"], "--pp", DEFAULT_PP),
+        dp=_int_list(options["dp"], "--dp", DEFAULT_DP),
+        max_num_seqs=_int_list(options["max_num_seqs"], "--max-num-seqs", DEFAULT_SEQS),
+        max_num_batched_tokens=_int_list(
+            options["max_num_batched_tokens"], "--max-num-batched-tokens", DEFAULT_TOKENS
+        ),
+        max_gpus=options["total_gpus"],
+        disaggregated=options["disagg"],
+    )
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """The options, checked: what :func:`~cbsim.plan.planner.plan_deployment` takes."""
+
+    base: dict[str, Any]
+    slo: dict[str, float]
+    space: SearchSpace
+    settings: PlanSettings
+    prices: dict[str, float]
+
+
+def build_request(options: dict[str, Any]) -> PlanRequest:
+    """The options checked (bad input: a :class:`CbsimError` naming the option)."""
+    _check_numbers(options)
+    base, gpus = _base_and_gpus(options)
+    slo = _slo(base, options["ttft"], options["tpot"], options["percentile"])
+    settings = PlanSettings(
+        window_s=options["window_s"],
+        tolerance=options["tolerance"],
+        refine=_refine(options["refine"]),
+        headroom=options["headroom"],
+        verify_seeds=options["seeds"],
+    )
+    try:
+        prices = parse_prices(list(options["prices"]))
+    except CbsimError as err:
+        raise CbsimError(err.message, field="--price") from None
+    return PlanRequest(base, slo, _space(options, gpus), settings, prices)
+
+
+@click.command(name="plan", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--model", default=None, help="Model name from the catalog, or a config.json path.")
+@click.option("--isl", type=int, default=None, help="Input (prompt) tokens per request.")
+@click.option("--osl", type=int, default=None, help="Output tokens per request.")
+@click.option("--ttft", type=float, default=None, help="TTFT target in seconds (at --percentile).")
+@click.option("--tpot", type=float, default=None, help="TPOT target in seconds (at --percentile).")
+@click.option(
+    "--scenario",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Take the workload (and seed, engine, precision, SLO) from this scenario instead of "
+    "--isl/--osl.",
+)
+@click.option("--gpus", default=None, help="GPU kinds to compare, e.g. h100-sxm,a100-80gb.")
+@click.option(
+    "--total-gpus",
+    type=int,
+    default=None,
+    help="GPU budget: the most GPUs one layout may take, and the fleet the plan fills "
+    "(default: one replica or unit within a node).",
+)
+@click.option("--engine", default=None, help="Serving engine: vllm, sglang, tensorrt-llm, ...")
+@click.option("--dtype", default=None, help="Weight precision: bf16, fp16, fp8, fp4.")
+@click.option("--headroom", type=float, default=0.8, show_default=True,
+              help="Plan at this fraction of the highest passing rate.")  # fmt: skip
+@click.option("--seeds", type=int, default=3, show_default=True,
+              help="Seeds the planned load is verified on.")  # fmt: skip
+@click.option("--percentile", type=click.Choice(PERCENTILES), default="p99", show_default=True,
+              help="Percentile the TTFT and TPOT targets apply to.")  # fmt: skip
+@click.option("--tp", default=None, help="Tensor-parallel degrees (default 1,2,4,8).")
+@click.option("--pp", default=None, help="Pipeline-parallel degrees (default 1,2).")
+@click.option("--dp", default=None,
+              help="Attention data-parallel degrees, mixture-of-experts models (default 1,2,4,8).")  # fmt: skip
+@click.option("--max-num-seqs", default=None, help="Batch caps to try (default 64,128,256).")
+@click.option("--max-num-batched-tokens", default=None,
+              help="Token budgets per iteration to try (default 2048,8192).")  # fmt: skip
+@click.option("--disagg/--no-disagg", default=True, show_default=True,
+              help="Also search disaggregated xP1D units.")  # fmt: skip
+@click.option("--refine", default="3", show_default=True,
+              help="Parallel layouts whose batch caps and budgets are searched ('all': every one).")  # fmt: skip
+@click.option("--window-s", type=float, default=60.0, show_default=True,
+              help="Seconds of arrivals simulated per rate.")  # fmt: skip
+@click.option("--tolerance", type=float, default=0.05, show_default=True,
+              help="Relative width at which each rate search stops.")  # fmt: skip
+@click.option("--price", "prices", multiple=True, metavar="GPU=USD",
+              help="USD per GPU-hour over the catalog's list prices, e.g. h100-sxm=2.5.")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for plan.json and pareto.png (created; replaced only if it holds a plan).")  # fmt: skip
+def plan_command(as_json: bool, out: Path, **options: Any) -> None:
+    """Search every layout (GPU, TP, PP, EP/DP, aggregated or disaggregated xPyD, batch cap and
+    token budget) for the workload and SLO; print the layouts, the Pareto front of tokens/s per
+    GPU against tokens/s per user, and the winner at --headroom of its rate, verified on --seeds
+    seeds, with its engine's launch command. Exit status 3 when nothing meets the SLO, 2 on bad
+    input."""
+    stop: Callable[[], None] = lambda: None  # noqa: E731
+    try:
+        request = build_request(options)
+        _check_out(out)
+        progress, stop = _progress_printer()
+        plan = plan_deployment(
+            request.base, request.slo, space=request.space, prices=request.prices,
+            settings=request.settings, progress=progress,
+        )  # fmt: skip
+    except CbsimError as err:
+        stop()
+        raise UserError(str(err)) from None
+    stop()
+    written = write_plan(out, plan)
+    if as_json:
+        click.echo(json.dumps(plan, indent=2, allow_nan=False))
+    else:
+        render(plan, wide_console(), str(written))
+    if not plan["feasible"]:
+        raise Infeasible(f"no plan: {plan.get('reason')}")

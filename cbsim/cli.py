@@ -41,6 +41,7 @@ from rich.progress import (
 from rich.table import Table
 
 from cbsim import __version__
+from cbsim.console import wide_console
 from cbsim.cost import CostModel
 from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
@@ -51,7 +52,8 @@ from cbsim.outputs import check_path, check_replaceable, new_temporary_file
 from cbsim.prefix_cache import prefix_caching_on
 from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
 from cbsim.terminal import print_run
@@ -117,7 +119,7 @@ def describe(scenario: Scenario) -> str:
     budget, prefix caching, speculation (with the engine's defaults filled in); with pools, one
     such description per pool."""
     if scenario.cluster.pooled:
-        from cbsim.pools import pool_plans
+        from cbsim.schema.pools import pool_plans
 
         return "; ".join(f"{plan.name}: {describe(plan.scenario)}" for plan in pool_plans(scenario))
     cluster = scenario.cluster
@@ -365,7 +367,7 @@ def run(
     if quiet:
         click.echo(str(written))
         return
-    console = Console()
+    console = wide_console()
     print_run(console, results, overrides)
     console.print(f"results: {written}", highlight=False, soft_wrap=True)
 
@@ -577,7 +579,7 @@ def cost(
         click.echo(json.dumps({**breakdown, "total_s": total}, indent=2))
         return
     tokens = sum(q for q, _ in entries)
-    console = Console()
+    console = wide_console()
     console.print(
         f"{model_shape.name} on {gpu_spec.name}, tp={tp}{f', dp={dp}, ep={ep}' if dp > 1 else ''}"
         f"{f', pp={pp}' if pp > 1 else ''}, "
@@ -664,7 +666,7 @@ def calibrate_fit(
     target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
     write_json(profile, target)
     if not errors.empty:
-        Console().print(_error_table(percent_table(errors), f"{gpu}: held-out error"))
+        wide_console().print(_error_table(percent_table(errors), f"{gpu}: held-out error"))
     click.echo(f"profile: {target}  (use it with cluster.calibration: {target})")
 
 
@@ -720,7 +722,7 @@ def calibrate_report(
     table = percent_table(pd.concat(frames, ignore_index=True))
     folder = out or Path("results") / "calibration" / gpu
     write_kernel_report(folder, gpu, table, points)
-    Console().print(_error_table(table, f"{gpu}: held-out error"))
+    wide_console().print(_error_table(table, f"{gpu}: held-out error"))
     click.echo(f"report: {folder}")
 
 
@@ -754,7 +756,7 @@ def calibrate_compare(gpu: str, data: Path, calibration: str) -> None:
             f"{row.p90_ape_pct:.1f}",
             f"{row.median_ratio:.3f}",
         )
-    Console().print(table)
+    wide_console().print(table)
 
 
 def _register_commands() -> None:
@@ -765,6 +767,7 @@ def _register_commands() -> None:
     from cbsim.catalog import catalog_command
     from cbsim.plan import plan_command
     from cbsim.report import report_command
+    from cbsim.speculative.advise import spec_advise_command
     from cbsim.sweep import sweep_command
 
     cli.add_command(sweep_command)
@@ -773,6 +776,7 @@ def _register_commands() -> None:
     cli.add_command(catalog_command)
     cli.add_command(plan_command)
     cli.add_command(bench_command)
+    cli.add_command(spec_advise_command)
     calibrate.add_command(measure_command)
     calibrate.add_command(e2e_command)
 

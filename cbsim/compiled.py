@@ -21,14 +21,11 @@ correction over more than two features) gives None, and callers fall back to the
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numba
 import numpy as np
 import numpy.typing as npt
-
-if TYPE_CHECKING:
-    from cbsim.cost.roofline import CostModel
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -118,108 +115,6 @@ class CompiledCost(NamedTuple):
     @property
     def head_floor_s(self) -> FloatArray:
         return self._row(HEAD_FLOOR)
-
-
-def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None = None) -> (
-    CompiledCost | None
-):  # fmt: skip
-    """``cost`` compiled for decode batches of up to ``tokens`` tokens (None: not compilable).
-
-    ``extra_gemm`` = (n, k) adds ``cost.gemm_time(m, n, k)`` per step of m requests (an EAGLE
-    head's fusion layer), tabled like the token kernels."""
-    if (
-        cost._transfer is not None
-        or cost.model.is_mla
-        or cost.model.sliding_window
-        or cost._split > 1
-    ):
-        return None  # MLA modules, local attention and data-parallel ranks: priced in Python
-    fit = cost._decode_fit_model
-    axis0 = axis1 = flat = np.zeros(0)
-    stride0 = 0
-    uses_batch = False
-    if fit is None:
-        p = cost.params
-        mode, floor, compute, memory = (
-            ROOFLINE,
-            p.attn_floor_s,
-            p.attn_compute_eff,
-            p.attn_memory_eff,
-        )
-    else:
-        floor, compute, memory = fit.floor_s, fit.compute_eff, fit.memory_eff
-        if fit.correction is None:
-            mode = FIT_PLAIN
-        else:
-            grid = fit.correction.grid()
-            features = list(fit.correction.features)
-            axes = grid._axes_lists
-            if len(axes) == 1 and features[0] in ("batch", "tokens"):
-                mode = FIT_GRID1
-                uses_batch = features[0] == "batch"
-                axis0 = np.asarray(axes[0], dtype=np.float64)
-            elif len(axes) == 2 and features == ["batch", "tokens"]:
-                mode = FIT_GRID2
-                axis0 = np.asarray(axes[0], dtype=np.float64)
-                axis1 = np.asarray(axes[1], dtype=np.float64)
-                stride0 = grid._strides[0]
-            else:
-                return None
-            flat = np.asarray(grid._flat, dtype=np.float64)
-    cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
-    compiled = CompiledCost(
-        tables=np.zeros((TABLE_ROWS, 0)),
-        mode=mode,
-        layers=cost.model.num_layers,
-        q_heads=cost._q_heads,
-        kv_heads=cost._kv_heads,
-        head_dim=cost.model.head_dim,
-        kv_bytes=float(cost._kv_bytes),
-        attn_peak=float(cost._attn_flops),
-        bandwidth=float(cost.gpu.hbm_bandwidth),
-        floor_s=float(floor),
-        compute_eff=float(compute),
-        memory_eff=float(memory),
-        grid=np.concatenate([axis0, axis1, flat]),
-        axis0_size=len(axis0),
-        axis1_size=len(axis1),
-        stride0=int(stride0),
-        uses_batch=uses_batch,
-        cpu_s=float(cpu_s),
-        cpu_per_request_s=float(per_request),
-        cpu_per_token_s=float(per_token),
-        serial_s=float(serial_s),
-        serial_per_request_s=float(serial_per_request),
-        overlap=bool(overlap),
-        overhead_zero=bool(cost._overhead_zero),
-        overhead_rises=False,
-    )
-    return extend_tables(compiled, cost, tokens, extra_gemm)
-
-
-def extend_tables(
-    compiled: CompiledCost, cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | None
-) -> CompiledCost:
-    """``compiled`` with its tables covering batches of up to ``tokens`` tokens."""
-    have = compiled.size
-    if have > tokens:
-        return compiled
-    size = max(tokens + 1, 2 * have, TABLE_CHUNK)
-    tables = np.zeros((TABLE_ROWS, size))
-    tables[:, :have] = compiled.tables
-    linear_s, head_s, extra_s = tables[LINEAR], tables[HEAD], tables[EXTRA]
-    for n in range(max(have, 1), size):
-        qkv, o_proj, mlp, elementwise, allreduce = cost._linear_times(n)
-        linear_s[n] = qkv + o_proj + mlp + elementwise + allreduce
-        head_s[n] = cost._lm_head_time(n)
-    tables[TOKEN] = linear_s + head_s  # CostModel._token_time(n, n): the same sum, the same float
-    if extra_gemm is not None:
-        n_out, k_in = extra_gemm
-        for n in range(max(have, 1), size):
-            extra_s[n] = cost.gemm_time(n, n_out, k_in)
-    tables[LINEAR_FLOOR] = np.minimum.accumulate(linear_s[::-1])[::-1]
-    tables[HEAD_FLOOR] = np.minimum.accumulate(head_s[::-1])[::-1]
-    return compiled._replace(tables=tables, overhead_rises=compiled.cpu_per_token_s >= 0.0)
 
 
 @numba.njit(cache=True, inline="always")

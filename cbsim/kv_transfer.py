@@ -46,7 +46,7 @@ import simpy
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
-from cbsim.scenario import Cluster, KvTransfer
+from cbsim.schema.cluster import Cluster, KvTransfer
 
 NVLINK_LATENCY_S = 10e-6
 """Per-transfer latency over NVLink (an assumption: a peer copy's launch and completion)."""

@@ -11,7 +11,13 @@ import math
 
 import numpy as np
 
-from cbsim.scenario import EmpiricalLength, FixedLength, Length, LognormalLength, UniformLength
+from cbsim.schema.workload import (
+    EmpiricalLength,
+    FixedLength,
+    Length,
+    LognormalLength,
+    UniformLength,
+)
 from cbsim.traces import load_trace
 
 

@@ -38,7 +38,8 @@ from cbsim.event_time import exact_delay
 from cbsim.request import Request, Status
 
 if TYPE_CHECKING:
-    from cbsim.engine import Replica, Simulation
+    from cbsim.engine import Simulation
+    from cbsim.replica import Replica
     from cbsim.workload import StagedWorkload
 
 __all__ = ["LoadGenerator"]
@@ -117,9 +118,9 @@ class LoadGenerator:
         req.stage = stage
         pick = staged.lengths.pick(index)
         if pick >= 0:
-            req.segments = sim._pool_segments(pick, prompt)
+            req.segments = sim.pool_segments(pick, prompt)
         self.open[stage] += 1
-        sim._submit(req)
+        sim.submit(req)
 
     def done(self, req: Request, at: float) -> None:
         """``req`` is done as its client sees it, at ``at`` (now or, a token still streaming,
@@ -153,12 +154,12 @@ class LoadGenerator:
         req.abandoned = True
         assert self.timeout_s is not None
         now = req.sent_s + self.timeout_s  # (exactly: SimPy's clock may round)
-        sim._client_gave_up(req, now)
+        sim.client_gave_up(req, now)
         self.done(req, now)
         if req.replica >= 0:
             replica = sim.replicas[req.replica]
             self.aborted.setdefault(replica.index, []).append(req)
-            sim._notify(replica)
+            sim.notify(replica)
 
     def abort_due(self, replica: Replica) -> None:
         """Between two steps of ``replica``: drop the requests given up there (one still in a
@@ -175,7 +176,7 @@ class LoadGenerator:
             elif req in replica.awaiting:  # prefilled, waiting for this decode instance's blocks
                 replica.awaiting.remove(req)
                 replica.inbound_tokens -= req.outstanding_tokens
-                sim._free_prefill_blocks(req)
+                sim.free_prefill_blocks(req)
             elif req in replica.inbox:  # its KV has crossed: blocks here, not yet running
                 replica.inbox.remove(req)
                 replica.inbound_tokens -= req.outstanding_tokens
@@ -204,4 +205,4 @@ class LoadGenerator:
         req.finish_s = math.nan
         req.output_tokens += req.deferred_outputs  # disaggregated: all its outputs asked again
         req.deferred_outputs = 0
-        self.sim._done_with(req)
+        self.sim.done_with(req)

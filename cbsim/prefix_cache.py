@@ -61,7 +61,7 @@ import numpy.typing as npt
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.kvcache import KVCache
 from cbsim.request import Request
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 
 __all__ = [
     "Hit",

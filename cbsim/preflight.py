@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
 from cbsim.simulate import scenario_warnings
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
@@ -133,7 +133,7 @@ def gpu_layout(scenario: Scenario) -> str:
     """``h100-sxm, tp 4 x 2 replicas = 8 GPUs in total`` (also what ``cbsim run`` prints); with
     pools, each pool's (``prefill: h100-sxm, tp 2 x 2 replicas; decode: ...; 8 GPUs in total``)."""
     if scenario.cluster.pooled:
-        from cbsim.pools import pool_plans
+        from cbsim.schema.pools import pool_plans
 
         plans = pool_plans(scenario)
         parts = [f"{plan.name}: {_pool_layout(plan.scenario, total=False)}" for plan in plans]

@@ -4,7 +4,7 @@ Serving benchmarks that exercise the prefix cache do not send random text: SGLan
 ``generated-shared-prefix`` dataset, vLLM's ``prefix_repetition`` dataset and genai-perf's prefix
 prompts build a fixed set of system prompts, each with its questions, and send prompts drawn from
 that set, so the server sees the same prefixes again and again. ``workload.prompt_pool``
-(:class:`cbsim.scenario.PromptPool`) describes such a set: ``system_prompts`` system prompts and
+(:class:`cbsim.schema.workload.PromptPool`) describes such a set: ``system_prompts`` system prompts and
 ``questions`` questions for each, their lengths drawn once when the workload is built (named
 streams ``prompt_pool.system_tokens`` and ``prompt_pool.question_tokens``). Each request then
 picks a system prompt (Zipf popularity, stream ``prompt_pool.system``) and one of its questions
@@ -25,7 +25,7 @@ import numpy as np
 
 from cbsim.lengths import sample_lengths
 from cbsim.rng import stream
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 from cbsim.sessions import zipf_choice
 
 __all__ = ["PoolPrompts", "build_prompt_pool"]

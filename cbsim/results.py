@@ -32,7 +32,7 @@ import yaml
 
 from cbsim import outputs
 from cbsim.request_table import STATUS_DTYPE
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 
 RESULT_FILES = (
     "requests.parquet",

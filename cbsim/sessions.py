@@ -27,8 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbsim.arrivals import synthetic_arrivals
+from cbsim.lengths import sample_lengths
 from cbsim.rng import stream
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 
 __all__ = ["SessionWorkload", "Turn", "build_sessions"]
 
@@ -112,9 +114,6 @@ def zipf_choice(count: int, exponent: float, n: int, rng: np.random.Generator) -
 
 def build_sessions(scenario: Scenario, source: str | None = None) -> SessionWorkload:
     """Draw the scenario's sessions."""
-    from cbsim.lengths import sample_lengths
-    from cbsim.workload import synthetic_arrivals
-
     wl = scenario.workload
     config = wl.sessions
     assert config is not None and wl.arrival is not None

@@ -13,7 +13,8 @@ scheduler settings.
 from __future__ import annotations
 
 from cbsim.models import get_model
-from cbsim.scenario import Scenario, TraceReplay
+from cbsim.schema.scenario import Scenario
+from cbsim.schema.workload import TraceReplay
 
 DECODE = "cluster.disaggregation.decode"
 

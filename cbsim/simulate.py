@@ -9,15 +9,20 @@ from typing import Any
 
 import numpy as np
 
-from cbsim.engine import CostModelCache, ProgressCallback, Simulation
+from cbsim.cost_models import CostModelCache
+from cbsim.engine import ProgressCallback, Simulation
 from cbsim.errors import CbsimError
+from cbsim.link_bound import pool_warnings
 from cbsim.metrics import IterationTotals, summarize, timeseries
 from cbsim.outputs import temporary_prefix
 from cbsim.results import Results
-from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
+from cbsim.scenario import load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
+from cbsim.schema.engine_defaults import apply_engine_defaults
+from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
 from cbsim.setting_warnings import ignored_settings
+from cbsim.stability import with_stability
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 
@@ -75,14 +80,19 @@ def simulate(
         requests=requests,
         iterations=iterations,
         timeseries=series,
-        summary=summarize(
+        summary=with_stability(
+            summarize(
+                requests,
+                iterations,
+                scenario,
+                recorder.preemptions,
+                itl=recorder.itl,
+                warnings=warnings,
+                totals=totals,
+            ),
             requests,
-            iterations,
+            series,
             scenario,
-            recorder.preemptions,
-            itl=recorder.itl,
-            warnings=warnings,
-            totals=totals,
         ),
         run_info=info,
         iterations_path=recorder.iterations_path,
@@ -120,6 +130,7 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
         warnings.append(outside)
+    warnings += pool_warnings(simulation.pools, simulation.prompt_lengths())  # link-bound layouts
     return warnings
 
 

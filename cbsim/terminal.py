@@ -30,7 +30,8 @@ from rich.table import Table
 
 from cbsim.preflight import gpu_layout
 from cbsim.results import Results
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
+from cbsim.stability import is_unstable, load_note, slo_verdict
 
 __all__ = [
     "GOODPUT_PASS_FRACTION",
@@ -149,7 +150,7 @@ def slo_rows(summary: Mapping[str, Any], scenario: Scenario) -> list[tuple[str, 
             continue
         measured = _finite(summary.get(f"{name}_p99_s"))
         met = measured is not None and measured <= target
-        rows.append((label, f"≤ {_seconds(target)}", _seconds(measured), _verdict(met)))
+        rows.append((label, f"≤ {_seconds(target)}", _seconds(measured), _verdict(met, summary)))
     if not rows:
         return rows
     attainment = _finite(summary.get("slo_attainment"))
@@ -159,14 +160,17 @@ def slo_rows(summary: Mapping[str, Any], scenario: Scenario) -> list[tuple[str, 
             "goodput",
             f"≥ {GOODPUT_PASS_FRACTION:.0%} of requests",
             f"{_fmt(summary.get('goodput_rps'), '.3f', 'req/s')}, {share} of requests",
-            _verdict(attainment is not None and attainment >= GOODPUT_PASS_FRACTION),
+            _verdict(attainment is not None and attainment >= GOODPUT_PASS_FRACTION, summary),
         )
     )
     return rows
 
 
-def _verdict(met: bool) -> str:
-    return "[green]met[/green]" if met else "[bold red]missed[/bold red]"
+def _verdict(met: bool, summary: Mapping[str, Any]) -> str:
+    """``met`` in green, ``missed`` in red; an unstable run's ``met`` is ``not met (unstable: ...)``
+    (:func:`cbsim.stability.slo_verdict`): a short run of an overloaded service meets nothing."""
+    verdict = slo_verdict(met, summary)
+    return "[green]met[/green]" if verdict == "met" else f"[bold red]{verdict}[/bold red]"
 
 
 def slo_table(summary: Mapping[str, Any], scenario: Scenario) -> Table | None:
@@ -204,6 +208,9 @@ def summary_table(results: Results) -> Table:
         table.add_row("unfinished", str(s["unfinished"]))
     if s.get("timed_out"):
         table.add_row("timed out", str(s["timed_out"]))
+    if "stable" in s:  # the reasons, when unstable, print below the table (print_run)
+        verdict = "[bold red]NO[/bold red]" if is_unstable(s) else "yes"
+        table.add_row("stable queue", f"{verdict} ({load_note(s)})")
     table.add_row("throughput", _fmt(s.get("throughput_rps"), ".3f", "req/s"))
     table.add_row("output tokens", _fmt(s.get("output_tokens_per_s"), ".1f", "tok/s"))
     table.add_row("goodput (SLO)", _fmt(s.get("goodput_rps"), ".3f", "req/s"))
@@ -211,6 +218,10 @@ def summary_table(results: Results) -> Table:
     table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
     table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
     table.add_row("ITL p50 / p90 / p99", _fmt_latencies(s, "itl"))
+    for stem, label in (("kv_transfer", "KV transfer"), ("kv_wait", "KV wait")):
+        if f"{stem}_p99_s" in s:  # disaggregated: prefill -> decode KV handoff
+            pair = f"{_seconds(s.get(f'{stem}_p50_s'))} / {_seconds(s[f'{stem}_p99_s'])}"
+            table.add_row(f"{label} p50 / p99", pair)
     if results.scenario.speculative.enabled:
         table.add_row("acceptance (accepted/drafted)", _fmt(s.get("acceptance_rate"), ".3f"))
         table.add_row("conditional acceptance α", _fmt(s.get("conditional_acceptance"), ".3f"))
@@ -272,6 +283,10 @@ def comparison_table(summary: Mapping[str, Any], baseline: Mapping[str, Any]) ->
     if saved is not None:
         table.add_section()
         table.add_row("decode time saved", "", "", f"{saved:.1f} s")
+        table.caption = (
+            "decode time saved: Σ over finished requests of (finish − first token) without "
+            "speculation minus with it; request-seconds, not wall time"
+        )
     return table
 
 
@@ -282,6 +297,11 @@ def print_run(console: Console, results: Results, overrides: Sequence[str] = ())
     title = run_title(results.scenario, overrides)
     console.print(f"run: {title}", soft_wrap=True, highlight=False, markup=False)
     console.print(summary_table(results))
+    if is_unstable(results.summary):
+        console.print(
+            f"[bold red]{results.summary.get('stability', 'unstable')}[/bold red]",
+            highlight=False,
+        )
     slo = slo_table(results.summary, results.scenario)
     if slo is not None:
         console.print(slo)

@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from cbsim.arrivals import synthetic_arrivals
 from cbsim.errors import CbsimError
 from cbsim.lengths import sample_lengths
 from cbsim.limits import REQUESTS, SIMULATED_TIME, WINDOWS
 from cbsim.prompt_pool import PoolPrompts, build_prompt_pool
 from cbsim.rng import stream
-from cbsim.scenario import (
+from cbsim.schema.scenario import Scenario
+from cbsim.schema.speculative import TraceAcceptance
+from cbsim.schema.workload import (
     ClosedLoopArrival,
     EmpiricalLength,
     FixedLength,
@@ -35,9 +38,7 @@ from cbsim.scenario import (
     LognormalLength,
     OfflineArrival,
     PoissonArrival,
-    Scenario,
     StagesArrival,
-    TraceAcceptance,
     TraceArrival,
     UniformLength,
 )
@@ -154,39 +155,6 @@ def stage_offsets(arrival: StagesArrival, rng: np.random.Generator) -> list[np.n
                 times = np.concatenate([times, more])
         offsets.append(times[times < duration])
     return offsets
-
-
-def _gaps(arrival: PoissonArrival | GammaArrival, n: int, rng: np.random.Generator) -> np.ndarray:
-    if isinstance(arrival, PoissonArrival):
-        return rng.exponential(1.0 / arrival.rate, n)
-    shape = 1.0 / arrival.cv**2
-    return rng.gamma(shape, 1.0 / (arrival.rate * shape), n)
-
-
-def synthetic_arrivals(
-    arrival: PoissonArrival | GammaArrival | OfflineArrival,
-    num_requests: int | None,
-    duration_s: float | None,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Arrival times of a renewal process, the first gap included, cut at a count and/or duration;
-    all zeros for an offline batch."""
-    if isinstance(arrival, OfflineArrival):
-        assert num_requests is not None
-        return np.zeros(num_requests)
-    if num_requests is not None:
-        times = np.cumsum(_gaps(arrival, num_requests, rng))
-    else:
-        assert duration_s is not None
-        expected = arrival.rate * duration_s
-        chunk = int(expected + 10 * math.sqrt(expected) + 16)
-        times = np.cumsum(_gaps(arrival, chunk, rng))
-        while times[-1] < duration_s:
-            more = np.cumsum(_gaps(arrival, chunk, rng)) + times[-1]
-            times = np.concatenate([times, more])
-    if duration_s is not None:
-        times = times[times <= duration_s]
-    return times
 
 
 # --------------------------------------------------------------------------- size checks

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.engine import cost_model_for
+from cbsim.cost_models import cost_model_for
 from cbsim.errors import CbsimError
 from cbsim.results import RESULT_FILES, Results
 from tests.conftest import small_scenario, summaries_equal

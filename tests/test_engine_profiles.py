@@ -19,7 +19,7 @@ from cbsim.cost.engine_profile import (
     read_engine_profile,
     write_engine_profile,
 )
-from cbsim.engine import cost_model_for
+from cbsim.cost_models import cost_model_for
 from cbsim.errors import CbsimError
 from cbsim.scenario import load_scenario
 from tests.conftest import small_scenario

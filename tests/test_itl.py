@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim import metrics
+from cbsim import itl
 from cbsim.metrics import PERCENTILES, inter_token_latency, weighted_percentile
 from cbsim.scenario import Scheduler
 from cbsim.scheduler.warnings import scheduler_warnings
@@ -67,7 +67,7 @@ def test_inter_token_latency_is_the_reference_bit_for_bit(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if seed >= 8:
-        monkeypatch.setattr(metrics, "CHUNK_ROWS", 7)  # many chunks, merged across them
+        monkeypatch.setattr(itl, "CHUNK_ROWS", 7)  # many chunks, merged across them
     rng = np.random.default_rng(seed)
     replicas = int(rng.integers(1, 4))
     n = int(rng.integers(0, 400))

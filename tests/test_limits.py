@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import cbsim.engine as engine_module
+import cbsim.sources.closed_loop as closed_loop_module
 from cbsim.errors import CbsimError
 from cbsim.limits import (
     ALL_LIMITS,
@@ -137,7 +137,9 @@ def test_too_many_gpus_in_total_are_refused():
 
 
 def test_a_closed_loop_stops_at_the_request_limit(monkeypatch):
-    monkeypatch.setattr(engine_module, "REQUESTS", Limit("requests", 1, 50, "requests", "test"))
+    monkeypatch.setattr(
+        closed_loop_module, "REQUESTS", Limit("requests", 1, 50, "requests", "test")
+    )
     data = small_scenario(
         {"workload.arrival": {"kind": "closed_loop", "concurrency": 4}, "workload.duration_s": 1e5}
     )

@@ -17,6 +17,8 @@ from cbsim.scenario import (
     HeuristicPolicy,
     ThresholdPolicy,
 )
+from cbsim.schema.speculative import AdaptiveHysteresisPolicy
+from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK
 from cbsim.speculative.policies import (
     AlphaEstimator,
     BatchTableK,
@@ -334,6 +336,7 @@ def test_make_policy_from_each_config():
         (HeuristicPolicy(kind="heuristic"), HeuristicK),
         (BatchTablePolicy(kind="batch_table"), BatchTableK),
         (GoodputPolicy(kind="goodput"), GoodputK),
+        (AdaptiveHysteresisPolicy(kind="adaptive_hysteresis"), AdaptiveHysteresisK),
     ]
     for config, cls in configs:
         policy = make_policy(config)
@@ -344,7 +347,9 @@ def test_make_policy_from_each_config():
 
 
 def test_unknown_kind():
-    with pytest.raises(CbsimError, match=r"unknown k policy 'oracle'; known: batch_table"):
+    with pytest.raises(
+        CbsimError, match=r"unknown k policy 'oracle'; known: adaptive_hysteresis, batch_table"
+    ):
         make_policy(FixedPolicy.model_construct(kind="oracle"))  # type: ignore[arg-type]
 
 

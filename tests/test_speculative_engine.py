@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim.engine import cost_model_for
+from cbsim.cost_models import cost_model_for
 from cbsim.models import get_model
 from cbsim.speculative.acceptance import expected_emitted
 from cbsim.speculative.proposers import DraftModel

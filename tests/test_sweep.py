@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 import cbsim
-import cbsim.sweep as sweep_module
+import cbsim.sweep_execution as sweep_execution
 from cbsim.errors import CbsimError
 from cbsim.sweep import (
     execute_sweep,
@@ -315,7 +315,7 @@ def test_a_run_time_exception_is_an_internal_failure(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(sys.modules["cbsim.simulate"], "simulate", broken)
     [point] = expand_points({"base": tiny_base()})
-    outcome = sweep_module._simulate_point(point.scenario, point.key, {}, None, None)
+    outcome = sweep_execution._simulate_point(point.scenario, point.key, {}, None, None)
     assert outcome.internal and outcome.error is not None
     assert "RuntimeError: boom" in outcome.error
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim import metrics
+from cbsim import metrics, timeseries_windows
 from cbsim.metrics import timeseries
 from tests.conftest import small_scenario
 
@@ -120,7 +120,7 @@ def reference_timeseries(
 def test_chunked_timeseries_is_the_reference_bit_for_bit(
     overrides: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(metrics, "CHUNK_ROWS", 64)  # many chunks
+    monkeypatch.setattr(timeseries_windows, "CHUNK_ROWS", 64)  # many chunks
     results = cbsim.simulate(cbsim.load_scenario(small_scenario(overrides)))
     window = results.scenario.output.timeseries_window_s
     replicas = results.scenario.cluster.replicas
@@ -177,11 +177,12 @@ def test_window_sums_refuse_a_run_past_the_window_limit_before_allocating(
 ) -> None:
     """An iteration ending past the windows the limit allows is an error as it is added, before
     the sums grow to it (a 1 ms window reached 11.5 GiB before the error at the end)."""
+    windows = timeseries_windows.WINDOWS
     monkeypatch.setattr(
-        metrics, "WINDOWS", metrics.WINDOWS.__class__("windows", 1, 1000, "windows", "test")
+        timeseries_windows, "WINDOWS", windows.__class__("windows", 1, 1000, "windows", "test")
     )
-    sums = metrics.WindowSums(1.0)
-    row = {name: np.ones(1) for name in metrics._WINDOW_COLUMNS}
+    sums = timeseries_windows.WindowSums(1.0)
+    row = {name: np.ones(1) for name in timeseries_windows._WINDOW_COLUMNS}
     sums.add({**row, "start_s": np.array([10.0])})
     with pytest.raises(cbsim.CbsimError, match="windows") as caught:
         sums.add({**row, "start_s": np.array([5000.0])})

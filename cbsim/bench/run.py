@@ -33,7 +33,8 @@ from cbsim.bench.vllm_result import (
 )
 from cbsim.errors import CbsimError
 from cbsim.results import RUN_RESULT, Results
-from cbsim.scenario import Scenario, apply_overrides, load_scenario, parse_override
+from cbsim.scenario import apply_overrides, load_scenario, parse_override
+from cbsim.schema.scenario import Scenario
 
 __all__ = [
     "BenchRun",

@@ -49,7 +49,8 @@ from cbsim.cost.engine_profile import (
 )
 from cbsim.errors import CbsimError
 from cbsim.limits import ENGINE_TIME
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 from cbsim.simulate import simulate
 
 REQUESTS_PER_CLIENT = 8

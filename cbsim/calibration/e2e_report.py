@@ -21,15 +21,16 @@ from pathlib import Path
 import click
 import numpy as np
 import pandas as pd
-from rich.console import Console
 from rich.table import Table
 
 from cbsim import outputs
 from cbsim.calibration import e2e, gpu_holdout, per_request
 from cbsim.calibration.benchmarks import read_benchmarks, shared_h100_benchmarks
+from cbsim.calibration.dropped import dropped_rows
 from cbsim.calibration.errors import ape
 from cbsim.calibration.fit import CALIBRATION_REPORT
 from cbsim.calibration.markdown import markdown_table
+from cbsim.console import wide_console
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -121,7 +122,7 @@ def _print_table(frame: pd.DataFrame, title: str) -> None:
         table.add_column(str(column), justify="left" if frame[column].dtype == object else "right")
     for row in frame.itertuples(index=False):
         table.add_row(*(f"{v:.1f}" if isinstance(v, float) else str(v) for v in row))
-    Console().print(table)
+    wide_console().print(table)
 
 
 def _markdown(frame: pd.DataFrame) -> str:
@@ -369,6 +370,9 @@ def e2e_command(
     if len(fit.excluded):
         counts = fit.excluded.groupby("skipped").size().rename("benchmarks").reset_index()
         _print_table(counts, "benchmarks left out")
+        named = dropped_rows(fit.excluded)
+        more = len(fit.excluded) - len(named)
+        _print_table(named, "each benchmark left out" + (f" (first {len(named)})" if more else ""))
     step = fit.profile.overhead
     click.echo(
         f"fitted: CPU {1e3 * step.cpu_s:.3f} ms + {1e6 * step.cpu_per_request_s:.2f} µs/request "

@@ -36,11 +36,8 @@ an output path holding other files — raises :class:`~cbsim.errors.CbsimError`.
 from __future__ import annotations
 
 import json
-import platform
-import statistics
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,6 +46,19 @@ import click
 import pandas as pd
 
 from cbsim import outputs
+from cbsim.calibration.measure_grid import GRIDS, IterationBatch, MeasureGrid, default_grid
+from cbsim.calibration.measure_layers import _Attention, _Layer, _Rope
+from cbsim.calibration.measure_timing import (
+    DTYPES,
+    GRAPH_INSTANCES,
+    INSTALL_HINT,
+    TIMERS,
+    _device_name,
+    _import_torch,
+    _resolve_device,
+    _Timer,
+    _torch_dtype,
+)
 from cbsim.errors import CbsimError, UserError
 from cbsim.models import ModelShape, get_model
 
@@ -59,8 +69,11 @@ __all__ = [
     "DEFAULT_REPEATS",
     "DEFAULT_WARMUP",
     "DTYPES",
+    "GRAPH_INSTANCES",
     "GRIDS",
+    "INSTALL_HINT",
     "OUTPUT_FILES",
+    "TIMERS",
     "IterationBatch",
     "MeasureGrid",
     "default_grid",
@@ -68,9 +81,6 @@ __all__ = [
     "measure_command",
 ]
 
-INSTALL_HINT = 'pip install "cbsim[measure]"'
-DTYPES: tuple[str, ...] = ("bf16", "fp16", "fp32")
-GRIDS: tuple[str, ...] = ("full", "quick")
 TABLES: tuple[str, ...] = ("gemm", "decode_attention", "prefill_attention", "iterations")
 OUTPUT_FILES: frozenset[str] = frozenset({*(f"{t}.parquet" for t in TABLES), "meta.json"})
 MEASUREMENTS = outputs.OutputKind(
@@ -82,426 +92,9 @@ MEASUREMENTS = outputs.OutputKind(
 """The folder ``cbsim calibrate measure`` writes: replaced as a whole (see :mod:`cbsim.outputs`)."""
 DEFAULT_REPEATS = 10
 DEFAULT_WARMUP = 3
-TIMERS: tuple[str, ...] = ("graph", "events")
-GRAPH_INSTANCES = 8
-"""Most independent instances of a kernel captured back to back in one timed CUDA graph."""
-_GRAPH_BUDGET_BYTES = 2 * 2**30
 KERNEL = "torch_sdpa"
-# Smallest latency written: a CUDA event pair resolves about 0.5 µs and a table must be positive.
-_MIN_LATENCY_MS = 1e-4
-# Bytes written between timed CUDA calls so that weights do not stay in L2 (50 MB on H100).
-_L2_FLUSH_BYTES = 256 * 2**20
 
 Log = Callable[[str], None]
-
-
-# --------------------------------------------------------------------------- grids
-
-
-@dataclass(frozen=True, slots=True)
-class IterationBatch:
-    """A mixed batch for a whole-layer timing: prefills of these lengths plus ``decodes``
-    requests of one new token each over ``context`` cached tokens."""
-
-    prefill_lengths: tuple[int, ...] = ()
-    decodes: int = 0
-    context: int = 0
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return sum(self.prefill_lengths)
-
-    @property
-    def batch_size(self) -> int:
-        return len(self.prefill_lengths) + self.decodes
-
-
-@dataclass(frozen=True, slots=True)
-class MeasureGrid:
-    """What to time. ``*_max_tokens`` caps batch × length so the cache fits in memory."""
-
-    name: str
-    gemm_m: tuple[int, ...]
-    decode_batch: tuple[int, ...]
-    decode_context: tuple[int, ...]
-    decode_max_tokens: int
-    prefill_batch: tuple[int, ...]
-    prefill_length: tuple[int, ...]
-    prefill_max_tokens: int
-    iteration_batches: tuple[IterationBatch, ...]
-    iteration_layers: int
-
-
-def _pow2(low: int, high: int) -> tuple[int, ...]:
-    return tuple(2**e for e in range(low.bit_length() - 1, high.bit_length()))
-
-
-def default_grid(name: str, device_type: str) -> MeasureGrid:
-    """The ``full`` or ``quick`` grid for a device type (``cuda`` or ``cpu``).
-
-    ``quick`` is a handful of points per table (tests, smoke runs). ``full`` on a GPU covers m up
-    to 8192 (vLLM's default token budget), decode contexts to 32k and prefills to 16k; on a CPU
-    it stops far earlier (m ≤ 512, contexts ≤ 4096, prefills ≤ 1024).
-    """
-    if name == "quick":
-        return MeasureGrid(
-            name="quick",
-            gemm_m=(1, 4, 16, 64),
-            decode_batch=(1, 4),
-            decode_context=(32, 128),
-            decode_max_tokens=1 << 12,
-            prefill_batch=(1, 2),
-            prefill_length=(16, 64),
-            prefill_max_tokens=1 << 12,
-            iteration_batches=(
-                IterationBatch(decodes=4, context=64),
-                IterationBatch(prefill_lengths=(32,)),
-                IterationBatch(prefill_lengths=(32,), decodes=4, context=64),
-            ),
-            iteration_layers=1,
-        )
-    if name != "full":
-        raise CbsimError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}", field="grid")
-    if device_type == "cuda":
-        return MeasureGrid(
-            name="full",
-            gemm_m=_pow2(1, 8192),
-            decode_batch=_pow2(1, 256),
-            decode_context=_pow2(128, 32768),
-            decode_max_tokens=1 << 20,
-            prefill_batch=_pow2(1, 16),
-            prefill_length=_pow2(64, 16384),
-            prefill_max_tokens=1 << 15,
-            iteration_batches=(
-                *(IterationBatch(decodes=b, context=1024) for b in (1, 8, 32, 128)),
-                IterationBatch(decodes=64, context=4096),
-                IterationBatch(prefill_lengths=(512,)),
-                IterationBatch(prefill_lengths=(2048,)),
-                IterationBatch(prefill_lengths=(512,), decodes=32, context=1024),
-                IterationBatch(prefill_lengths=(2048,), decodes=64, context=2048),
-                IterationBatch(prefill_lengths=(256, 256), decodes=128, context=1024),
-            ),
-            iteration_layers=4,
-        )
-    return MeasureGrid(
-        name="full",
-        gemm_m=_pow2(1, 512),
-        decode_batch=_pow2(1, 32),
-        decode_context=_pow2(128, 4096),
-        decode_max_tokens=1 << 16,
-        prefill_batch=_pow2(1, 4),
-        prefill_length=_pow2(32, 1024),
-        prefill_max_tokens=1 << 12,
-        iteration_batches=(
-            *(IterationBatch(decodes=b, context=256) for b in (1, 8, 32)),
-            IterationBatch(prefill_lengths=(128,)),
-            IterationBatch(prefill_lengths=(512,)),
-            IterationBatch(prefill_lengths=(128,), decodes=8, context=256),
-        ),
-        iteration_layers=2,
-    )
-
-
-# --------------------------------------------------------------------------- torch set-up
-
-
-def _import_torch() -> Any:
-    try:
-        import torch  # type: ignore[import-not-found, unused-ignore]
-    except ImportError:
-        raise CbsimError(
-            f"measuring needs PyTorch, which is not installed: {INSTALL_HINT}"
-        ) from None
-    return torch
-
-
-def _resolve_device(torch: Any, device: str) -> Any:
-    text = device.strip().lower()
-    text = "cuda" if text == "gpu" else text
-    try:
-        dev = torch.device(text)
-    except (RuntimeError, ValueError):
-        dev = None
-    if dev is None or dev.type not in ("cuda", "cpu"):
-        raise CbsimError(f"unknown device {device!r}; use cuda, cuda:N or cpu", field="device")
-    if dev.type == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        built = torch.version.cuda or torch.version.hip
-        how = f"CUDA {built}" if built else "no CUDA support"
-        raise CbsimError(
-            f"CUDA was requested but no GPU is available (torch {torch.__version__}, {how}); "
-            "use --device cpu or a CUDA build of torch",
-            field="device",
-        )
-    index = 0 if dev.index is None else int(dev.index)
-    count = int(torch.cuda.device_count())
-    if index >= count:
-        raise CbsimError(f"no GPU {device!r}: {count} visible", field="device")
-    return torch.device("cuda", index)
-
-
-def _torch_dtype(torch: Any, dtype: str, device: Any) -> Any:
-    if dtype not in DTYPES:
-        raise CbsimError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}", field="dtype")
-    if dtype == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise CbsimError("this GPU does not support bf16; use --dtype fp16", field="dtype")
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-
-
-def _device_name(torch: Any, device: Any) -> str:
-    if device.type == "cuda":
-        return str(torch.cuda.get_device_name(device))
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-# --------------------------------------------------------------------------- timing
-
-
-class _Timer:
-    """Median milliseconds of one call of a kernel, from ``repeats`` timed runs after ``warmup``
-    untimed ones.
-
-    ``mode`` (CUDA only) says how a run is timed:
-
-    * ``graph`` (the default on a GPU): up to :data:`GRAPH_INSTANCES` independent instances of
-      the call (each with its own inputs and weights, within :data:`_GRAPH_BUDGET_BYTES`) are
-      captured back to back in one CUDA graph, the way serving engines replay their forward
-      passes and the way AI Configurator's collectors time kernels; a timed run is one replay
-      of the graph after an L2 flush, divided by the instance count. No launch gaps, no reuse
-      of one instance's data in L2 by the next.
-    * ``events``: one call between two CUDA events, the L2 flushed before it; launch latency
-      and the event pair's own cost are part of each timing (noticeable below ~50 µs).
-
-    On a CPU every run is one call timed with ``time.perf_counter``.
-    """
-
-    def __init__(
-        self, torch: Any, device: Any, repeats: int, warmup: int, mode: str = "graph"
-    ) -> None:
-        self.torch = torch
-        self.device = device
-        self.repeats = repeats
-        self.warmup = warmup
-        self.cuda = device.type == "cuda"
-        self.graph = self.cuda and mode == "graph"
-        self.flush = (
-            torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if self.cuda else None
-        )
-        self.most_instances = 0
-
-    @property
-    def name(self) -> str:
-        """What ``meta.json`` calls this way of timing."""
-        if not self.cuda:
-            return "perf_counter"
-        return "cuda_graph" if self.graph else "cuda_events"
-
-    def __call__(self, make: Callable[[], Callable[[], object]]) -> float:
-        """Time the call ``make()`` returns (``make`` builds a fresh instance on each call)."""
-        if self.graph:
-            return self._graph_time(make)
-        fn = make()
-        for _ in range(self.warmup):
-            fn()
-        if self.cuda:
-            return self._event_time(fn, 1)
-        times = []
-        for _ in range(self.repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return max(float(statistics.median(times)), _MIN_LATENCY_MS)
-
-    def _event_time(self, run: Callable[[], object], per: int) -> float:
-        """Median milliseconds of ``run`` between CUDA events, each after an L2 flush, over the
-        ``per`` kernel calls it makes."""
-        torch = self.torch
-        torch.cuda.synchronize(self.device)
-        pairs = []
-        for _ in range(self.repeats):
-            if self.flush is not None:
-                self.flush.zero_()
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            start.record()
-            run()
-            end.record()
-            pairs.append((start, end))
-        torch.cuda.synchronize(self.device)
-        times = [float(s.elapsed_time(e)) / per for s, e in pairs]
-        return max(float(statistics.median(times)), _MIN_LATENCY_MS)
-
-    def _instances(self, make: Callable[[], Callable[[], object]]) -> list[Callable[[], object]]:
-        """As many fresh instances as fit the graph budget (at least one, at most
-        :data:`GRAPH_INSTANCES`), sized by the memory the first one took."""
-        torch = self.torch
-        before = int(torch.cuda.memory_allocated(self.device))
-        fns = [make()]
-        size = max(int(torch.cuda.memory_allocated(self.device)) - before, 1)
-        count = max(1, min(GRAPH_INSTANCES, _GRAPH_BUDGET_BYTES // size))
-        fns.extend(make() for _ in range(count - 1))
-        return fns
-
-    def _graph_time(self, make: Callable[[], Callable[[], object]]) -> float:
-        torch = self.torch
-        fns = self._instances(make)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):  # capture needs its kernels' first runs off the graph
-            for _ in range(max(self.warmup, 1)):
-                for fn in fns:
-                    fn()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for fn in fns:
-                fn()
-        self.most_instances = max(self.most_instances, len(fns))
-        try:
-            graph.replay()
-            return self._event_time(graph.replay, len(fns))
-        finally:
-            del graph
-
-
-# --------------------------------------------------------------------------- the model
-
-
-class _Layer:
-    """One Llama-style decoder layer (pre-norm, fused QKV and gate+up, SwiGLU, no biases but
-    Qwen2's QKV bias) with random weights."""
-
-    def __init__(self, torch: Any, shape: ModelShape, device: Any, dtype: Any) -> None:
-        nn = torch.nn
-        h, q, kv = shape.hidden_size, shape.q_dim, shape.kv_dim
-        inner = shape.intermediate_size
-        opts: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.torch = torch
-        self.shape = shape
-        self.input_norm = torch.ones(h, **opts)
-        self.qkv_proj = nn.Linear(h, q + 2 * kv, bias=shape.qkv_bias, **opts)
-        self.o_proj = nn.Linear(q, h, bias=False, **opts)
-        self.post_norm = torch.ones(h, **opts)
-        self.gate_up_proj = nn.Linear(h, (2 if shape.gated_mlp else 1) * inner, bias=False, **opts)
-        self.down_proj = nn.Linear(inner, h, bias=False, **opts)
-
-    def linears(self) -> dict[str, Any]:
-        return {
-            "qkv_proj": self.qkv_proj,
-            "o_proj": self.o_proj,
-            "gate_up_proj": self.gate_up_proj,
-            "down_proj": self.down_proj,
-        }
-
-    def forward(self, x: Tensor, rope: _Rope, attention: _Attention) -> Tensor:
-        torch, s = self.torch, self.shape
-        F = torch.nn.functional
-        tokens = x.shape[0]
-        qkv = self.qkv_proj(_rms_norm(torch, x, self.input_norm))
-        q, k, v = qkv.split([s.q_dim, s.kv_dim, s.kv_dim], dim=-1)
-        q = rope.apply(q.view(tokens, s.num_heads, s.head_dim))
-        k = rope.apply(k.view(tokens, s.num_kv_heads, s.head_dim))
-        v = v.view(tokens, s.num_kv_heads, s.head_dim)
-        x = x + self.o_proj(attention(self, q, k, v))
-        up = self.gate_up_proj(_rms_norm(torch, x, self.post_norm))
-        if s.gated_mlp:
-            gate, up = up.chunk(2, dim=-1)
-            act = F.silu(gate) * up
-        else:
-            act = F.gelu(up)
-        out: Tensor = x + self.down_proj(act)
-        return out
-
-
-def _rms_norm(torch: Any, x: Tensor, weight: Tensor) -> Tensor:
-    variance = x.float().pow(2).mean(-1, keepdim=True)
-    out: Tensor = (x.float() * torch.rsqrt(variance + 1e-6)).to(x.dtype) * weight
-    return out
-
-
-class _Rope:
-    """Rotary embedding (NeoX layout) read from a cos/sin cache at given positions."""
-
-    def __init__(
-        self, torch: Any, head_dim: int, positions: Tensor, device: Any, dtype: Any
-    ) -> None:
-        self.torch = torch
-        half = head_dim // 2
-        inv_freq = 1.0 / (
-            10000.0 ** (torch.arange(0, half, device=device, dtype=torch.float32) / max(half, 1))
-        )
-        angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-        self.cos = angles.cos().to(dtype)[:, None, :]
-        self.sin = angles.sin().to(dtype)[:, None, :]
-        self.half = half
-
-    def apply(self, x: Tensor) -> Tensor:
-        half = self.half
-        x1, x2 = x[..., :half], x[..., half : 2 * half]
-        rotated = [x1 * self.cos - x2 * self.sin, x2 * self.cos + x1 * self.sin]
-        if x.shape[-1] > 2 * half:  # odd head_dim: the last channel passes through
-            rotated.append(x[..., 2 * half :])
-        out: Tensor = self.torch.cat(rotated, dim=-1)
-        return out
-
-
-class _Attention:
-    """Attention over a flattened mixed batch: causal self-attention for each prefill, then the
-    decodes (one token each) over their KV cache, which this call appends to."""
-
-    def __init__(
-        self,
-        torch: Any,
-        shape: ModelShape,
-        batch: IterationBatch,
-        layers: Sequence[_Layer],
-        device: Any,
-        dtype: Any,
-    ) -> None:
-        self.torch = torch
-        self.batch = batch
-        self.shape = shape
-        self.cache: dict[int, tuple[Tensor, Tensor]] = {}
-        if batch.decodes:
-            size = (batch.decodes, shape.num_kv_heads, batch.context + 1, shape.head_dim)
-            for layer in layers:
-                self.cache[id(layer)] = (
-                    torch.randn(size, device=device, dtype=dtype),
-                    torch.randn(size, device=device, dtype=dtype),
-                )
-
-    def __call__(self, layer: _Layer, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        torch, s, b = self.torch, self.shape, self.batch
-        sdpa = torch.nn.functional.scaled_dot_product_attention
-        outputs = []
-        start = 0
-        for length in b.prefill_lengths:
-            end = start + length
-            out = sdpa(
-                q[start:end].transpose(0, 1).unsqueeze(0),
-                k[start:end].transpose(0, 1).unsqueeze(0),
-                v[start:end].transpose(0, 1).unsqueeze(0),
-                is_causal=True,
-                enable_gqa=True,
-            )
-            outputs.append(out.squeeze(0).transpose(0, 1).reshape(length, s.q_dim))
-            start = end
-        if b.decodes:
-            cache_k, cache_v = self.cache[id(layer)]
-            cache_k[:, :, b.context] = k[start:]
-            cache_v[:, :, b.context] = v[start:]
-            out = sdpa(q[start:].unsqueeze(2), cache_k, cache_v, enable_gqa=True)
-            outputs.append(out.reshape(b.decodes, s.q_dim))
-        result: Tensor = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
-        return result
 
 
 # --------------------------------------------------------------------------- measuring

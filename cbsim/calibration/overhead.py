@@ -31,7 +31,8 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 
 # LLM-Inference-Bench model ids → catalog shapes (Qwen2-7B has Qwen2.5-7B's shape); MoE and
 # DeciLM rows are left out (cbsim models dense decoders only).

@@ -39,7 +39,8 @@ import pandas as pd
 from cbsim.calibration.data import read_table_file, shipped_root
 from cbsim.errors import CbsimError
 from cbsim.limits import BENCHMARK_REQUESTS, MEASURED_LATENCY, SIMULATED_TIME, TOKENS, Limit
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 from cbsim.simulate import simulate
 
 SHIPPED = "llm_d_a100_per_request.parquet"

@@ -12,7 +12,9 @@ import numpy as np
 
 from cbsim.errors import CbsimError
 from cbsim.results import Results
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
+from cbsim.stability import load_note
+from cbsim.suggestions import unknown_metric
 
 QUEUE_DELAY_FLOOR_S = 1.0  # admission delays below this never count as a backlog
 SERVED_FRACTION = 0.95
@@ -39,18 +41,7 @@ def _direction(metric: str) -> str:
 def _metric_value(summary: Mapping[str, Any], metric: str) -> float:
     key = METRIC_ALIASES.get(metric, metric)
     if key not in summary:
-        numeric = sorted(
-            [
-                k
-                for k, v in summary.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            ]
-            + list(METRIC_ALIASES)
-        )
-        raise CbsimError(
-            f"unknown SLO metric {metric!r}; known (summary keys): {', '.join(numeric)}",
-            field="--slo",
-        )
+        raise unknown_metric(metric, summary, METRIC_ALIASES)
     value = summary[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise CbsimError(f"SLO metric {metric!r} is not a number", field="--slo")
@@ -96,6 +87,8 @@ def _check_run(
     unfinished = int(summary.get("unfinished", 0))
     if unfinished:
         reasons.append(f"{unfinished} requests still queued at the horizon")
+    if reasons and "offered_rps" in summary:  # the load the queue could not keep up with
+        reasons.append(load_note(summary))
     for metric, threshold in slo.items():
         value = _metric_value(summary, metric)
         metrics[metric] = value
@@ -119,9 +112,23 @@ def _check_run(
             ),
             # 1 / TPOT is the output tokens/s each user sees (the report's per-user axis)
             "tpot_mean_s": float(summary.get("tpot_mean_s", math.nan)),
+            # served, not offered: the report's tokens/s per GPU axis (steady state: the
+            # second half of the window, no warm-up and no drain)
+            "output_tokens_per_s": _served_tokens_per_s(results, quarter),
         }
     )
     return reasons, metrics
+
+
+def _served_tokens_per_s(results: Results, quarter: int) -> float:
+    """Output tokens/s served over the second half of the window (its timeseries windows
+    ``2 quarter .. 4 quarter``): the offered load's tokens when the run keeps up, its capacity
+    when it does not. NaN without those windows."""
+    if "output_tokens_per_s" not in results.timeseries:
+        return math.nan
+    served = results.timeseries["output_tokens_per_s"].to_numpy(dtype=float)
+    half = served[2 * quarter : 4 * quarter]
+    return float(half.mean()) if len(half) else math.nan
 
 
 def _admission_reason(admitted: float, arrived: int, limit_s: float, lag_s: float) -> str:

@@ -18,10 +18,12 @@ from cbsim.capacity.fields import CONTROLLED_KEYS, _check_key
 from cbsim.capacity.planning import _check_prices, plan
 from cbsim.capacity.rendering import render, render_disaggregated
 from cbsim.capacity.search import DEFAULT_START_RPS, DEFAULT_TOLERANCE, DEFAULT_WINDOW_S, Progress
+from cbsim.console import wide_console
 from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
-from cbsim.scenario import Scenario, load_scenario, parse_override
+from cbsim.scenario import load_scenario, parse_override
+from cbsim.schema.scenario import Scenario
 
 #: Exit status of ``cbsim capacity`` when nothing meets the SLO (bad input is 2).
 EXIT_INFEASIBLE = 3
@@ -121,7 +123,7 @@ def _pool_candidates(
 ) -> tuple[list[Candidate], list[Candidate]]:
     """The instance layouts each pool may use: as given, else the scenario's pools' (or its
     cluster's)."""
-    from cbsim.pools import pool_plans
+    from cbsim.schema.pools import pool_plans
 
     if scenario.cluster.disaggregation is not None:
         plans = pool_plans(scenario)
@@ -387,8 +389,8 @@ def capacity_command(
     if as_json:
         click.echo(text)
     elif "layouts" in result:
-        render_disaggregated(result, Console(width=max(Console().width, 132)))
+        render_disaggregated(result, wide_console())
     else:
-        render(result, Console())
+        render(result, wide_console())
     if not result.get("feasible"):
         raise Infeasible(f"nothing meets the SLO: {result.get('reason') or 'no reason recorded'}")

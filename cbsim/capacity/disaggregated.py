@@ -50,7 +50,8 @@ from cbsim.capacity.search import (
     _scenario_data,
 )
 from cbsim.errors import CbsimError
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 
 MAX_GROWTH = 12
 """Instances added to the pools at most while checking a pair at the target."""

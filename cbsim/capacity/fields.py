@@ -1,5 +1,5 @@
 """Scenario-field introspection for the capacity search: the dotted keys a scenario has (found by
-walking the :class:`~cbsim.scenario.Scenario` model), the keys the search sets itself, and setting
+walking the :class:`~cbsim.schema.scenario.Scenario` model), the keys the search sets itself, and setting
 keys so that changing a section's ``kind`` drops the old kind's fields.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 
 from cbsim.errors import CbsimError
-from cbsim.scenario import Scenario, apply_overrides
+from cbsim.scenario import apply_overrides
+from cbsim.schema.scenario import Scenario
 
 #: Scenario keys the search sets itself: not allowed in ``vary`` or ``--set``.
 CONTROLLED_KEYS = frozenset(
@@ -80,7 +81,7 @@ def _field_tree() -> tuple[dict[str, bool], dict[str, dict[str, Any]]]:
 
 def scenario_field_paths(*, leaves_only: bool = True) -> list[str]:
     """Every dotted field path of a scenario (union sections: the fields of all their kinds),
-    found by walking the :class:`~cbsim.scenario.Scenario` model: ``cluster.gpu``, ``cluster.tp``,
+    found by walking the :class:`~cbsim.schema.scenario.Scenario` model: ``cluster.gpu``, ``cluster.tp``,
     ``scheduler.kind``, ``speculative.enabled``, ``speculative.policy.kind``, ...
     """
     paths, _ = _field_tree()

@@ -34,7 +34,8 @@ from cbsim.capacity.search import (
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.limits import RATE, SWEEP_POINTS
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
 
 
 def _check_prices(prices: Mapping[str, float]) -> None:

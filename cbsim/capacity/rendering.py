@@ -11,6 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from cbsim.capacity.headroom import headroom_facts
 from cbsim.capacity.planning import _describe_overrides
 
 
@@ -23,6 +24,13 @@ def _money(value: Any, spec: str = ".2f") -> str:
 def _number(value: Any, spec: str) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return f"{value:{spec}}"
+    return "—"
+
+
+def _ms(seconds: Any) -> str:
+    """A latency in seconds shown in ms, as every serving tool shows it."""
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+        return _number(seconds * 1e3, ",.1f")
     return "—"
 
 
@@ -100,6 +108,8 @@ def render(result: Mapping[str, Any], console: Console) -> None:
             )
         else:
             console.print("no alternative meets the SLO", highlight=False)
+    for label, text in headroom_facts(result):
+        console.print(f"{label}: {text}", highlight=False, markup=False)
     console.print(f"simulations: {result['simulations']}", highlight=False)
 
 
@@ -118,8 +128,8 @@ def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
     table = Table(title=f"layouts for {result['target_rps']:g} req/s")
     for name, justify in (
         ("layout", "left"), ("GPUs", "right"), ("$/hour", "right"), ("$/M output tokens", "right"),
-        ("tok/s per GPU", "right"), ("tok/s per user", "right"), ("TTFT p99", "right"),
-        ("TPOT p99", "right"), ("", "left"),
+        ("tok/s per GPU", "right"), ("tok/s per user", "right"), ("TTFT p99 ms", "right"),
+        ("TPOT p99 ms", "right"), ("", "left"),
     ):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     rows = [*result["layouts"]]
@@ -138,8 +148,8 @@ def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
             _money(row.get("cost_per_million_output_tokens"), ".3f"),
             _number(row.get("tokens_per_s_per_gpu"), ".1f"),
             _number(row.get("tokens_per_s_per_user"), ".1f"),
-            _number(metrics.get("ttft_p99_s"), ".3f"),
-            _number(metrics.get("tpot_p99_s"), ".4f"),
+            _ms(metrics.get("ttft_p99_s")),
+            _ms(metrics.get("tpot_p99_s")),
             mark if feasible else "fails the SLO",
         )
     console.print(table)

@@ -17,10 +17,13 @@ from typing import Any
 import numpy as np
 
 from cbsim.capacity.checks import TIMESERIES_WINDOWS, _check_run, _combine, _slo_from_scenario
-from cbsim.engine import CostModelCache
+from cbsim.capacity.diagnosis import diagnose
+from cbsim.cost_models import CostModelCache
 from cbsim.errors import CbsimError
 from cbsim.limits import DURATION, RATE
-from cbsim.scenario import GammaArrival, PoissonArrival, Scenario, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.scenario import Scenario
+from cbsim.schema.workload import GammaArrival, PoissonArrival
 from cbsim.simulate import simulate
 from cbsim.traces import load_trace
 
@@ -229,6 +232,7 @@ class _Runner:
         self.simulations = 0
         self.cost_models = CostModelCache()  # every point of this search prices the same cluster
         self.kv_wait_p99_s = 0.0  # disaggregated points: the last one's worst decode wait
+        self.diagnosis: str | None = None  # the last failing run's tail, when not the rate
 
     def evaluate(
         self, rate: float, replicas: int = 1, pools: tuple[int, int] | None = None
@@ -255,6 +259,7 @@ class _Runner:
             reasons, metrics = _check_run(results, window, self.slo)
             runs.append(metrics)
             if reasons:
+                self.diagnosis = diagnose(results.requests)
                 if len(self.seeds) > 1:
                     reasons = [f"seed {seed}: {r}" for r in reasons]
                 break
@@ -444,6 +449,8 @@ def _find_max_rate(
         if lo is None:
             assert hi is not None
             reason = f"SLO cannot be met even at {_rate(rate)} req/s ({hi.reason})"
+            if runner.diagnosis:  # huge prompts or bursts, not the rate
+                reason += f"; {runner.diagnosis}"
             return result(None, False, reason, rate)
     else:
         for _ in range(MAX_DOUBLINGS):

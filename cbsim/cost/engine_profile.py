@@ -162,7 +162,7 @@ class SchedulerDefaults(_Strict):
     """Scheduler settings the engine uses unless a scenario sets them (names as in the scenario).
 
     ``max_batched_tokens`` is the engine's per-step token budget, given to the kinds of its own
-    scheduler's family (:meth:`cbsim.scenario.Scheduler.engine_budget`); ``chunk_size`` is an older
+    scheduler's family (:meth:`cbsim.schema.scheduler.Scheduler.engine_budget`); ``chunk_size`` is an older
     profile's name for a sarathi budget. ``chunked_prefill`` (orca): a prompt that does not fit
     beside the running decodes is cut to what the budget leaves (TensorRT-LLM's chunked context).
     ``async_scheduling``: the engine forms the next step's batch while the current one runs

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 
-from cbsim.engine import cost_model_for
-from cbsim.scenario import Scenario, apply_engine_defaults
+from cbsim.cost_models import cost_model_for
+from cbsim.schema.engine_defaults import apply_engine_defaults
+from cbsim.schema.scenario import Scenario
 
 GUESS_FLOOR_RPS = 0.05
 """The lowest guess (the search halves from there when even that fails)."""

@@ -31,7 +31,9 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import KVCache
 from cbsim.models import get_model
-from cbsim.scenario import Scenario, apply_engine_defaults, load_scenario
+from cbsim.scenario import load_scenario
+from cbsim.schema.engine_defaults import apply_engine_defaults
+from cbsim.schema.scenario import Scenario
 
 Mode = Literal["aggregated", "disaggregated"]
 
@@ -264,7 +266,7 @@ def infeasible_reason(data: Mapping[str, Any], request_tokens: int) -> str | Non
         scenario = load_scenario(dict(data))
     except CbsimError as err:
         return err.message if err.field is None else f"{err.field}: {err.message}"
-    from cbsim.pools import pool_plans
+    from cbsim.schema.pools import pool_plans
 
     for plan in pool_plans(scenario):
         tokens = kv_tokens(plan.scenario)

@@ -50,8 +50,10 @@ from cbsim.plan.search import (
     search_prefill,
     verify,
 )
-from cbsim.pools import pool_plans
-from cbsim.scenario import Scenario, load_scenario, validation_problem
+from cbsim.scenario import load_scenario
+from cbsim.schema.pools import pool_plans
+from cbsim.schema.problems import validation_problem
+from cbsim.schema.scenario import Scenario
 from cbsim.workload import RequestSpecs, build_workload
 
 VERIFY_CANDIDATES = 3

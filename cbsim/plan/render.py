@@ -25,8 +25,12 @@ FAILED_SHOWN = 12
 
 
 def wide_console() -> Console:
-    """A console at least :data:`WIDE` columns wide."""
-    return Console(width=max(Console().width, WIDE))
+    """A terminal's own width (a wider table would be cut off at its right edge), else at least
+    :data:`WIDE` columns (see :func:`cbsim.console.wide_console`)."""
+    from cbsim.console import wide_console as console_for_output
+
+    console = console_for_output()
+    return console if console.is_terminal else Console(width=max(console.width, WIDE))
 
 
 def _num(value: Any, spec: str) -> str:

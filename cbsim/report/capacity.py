@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from cbsim import plots
+from cbsim.capacity.headroom import headroom_facts
 from cbsim.errors import CbsimError
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table, _slug
 from cbsim.report.formatting import (
@@ -96,13 +97,18 @@ def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
 def _token_rates(
     rate_rps: float | None, metrics: Mapping[str, Any], gpus: float | None
 ) -> tuple[float | None, float | None]:
-    """(output tokens/s per GPU, output tokens/s per user) at a load: the offered rate times the
-    output tokens per request over the GPUs serving it, and 1 / mean TPOT (None where a figure is
-    missing, as in plans written before ``tpot_mean_s`` was recorded)."""
+    """(output tokens/s per GPU, output tokens/s per user) at a load: the output tokens/s the
+    run served over the GPUs serving it (plans written before it was recorded: the offered rate
+    times the output tokens per request), and 1 / mean TPOT (None where a figure is missing, as
+    in plans written before ``tpot_mean_s`` was recorded)."""
+    served = _finite(metrics.get("output_tokens_per_s"))
     tokens = _finite(metrics.get("output_tokens_per_request"))
-    per_gpu = (
-        rate_rps * tokens / gpus if rate_rps is not None and tokens is not None and gpus else None
-    )
+    if served is not None and gpus:
+        per_gpu: float | None = served / gpus
+    elif rate_rps is not None and tokens is not None and gpus:
+        per_gpu = rate_rps * tokens / gpus
+    else:
+        per_gpu = None
     tpot = _finite(metrics.get("tpot_mean_s"))
     return per_gpu, (1.0 / tpot if tpot else None)
 
@@ -173,6 +179,7 @@ def capacity_report(
             ("cost basis", str(plan.get("cost_basis") or "—")),
             ("SLO", _slo_text(slo, directions)),
         ]
+        items += headroom_facts(plan)
         if plan.get("reason"):
             items.append(("note", str(plan["reason"])))
         recommendation: Facts = Facts(items, tone="good")

@@ -19,7 +19,9 @@ from cbsim.errors import CbsimError
 from cbsim.metrics import prefix_hit_rates
 from cbsim.report.document import Code, Facts, Report, Section, Table
 from cbsim.report.formatting import _figure_image, _get, _with_unit, format_value
+from cbsim.report.pools_section import cluster_fact, ms, pools_section, verdict_section
 from cbsim.report.sources import _read_json
+from cbsim.report.speculation_section import compare_no_spec_section, read_no_spec_summary
 from cbsim.results import Results
 
 
@@ -34,6 +36,7 @@ class _RunData:
     timeseries: pd.DataFrame
     run_info: dict[str, Any]
     results: Results | None  # when the scenario still loads (exact timeseries window, SLO)
+    no_spec: dict[str, Any] | None = None  # the --compare-no-spec baseline's summary
 
 
 def _read_run(path: Path) -> _RunData:
@@ -80,6 +83,7 @@ def _read_run(path: Path) -> _RunData:
         timeseries=frames["timeseries"],
         run_info=run_info_data if isinstance(run_info_data, dict) else {},
         results=results,
+        no_spec=read_no_spec_summary(path),
     )
 
 
@@ -102,6 +106,7 @@ def run_report(
         timeseries=results.timeseries,
         run_info=dict(results.run_info),
         results=results,
+        no_spec=results.no_spec_summary,
     )
     return _run_report(data, title=title, source=source)
 
@@ -109,7 +114,10 @@ def run_report(
 def _scenario_facts(scenario: Mapping[str, Any]) -> list[tuple[str, str]]:
     facts: list[tuple[str, str]] = []
     cluster = scenario.get("cluster") or {}
-    if cluster:
+    pooled = cluster_fact(cluster) if cluster else None
+    if pooled:
+        facts.append(("cluster", pooled))
+    elif cluster:
         replicas = cluster.get("replicas", 1)
         facts.append(
             (
@@ -235,20 +243,28 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
     ):
         cells = [s.get(f"{metric}_{q}_s") for q in ("p50", "p90", "p99", "mean")]
         if any(c is not None for c in cells):
-            latency_rows.append([label, *(format_value(c) for c in cells)])
+            latency_rows.append([label, *(ms(c) for c in cells)])
     report.sections.append(
         Section(
             "Summary",
             [
                 Table(["metric", "value", "unit"], [list(row) for row in headline]),
                 Table(
-                    ["latency (s)", "p50", "p90", "p99", "mean"],
+                    ["latency (ms)", "p50", "p90", "p99", "mean"],
                     latency_rows,
-                    caption="Latency of finished requests, in seconds.",
+                    caption="Latency of finished requests, in milliseconds.",
                 ),
             ],
         )
     )
+    report.sections += [
+        section
+        for section in (
+            verdict_section(s, data.scenario),
+            pools_section(data.scenario.get("cluster") or {}, data.requests),
+        )
+        if section is not None
+    ]
 
     source_run: Results | pd.DataFrame
     source_run = data.results if data.results is not None else data.timeseries
@@ -337,6 +353,9 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
                 ],
             )
         )
+    compared = compare_no_spec_section(s, data.no_spec)
+    if compared is not None:
+        report.sections.append(compared)
     if data.scenario_text:
         report.sections.append(Section("Scenario", [Code(data.scenario_text.rstrip(), "yaml")]))
     report.sections.append(

@@ -13,12 +13,14 @@ from cbsim import plots
 from cbsim.errors import CbsimError
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table, _slug
 from cbsim.report.formatting import _figure_image, _finite, _slo_in_view, _slo_note, format_value
+from cbsim.sweep_table import row_verdict, slo_targets
 
 #: A sweep's latency CDFs are overlaid in one figure when it has at most this many rows.
 MAX_OVERLAID_POINTS = 8
 #: Summary fields shown in a sweep's table of points (those the sweep has).
 SWEEP_FIELDS = (
     "completed",
+    "stable",
     "throughput_rps",
     "output_tokens_per_s",
     "goodput_rps",
@@ -52,8 +54,11 @@ def _is_numeric(series: pd.Series[Any]) -> bool:
 
 
 def _rate_like(name: str) -> bool:
+    """A load axis: a rate, or a closed loop's concurrency (clients in flight)."""
     leaf = name.rsplit(".", 1)[-1].lower()
-    return leaf in {"rate", "rate_scale", "rps"} or leaf.endswith(("_rate", "_rps"))
+    return leaf in {"rate", "rate_scale", "rps", "concurrency", "max_concurrency"} or leaf.endswith(
+        ("_rate", "_rps", "_concurrency")
+    )
 
 
 def _load_column(frame: pd.DataFrame, candidates: Sequence[str]) -> str | None:
@@ -140,6 +145,11 @@ def sweep_report(
     columns = [*overrides, *(["seed"] if "seed" in frame.columns else [])]
     columns += [*(["key"] if "key" in frame.columns else []), *shown]
     rows = [[format_value(row[c]) for c in columns] for row in frame.to_dict("records")]
+    if sweep_dir is not None and "key" in frame.columns:  # never "met" when unstable
+        columns.append("SLO (p99)")
+        for cells, row in zip(rows, frame.to_dict("records"), strict=True):
+            targets = slo_targets(sweep_dir / "points" / str(row["key"]))
+            cells.append(row_verdict(row, targets) or "—")
     report.sections.append(
         Section(
             "Points",
@@ -164,8 +174,9 @@ def sweep_report(
     if x is None:
         load_blocks.append(
             Paragraph(
-                "No rate-like override column (such as workload.arrival.rate) varies in this "
-                "sweep, so there is no latency-vs-load figure.",
+                "No rate-like override column (such as workload.arrival.rate or "
+                "workload.arrival.concurrency) varies in this sweep, so there is no "
+                "latency-vs-load figure.",
                 note=True,
             )
         )

@@ -31,7 +31,7 @@ from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.request import Request, Status
-from cbsim.scenario import Scheduler as SchedulerConfig
+from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 
 
 class WaitingQueue(deque[Request]):

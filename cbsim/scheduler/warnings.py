@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cbsim.scenario import Scheduler
+from cbsim.schema.scheduler import Scheduler
 
 
 def _share(mask: np.ndarray) -> str:

@@ -28,8 +28,9 @@ from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import blocks_for_tokens
 from cbsim.request import Request
 from cbsim.rng import stream
-from cbsim.scenario import Speculative
+from cbsim.schema.speculative import Speculative
 from cbsim.speculative.acceptance import AcceptanceModel, make_acceptance_model
+from cbsim.speculative.drafter_state import check_vocabulary, mark_skipped, stale_accepted
 from cbsim.speculative.goodput_kernel import (
     CompiledProposer,
     choose_goodput,
@@ -59,11 +60,13 @@ PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a reque
 class SpecState:
     """One request's speculative decoder."""
 
-    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha")
+    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha", "stale")
 
     def __init__(self, controller: KController, model_alpha: float) -> None:
         self.controller = controller
         self.model_alpha = model_alpha
+        # the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)
+        self.stale = False
         # running α estimate; its prior mean is the cluster-wide estimate at each use
         self.alpha = AlphaEstimator(weight=PRIOR_STRENGTH)
         self.ema_acceptance = math.nan
@@ -85,6 +88,11 @@ class SpeculativeDecoding:
         self.proposer: Proposer = make_proposer(config.proposer, target)
         self.target = target
         self.seed = seed
+        check_vocabulary(config.proposer, target)
+        # TensorRT-LLM's k = 0 defect (see cbsim.speculative.drafter_state)
+        self.stale_drafter = config.drafter_state_at_k0 == "stale"
+        self.stale_scale = float(config.stale_acceptance_scale)
+        self._stale_rngs: dict[int, np.random.Generator] = {}
         # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
         # likelihood over its steps, the model's prior before any), so that a replica advanced
         # ahead of the others in one event draws and learns exactly as if stepped
@@ -108,6 +116,13 @@ class SpeculativeDecoding:
         if rng is None:
             extra = (replica,) if replica else ()
             rng = self._draw_rngs[replica] = stream(self.seed, "acceptance", *extra)
+        return rng
+
+    def stale_rng(self, replica: int) -> np.random.Generator:
+        """Replica ``replica``'s draws thinning stale drafters' acceptance."""
+        rng = self._stale_rngs.get(replica)
+        if rng is None:
+            rng = self._stale_rngs[replica] = stream(self.seed, "acceptance:stale", replica)
         return rng
 
     def _request_rng(self, replica: int) -> np.random.Generator:
@@ -231,8 +246,11 @@ class SpeculativeDecoding:
                 remaining=remaining,
                 step_time=step_time,
                 step_time_sweep=step_time_sweep,
+                replica=replica,
             )
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
+        if self.stale_drafter:
+            mark_skipped(states, ks)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
         chosen_ks = chosen.tolist()
@@ -290,7 +308,12 @@ class SpeculativeDecoding:
         ks = np.array([ks_all[i] for i in rows], dtype=np.int64)
         states = self.states(reqs)
         model_alphas = np.array([s.model_alpha for s in states])
-        accepted = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica)).tolist()
+        drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
+        if self.stale_drafter:
+            drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
+        accepted = drawn.tolist()
+        if self.policy.observes_batches:
+            self.policy.observe_batch(replica, ks.tolist(), accepted)
         learns = self._controllers_learn
         accepted_sum = rejected_sum = 0
         for j, i in enumerate(rows):

@@ -13,7 +13,11 @@ same target and draft prices (:mod:`cbsim.compiled`), the same acceptance draws 
 replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
 same state), the same α estimates and KV accounting.
 
-What can run compiled: the ``fixed``, ``batch_table`` and per-batch ``goodput`` k policies; the
+What can run compiled: the ``fixed``, ``batch_table``, ``adaptive_hysteresis`` (its per-replica
+tier state copied in and written back when the run stands) and per-batch ``goodput`` k policies,
+with or without TensorRT-LLM's stale drafter after k = 0 (its thinning draws from the replica's
+``acceptance:stale`` stream, consumed as :func:`~cbsim.speculative.drafter_state.stale_accepted`
+does); the
 ``iid``, ``positional`` and ``per_request`` acceptance models; EAGLE, draft-model and n-gram
 proposers; a cost model that compiles. Anything else steps iteration by iteration (the reason is
 in ``run_info.json``).
@@ -34,6 +38,7 @@ from cbsim.compiled import CompiledCost, verify_seconds
 from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
+from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
 from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
 from cbsim.speculative.goodput_kernel import (
     NGRAM,
@@ -55,7 +60,7 @@ IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 # k policies
-FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
+FIXED, BATCH_TABLE, GOODPUT, ADAPTIVE = 0, 1, 2, 3
 # acceptance models
 IID, POSITIONAL, PER_REQUEST = 0, 1, 2
 # the kernel's output rows: per iteration (real, integer), per request (counters)
@@ -76,6 +81,10 @@ def _policy_ks(
     policy: int,
     fixed_k: int,
     table: IntArray,
+    tiers: IntArray,
+    candidates: IntArray,
+    ranges: IntArray,
+    last_range: IntArray,
     k_max: int,
     alphas: FloatArray,
     remaining: IntArray,
@@ -95,6 +104,14 @@ def _policy_ks(
         )  # fmt: skip
         return
     k = fixed_k
+    if policy == ADAPTIVE:
+        r = ranges.shape[0]
+        for row in range(ranges.shape[0]):
+            if ranges[row, 0] <= n <= ranges[row, 1]:
+                r = row
+                break
+        last_range[0] = r
+        k = int(candidates[tiers[r]])
     if policy == BATCH_TABLE:
         k = 0
         for row in range(table.shape[0]):
@@ -103,6 +120,76 @@ def _policy_ks(
                 break
     for a in range(n):
         chosen[a] = k
+
+
+@numba.njit(cache=True)
+def _observe_tiers(
+    n: int,
+    chosen: IntArray,
+    outcome: IntArray,
+    tiers: IntArray,
+    emas: FloatArray,
+    tier_steps: IntArray,
+    last_range: IntArray,
+    candidates: IntArray,
+    hysteresis: FloatArray,
+) -> None:
+    """The adaptive_hysteresis policy's update after a verify step, exactly as
+    :meth:`~cbsim.speculative.adaptive_hysteresis.AdaptiveHysteresisK.observe_batch`."""
+    total = 0
+    count = 0
+    for a in range(n):
+        if chosen[a] > 0:
+            total += outcome[a]
+            count += 1
+    r = last_range[0]
+    if count == 0 or r < 0:
+        return
+    mean = float(total) / float(count)
+    weight = hysteresis[0]
+    ema = weight * mean + (1.0 - weight) * emas[r]
+    emas[r] = ema
+    tier_steps[r] += 1
+    tier = tiers[r]
+    wish = ema + 1.0
+    if tier + 1 < len(candidates) and wish >= candidates[tier] + 0.5 + hysteresis[1]:
+        tier += 1
+    elif tier > 0 and wish < candidates[tier - 1] + 0.5 - hysteresis[2]:
+        tier -= 1
+    tiers[r] = tier
+
+
+@numba.njit(cache=True)
+def _thin_stale(
+    n: int,
+    chosen: IntArray,
+    outcome: IntArray,
+    active: IntArray,
+    stale: IntArray,
+    scale: float,
+    rng: Any,
+) -> None:
+    """Stale requests' accepted drafts thinned, exactly as
+    :func:`~cbsim.speculative.drafter_state.stale_accepted` draws them: one row of ``width``
+    uniforms per stale speculating request in batch order, ``width`` the largest count."""
+    width = 0
+    for a in range(n):
+        if chosen[a] > 0 and stale[active[a]] == 1 and outcome[a] > width:
+            width = outcome[a]
+    if width == 0:
+        return
+    for a in range(n):
+        if chosen[a] == 0 or stale[active[a]] == 0:
+            continue
+        run = 0
+        leading = True
+        for p in range(width):
+            keep = rng.random() < scale
+            if leading and p < outcome[a] and keep:
+                run += 1
+            else:
+                leading = False
+        outcome[a] = run
 
 
 @numba.njit(cache=True)
@@ -123,12 +210,23 @@ def spec_run_kernel(
     policy: int,
     fixed_k: int,
     table: IntArray,
+    tiers: IntArray,
+    emas: FloatArray,
+    tier_steps: IntArray,
+    last_range: IntArray,
+    candidates: IntArray,
+    ranges: IntArray,
+    hysteresis: FloatArray,
     k_max: int,
     acceptance: int,
     iid_alpha: float,
     rates: FloatArray,
     drift: float,
     rng: Any,
+    stale: IntArray,
+    stale_on: bool,
+    stale_scale: float,
+    stale_rng: Any,
     start_s: float,
     block_size: int,
     used_blocks: int,
@@ -192,9 +290,13 @@ def spec_run_kernel(
             remaining[a] = output[i] - generated[i]
             contexts[a] = kv[i]
         _policy_ks(
-            n, policy, fixed_k, table, k_max, alphas, remaining, contexts, target, proposer, draft,
-            sweep_real, sweep_int, chosen,
+            n, policy, fixed_k, table, tiers, candidates, ranges, last_range, k_max, alphas,
+            remaining, contexts, target, proposer, draft, sweep_real, sweep_int, chosen,
         )  # fmt: skip
+        if stale_on:  # the drafter skips a request the policy gives k = 0 (drafter_state)
+            for a in range(n):
+                if chosen[a] == 0:
+                    stale[active[a]] = 1
         # clamp to the outputs left, then reserve KV for k + 1 tokens (shorter k when short)
         tokens = 0
         kv_tokens = 0
@@ -267,6 +369,12 @@ def spec_run_kernel(
                 else:
                     leading = False
             outcome[a] = run
+        if stale_on:
+            _thin_stale(n, chosen, outcome, active, stale, stale_scale, stale_rng)
+        if policy == ADAPTIVE:
+            _observe_tiers(
+                n, chosen, outcome, tiers, emas, tier_steps, last_range, candidates, hysteresis
+            )
         for a in range(n):
             counters[DECODE_STEPS, active[a]] += 1
         for a in range(n):
@@ -353,6 +461,10 @@ class KernelSettings(NamedTuple):
     rates: FloatArray
     drift: float
     extra_gemm: tuple[int, int] | None
+    # the adaptive_hysteresis policy: its tiers' k, its batch-size ranges, (weight, up, down)
+    candidates: IntArray
+    ranges: IntArray
+    hysteresis: FloatArray
 
 
 def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
@@ -360,7 +472,17 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     policy = spec.policy
     table = np.zeros((1, 3), dtype=np.int64)
     fixed_k = 0
-    if isinstance(policy, GoodputK):
+    candidates = np.zeros(1, dtype=np.int64)
+    ranges = np.zeros((0, 2), dtype=np.int64)
+    hysteresis = np.zeros(3)
+    if isinstance(policy, AdaptiveHysteresisK):
+        policy_code = ADAPTIVE
+        candidates = np.asarray(policy.candidates, dtype=np.int64)
+        ranges = np.asarray(policy.ranges, dtype=np.int64).reshape(-1, 2)
+        hysteresis = np.array([policy.weight, policy.up, policy.down])
+    elif policy.observes_batches:
+        return f"the {policy.kind} policy's per-replica state is not compiled"
+    elif isinstance(policy, GoodputK):
         if policy.per_request:
             return "the goodput policy's per-request refinement is not compiled"
         policy_code = GOODPUT
@@ -376,6 +498,8 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     iid_alpha = drift = 0.0
     if isinstance(model, IidModel):
         acceptance, iid_alpha = IID, model.alpha
+    elif isinstance(model, PositionalModel) and model.concentration is not None:
+        return "per-request variation of positional acceptance (concentration) is not compiled"
     elif isinstance(model, PositionalModel):
         acceptance, rates = POSITIONAL, np.ascontiguousarray(model.rates, dtype=np.float64)
     elif isinstance(model, PerRequestModel):
@@ -388,7 +512,7 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     proposer_code, extra = drafter
     return KernelSettings(
         proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
-        drift, extra,
+        drift, extra, candidates, ranges, hysteresis,
     )  # fmt: skip
 
 
@@ -399,6 +523,8 @@ _INT_FIELDS = operator.attrgetter(
 )  # fmt: skip
 _REAL_FIELDS = operator.attrgetter("spec.ema_acceptance", "spec.model_alpha")
 _NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
+# never indexed: the kernel reads it only for stale drafters
+_NO_STALE = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -415,6 +541,9 @@ class SpecRunEffects:
     cluster: IntArray
     counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
     rng_state: Any
+    tiers: ReplicaTiers
+    stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
+    stale_rng_state: Any  # the adaptive_hysteresis policy's replica state after the run
 
 
 def plan_spec_run(
@@ -436,7 +565,7 @@ def plan_spec_run(
     running = sched.running
     count = len(running)
     kv_cache = sched.kv
-    spec.states(running)  # a request's first speculative step draws its own α
+    states = spec.states(running)  # a request's first speculative step draws its own α
     # the requests' state as rows (one array per field, contiguous), updated in place by the kernel
     ints = np.array(list(map(_INT_FIELDS, running)), dtype=np.int64).reshape(count, 6).T.copy()
     kv, blocks, generated, output, accepted_total, rejected_total = ints
@@ -447,12 +576,24 @@ def plan_spec_run(
         assert restart.spec is not None
         rng.bit_generator.state = restart.spec.rng_state
     rng_state = rng.bit_generator.state
+    stale = _NO_STALE
+    if spec.stale_drafter:
+        stale = np.array([1 if s.stale else 0 for s in states], dtype=np.int64)
+    stale_rng = spec.stale_rng(replica) if spec.stale_drafter else rng
+    if restart is not None and restart.spec is not None and spec.stale_drafter:
+        stale_rng.bit_generator.state = restart.spec.stale_rng_state
+    stale_rng_state = stale_rng.bit_generator.state if spec.stale_drafter else None
     target = spec.target.compiled(count * (settings.k_max + 1))
     if settings.proposer == NGRAM:
         draft = target
     else:
         draft = spec.proposer.cost.compiled(count, settings.extra_gemm)  # type: ignore[attr-defined]
     estimator = spec.replica_alpha(replica)
+    policy = spec.policy
+    if isinstance(policy, AdaptiveHysteresisK):
+        tiers = policy.replica_tiers(replica).copy()
+    else:
+        tiers = ReplicaTiers(np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1, dtype=np.int64))
     effects = SpecRunEffects(
         requests=list(running),
         kv=kv,
@@ -464,6 +605,9 @@ def plan_spec_run(
         cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
         counters=_NO_COUNTERS,
         rng_state=rng_state,
+        tiers=tiers,
+        stale=stale,
+        stale_rng_state=stale_rng_state,
     )
     remaining = output - generated
     call = spec_run_kernel if kernel is None else kernel
@@ -471,8 +615,11 @@ def plan_spec_run(
     n, end, used_after, real_rows, int_rows, counters = call(
         kv, generated, output, blocks, accepted_total, rejected_total, model_alpha, ema,
         effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
-        settings.fixed_k, settings.table, settings.k_max, settings.acceptance, settings.iid_alpha,
-        settings.rates, settings.drift, rng, start_s, kv_cache.block_size, kv_cache.used_blocks,
+        settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
+        settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
+        settings.acceptance, settings.iid_alpha,
+        settings.rates, settings.drift, rng, stale, spec.stale_drafter, spec.stale_scale, stale_rng,
+        start_s, kv_cache.block_size, kv_cache.used_blocks,
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
         horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
@@ -531,6 +678,7 @@ def apply_spec_run(
     rejected_total = effects.rejected_total.tolist()
     ema = effects.ema.tolist()
     steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
+    stale_drafter = spec.stale_drafter
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:
             gap_pairs.append(first_row)
@@ -539,6 +687,8 @@ def apply_spec_run(
         state = cast("SpecState", req.spec)
         state.alpha.restore(accepted_total[i], rejected_total[i])
         state.ema_acceptance = ema[i]
+        if stale_drafter:
+            state.stale = bool(effects.stale[i])
         req.kv_tokens = kv[i]
         req.generated = generated[i]
         req.blocks = blocks[i]
@@ -561,4 +711,6 @@ def apply_spec_run(
     sched.kv.used_blocks = run.kv_used_after
     sched.settle_run(run, finished)
     spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
+    if isinstance(spec.policy, AdaptiveHysteresisK):
+        spec.policy.replica_tiers(replica).restore(effects.tiers)
     run.paused_at_start = paused

@@ -41,7 +41,7 @@ from cbsim.kvcache import (
     weight_bytes_per_gpu,
 )
 from cbsim.models import ModelShape, get_model
-from cbsim.scenario import DraftModelProposer, EagleProposer, MtpProposer, NgramProposer
+from cbsim.schema.speculative import DraftModelProposer, EagleProposer, MtpProposer, NgramProposer
 
 DRAFT_STEP_OVERHEAD_FRACTION = 0.2
 NGRAM_SECONDS_PER_REQUEST = 5e-6

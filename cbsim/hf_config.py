@@ -1,0 +1,416 @@
+"""Model shapes from Hugging Face ``config.json`` files.
+
+A config is read only when its architecture is one cbsim models (:data:`ARCHITECTURES`: the Llama
+family and the mixture-of-experts and latent-attention models built on it); anything else is
+refused with the reason (:func:`check_architecture`), never read as something it is not. The keys
+a shape needs must be present and within their limits; the expert, latent-attention and
+local-attention fields are read under each family's own key names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cbsim.documents import parse_json, read_text_file
+from cbsim.errors import CbsimError
+from cbsim.limits import (
+    MODEL_EXPERTS,
+    MODEL_HEADS,
+    MODEL_LAYERS,
+    MODEL_WIDTH,
+    TOKENS,
+    VOCABULARY,
+    Limit,
+)
+from cbsim.model_shape import ModelShape
+
+_REQUIRED_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+)
+
+# The range of each dimension read from a config.json (see cbsim.limits for the reasons).
+_KEY_LIMITS: dict[str, Limit] = {
+    "num_hidden_layers": MODEL_LAYERS,
+    "hidden_size": MODEL_WIDTH,
+    "num_attention_heads": MODEL_HEADS,
+    "num_key_value_heads": MODEL_HEADS,
+    "intermediate_size": MODEL_WIDTH,
+    "head_dim": MODEL_WIDTH,
+    "vocab_size": VOCABULARY,
+    "max_position_embeddings": TOKENS,
+    "num_local_experts": MODEL_EXPERTS,
+    "num_experts": MODEL_EXPERTS,
+    "n_routed_experts": MODEL_EXPERTS,
+    "num_experts_per_tok": MODEL_EXPERTS,
+    "n_shared_experts": MODEL_EXPERTS,
+    "first_k_dense_replace": MODEL_LAYERS,
+    "moe_layer_freq": MODEL_LAYERS,
+    "interleave_moe_layer_step": MODEL_LAYERS,
+    "decoder_sparse_step": MODEL_LAYERS,
+    "no_rope_layer_interval": MODEL_LAYERS,
+    "sliding_window": TOKENS,
+    "attention_chunk_size": TOKENS,
+    "num_nextn_predict_layers": MODEL_LAYERS,
+}
+
+# model_type values whose architecture puts a bias on q/k/v even without attention_bias.
+_QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+# model_type values whose attention normalises each query and key head (RMSNorm) before rotary.
+_QK_NORM_MODEL_TYPES = frozenset({"qwen3", "qwen3_moe"})
+
+# The dense decoder-only architectures a ModelShape describes exactly (Llama family: Mistral and
+# Qwen2/Qwen3 differ only by the q/k/v bias and the q/k norm read above).
+DENSE_ARCHITECTURES = frozenset(
+    {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+)
+DENSE_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+# Mixture-of-experts and latent-attention architectures read exactly, by model_type.
+MOE_MODEL_TYPES = frozenset(
+    {"mixtral", "qwen3_moe", "deepseek_v3", "kimi_k2", "gpt_oss", "llama4", "llama4_text"}
+)
+MOE_ARCHITECTURES = frozenset(
+    {
+        "MixtralForCausalLM",
+        "Qwen3MoeForCausalLM",
+        "DeepseekV3ForCausalLM",
+        "GptOssForCausalLM",
+        "Llama4ForCausalLM",
+        "Llama4ForConditionalGeneration",
+    }
+)
+ARCHITECTURES = DENSE_ARCHITECTURES | MOE_ARCHITECTURES
+"""Every Hugging Face architecture :func:`model_from_hf_config` reads."""
+MODEL_TYPES = DENSE_MODEL_TYPES | MOE_MODEL_TYPES
+# Keys whose presence (with more than one expert) marks a mixture-of-experts config.
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+_MOE_MARKERS = ("moe", "mixtral", "deepseek", "dbrx", "jamba", "arctic", "grok", "olmoe", "phimoe")
+MOE_UNSUPPORTED = (
+    "this mixture-of-experts architecture is not supported (cbsim reads "
+    f"{', '.join(sorted(MOE_ARCHITECTURES))})"
+)
+
+
+def _int_key(config: Mapping[str, Any], key: str) -> int:
+    value = config.get(key)
+    if value is None:
+        raise CbsimError("missing required key", field=key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CbsimError(f"must be a positive integer, got {_shown(value)}", field=key)
+    limit = _KEY_LIMITS.get(key)
+    problem = limit.violation(value) if limit is not None else None
+    if problem is not None:
+        raise CbsimError(problem, field=key)
+    return value
+
+
+def _shown(value: Any) -> str:
+    """A config value as quoted in an error message (long values cut)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else "a huge number"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_moe_name(name: str) -> bool:
+    return any(marker in name.casefold() for marker in _MOE_MARKERS)
+
+
+def check_architecture(config: Mapping[str, Any]) -> None:
+    """Refuse a config that is not one of the architectures :class:`ModelShape` describes: an
+    unknown mixture-of-experts architecture with a message saying so, experts in a dense
+    architecture's config, any other unknown ``architectures`` or ``model_type`` with the known
+    ones. A config naming neither is read as a Llama-family model."""
+    architectures = config.get("architectures")
+    if architectures is not None:
+        if not isinstance(architectures, list) or not all(
+            isinstance(a, str) for a in architectures
+        ):
+            raise CbsimError(
+                f"must be a list of architecture names, got {_shown(architectures)}",
+                field="architectures",
+            )
+        for name in architectures:
+            if name not in ARCHITECTURES:
+                reason = MOE_UNSUPPORTED if _is_moe_name(name) else "unsupported architecture"
+                raise CbsimError(
+                    f"{name!r}: {reason}; known: {', '.join(sorted(ARCHITECTURES))}",
+                    field="architectures",
+                )
+    model_type = config.get("model_type")
+    if model_type is not None and model_type not in MODEL_TYPES:
+        reason = (
+            MOE_UNSUPPORTED
+            if isinstance(model_type, str) and _is_moe_name(model_type)
+            else "unsupported model type"
+        )
+        raise CbsimError(
+            f"{_shown(model_type)}: {reason}; known: {', '.join(sorted(MODEL_TYPES))}",
+            field="model_type",
+        )
+    if _family(config) in MOE_MODEL_TYPES:
+        return
+    for key in _EXPERT_KEYS:
+        experts = config.get(key)
+        if isinstance(experts, int) and not isinstance(experts, bool) and experts > 1:
+            raise CbsimError(
+                f"{experts} experts in a dense architecture's config: give the model_type of a "
+                f"mixture-of-experts architecture ({', '.join(sorted(MOE_MODEL_TYPES))})",
+                field=key,
+            )
+
+
+def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
+    """A :class:`ModelShape` from a Hugging Face ``config.json`` mapping.
+
+    Required keys: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
+    ``intermediate_size``, ``vocab_size``. ``num_key_value_heads`` defaults to the number of
+    attention heads, ``head_dim`` to ``hidden_size // num_attention_heads``,
+    ``tie_word_embeddings`` to False and ``max_position_embeddings`` to 4096. A multimodal config
+    whose text model sits under ``text_config`` is read from there. Only dense Llama-family
+    architectures are accepted (see :func:`check_architecture`); every dimension must lie within
+    its :mod:`cbsim.limits` range. Raises :class:`CbsimError` naming the offending key.
+    """
+    if not isinstance(config, Mapping):
+        raise CbsimError(f"expected a JSON object, got {type(config).__name__}")
+    text_config = config.get("text_config")
+    if "num_hidden_layers" not in config and isinstance(text_config, Mapping):
+        try:
+            return model_from_hf_config(
+                {"tie_word_embeddings": config.get("tie_word_embeddings"), **text_config}, name
+            )
+        except CbsimError as err:
+            raise err.located(field="text_config") from None
+    check_architecture(config)
+    for key in _REQUIRED_KEYS:
+        if key not in config:
+            raise CbsimError("missing required key", field=key)
+    layers, hidden, heads, inter, vocab = (_int_key(config, key) for key in _REQUIRED_KEYS)
+    kv_heads = (
+        heads
+        if config.get("num_key_value_heads") is None
+        else _int_key(config, "num_key_value_heads")
+    )
+    if config.get("head_dim") is None:
+        if hidden % heads:
+            raise CbsimError(
+                f"hidden_size ({hidden}) is not a multiple of num_attention_heads ({heads}) "
+                "and head_dim is not given",
+                field="head_dim",
+            )
+        head_dim = hidden // heads
+    else:
+        head_dim = _int_key(config, "head_dim")
+    max_pos = (
+        4096
+        if config.get("max_position_embeddings") is None
+        else _int_key(config, "max_position_embeddings")
+    )
+    tied = config.get("tie_word_embeddings")
+    family = _family(config)
+    attention_bias = bool(config.get("attention_bias", False))
+    extra: dict[str, Any] = {}
+    if family in MOE_MODEL_TYPES:
+        extra = _expert_fields(config, family, layers)
+        if family in ("deepseek_v3", "kimi_k2"):
+            extra |= _latent_attention_fields(config)
+            head_dim = extra["qk_nope_head_dim"] + extra["qk_rope_head_dim"]
+        extra |= _local_attention_fields(config, family, layers)
+        if family == "llama4":
+            inter = _int_key(config, "intermediate_size_mlp")
+        if family == "gpt_oss":
+            extra["attention_sinks"] = True
+    try:
+        return ModelShape(
+            name=name,
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=inter,
+            vocab_size=vocab,
+            tie_word_embeddings=bool(tied) if tied is not None else False,
+            max_position_embeddings=max_pos,
+            qkv_bias=attention_bias or config.get("model_type") in _QKV_BIAS_MODEL_TYPES,
+            qk_norm=config.get("model_type") in _QK_NORM_MODEL_TYPES,
+            o_bias=attention_bias,
+            mtp_layers=_count_key(config, "num_nextn_predict_layers", 0),
+            **extra,
+        )
+    except CbsimError as err:  # name the config's key, not the ModelShape attribute
+        raise CbsimError(err.message, field=_CONFIG_KEYS.get(err.field or "", err.field)) from None
+
+
+# Architecture -> the model_type whose fields it is read by (when the config has no model_type).
+_ARCHITECTURE_FAMILY = {
+    "MixtralForCausalLM": "mixtral",
+    "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
+    "Llama4ForCausalLM": "llama4",
+    "Llama4ForConditionalGeneration": "llama4",
+}
+
+
+def _family(config: Mapping[str, Any]) -> str:
+    """Which architecture's fields to read: the model type (Llama 4's text model as
+    ``llama4``), else the first mixture-of-experts architecture named, else ``llama``."""
+    model_type = config.get("model_type")
+    if isinstance(model_type, str) and model_type in MODEL_TYPES:
+        return "llama4" if model_type == "llama4_text" else model_type
+    for name in config.get("architectures") or ():
+        if name in _ARCHITECTURE_FAMILY:
+            return _ARCHITECTURE_FAMILY[name]
+    return "llama"
+
+
+def _count_key(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A count from the config (0 allowed), or ``default`` when absent or null."""
+    value = config.get(key)
+    if value is None:
+        if default is None:
+            raise CbsimError("missing required key", field=key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CbsimError(f"must be an integer >= 0, got {_shown(value)}", field=key)
+    limit = _KEY_LIMITS.get(key, MODEL_WIDTH)
+    if value and limit.violation(value) is not None:
+        raise CbsimError(str(limit.violation(value)), field=key)
+    return value
+
+
+def _expert_fields(config: Mapping[str, Any], family: str, layers: int) -> dict[str, Any]:
+    """The mixture-of-experts fields of a config of ``family`` (a model type)."""
+    experts_key = {
+        "mixtral": "num_local_experts",
+        "gpt_oss": "num_local_experts",
+        "llama4": "num_local_experts",
+        "qwen3_moe": "num_experts",
+        "deepseek_v3": "n_routed_experts",
+        "kimi_k2": "n_routed_experts",
+    }[family]
+    fields: dict[str, Any] = {
+        "num_experts": _int_key(config, experts_key),
+        "experts_per_token": _int_key(config, "num_experts_per_tok"),
+    }
+    if family in ("mixtral", "gpt_oss", "llama4"):
+        fields["expert_intermediate_size"] = _int_key(config, "intermediate_size")
+    else:
+        fields["expert_intermediate_size"] = _int_key(config, "moe_intermediate_size")
+    if family == "llama4":
+        fields["shared_expert_intermediate_size"] = fields["expert_intermediate_size"]
+        fields["moe_layer_step"] = _count_key(config, "interleave_moe_layer_step", 1) or 1
+        _check_moe_layers(config, "moe_layers", layers, 0, fields["moe_layer_step"])
+    elif family == "qwen3_moe":
+        fields["moe_layer_step"] = _count_key(config, "decoder_sparse_step", 1) or 1
+        dense = config.get("mlp_only_layers") or []
+        if dense != list(range(len(dense))):
+            raise CbsimError(
+                "only leading dense layers are supported (0, 1, ... k-1)", field="mlp_only_layers"
+            )
+        fields["dense_layers"] = len(dense)
+        if dense and fields["moe_layer_step"] > 1:
+            raise CbsimError(
+                "leading dense layers with a decoder_sparse_step above 1 are not supported",
+                field="mlp_only_layers",
+            )
+    elif family in ("deepseek_v3", "kimi_k2"):
+        shared = _count_key(config, "n_shared_experts", 0)
+        fields["shared_expert_intermediate_size"] = shared * fields["expert_intermediate_size"]
+        fields["dense_layers"] = _count_key(config, "first_k_dense_replace", 0)
+        if _count_key(config, "moe_layer_freq", 1) > 1:
+            raise CbsimError(
+                "only an MoE layer after every dense one is supported (1)", field="moe_layer_freq"
+            )
+        fields["router_bias"] = config.get("topk_method") == "noaux_tc"
+    elif family == "gpt_oss":
+        fields["expert_bias"] = True
+        fields["router_bias"] = True
+    return fields
+
+
+def _check_moe_layers(
+    config: Mapping[str, Any], key: str, layers: int, dense: int, step: int
+) -> None:
+    """An explicit list of MoE layers must be the one the step implies."""
+    listed = config.get(key)
+    if listed is None:
+        return
+    implied = [i for i in range(dense, layers) if (i - dense + 1) % step == 0]
+    if listed != implied:
+        raise CbsimError(
+            f"MoE layers other than every {step}th are not supported, got {_shown(listed)}",
+            field=key,
+        )
+
+
+def _latent_attention_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multi-head latent attention's ranks and head widths (DeepSeek-V3, Kimi K2)."""
+    return {
+        "q_lora_rank": _count_key(config, "q_lora_rank", 0),
+        "kv_lora_rank": _int_key(config, "kv_lora_rank"),
+        "qk_rope_head_dim": _int_key(config, "qk_rope_head_dim"),
+        "qk_nope_head_dim": _int_key(config, "qk_nope_head_dim"),
+        "v_head_dim": _int_key(config, "v_head_dim"),
+    }
+
+
+def _local_attention_fields(config: Mapping[str, Any], family: str, layers: int) -> dict[str, Any]:
+    """Local attention: gpt-oss's sliding-window layers (``layer_types``, alternating from the
+    first when absent) and Llama 4's chunked-attention layers (those with rotary embedding,
+    three of four), whose chunk is taken as a window (what a token attends to at most)."""
+    if family == "gpt_oss":
+        window = _count_key(config, "sliding_window", 0)
+        types = config.get("layer_types")
+        if types is None:
+            local = (layers + 1) // 2
+        elif isinstance(types, list) and len(types) == layers:
+            local = sum(1 for t in types if t == "sliding_attention")
+        else:
+            raise CbsimError(f"must list {layers} layer types", field="layer_types")
+    elif family == "llama4":
+        window = _count_key(config, "attention_chunk_size", 0)
+        rope = config.get("no_rope_layers")
+        if rope is None:
+            interval = _count_key(config, "no_rope_layer_interval", 4) or 4
+            local = sum(1 for i in range(layers) if (i + 1) % interval)
+        elif isinstance(rope, list) and len(rope) == layers:
+            local = sum(1 for flag in rope if flag)
+        else:
+            raise CbsimError(f"must list {layers} flags", field="no_rope_layers")
+    else:
+        return {}
+    if not window:
+        return {}
+    return {"sliding_window": window, "sliding_window_layers": local}
+
+
+# ModelShape attribute -> the config.json key it is read from.
+_CONFIG_KEYS = {
+    "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "experts_per_token": "num_experts_per_tok",
+    "dense_layers": "first_k_dense_replace",
+    "mtp_layers": "num_nextn_predict_layers",
+}
+
+
+def _load_config_file(path: Path) -> ModelShape:
+    if path.is_dir():
+        path = path / "config.json"
+    source = str(path)
+    try:
+        text = read_text_file(path, what="model config")
+        config = parse_json(text, source)
+    except CbsimError as err:
+        raise err.located(source=source) from None
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    try:
+        return model_from_hf_config(config, name)
+    except CbsimError as err:
+        raise err.located(source=source) from None

@@ -1,0 +1,15 @@
+"""The scenario schema: the validated description of one simulation, section by section.
+
+Each module holds one section of a scenario file and the checks that section can make alone:
+:mod:`~cbsim.schema.workload` (what traffic arrives), :mod:`~cbsim.schema.cluster` (what serves
+it), :mod:`~cbsim.schema.scheduler` (how a replica batches), :mod:`~cbsim.schema.speculative`
+(how requests decode speculatively), and :mod:`~cbsim.schema.scenario` (the whole, with ``slo``
+and ``output``). :mod:`~cbsim.schema.pools` derives the scenario each pool of a cluster runs,
+with :mod:`~cbsim.schema.engine_defaults` filling in what the serving engine would choose;
+:mod:`~cbsim.schema.problems` turns a validation error into one line naming the field.
+
+The schema depends on the catalogs (models, GPUs, engine profiles) and on nothing that consumes a
+scenario. Reading a file, overrides and the checks that need the workload generator or the
+traces are the loading layer above it, :mod:`cbsim.scenario`, which also re-exports every section
+so ``from cbsim.scenario import Scenario, load_scenario`` keeps working.
+"""

@@ -1,0 +1,370 @@
+"""The ``workload`` section: what traffic arrives.
+
+An arrival process (Poisson, gamma, offline, closed-loop clients, rate stages or a replayed
+trace's timestamps), prompt and output lengths (fixed, uniform, lognormal or drawn from a trace),
+multi-turn ``sessions``, a shared-prefix ``prompt_pool`` and the benchmark ``client``'s timeout.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from cbsim.limits import (
+    ClientCount,
+    GammaCv,
+    LognormalSigma,
+    NotBool,
+    Rate,
+    RequestCount,
+    Seconds,
+    TimeOffset,
+    TimeScale,
+    TokenCount,
+    TokenMean,
+)
+from cbsim.schema.base import StrictModel, default_kind
+
+
+class PoissonArrival(StrictModel):
+    """Exponential inter-arrival times at ``rate`` requests per second."""
+
+    kind: Literal["poisson"] = "poisson"
+    rate: Rate
+
+
+class GammaArrival(StrictModel):
+    """Gamma inter-arrival times: ``rate`` per second, coefficient of variation ``cv`` (1 = Poisson)."""
+
+    kind: Literal["gamma"]
+    rate: Rate
+    cv: GammaCv = 1.0
+
+
+class OfflineArrival(StrictModel):
+    """Every request arrives at time 0: offline batch inference (a benchmark's static batch)."""
+
+    kind: Literal["offline"]
+
+
+class TraceArrival(StrictModel):
+    """Arrival times replayed from ``workload.trace``."""
+
+    kind: Literal["trace"]
+
+
+class ClosedLoopArrival(StrictModel):
+    """``concurrency`` clients, each sending its next request once its previous one has finished
+    and ``think_time_s`` has passed: the load of vLLM's ``bench serve --max-concurrency``,
+    genai-perf/aiperf and trtllm-bench. Arrival times come out of the simulation (a finish
+    releases the next request), never more than ``concurrency`` requests are in flight, and
+    requests gain a ``client`` column.
+
+    All clients send their first request at time 0, or, with ``ramp_s``, each at a uniformly
+    random time in ``[0, ramp_s)`` (the scenario's ``clients`` stream): with fixed lengths,
+    clients that start together finish together and stay in lockstep, while real benchmark
+    clients drift apart; a ramp of about one request's duration starts them spread out.
+    ``think_time: exponential`` makes each think time random with mean ``think_time_s`` (the
+    ``clients`` stream), which also lets clients drift apart."""
+
+    kind: Literal["closed_loop"]
+    concurrency: ClientCount
+    think_time_s: TimeOffset = 0.0
+    think_time: Literal["fixed", "exponential"] = "fixed"
+    ramp_s: TimeOffset = 0.0
+
+
+ArrivalProcess = Literal["poisson", "constant"]
+MAX_STAGES = 64
+
+
+class Stage(StrictModel):
+    """One rate point of a staged load: ``rate`` requests per second for ``duration_s`` seconds,
+    sent as ``process`` says (default: the stages' ``process``)."""
+
+    rate: Rate
+    duration_s: Seconds
+    process: ArrivalProcess | None = None
+
+
+class StagesArrival(StrictModel):
+    """A load generator's sweep of rate points, as ``vllm bench serve`` over several request
+    rates, guidellm's rate sweeps and LMBenchmark run it: each stage sends at its ``rate`` for its
+    ``duration_s``, Poisson (exponential gaps, the first gap included; the scenario's
+    ``arrivals`` stream) or ``constant`` (one request every 1/rate seconds from the stage's start,
+    as LMBenchmark and many load generators send). A stage starts once every request of the
+    previous one is done (finished, rejected or timed out, as the client sees it: its last token
+    delivered) and ``gap_s`` more seconds have passed, so stage start times come out of the
+    simulation and stages never overlap. The stages say how many requests are sent: leave
+    ``num_requests`` and ``duration_s`` out. Requests gain a ``stage`` column (0, 1, ...) and the
+    summary per-stage figures (``stage0_ttft_p50_s``, ...; see :func:`cbsim.metrics.stage_summary`)."""
+
+    kind: Literal["stages"]
+    stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
+    process: ArrivalProcess = "poisson"
+    gap_s: TimeOffset = 0.0
+
+    def process_of(self, stage: Stage) -> ArrivalProcess:
+        """How ``stage`` sends its requests."""
+        return stage.process if stage.process is not None else self.process
+
+
+Arrival = Annotated[
+    PoissonArrival
+    | GammaArrival
+    | OfflineArrival
+    | TraceArrival
+    | ClosedLoopArrival
+    | StagesArrival,
+    Field(discriminator="kind"),
+    default_kind("poisson"),
+]
+
+
+class Client(StrictModel):
+    """How the benchmark client treats a request: one still unfinished ``timeout_s`` seconds after
+    it was sent is given up (its status ``timed_out``, counted in the summary's ``timed_out``) and
+    aborted on the server, as vLLM aborts a request whose client disconnected: at its replica's
+    next step boundary it leaves the waiting queue or the running batch (the step already under
+    way completes), its KV blocks are freed and its prefix-cache entries released (computed
+    prefixes stay cached). A closed-loop client then sends its next request (after its think
+    time); a session's timed-out turn ends the session. A timed-out request keeps the tokens the
+    server generated for it (``generated_tokens``) and its first token's time when that reached
+    the client before the timeout (``first_token_s``, ``ttft_s``; else NaN); ``finish_s``,
+    ``e2e_s`` and ``tpot_s`` are NaN, so it never enters the completed requests' latency
+    percentiles. The inter-token latency counts every token streamed, a timed-out request's
+    included."""
+
+    timeout_s: Seconds
+
+
+class FixedLength(StrictModel):
+    kind: Literal["fixed"]
+    value: TokenCount
+
+
+class UniformLength(StrictModel):
+    """Integers drawn uniformly from [low, high], both inclusive."""
+
+    kind: Literal["uniform"]
+    low: TokenCount
+    high: TokenCount
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLength:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must not exceed high ({self.high})")
+        return self
+
+
+class LognormalLength(StrictModel):
+    """Lognormal lengths with arithmetic ``mean`` and log-space ``sigma``, clipped to [min, max]."""
+
+    kind: Literal["lognormal"]
+    mean: TokenMean
+    sigma: LognormalSigma
+    min: TokenCount = 1
+    max: TokenCount | None = None
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LognormalLength:
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must not exceed max ({self.max})")
+        return self
+
+
+class EmpiricalLength(StrictModel):
+    """Lengths resampled (with replacement) from a trace: a shipped trace name or a file path.
+
+    When prompt and output lengths are both empirical from the same trace they are drawn from the
+    same rows, so their correlation is kept.
+    """
+
+    kind: Literal["empirical"]
+    trace: str
+
+
+Length = Annotated[
+    FixedLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="kind")
+]
+
+
+class TraceReplay(StrictModel):
+    """Replay a real request log: its arrival times (scaled) and its prompt/output lengths.
+
+    ``prefix_block_tokens``: the tokens each of the trace's prefix block ids stands for (512 in
+    the Mooncake traces); used by prefix caching."""
+
+    path: str
+    time_scale: TimeScale | None = None
+    rate_scale: TimeScale | None = None
+    start_s: TimeOffset = 0.0
+    prefix_block_tokens: TokenCount = 512
+
+    @model_validator(mode="after")
+    def _one_scale(self) -> TraceReplay:
+        if self.time_scale is not None and self.rate_scale is not None:
+            raise ValueError("give time_scale or rate_scale, not both (rate_scale = 1/time_scale)")
+        return self
+
+    @property
+    def effective_time_scale(self) -> float:
+        """Factor applied to the trace's arrival times (0.5 replays twice as fast)."""
+        if self.rate_scale is not None:
+            return 1.0 / self.rate_scale
+        return self.time_scale if self.time_scale is not None else 1.0
+
+
+class SystemPrompt(StrictModel):
+    """A system prompt sessions share: ``templates`` different ones, each ``tokens`` long (drawn
+    once per template); a session uses template r (r = 1, 2, ...) with probability proportional
+    to 1 / r**zipf (0: all alike)."""
+
+    templates: Annotated[int, NotBool, Field(ge=1, le=10_000)] = 4
+    tokens: Length
+    zipf: Annotated[float, NotBool, Field(ge=0.0, le=10.0)] = 1.0
+
+
+class Sessions(StrictModel):
+    """Multi-turn conversations (:mod:`cbsim.sessions`). Sessions start by ``workload.arrival``
+    (poisson or gamma; its rate counts sessions per second), ``count`` of them or as many as
+    start within ``workload.duration_s``. A session has ``turns`` turns; turn t sends the whole
+    conversation so far as its prompt (the system prompt, every earlier user message and answer,
+    then its own ``user_tokens`` message) and asks for ``answer_tokens`` tokens; it is sent
+    ``think_time_s`` (``fixed``, or ``exponential`` with that mean) after the previous answer has
+    reached the user. A rejected turn ends its session."""
+
+    count: RequestCount | None = None
+    turns: Length
+    user_tokens: Length
+    answer_tokens: Length
+    think_time_s: TimeOffset = 0.0
+    think_time: Literal["fixed", "exponential"] = "fixed"
+    system_prompt: SystemPrompt | None = None
+
+
+def _fixed_if_number(value: Any) -> Any:
+    """A bare token count is a fixed length."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"kind": "fixed", "value": value}
+    return value
+
+
+PoolLength = Annotated[
+    FixedLength | UniformLength | LognormalLength,
+    Field(discriminator="kind"),
+    BeforeValidator(_fixed_if_number),
+]
+MAX_POOL_PROMPTS = 10_000_000
+
+
+class PromptPool(StrictModel):
+    """Shared-prefix prompts as benchmark tools generate them (SGLang's ``generated-shared-prefix``
+    dataset, vLLM's ``prefix_repetition``, genai-perf's prefix prompts): ``system_prompts``
+    system prompts of ``system_tokens`` tokens each (a length distribution, or a number: fixed),
+    each with ``questions`` questions of its own of ``question_tokens`` tokens, drawn once
+    (:mod:`cbsim.prompt_pool`). Every request's prompt is one system prompt (prompt r, r = 1, 2,
+    ..., with probability proportional to 1 / r**zipf; 0: all alike) followed by one of its
+    questions (uniformly), drawn with replacement, so prompts recur and the prefix cache reuses
+    the system prompts and whole recurring prompts as a server would. The pool replaces
+    ``prompt_tokens``; ``output_tokens`` still gives the output lengths. Works with every arrival
+    process but a replayed trace."""
+
+    system_prompts: Annotated[int, NotBool, Field(ge=1, le=100_000)]
+    system_tokens: PoolLength
+    questions: Annotated[int, NotBool, Field(ge=1, le=MAX_POOL_PROMPTS)]
+    question_tokens: PoolLength
+    zipf: Annotated[float, NotBool, Field(ge=0.0, le=10.0)] = 0.0
+
+    @model_validator(mode="after")
+    def _bounded(self) -> PromptPool:
+        prompts = self.system_prompts * self.questions
+        if prompts > MAX_POOL_PROMPTS:
+            raise ValueError(
+                f"{self.system_prompts:,} system prompts x {self.questions:,} questions is "
+                f"{prompts:,} prompts; at most {MAX_POOL_PROMPTS:,}"
+            )
+        return self
+
+
+class Workload(StrictModel):
+    """What arrives: a synthetic process (rate stages among them, :class:`StagesArrival`), a
+    replayed trace, trace lengths with synthetic arrivals, or multi-turn sessions; ``client``: the
+    benchmark client's timeout (:class:`Client`); ``prompt_pool``: shared-prefix prompts in place
+    of prompt lengths (:class:`PromptPool`)."""
+
+    num_requests: RequestCount | None = None
+    duration_s: Seconds | None = None
+    arrival: Arrival | None = None
+    prompt_tokens: Length | None = None
+    output_tokens: Length | None = None
+    trace: TraceReplay | None = None
+    sessions: Sessions | None = None
+    client: Client | None = None
+    prompt_pool: PromptPool | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> Workload:
+        if self.prompt_pool is not None:
+            self._pool_alone()
+        if self.sessions is not None:
+            return self._sessions_complete()
+        if isinstance(self.arrival, StagesArrival):
+            extra = [n for n in ("num_requests", "duration_s") if getattr(self, n) is not None]
+            if extra:
+                raise ValueError(
+                    f"with arrival kind 'stages' leave out {' and '.join(extra)} (each stage's "
+                    "rate and duration_s say how many requests are sent)"
+                )
+            return self
+        if self.trace is None:
+            if self.arrival is None:
+                raise ValueError(
+                    "without a trace the workload needs arrival "
+                    "(or give workload.trace to replay a real log)"
+                )
+            if isinstance(self.arrival, TraceArrival):
+                raise ValueError("arrival kind 'trace' needs workload.trace")
+            if self.num_requests is None and self.duration_s is None:
+                raise ValueError("give num_requests or duration_s (or a trace)")
+        if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
+            raise ValueError("arrival kind 'offline' needs num_requests")
+        return self
+
+    def _sessions_complete(self) -> Workload:
+        assert self.sessions is not None
+        if not isinstance(self.arrival, PoissonArrival | GammaArrival):
+            raise ValueError(
+                "sessions start by workload.arrival: give it (kind poisson or gamma; its rate "
+                "is sessions per second)"
+            )
+        extra = [
+            name
+            for name in ("trace", "prompt_tokens", "output_tokens", "num_requests")
+            if getattr(self, name) is not None
+        ]
+        if extra:
+            raise ValueError(
+                f"with sessions leave out {', '.join(extra)} (sessions.count, user_tokens and "
+                "answer_tokens say it)"
+            )
+        if self.sessions.count is None and self.duration_s is None:
+            raise ValueError("give sessions.count or duration_s")
+        return self
+
+    def _pool_alone(self) -> None:
+        """A prompt pool makes the prompts: nothing else may."""
+        clashing = {
+            "prompt_tokens": "the pool gives the prompt lengths",
+            "trace": "a replayed trace brings its own prompts",
+            "sessions": "sessions build their own prompts",
+        }
+        for name, why in clashing.items():
+            if getattr(self, name) is not None:
+                raise ValueError(f"prompt_pool: leave out workload.{name} ({why})")
+
+    @property
+    def closed_loop(self) -> ClosedLoopArrival | None:
+        """The closed-loop client population, when the load is closed-loop."""
+        return self.arrival if isinstance(self.arrival, ClosedLoopArrival) else None

@@ -1,0 +1,38 @@
+"""Rate stages: open-loop sends at one rate after another, each stage after the last drained.
+
+The stages themselves are a load generator's (:class:`cbsim.load_generator.LoadGenerator`, which
+also times clients out): its process sends each stage's requests and waits for the stage to
+drain before the next starts. This source starts that process and reads its state.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cbsim.load_generator import LoadGenerator
+from cbsim.sources.base import RequestSource, Sender
+from cbsim.workload import StagedWorkload
+
+__all__ = ["Stages"]
+
+
+class Stages(RequestSource):
+    """A staged workload's sends, made by the simulation's load generator."""
+
+    def __init__(self, sim: Sender, staged: StagedWorkload, load: LoadGenerator) -> None:
+        self.sim = sim
+        self.staged = staged
+        self.load = load
+
+    def start(self) -> None:
+        self.sim.env.process(self.load.stages())
+
+    def next_send_s(self) -> float:
+        return self.load.next_send_s
+
+    def all_sent(self) -> bool:
+        return not self.load.sending and self.sim.idle()
+
+    def prompt_lengths(self) -> np.ndarray:
+        lengths = self.staged.lengths  # request i was sent with the i-th lengths
+        return np.fromiter((lengths[i][0] for i in range(self.sim.sent)), dtype=np.int64)

@@ -1,0 +1,181 @@
+"""``cbsim spec-advise``: which k policy at which load, for one model, GPU and drafter.
+
+Users of vLLM, SGLang or TensorRT-LLM first ask what *their* engine's policy does at their load,
+then whether another does better. For request rates from light load to saturation this runs the
+same workload (Poisson arrivals, fixed prompt and output lengths, one seed) with speculation off
+and with each k policy — fixed k, the engines' documented batch tables
+(:mod:`cbsim.speculative.engine_presets`), SGLang's adaptive hysteresis
+(:mod:`cbsim.speculative.adaptive_hysteresis`) and cbsim's goodput policy per batch and per
+request — and reports, per load, mean TPOT, output throughput and the TPOT speed-up over no
+speculation (no-spec TPOT / spec TPOT, > 1 favours speculation), marking the best policy.
+
+Published measurements say the speed-up falls as the batch grows (the verify step turns
+compute-bound): SpecDecode-Bench on vLLM/H100, https://specdecode-bench.github.io
+(arXiv:2601.11580): "speedups shrink as batch size grows"; vLLM PR #32374 and TensorRT-LLM PR
+#10860 ship batch tables that turn speculation off at large batches for that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import click
+import pandas as pd
+
+import cbsim
+from cbsim.errors import CbsimError
+
+DEFAULT_RATES = (1.0, 5.0, 15.0, 30.0, 60.0)
+
+POLICIES: dict[str, dict[str, Any]] = {
+    "fixed k=1": {"kind": "fixed", "k": 1},
+    "fixed k=3": {"kind": "fixed", "k": 3},
+    "fixed k=5": {"kind": "fixed", "k": 5},
+    "vLLM DSD table": {"kind": "batch_table", "preset": "vllm-dsd-example"},
+    "TRT-LLM schedule": {"kind": "batch_table", "preset": "trtllm-draft-len-schedule-example"},
+    "SGLang adaptive": {"kind": "adaptive_hysteresis"},
+    "goodput": {"kind": "goodput", "k_max": 6},
+    "goodput per request": {"kind": "goodput", "k_max": 6, "per_request": True},
+}
+
+
+@dataclass(frozen=True)
+class AdviseSetup:
+    """The workload and hardware every point of the sweep shares."""
+
+    model: str
+    gpu: str
+    tp: int = 1
+    proposer: str = "eagle"  # eagle | ngram | draft_model:NAME
+    acceptance_profile: str = "eagle3-llama-3.1-8b-mtbench"
+    input_len: int = 300
+    output_len: int = 300
+    requests: int = 300
+    seed: int = 0
+
+
+def proposer_config(text: str) -> dict[str, Any]:
+    """``eagle``, ``ngram``, ``mtp`` or ``draft_model:NAME`` as a proposer section."""
+    if text.startswith("draft_model:"):
+        return {"kind": "draft_model", "model": text.split(":", 1)[1]}
+    if text in ("eagle", "ngram", "mtp"):
+        return {"kind": text}
+    raise CbsimError(f"unknown proposer {text!r}: eagle, ngram, mtp or draft_model:NAME")
+
+
+def scenario(setup: AdviseSetup, rate: float, policy: dict[str, Any] | None) -> dict[str, Any]:
+    """One point: ``policy`` None for no speculation."""
+    data: dict[str, Any] = {
+        "name": "spec-advise",
+        "seed": setup.seed,
+        "workload": {
+            "num_requests": setup.requests,
+            "arrival": {"kind": "poisson", "rate": rate},
+            "prompt_tokens": {"kind": "fixed", "value": setup.input_len},
+            "output_tokens": {"kind": "fixed", "value": setup.output_len},
+        },
+        "cluster": {"model": setup.model, "gpu": setup.gpu, "tp": setup.tp},
+        "scheduler": {"kind": "vllm"},
+        "speculative": {"enabled": False},
+    }
+    if policy is not None:
+        data["speculative"] = {
+            "enabled": True,
+            "proposer": proposer_config(setup.proposer),
+            "acceptance": {"kind": "positional", "profile": setup.acceptance_profile},
+            "policy": policy,
+        }
+    return data
+
+
+def advise(
+    setup: AdviseSetup,
+    rates: Sequence[float] = DEFAULT_RATES,
+    policies: dict[str, dict[str, Any]] | None = None,
+) -> pd.DataFrame:
+    """One row per (rate, policy), ``no speculation`` included: mean batch size, TPOT mean,
+    output tokens/s, TPOT speed-up over no speculation, and ``best`` (the highest speed-up at
+    that rate)."""
+    chosen = POLICIES if policies is None else policies
+    rows: list[dict[str, Any]] = []
+    for rate in rates:
+        base = cbsim.simulate(cbsim.load_scenario(scenario(setup, rate, None))).summary
+        rows.append(_row(rate, "no speculation", base, base))
+        for name, policy in chosen.items():
+            summary = cbsim.simulate(cbsim.load_scenario(scenario(setup, rate, policy))).summary
+            rows.append(_row(rate, name, summary, base))
+    frame = pd.DataFrame(rows)
+    best = frame.groupby("rate")["speedup_tpot"].transform("max")
+    frame["best"] = frame["speedup_tpot"] == best
+    return frame
+
+
+def _row(rate: float, name: str, s: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+    tpot, base_tpot = float(s["tpot_mean_s"]), float(base["tpot_mean_s"])
+    return {
+        "rate": rate,
+        "policy": name,
+        "mean_batch_size": float(s["mean_batch_size"]),
+        "tpot_mean_s": tpot,
+        "output_tokens_per_s": float(s["output_tokens_per_s"]),
+        "speedup_tpot": base_tpot / tpot if tpot > 0 and math.isfinite(tpot) else math.nan,
+    }
+
+
+def table_lines(frame: pd.DataFrame) -> list[str]:
+    """The rows of :func:`advise` as text, one block per rate, the best policy marked."""
+    lines: list[str] = []
+    rate_now: float | None = None
+    for row in frame.to_dict("records"):
+        rate = float(row["rate"])
+        if rate != rate_now:
+            lines.append(f"rate {rate:g} req/s")
+            rate_now = rate
+        mark = "  <- best" if row["best"] else ""
+        lines.append(
+            f"  {row['policy']:<20} batch {float(row['mean_batch_size']):7.1f}  TPOT "
+            f"{float(row['tpot_mean_s']) * 1e3:8.2f} ms  "
+            f"{float(row['output_tokens_per_s']):9.1f} tok/s  "
+            f"speed-up {float(row['speedup_tpot']):6.3f}{mark}"
+        )
+    return lines
+
+
+@click.command("spec-advise")
+@click.option("--model", required=True, help="Target model (catalog name).")
+@click.option("--gpu", required=True, help="GPU (catalog name).")
+@click.option("--tp", type=int, default=1, show_default=True)
+@click.option("--proposer", default="eagle", show_default=True,
+              help="eagle | ngram | mtp | draft_model:NAME")  # fmt: skip
+@click.option("--acceptance-profile", default="eagle3-llama-3.1-8b-mtbench", show_default=True,
+              help="Published per-position acceptance (cbsim.speculative.acceptance_profiles).")  # fmt: skip
+@click.option("--rates", default=",".join(f"{r:g}" for r in DEFAULT_RATES), show_default=True,
+              help="Request rates (req/s), comma-separated.")  # fmt: skip
+@click.option("--requests", type=int, default=300, show_default=True)
+@click.option("--input-len", type=int, default=300, show_default=True)
+@click.option("--output-len", type=int, default=300, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Write the rows as CSV.")
+def spec_advise_command(
+    model: str, gpu: str, tp: int, proposer: str, acceptance_profile: str, rates: str,
+    requests: int, input_len: int, output_len: int, seed: int, out: str | None,
+) -> None:  # fmt: skip
+    """Which k policy at which load: speed-up over no speculation per request rate."""
+    try:
+        parsed = [float(r) for r in rates.split(",") if r.strip()]
+    except ValueError:
+        raise CbsimError(f"--rates: not numbers: {rates!r}") from None
+    setup = AdviseSetup(model, gpu, tp, proposer, acceptance_profile, input_len, output_len,
+                        requests, seed)  # fmt: skip
+    frame = advise(setup, parsed)
+    for line in table_lines(frame):
+        click.echo(line)
+    if out is not None:
+        frame.to_csv(out, index=False)
+        click.echo(f"rows: {out}")
+
+
+__all__ = ["POLICIES", "AdviseSetup", "advise", "scenario", "spec_advise_command", "table_lines"]

@@ -1,0 +1,202 @@
+"""Is a run's queue stable? Offered load against served load, and the queue's trend.
+
+A short run of an overloaded service can finish every request within its SLO simply because it
+stopped sending before the queue grew long: 800 requests at 24 req/s on a service that serves
+15.8 req/s show a fine TTFT p99 that 6,000 requests would not. So every run is checked:
+
+* **offered vs served** — ``offered_rps`` is the arrival rate over the arrival span (first to
+  last arrival; open-loop workloads only, a closed loop offers what it is served), ``served_rps``
+  the completion rate over the run (the summary's ``throughput_rps``);
+* **backlog** — the requests that had arrived by the last arrival but were not yet admitted to a
+  batch then (``backlog``; its share of the arrivals ``backlog_share``). A stable queue holds a
+  few requests whatever the run's length; an overloaded one holds (offered − served) × time, so
+  it already held most of that at three quarters of the arrival span (``backlog_3q``), where a
+  trace's closing burst did not;
+* **queue trend** — the growth of the timeseries' ``waiting`` over the second half of the arrival
+  span (least-squares slope × that half's length, ``queue_growth``);
+* **timeouts** — requests the client gave up on (``client.timeout_s``) are load not served.
+
+The run is unstable (summary ``stable: false``) when the backlog (half of it already there at
+three quarters of the arrivals) or the queue's growth reaches
+:data:`BACKLOG_SHARE` of the arrivals (and at least :data:`MIN_BACKLOG` requests), or when more
+than :data:`BACKLOG_SHARE` of the requests timed out. ``stability`` says why in words. An
+unstable run's SLO verdicts are never "met" (see :func:`slo_verdict`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from cbsim.schema.scenario import Scenario
+
+__all__ = [
+    "BACKLOG_SHARE",
+    "MIN_BACKLOG",
+    "STABILITY_KEYS",
+    "is_unstable",
+    "load_note",
+    "slo_verdict",
+    "stability_summary",
+    "unstable_note",
+    "with_stability",
+]
+
+BACKLOG_SHARE = 0.05
+"""Share of the arrivals a backlog (or the queue's growth) must reach to make a run unstable."""
+MIN_BACKLOG = 10
+"""Fewest requests a backlog must hold to make a run unstable (a burst's few are no trend)."""
+MIN_TREND_WINDOWS = 4
+"""Fewest timeseries windows in the second half of the arrivals for the queue trend to count."""
+
+STABILITY_KEYS = (
+    "stable",
+    "stability",
+    "offered_rps",
+    "served_rps",
+    "backlog",
+    "backlog_share",
+    "backlog_3q",
+    "queue_growth",
+)
+"""The summary keys :func:`stability_summary` adds."""
+
+
+def _offered_rps(arrival: np.ndarray, closed_loop: bool) -> float:
+    """Arrivals per second over the arrival span; NaN for a closed loop or a single instant."""
+    if closed_loop or len(arrival) < 2:
+        return math.nan
+    span = float(arrival.max() - arrival.min())
+    return (len(arrival) - 1) / span if span > 0 else math.nan
+
+
+def _backlog(requests: pd.DataFrame, last: float) -> int:
+    """Requests arrived by ``last`` and not admitted to a batch by then (never admitted: too)."""
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    start = requests.get("server_arrival_s", requests["arrival_s"]).to_numpy(dtype=float)
+    admitted = start + requests["queue_s"].to_numpy(dtype=float)
+    rejected = (requests["status"] == "rejected").to_numpy()
+    waiting = (arrival <= last) & ~rejected & ~(admitted <= last)  # NaN admission: waiting
+    return int(waiting.sum())
+
+
+def _queue_growth(timeseries: pd.DataFrame, first: float, last: float) -> float:
+    """Growth of the mean waiting queue over the second half of ``[first, last]``: the
+    least-squares slope of ``waiting`` against window time times that half's length (NaN when
+    the half holds fewer than :data:`MIN_TREND_WINDOWS` windows)."""
+    if "waiting" not in timeseries or not len(timeseries):
+        return math.nan
+    t = timeseries["t_s"].to_numpy(dtype=float)
+    span = timeseries["span_s"].to_numpy(dtype=float) if "span_s" in timeseries else None
+    mid = (first + last) / 2
+    ends = t + (span if span is not None else 0.0)
+    inside = (t >= mid) & (ends <= last + 1e-9)
+    if int(inside.sum()) < MIN_TREND_WINDOWS:
+        return math.nan
+    x, y = t[inside], timeseries["waiting"].to_numpy(dtype=float)[inside]
+    if not np.isfinite(y).all():
+        return math.nan
+    slope = float(np.polyfit(x, y, 1)[0])
+    return slope * (last - mid)
+
+
+def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests: int) -> list[str]:
+    """Why a run is unstable, in words (empty when it is stable)."""
+    floor = max(MIN_BACKLOG, BACKLOG_SHARE * arrivals)
+    reasons = []
+    backlog = figures["backlog"]
+    if backlog >= floor and figures["backlog_3q"] >= floor / 2:  # a growing queue, not a burst
+        reasons.append(
+            f"{backlog} of {arrivals} arrivals ({backlog / arrivals:.0%}) still waiting at the "
+            f"last arrival ({figures['backlog_3q']} at three quarters of the arrivals)"
+        )
+    growth = figures["queue_growth"]
+    if math.isfinite(growth) and growth >= floor:
+        reasons.append(f"queue grew by {growth:.0f} requests over the second half of the arrivals")
+    if requests and timed_out >= max(MIN_BACKLOG, BACKLOG_SHARE * requests):
+        reasons.append(f"{timed_out} of {requests} requests timed out")
+    return reasons
+
+
+def _rates(figures: Mapping[str, Any]) -> str:
+    offered, served = figures["offered_rps"], figures["served_rps"]
+    offered_text = f"{offered:.3g} req/s" if math.isfinite(offered) else "closed loop"
+    return f"offered {offered_text}, served {served:.3g} req/s"
+
+
+def stability_summary(
+    requests: pd.DataFrame,
+    timeseries: pd.DataFrame,
+    scenario: Scenario,
+    served_rps: float,
+) -> dict[str, Any]:
+    """The stability figures of a run (:data:`STABILITY_KEYS`), for its summary."""
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrival = arrival[np.isfinite(arrival)]
+    kind = getattr(scenario.workload.arrival, "kind", None)  # None: sessions, a trace
+    closed_loop = kind == "closed_loop"
+    figures: dict[str, Any] = {
+        "offered_rps": _offered_rps(arrival, closed_loop),
+        "served_rps": float(served_rps),
+        "backlog": 0,
+        "backlog_share": 0.0,
+        "backlog_3q": 0,
+        "queue_growth": math.nan,
+    }
+    if len(arrival):
+        first, last = float(arrival.min()), float(arrival.max())
+        if not closed_loop:
+            figures["backlog"] = _backlog(requests, last)
+            figures["backlog_share"] = figures["backlog"] / len(arrival)
+            figures["backlog_3q"] = _backlog(requests, first + 0.75 * (last - first))
+        figures["queue_growth"] = _queue_growth(timeseries, first, last)
+    timed_out = int((requests["status"] == "timed_out").sum()) if len(requests) else 0
+    reasons = _reasons(figures, len(arrival), timed_out, len(requests))
+    verdict = "unstable: " + "; ".join(reasons) if reasons else "stable"
+    return {"stable": not reasons, "stability": f"{verdict} ({_rates(figures)})", **figures}
+
+
+def is_unstable(summary: Mapping[Any, Any]) -> bool:
+    """Whether a summary says its run was unstable (summaries from before the check: never)."""
+    return summary.get("stable") is False or summary.get("stable") == 0
+
+
+def unstable_note(summary: Mapping[Any, Any]) -> str:
+    """``unstable: offered X req/s, served Y`` for a verdict's cell (empty when stable)."""
+    if not is_unstable(summary):
+        return ""
+    note = load_note(summary)
+    return f"unstable: {note}" if note else "unstable"
+
+
+def load_note(summary: Mapping[Any, Any]) -> str:
+    """``offered X req/s, served Y`` of a run (``served Y`` alone for a closed loop)."""
+    offered = summary.get("offered_rps")
+    served = summary.get("served_rps", summary.get("throughput_rps"))
+    parts = []
+    if isinstance(offered, int | float) and math.isfinite(offered):
+        parts.append(f"offered {offered:.3g} req/s")
+    if isinstance(served, int | float) and math.isfinite(served):
+        parts.append(f"served {served:.3g}")
+    return ", ".join(parts)
+
+
+def slo_verdict(met: bool, summary: Mapping[Any, Any]) -> str:
+    """``met``/``missed``, but never ``met`` for an unstable run: ``not met (unstable: ...)``."""
+    if met and is_unstable(summary):
+        return f"not met ({unstable_note(summary)})"
+    return "met" if met else "missed"
+
+
+def with_stability(
+    summary: dict[str, Any], requests: pd.DataFrame, timeseries: pd.DataFrame, scenario: Scenario
+) -> dict[str, Any]:
+    """``summary`` with :func:`stability_summary`'s keys added (served: its ``throughput_rps``)."""
+    served = float(summary.get("throughput_rps", math.nan))
+    summary.update(stability_summary(requests, timeseries, scenario, served))
+    return summary

@@ -83,6 +83,7 @@ from cbsim.schema.workload import (
     PoissonArrival,
     PoolLength,
     PromptPool,
+    RateCurveArrival,
     Sessions,
     Stage,
     StagesArrival,
@@ -137,6 +138,7 @@ __all__ = [
     "Probability",
     "PromptPool",
     "Proposer",
+    "RateCurveArrival",
     "RouterKind",
     "Scenario",
     "Scheduler",
@@ -309,6 +311,7 @@ def _migrate_written_pools(cluster: dict[str, Any]) -> None:
 # the file exists there (so a scenario and its trace can travel together), else as given.
 PATH_FIELDS = (
     ("workload", "trace", "path"),
+    ("workload", "arrival", "csv"),
     ("workload", "prompt_tokens", "trace"),
     ("workload", "output_tokens", "trace"),
     ("cluster", "model"),

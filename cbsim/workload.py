@@ -7,7 +7,8 @@ its last one finished) has no arrival times until the simulation makes them: it 
 :class:`ClosedLoopWorkload`, whose i-th request sent gets the i-th lengths drawn. So is a staged
 load (``stages``, :class:`StagedWorkload`): its send times within each stage are drawn up front,
 but a stage starts when the previous one has drained, which only the simulation tells. Arrivals are Poisson (exponential gaps), gamma (gaps with a chosen coefficient of
-variation, bursty above 1) or replayed from a real trace with a time scale; lengths are fixed,
+variation, bursty above 1), a rate curve (a non-homogeneous Poisson process whose rate is piecewise
+linear in time: a day of traffic) or replayed from a real trace with a time scale; lengths are fixed,
 uniform, lognormal (arithmetic mean, log-space sigma, clipped) or resampled from a trace. Each draws
 from its own named random stream, so changing one never changes the others.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from cbsim.arrivals import synthetic_arrivals
+from cbsim.arrivals import rate_curve, rate_curve_arrivals, synthetic_arrivals
 from cbsim.errors import CbsimError
 from cbsim.lengths import sample_lengths
 from cbsim.limits import REQUESTS, SIMULATED_TIME, WINDOWS
@@ -38,6 +39,7 @@ from cbsim.schema.workload import (
     LognormalLength,
     OfflineArrival,
     PoissonArrival,
+    RateCurveArrival,
     StagesArrival,
     TraceArrival,
     UniformLength,
@@ -168,6 +170,11 @@ def expected_span_s(scenario: Scenario) -> float | None:
     arrival = wl.arrival
     if isinstance(arrival, StagesArrival):  # without the drains, which the simulation tells
         return _stages_span(arrival)
+    if isinstance(arrival, RateCurveArrival):
+        curve = rate_curve(arrival, wl.duration_s, None)
+        if wl.num_requests is not None and wl.num_requests < curve.expected:
+            return float(curve.inverse(np.array([float(wl.num_requests)]))[0])
+        return curve.end_s
     if not isinstance(arrival, PoissonArrival | GammaArrival):
         return wl.duration_s if isinstance(arrival, ClosedLoopArrival) else None
     spans = [wl.duration_s] if wl.duration_s is not None else []
@@ -185,6 +192,15 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
     arrival = wl.arrival
     if isinstance(arrival, StagesArrival):
         _check_stages(arrival, source)
+    if isinstance(arrival, RateCurveArrival):  # its CSV file read here, its problems told
+        curve = rate_curve(arrival, wl.duration_s, source)
+        if wl.num_requests is None and curve.expected > REQUESTS.high:
+            raise CbsimError(
+                f"the rate curve over {curve.end_s:.3g} s expects about {curve.expected:.3g} "
+                f"requests; a run's requests {REQUESTS.violation(curve.expected)}",
+                source=source,
+                field="workload.arrival",
+            )
     if isinstance(arrival, PoissonArrival | GammaArrival):
         if wl.num_requests is not None and wl.num_requests / arrival.rate > SIMULATED_TIME.high:
             span = wl.num_requests / arrival.rate
@@ -375,10 +391,7 @@ def _build(
         return _with_acceptance_trace_lengths(
             scenario, _from_trace(scenario, trace, source), source
         )
-    assert isinstance(wl.arrival, PoissonArrival | GammaArrival | OfflineArrival)
-    arrivals = synthetic_arrivals(
-        wl.arrival, wl.num_requests, wl.duration_s, stream(seed, "arrivals")
-    )
+    arrivals = _open_loop_arrivals(scenario, wl.num_requests, source)
     n = len(arrivals)
     if _acceptance_trace(scenario) is not None:
         placeholder = np.zeros(n, dtype=np.int64)
@@ -405,6 +418,16 @@ def _build(
     )
 
 
+def _open_loop_arrivals(scenario: Scenario, count: int | None, source: str | None) -> np.ndarray:
+    """A synthetic open-loop workload's arrival times (the scenario's ``arrivals`` stream)."""
+    wl = scenario.workload
+    rng = stream(scenario.seed, "arrivals")
+    if isinstance(wl.arrival, RateCurveArrival):
+        return rate_curve_arrivals(rate_curve(wl.arrival, wl.duration_s, source), count, rng)
+    assert isinstance(wl.arrival, PoissonArrival | GammaArrival | OfflineArrival)
+    return synthetic_arrivals(wl.arrival, count, wl.duration_s, rng)
+
+
 def _lengths(
     scenario: Scenario, spec: Length, n: int, field: str, source: str | None
 ) -> np.ndarray:
@@ -420,16 +443,16 @@ def _from_trace(scenario: Scenario, trace: pd.DataFrame, source: str | None) -> 
     synthetic = wl.arrival is not None and not isinstance(wl.arrival, TraceArrival)
     if not has_arrivals and not synthetic:
         raise CbsimError(
-            "this trace has lengths but no arrival times; give workload.arrival (poisson or gamma)",
+            "this trace has lengths but no arrival times; give workload.arrival (poisson, gamma "
+            "or rate_curve)",
             source=source,
             field="workload.trace.path",
         )
     if synthetic:
-        assert isinstance(wl.arrival, PoissonArrival | GammaArrival | OfflineArrival)
-        count = wl.num_requests if wl.num_requests is not None else len(trace)
-        arrivals = synthetic_arrivals(
-            wl.arrival, count, wl.duration_s, stream(scenario.seed, "arrivals")
-        )
+        count: int | None = wl.num_requests if wl.num_requests is not None else len(trace)
+        if isinstance(wl.arrival, RateCurveArrival):
+            count = wl.num_requests  # the curve's end says how many
+        arrivals = _open_loop_arrivals(scenario, count, source)
         rows = np.arange(len(arrivals)) % len(trace)
     else:
         times = trace["arrival_s"].to_numpy(dtype=np.float64)

@@ -380,6 +380,40 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
         "workload.arrival.stages",
     ),
     (
+        "a rate curve out of order",
+        {"workload.arrival": {"kind": "rate_curve", "points": [[0, 1], [10, 2], [5, 1]]}},
+        "workload.arrival.points",
+    ),
+    (
+        "a rate curve of one point",
+        {"workload.arrival": {"kind": "rate_curve", "points": [[0, 1]]}},
+        "workload.arrival.points",
+    ),
+    (
+        "a rate curve at rate 0 throughout",
+        {"workload.arrival": {"kind": "rate_curve", "points": [[0, 0], [60, 0]]}},
+        "workload.arrival.points",
+    ),
+    (
+        "a rate curve point that is no pair",
+        {"workload.arrival": {"kind": "rate_curve", "points": [[0, 1], [60, 2, 3]]}},
+        "workload.arrival.points[1]",
+    ),
+    (
+        "a rate curve with both points and csv",
+        {"workload.arrival": {"kind": "rate_curve", "points": [[0, 1], [9, 1]], "csv": "a.csv"}},
+        "workload.arrival",
+    ),
+    (
+        "a rate curve of a million requests/s for a day",
+        {
+            "workload.arrival": {"kind": "rate_curve", "points": [[0, 1e6], [86400, 1e6]]},
+            "workload.num_requests": None,
+            "workload.duration_s": None,
+        },
+        "workload.arrival",
+    ),
+    (
         "a prompt pool beside prompt lengths",
         {"workload.prompt_pool": POOL, "workload.prompt_tokens": FIXED},
         "workload",
@@ -741,6 +775,51 @@ def trace_cases(rng: random.Random) -> Iterator[BadInput]:
             ("{tmp}/scenario.yaml", "speculative.acceptance.path", what),
             {"scenario.yaml": _dump(data), "acc.csv": content},
         )
+    yield from rate_curve_file_cases()
+
+
+RATE_CURVE_FILES: tuple[tuple[str, bytes, str], ...] = (
+    ("out of order", b"t_s,rate\n0,1\n10,2\n5,1\n", "row 4"),
+    ("no rate column", b"t_s,r\n0,1\n10,2\n", "rate"),
+    ("a rate abc", b"t_s,rate\n0,abc\n10,2\n", "numbers"),
+    ("a negative rate", b"t_s,rate\n0,-1\n10,2\n", "row 2"),
+    ("a rate inf", b"t_s,rate\n0,inf\n10,2\n", "row 2"),
+    ("a time of 2 years", b"t_s,rate\n0,1\n63072000,2\n", "row 3"),
+    ("all rates 0", b"t_s,rate\n0,0\n10,0\n", "every rate"),
+    ("one point", b"t_s,rate\n0,1\n", "at least 2"),
+    ("empty", b"", "curve.csv"),
+    ("not UTF-8", b"t_s,rate\n\xff,1\n10,2\n", "curve.csv"),
+)
+
+
+def rate_curve_file_cases() -> Iterator[BadInput]:
+    """Bad rate-curve CSV files (``workload.arrival.csv``): the error names the scenario, the
+    field and what is wrong (the row, when one is). Their own random stream, so the campaign's
+    other cases stay as they were."""
+    rng = random.Random("rate-curve-files")
+    for label, content, what in RATE_CURVE_FILES:
+        data = _set(
+            BASES["chat-llama3-8b-h100"],
+            "workload.arrival",
+            {"kind": "rate_curve", "csv": "curve.csv"},  # relative to the scenario
+        )
+        data["workload"].pop("num_requests", None)
+        yield BadInput(
+            "trace",
+            f"rate curve file {label}",
+            _validate_or_run(rng, "{tmp}/scenario.yaml"),
+            ("{tmp}/scenario.yaml", "workload.arrival.csv", what),
+            {"scenario.yaml": _dump(data), "curve.csv": content},
+        )
+    data = _set(BASES["chat-llama3-8b-h100"], "workload.arrival", {"kind": "rate_curve"})
+    data["workload"]["arrival"]["csv"] = "missing.csv"
+    yield BadInput(
+        "trace",
+        "rate curve file missing",
+        _validate_or_run(rng, "{tmp}/scenario.yaml"),
+        ("{tmp}/scenario.yaml", "workload.arrival.csv", "missing.csv"),
+        {"scenario.yaml": _dump(data)},
+    )
 
 
 # --- model configs and profiles -----------------------------------------------------------

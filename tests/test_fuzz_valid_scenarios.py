@@ -2,14 +2,13 @@
 
 A fixed-seed campaign draws :data:`CAMPAIGN_SIZE` small scenarios across the scenario space:
 arrival processes (Poisson, gamma, offline, closed loop, replayed shipped traces in short slices,
-synthetic arrivals over trace lengths, rate stages), client timeouts, shared-prefix prompt pools,
-length distributions (fixed, uniform, lognormal,
-empirical), models, GPUs, tensor parallelism, weight and KV precisions, serving engines, replicas
-and routers, all four schedulers and their knobs, memory pressure and context limits, speculative
-decoding with every proposer, acceptance model and k policy, SLOs, timeseries windows, horizons
-and fast-forward on or off. A draw that :func:`cbsim.load_scenario` refuses is drawn again (the
-campaign counts how often), so every scenario run is one ``cbsim validate`` accepts. Each run is checked
-for:
+synthetic arrivals over trace lengths, rate stages, rate curves), client timeouts, shared-prefix
+prompt pools, length distributions (fixed, uniform, lognormal, empirical), models, GPUs, tensor
+parallelism, weight and KV precisions, serving engines, replicas and routers, all four schedulers
+and their knobs, memory pressure and context limits, speculative decoding with every proposer,
+acceptance model and k policy, SLOs, timeseries windows, horizons and fast-forward on or off. A
+draw that :func:`cbsim.load_scenario` refuses is drawn again (the campaign counts how often), so
+every scenario run is one ``cbsim validate`` accepts. Each run is checked for:
 
 - ``runs``: it finishes (no exception) within :data:`CASE_TIMEOUT_S` seconds;
 - ``conservation``: every arrived request appears once with a valid status (``timed_out`` only
@@ -335,6 +334,35 @@ def _load_generators(rng: random.Random, data: Draw) -> None:
                 workload["prompt_pool"][name] = {"kind": "fixed", "value": rng.randint(1, 300)}
 
 
+def _rate_curve(rng: random.Random, data: Draw) -> None:
+    """A day of traffic in place of Poisson or gamma arrivals (a stream of its own, so a case's
+    other numbers stay as they were): 2 to 5 points spread over about the span the drawn rate
+    and request count give, each rate 0 to twice the drawn one (not all 0), so about as many
+    requests arrive; the count or duration kept as a cut, or left out so the curve ends it."""
+    workload = data["workload"]
+    arrival = workload.get("arrival") or {}
+    if arrival.get("kind") not in ("poisson", "gamma") or "trace" in workload:
+        return
+    if "sessions" in workload or not _maybe(rng, 0.2):
+        return
+    rate = float(arrival["rate"])
+    span = min(30.0, workload.get("num_requests", 200) / rate, workload.get("duration_s", 30.0))
+    count = rng.randint(2, 5)
+    times = sorted(rng.sample(range(1, 1000), count - 1))
+    points = [[0.0, round(rate * rng.uniform(0.0, 2.0), 3)]]
+    points += [
+        [round(span * t / 1000 + 0.01, 3), round(rate * rng.uniform(0.0, 2.0), 3)] for t in times
+    ]
+    if all(p[1] == 0 for p in points):
+        points[-1][1] = rate
+    if _maybe(rng, 0.3):
+        points[0][0] = round(span * 0.01, 3)  # before the first point: its rate
+    workload["arrival"] = {"kind": "rate_curve", "points": points}
+    if _maybe(rng, 0.5):
+        workload.pop("num_requests", None)
+        workload.pop("duration_s", None)
+
+
 def draw_scenario(rng: random.Random, name: str) -> Draw:
     """One random scenario as a dict (what a YAML file would hold); not necessarily valid."""
     data: Draw = {
@@ -397,10 +425,12 @@ def make_case(index: int, seed: int = SEED_OF_CAMPAIGN) -> Case:
     """Scenario ``index`` of the campaign: the first valid draw of its own seeded stream."""
     rng = random.Random(seed * 1_000_003 + index)
     extras = random.Random(f"load-generators/{seed}/{index}")
+    curves = random.Random(f"rate-curve/{seed}/{index}")
     for draws in range(1, MAX_DRAWS + 1):
         data = draw_scenario(rng, f"fuzz-{index}")
         if index not in REGRESSION_CASES:
             _load_generators(extras, data)
+            _rate_curve(curves, data)
         try:
             preflight(cbsim.load_scenario(data))  # what ``cbsim validate`` checks
         except CbsimError:
@@ -733,6 +763,7 @@ def test_quick_slice_covers_the_scenario_space():
     assert len({s["policy"]["kind"] for s in speculative}) == 6
     workloads = [c.data["workload"] for c in cases]
     assert any(w.get("arrival", {}).get("kind") == "stages" for w in workloads)
+    assert any(w.get("arrival", {}).get("kind") == "rate_curve" for w in workloads)
     assert any("client" in w for w in workloads)
     assert any("prompt_pool" in w for w in workloads)
 

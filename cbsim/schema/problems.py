@@ -32,7 +32,7 @@ TAGGED_SECTIONS = {
 
 def _discriminator_tags() -> set[str]:
     return {
-        "poisson", "gamma", "offline", "trace", "closed_loop", "stages", "fixed", "uniform", "lognormal", "empirical",
+        "poisson", "gamma", "offline", "trace", "closed_loop", "stages", "rate_curve", "fixed", "uniform", "lognormal", "empirical",
         "draft_model", "eagle", "ngram", "iid", "positional", "per_request", "token_level",
         "threshold", "ewma_lookahead", "heuristic", "batch_table", "goodput",
     }  # fmt: skip

@@ -1,17 +1,20 @@
 """The ``workload`` section: what traffic arrives.
 
-An arrival process (Poisson, gamma, offline, closed-loop clients, rate stages or a replayed
-trace's timestamps), prompt and output lengths (fixed, uniform, lognormal or drawn from a trace),
+An arrival process (Poisson, gamma, offline, closed-loop clients, rate stages, a rate curve or a
+replayed trace's timestamps), prompt and output lengths (fixed, uniform, lognormal or drawn from a trace),
 multi-turn ``sessions``, a shared-prefix ``prompt_pool`` and the benchmark ``client``'s timeout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from cbsim.limits import (
+    RATE,
+    SIMULATED_TIME,
     ClientCount,
     GammaCv,
     LognormalSigma,
@@ -110,13 +113,82 @@ class StagesArrival(StrictModel):
         return stage.process if stage.process is not None else self.process
 
 
+MAX_CURVE_POINTS = 100_000
+
+
+def curve_problem(times: Sequence[float], rates: Sequence[float]) -> tuple[int | None, str] | None:
+    """What is wrong with a rate curve's (t_s, rate) points, as (the index of the point at fault,
+    or None for the whole curve; why), or None when they make a curve: at least two points,
+    times within simulated time and increasing, rates between 0 and the arrival-rate limit and
+    not all 0."""
+    if len(times) < 2:
+        return None, f"a rate curve needs at least 2 (t_s, rate) points; got {len(times)}"
+    if len(times) > MAX_CURVE_POINTS:
+        return None, f"a rate curve has at most {MAX_CURVE_POINTS:,} points; got {len(times):,}"
+    for i, (t, rate) in enumerate(zip(times, rates, strict=True)):
+        if not SIMULATED_TIME.contains(t):
+            return i, f"t_s {SIMULATED_TIME.violation(t)}"
+        if not (0.0 <= rate <= RATE.high):
+            return i, f"rate must be between 0 and {RATE.high:,.0f} requests/s; got {rate:g}"
+        if i and t <= times[i - 1]:
+            return i, f"t_s {t:g} does not come after the previous point's {times[i - 1]:g}"
+    if max(rates) <= 0:
+        return None, "every rate of the curve is 0: no request would arrive"
+    return None
+
+
+def _number_pair(value: Any) -> Any:
+    """A point must be a [t_s, rate] pair of numbers (booleans are not numbers)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise ValueError("a point is a [t_s, rate] pair")
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in value):
+        raise ValueError("a point is a [t_s, rate] pair of numbers")
+    return value
+
+
+CurvePoint = Annotated[tuple[float, float], BeforeValidator(_number_pair)]
+
+
+class RateCurveArrival(StrictModel):
+    """A day of traffic: a non-homogeneous Poisson process whose rate (requests per second)
+    follows the (t_s, rate) ``points`` (or the ``csv`` file's ``t_s,rate`` columns, a path
+    relative to the scenario), linearly between neighbouring points. Before the first point the
+    rate is the first point's; arrivals end at the last point's time, or earlier at
+    ``workload.duration_s`` or after ``workload.num_requests`` requests (both optional here). The
+    draw is exact: unit-rate exponential gaps (the scenario's ``arrivals`` stream) mapped through
+    the inverse of the integrated rate, so the expected count in a window is the rate's integral
+    over it (:func:`cbsim.arrivals.rate_curve_arrivals`)."""
+
+    kind: Literal["rate_curve"]
+    points: list[CurvePoint] | None = None
+    csv: str | None = None
+
+    @field_validator("points")
+    @classmethod
+    def _curve(cls, points: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+        if points is None:
+            return None
+        problem = curve_problem([p[0] for p in points], [p[1] for p in points])
+        if problem is not None:
+            index, why = problem
+            raise ValueError(why if index is None else f"points[{index}]: {why}")
+        return points
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RateCurveArrival:
+        if (self.points is None) == (self.csv is None):
+            raise ValueError("give points ([[t_s, rate], ...]) or csv (a file of t_s,rate), one")
+        return self
+
+
 Arrival = Annotated[
     PoissonArrival
     | GammaArrival
     | OfflineArrival
     | TraceArrival
     | ClosedLoopArrival
-    | StagesArrival,
+    | StagesArrival
+    | RateCurveArrival,
     Field(discriminator="kind"),
     default_kind("poisson"),
 ]
@@ -326,7 +398,8 @@ class Workload(StrictModel):
                 )
             if isinstance(self.arrival, TraceArrival):
                 raise ValueError("arrival kind 'trace' needs workload.trace")
-            if self.num_requests is None and self.duration_s is None:
+            rate_curve = isinstance(self.arrival, RateCurveArrival)  # its last point ends it
+            if self.num_requests is None and self.duration_s is None and not rate_curve:
                 raise ValueError("give num_requests or duration_s (or a trace)")
         if isinstance(self.arrival, OfflineArrival) and self.num_requests is None:
             raise ValueError("arrival kind 'offline' needs num_requests")

@@ -8,8 +8,10 @@ and nothing fitted to these runs:
   ep = 1 or tp), closed loops of 4-512 clients. cbsim prices its experts from vLLM's fused-MoE
   kernels (no TensorRT-LLM MoE tables exist), its other kernels and overhead from TensorRT-LLM's.
 
-Prints each run and, per model, the median / P90 error of mean TTFT and mean TPOT over the runs
-below saturation (512 clients queue for minutes: left out).
+Prints each run below saturation (512 clients queue for minutes: left out, and not simulated) and,
+per model, the median / P90 error of mean TTFT and mean TPOT over them. The runs, the predictions
+and the errors are :mod:`cbsim.calibration.moe_e2e`'s, as ``tools/moe_held_out.py`` writes them
+into docs/engines.md.
 
     python benchmarks/moe_e2e.py [--model gpt-oss-120b|qwen3-235b-a22b]
 """
@@ -17,76 +19,32 @@ below saturation (512 clients queue for minutes: left out).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import sys
 
 import pandas as pd
 
-from cbsim import simulate
-from cbsim.calibration.benchmarks import shared_h100_benchmarks
-from cbsim.calibration.e2e import benchmark_scenario
+from cbsim.calibration.moe_e2e import FAMILIES, errors, measured_runs, predict
 
-SATURATED_CLIENTS = 512
-
-
-@dataclass(frozen=True)
-class Family:
-    """The measured runs of one model: how to find them and how cbsim serves them."""
-
-    model: str
-    hf_suffix: str
-    engine: str
-    dtype: str
-
-
-FAMILIES = {
-    "gpt-oss-120b": Family("gpt-oss-120b", "gpt-oss-120b", "vllm", "mxfp4"),
-    "qwen3-235b-a22b": Family("qwen3-235b-a22b", "Qwen3-235B-A22B-FP8", "tensorrt-llm", "fp8"),
+COLUMNS = {
+    "tp": "tp",
+    "ep": "ep",
+    "isl": "isl",
+    "osl": "osl",
+    "concurrency": "clients",
+    "ttft_mean_s": "ttft_measured_s",
+    "predicted_ttft_s": "ttft_predicted_s",
+    "tpot_mean_s": "tpot_measured_s",
+    "predicted_tpot_s": "tpot_predicted_s",
 }
 
 
-def runs(family: Family) -> pd.DataFrame:
-    """The measured runs of ``family`` with cbsim's predictions beside them."""
-    table = shared_h100_benchmarks()
-    chosen = table[
-        table["hf_model"].astype(str).str.endswith(family.hf_suffix)
-        & (table["engine"] == family.engine)
-        & (table["mode"] == "agg")
-    ]
-    rows = []
-    for _, measured in chosen.iterrows():
-        row = measured.copy()
-        tp = int(row["tp"])
-        ep = int(row["ep"]) if pd.notna(row["ep"]) else 1
-        if ep not in (1, tp):
-            continue
-        row["model"], row["dtype"], row["kv_dtype"] = family.model, family.dtype, None
-        scenario = benchmark_scenario(row, family.engine)
-        cluster = scenario.cluster.model_copy(update={"ep": ep})
-        summary = simulate(scenario.model_copy(update={"cluster": cluster})).summary
-        rows.append(
-            {
-                "tp": tp,
-                "ep": ep,
-                "isl": int(row["isl"]),
-                "osl": int(row["osl"]),
-                "clients": int(row["concurrency"]),
-                "ttft_measured_s": float(row["ttft_mean_s"]),
-                "ttft_predicted_s": float(summary["ttft_mean_s"]),
-                "tpot_measured_s": float(row["tpot_mean_s"]),
-                "tpot_predicted_s": float(summary["tpot_mean_s"]),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 def report(name: str, frame: pd.DataFrame) -> None:
-    kept = frame[frame["clients"] < SATURATED_CLIENTS]
+    figures = errors(frame)
     for metric in ("ttft", "tpot"):
-        ratio = kept[f"{metric}_predicted_s"] / kept[f"{metric}_measured_s"] - 1
-        errors = ratio.abs() * 100
         print(
-            f"{name} {metric.upper()}: {len(kept)} runs, median error {errors.median():.1f}%, "
-            f"P90 {errors.quantile(0.9):.1f}%, median signed {100 * ratio.median():+.1f}%"
+            f"{name} {metric.upper()}: {len(frame)} runs, median error "
+            f"{figures[f'{metric}_median_pct']:.1f}%, P90 {figures[f'{metric}_p90_pct']:.1f}%, "
+            f"median signed {figures[f'{metric}_signed_pct']:+.1f}%"
         )
 
 
@@ -95,10 +53,16 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(FAMILIES), action="append")
     names = parser.parse_args().model or sorted(FAMILIES)
     pd.set_option("display.width", 160)
-    frames = {name: runs(FAMILIES[name]) for name in names}
+    frames = {}
+    for name in names:
+        family = FAMILIES[name]
+        frames[name] = predict(
+            family, measured_runs(family), lambda line: print(line, file=sys.stderr)
+        )
     for name, frame in frames.items():
         print(f"\n{name}")
-        print(frame.round(4).to_string(index=False))
+        table = frame[list(COLUMNS)].rename(columns=COLUMNS).astype({"ep": int, "clients": int})
+        print(table.round(4).to_string(index=False))
     print()
     for name, frame in frames.items():
         report(name, frame)

@@ -24,7 +24,7 @@ from cbsim.bench.run import (
     write_result_file,
 )
 from cbsim.bench.vllm_result import METRICS
-from cbsim.errors import CbsimError, UserError, did_you_mean
+from cbsim.errors import CbsimError, did_you_mean
 from cbsim.limits import REQUESTS, SEED, TOKENS, Limit
 
 __all__ = ["bench_command"]
@@ -199,35 +199,6 @@ def bench_command(
 
     A random dataset of --num-prompts prompts of --input-len tokens asking for --output-len
     tokens, sent at --request-rate (or by --max-concurrency clients) to --model on --gpu."""
-    try:
-        _bench(**locals())
-    except CbsimError as err:
-        raise UserError(str(err)) from None
-
-
-def _bench(
-    model: str,
-    gpu: str,
-    tp: int,
-    engine: str,
-    dtype: str,
-    input_len: int,
-    output_len: int,
-    num_prompts: int,
-    rates: tuple[str, ...],
-    concurrencies: tuple[str, ...],
-    burstiness: float,
-    random_range_ratio: float,
-    seed: int,
-    save: Path | None,
-    save_detailed: bool,
-    label: str | None,
-    percentile_metrics: str,
-    metric_percentiles: str,
-    goodput: tuple[str, ...],
-    overrides: tuple[str, ...],
-    out: Path | None,
-) -> None:
     _check_within(input_len, TOKENS, "--input-len")
     _check_within(output_len, TOKENS, "--output-len")
     _check_within(num_prompts, REQUESTS, "--num-prompts")

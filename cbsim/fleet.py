@@ -1,6 +1,6 @@
 """The fleet: the replicas a scenario runs, built from its pools before the clock starts.
 
-Each pool (:mod:`cbsim.pools`: a plain cluster's one, a mixed fleet's groups, a disaggregated
+Each pool (:mod:`cbsim.schema.pools`: a plain cluster's one, a mixed fleet's groups, a disaggregated
 cluster's prefill and decode instances) gets its cost model, its speculative decoding and how its
 decode runs are advanced; each replica its scheduler (batch limits per attention rank times the
 ranks) over a KV cache sized for its GPUs, and with prefix caching a prefix cache (and CPU tier).

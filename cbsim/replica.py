@@ -156,7 +156,7 @@ class Replica:
 
 @dataclass(slots=True)
 class ReplicaPool:
-    """A pool of replicas at run time (see :mod:`cbsim.pools`): the scenario its replicas run,
+    """A pool of replicas at run time (see :mod:`cbsim.schema.pools`): the scenario its replicas run,
     their cost model, front end, speculative decoding and how decode runs are advanced."""
 
     plan: PoolPlan

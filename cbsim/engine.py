@@ -143,6 +143,13 @@ class Simulation:
         )
         self.total_requests = len(workload)
         self.source = source_for(self, workload, self.load)
+        # decode cohorts (cbsim.scheduler.cohort) where nothing outside a replica's loop touches
+        # its running requests between iterations
+        if self.load is None and not self.disaggregated:
+            for replica in self.replicas:
+                pool = replica.pool
+                if pool is not None and pool.spec is None and replica.scheduler.prefix is None:
+                    replica.scheduler.keep_cohort()
 
     def _add_prefix_caches(self, workload: Workload) -> None:
         """Prefix caches on the replicas that cache prefixes, with the interner that turns
@@ -291,6 +298,7 @@ class Simulation:
                 # prefilled requests wait for ends at the first
                 caching = exact_free and sched.prefix is not None and sched.prefix.holds_entries()
                 stop_on_finish = stop_on_finish or closed or caching or bool(replica.awaiting)
+                sched.materialize_cohort()
                 run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:
                     replica.start_run(run)
@@ -330,12 +338,12 @@ class Simulation:
                     continue
             batch = sched.next_batch(start)
             sched.forget_running_tokens()
-            if not batch.requests:
+            if not len(batch):
                 if sched.has_work and not replica.held_blocks and not replica.in_transfer:
                     # every running request was preempted: the queue is admissible again
                     batch = sched.next_batch(start)
                     sched.forget_running_tokens()
-                    if not batch.requests:
+                    if not len(batch):
                         raise RuntimeError(f"replica {index} has work but formed no batch")
                 else:
                     replica.wake = env.event()
@@ -464,6 +472,8 @@ class Simulation:
             self._progress(self.done, self.total_requests or self.done, env.now)
         else:
             env.run(until=horizon)
+        for replica in self.replicas:
+            replica.scheduler.materialize_cohort()
         for req in self.requests.values():  # still in flight
             owe_outputs(req)
             self.table.store(req)

@@ -194,7 +194,7 @@ class Recorder:
             self._transfers.append(transfers)
         self._start.append(start)
         self._duration.append(duration)
-        self._batch.append(len(batch.requests))
+        self._batch.append(len(batch))
         self._prefill.append(batch.prefill_tokens)
         self._decode.append(batch.decode_tokens)
         self._emitted.append(emitted)

@@ -31,6 +31,7 @@ from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.request import Request, Status
+from cbsim.scheduler.cohort import DecodeCohort
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 
 
@@ -77,9 +78,10 @@ class Batch:
     draft_s: float = 0.0
     load_s: float = 0.0  # KV loaded from the CPU tier for this step (prefix caching)
     gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration
+    cohort: int = 0  # decodes of the scheduler's decode cohort, ahead of ``requests``
 
     def __len__(self) -> int:
-        return len(self.requests)
+        return len(self.requests) + self.cohort
 
 
 # Called once per finished request, with the request and the iteration's end time.
@@ -116,6 +118,9 @@ class SchedulerPolicy(ABC):
 
     kind: ClassVar[str] = ""
     reserves_full_length: ClassVar[bool] = False
+    # forms its decodes in running order, all of them when its budget allows, ahead of any
+    # other entry (what a decode cohort needs: see cbsim.scheduler.cohort)
+    forms_cohorts: ClassVar[bool] = False
 
     def __init__(self, config: SchedulerConfig, kv: KVCache) -> None:
         self.config = config
@@ -130,6 +135,33 @@ class SchedulerPolicy(ABC):
         self.gap_pairs = array("i")
         self.zero_gaps = 0
         self._running_tokens: int | None = None  # see running_tokens
+        # the decode cohort (keep_cohort) and, while it has members, the running requests
+        # outside it in running order (None: every running request is outside)
+        self.cohort: DecodeCohort | None = None
+        self._outsiders: list[Request] | None = None
+        self._entrants: list[Request] = []  # joined the cohort in the iteration formed
+
+    # ------------------------------------------------------------------ decode cohort
+
+    def keep_cohort(self) -> None:
+        """Keep running decodes in a decode cohort (:mod:`cbsim.scheduler.cohort`). Only for a
+        policy that ``forms_cohorts``, and only where nothing but this scheduler and the engine
+        loop reads or changes a running request between iterations (no speculation, prefix
+        cache, client timeouts, stages or disaggregation)."""
+        if self.forms_cohorts:
+            self.cohort = DecodeCohort(self.kv.block_size)
+
+    def materialize_cohort(self) -> None:
+        """Write the cohort's members' current state into their requests (it carries on)."""
+        if self.cohort is not None:
+            self.cohort.materialize()
+
+    def dissolve_cohort(self) -> None:
+        """Write the members back and empty the cohort: every running request is outside it."""
+        cohort = self.cohort
+        if cohort is not None and self._outsiders is not None:
+            cohort.dissolve()
+            self._outsiders = None
 
     # ------------------------------------------------------------------ queue interface
 
@@ -156,9 +188,13 @@ class SchedulerPolicy(ABC):
         total = self._running_tokens
         if total is None:
             total = 0
-            for req in self.running:  # Request.outstanding_tokens, spelt out
-                prefill = req.prefill_target - req.kv_tokens
+            outsiders = self._outsiders
+            for req in self.running if outsiders is None else outsiders:
+                prefill = req.prefill_target - req.kv_tokens  # Request.outstanding_tokens
                 total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
+            if outsiders is not None:
+                assert self.cohort is not None
+                total += self.cohort.outputs_left()
             self._running_tokens = total
         return total
 
@@ -178,7 +214,8 @@ class SchedulerPolicy(ABC):
         some running request out). Otherwise whether a finish must end the run: True while
         requests wait, since the blocks or slot a finish frees could admit one.
         """
-        if not self.running or any(r.kv_tokens < r.prefill_target for r in self.running):
+        outsiders = self.running if self._outsiders is None else self._outsiders
+        if not self.running or any(r.kv_tokens < r.prefill_target for r in outsiders):
             return None
         if not self.waiting:
             return False
@@ -193,6 +230,7 @@ class SchedulerPolicy(ABC):
     ) -> None:
         """Advance every running request through a planned decode run whose iterations take rows
         ``first_row`` on; ``prev_row`` is the row of this replica's iteration before the run."""
+        self.dissolve_cohort()
         iterations = run.iterations
         ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
         block_size = self.kv.block_size
@@ -276,6 +314,8 @@ class SchedulerPolicy(ABC):
         if req.first_scheduled_s != req.first_scheduled_s:  # NaN: first admission
             req.first_scheduled_s = now
         self.running.append(req)
+        if self._outsiders is not None:
+            self._outsiders.append(req)
 
     def admit_prefilled(self, req: Request, now: float) -> None:
         """A request whose prompt was computed elsewhere (disaggregated prefill) joins the
@@ -339,6 +379,7 @@ class SchedulerPolicy(ABC):
         """Drop ``req``, whose client gave up on it, between iterations: out of the waiting queue
         or the running set, its KV blocks freed and its prefix-cache entries released (they stay
         cached, as a preempted request's do). False, changing nothing, when it is in neither."""
+        self.dissolve_cohort()
         if req.status == Status.RUNNING and req in self.running:
             self.running.remove(req)
             self.kv.free(req.blocks - req.shared_blocks)
@@ -367,6 +408,8 @@ class SchedulerPolicy(ABC):
         victim.preemptions += 1
         self.preemptions += 1
         self.running.remove(victim)
+        if self._outsiders is not None:  # never a member: see _grow_or_preempt
+            self._outsiders.remove(victim)
         self.waiting.appendleft(victim)
 
     def _grow_or_preempt(self, req: Request, new_tokens: int, batch: Batch) -> bool:
@@ -374,7 +417,7 @@ class SchedulerPolicy(ABC):
         batch (or ``req`` itself when it is the latest) until it fits. False if ``req`` was preempted."""
         while not self._try_grow(req, new_tokens):
             victim = self.running[-1]
-            if victim in batch.requests:
+            if victim in batch.requests or (batch.cohort and victim in self.cohort):  # type: ignore[operator]
                 victim = req
             self._preempt(victim)
             if victim is req:
@@ -390,6 +433,11 @@ class SchedulerPolicy(ABC):
         ``prefilling`` (or into the batch like the others when it is None). Returns the budget
         left. The decodes' sums go into the batch's stats at the end, in one
         :meth:`BatchStats.add_many`: they are whole numbers, so the sums are the same."""
+        if self.cohort is not None:
+            left = self._add_cohort(batch, budget, prefilling)
+            if left is not None:
+                return left
+            self.dissolve_cohort()
         block_size = self.kv.block_size
         requests = batch.requests
         new_tokens = batch.new_tokens
@@ -421,6 +469,91 @@ class SchedulerPolicy(ABC):
         batch.decode_tokens += count
         return budget
 
+    def _add_cohort(
+        self, batch: Batch, budget: int, prefilling: list[Request] | None
+    ) -> int | None:
+        """:meth:`_add_decodes` with the decodes in the decode cohort: the running requests
+        outside it that decode join it, and all of it decodes. None, changing nothing, when that
+        would not be what the loop does: the budget does not hold every decode, the blocks due
+        do not fit (the loop would preempt), or a request still prefilling would be put in the
+        batch (no ``prefilling`` list)."""
+        cohort = self.cohort
+        assert cohort is not None
+        outsiders = self.running if self._outsiders is None else self._outsiders
+        entrants: list[Request] = []
+        others: list[Request] = []
+        block_size = self.kv.block_size
+        blocks = cohort.blocks_due()
+        for req in outsiders:
+            kv = req.kv_tokens
+            if kv < req.prefill_target:
+                others.append(req)
+                continue
+            if req.generated == 0:
+                return None  # its next token is its first: not a plain decode
+            entrants.append(req)
+            if -(-(kv + 1) // block_size) > req.blocks:
+                blocks += 1
+        decodes = len(cohort) + len(entrants)
+        if decodes > budget or (others and prefilling is None):
+            return None
+        if not self.kv.can_allocate(blocks):
+            return None
+        for req in entrants:
+            cohort.join(req)
+        self.kv.allocate(blocks)
+        context = cohort.form()
+        self._entrants = entrants
+        self._outsiders = others
+        if prefilling is not None:
+            prefilling.extend(others)
+        batch.cohort = decodes
+        batch.stats.add_many(decodes, 1, context)
+        batch.decode_tokens += decodes
+        return budget - decodes
+
+    def _complete_cohort(
+        self, now: float, row: int, prev_row: int, on_finish: FinishCallback
+    ) -> tuple[int, bool]:
+        """Apply the cohort's part of a finished iteration (see :meth:`complete`); returns the
+        number of its tokens whose previous token came in the previous iteration, and whether
+        any member finished."""
+        cohort = self.cohort
+        assert cohort is not None
+        entrants = self._entrants
+        gap_pairs = self.gap_pairs
+        if cohort.row == prev_row:  # the members before this iteration were in that one
+            gap_tokens = len(cohort) - len(entrants)
+            for req in entrants:
+                if req.last_row == prev_row:
+                    gap_tokens += 1
+                else:
+                    gap_pairs.append(row)
+                    gap_pairs.append(req.last_row)
+        else:  # every member paused, entrants as their own last tokens say: in running order
+            gap_tokens = 0
+            joined = set(entrants)
+            last = cohort.row
+            members = cohort.members
+            for req in self.running:
+                if req not in members:
+                    continue
+                previous = req.last_row if req in joined else last
+                if previous == prev_row:
+                    gap_tokens += 1
+                else:
+                    gap_pairs.append(row)
+                    gap_pairs.append(previous)
+        self._entrants = []
+        finished = cohort.complete(row)
+        for req in finished:
+            req.status = Status.FINISHED
+            req.finish_s = now
+            self.kv.free(req.blocks)
+            req.blocks = 0
+            on_finish(req)
+        return gap_tokens, bool(finished)
+
     @staticmethod
     def _add(batch: Batch, req: Request, new_tokens: int) -> None:
         in_prefill = req.kv_tokens < req.prefill_target
@@ -449,11 +582,14 @@ class SchedulerPolicy(ABC):
         returns the output tokens it emitted."""
         emitted_total = 0
         any_finished = False
+        gap_tokens = 0
+        if batch.cohort:
+            gap_tokens, any_finished = self._complete_cohort(now, row, prev_row, on_finish)
+            emitted_total = batch.cohort
         accepted = batch.accepted
         release = accepted is not None and not self.reserves_full_length
         block_size = self.kv.block_size
         prefix = self.prefix
-        gap_tokens = 0
         for i, (req, q) in enumerate(zip(batch.requests, batch.new_tokens, strict=True)):
             if req.kv_tokens < req.prefill_target:
                 req.kv_tokens += q
@@ -495,4 +631,6 @@ class SchedulerPolicy(ABC):
         batch.gap_tokens = gap_tokens
         if any_finished:
             self.running = [r for r in self.running if r.status == Status.RUNNING]
+            if self._outsiders is not None:
+                self._outsiders = [r for r in self._outsiders if r.status == Status.RUNNING]
         return emitted_total

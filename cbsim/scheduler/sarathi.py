@@ -18,6 +18,8 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 
 @register("sarathi")
 class SarathiScheduler(SchedulerPolicy):
+    forms_cohorts = True
+
     def decode_run_mode(self) -> bool | None:
         if len(self.running) > self.config.max_batched_tokens:
             return None  # the budget leaves some decodes out

@@ -17,6 +17,8 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 
 @register("vllm")
 class VllmScheduler(SchedulerPolicy):
+    forms_cohorts = True
+
     def next_batch(self, now: float) -> Batch:
         batch = self._schedule_prefills(now)
         if batch.requests:

@@ -1,0 +1,159 @@
+"""The decode cohort: running requests that decode one token in every iteration, kept as a group.
+
+Between arrivals most of a busy replica's running requests do the same thing every iteration:
+each decodes one token, its KV grows by one, and now and then it needs one more block or
+finishes. Stepping them one by one costs Python work per request per iteration, which is most of
+a capacity search's time. A scheduler that forms its decode entries in running order with a token
+budget that holds them all (Sarathi, vLLM) keeps those requests in a cohort instead: each member
+is remembered as it was when it joined (its KV tokens, outputs and blocks, and the cohort's
+iteration count ``t`` then), and its state after ``t`` more iterations is that plus ``t``. What
+an iteration needs of the whole cohort comes from sums kept as members join and leave: the
+context tokens attention reads, the outputs still to come, the blocks due (a member needs a block
+every ``block_size`` iterations from a known one on, so members are counted by the residue of
+that iteration), and who finishes (a calendar keyed by the iteration of each member's last token).
+
+Nothing outside the scheduler sees a member's fields change: :meth:`DecodeCohort.materialize`
+writes every member's current state back (before a decode run is planned, at the end of a run),
+:meth:`DecodeCohort.dissolve` does that and empties the cohort (before anything changes members
+one by one: a decode run, a preemption, a batch that cannot take them all). Finishing members
+are written back one by one as they finish. The results are those of stepping the requests one
+by one, bit for bit: the same blocks allocated in the same iterations, the same finishes in the
+same order, the same sums (whole numbers) for the cost model.
+"""
+
+from __future__ import annotations
+
+import operator
+
+from cbsim.request import Request
+
+_BY_ADMISSION = operator.attrgetter("admit_seq")
+
+
+class DecodeCohort:
+    """The cohort of one replica's scheduler (see the module docstring)."""
+
+    __slots__ = (
+        "block_size",
+        "finishing",
+        "formed",
+        "growth",
+        "kv_base",
+        "left_base",
+        "members",
+        "pending_growth",
+        "row",
+        "t",
+    )
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.t = 0  # cohort iterations completed
+        self.formed = False  # an iteration formed and not yet completed
+        # member -> (t at joining, KV tokens, outputs, blocks then, first iteration needing a block)
+        self.members: dict[Request, tuple[int, int, int, int, int]] = {}
+        self.finishing: dict[int, list[Request]] = {}  # completion count -> who finishes in it
+        self.pending_growth: dict[int, list[Request]] = {}  # first block-growing formation
+        self.growth = [0] * block_size  # members growing a block every block_size formations
+        self.kv_base = 0  # sum of (KV tokens - t) at joining: the KV now is this + members * t
+        self.left_base = 0  # sum of (outputs left + t) at joining
+        self.row = -1  # the recorder row of the last cohort iteration completed
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def __contains__(self, req: Request) -> bool:
+        return req in self.members
+
+    # ------------------------------------------------------------------ forming an iteration
+
+    def blocks_due(self) -> int:
+        """Blocks the members need for the iteration about to be formed."""
+        f = self.t + 1
+        pending = self.pending_growth.get(f)
+        return self.growth[f % self.block_size] + (len(pending) if pending else 0)
+
+    def join(self, req: Request) -> None:
+        """``req`` (decoding, its blocks for its next token not yet grown) joins before the
+        iteration about to be formed."""
+        t = self.t
+        kv = req.kv_tokens
+        generated = req.generated
+        blocks = req.blocks
+        grow_at = t + blocks * self.block_size - kv + 1
+        self.members[req] = (t, kv, generated, blocks, grow_at)
+        self.pending_growth.setdefault(grow_at, []).append(req)
+        self.finishing.setdefault(t + req.output_tokens - generated, []).append(req)
+        self.kv_base += kv - t
+        self.left_base += req.output_tokens - generated + t
+
+    def form(self) -> int:
+        """Form the next iteration: every member decodes one token. Returns the context tokens
+        they read (the sum of their KV tokens before it)."""
+        f = self.t + 1
+        starting = self.pending_growth.pop(f, None)
+        if starting:
+            self.growth[f % self.block_size] += len(starting)
+        self.formed = True
+        return self.kv_base + len(self.members) * self.t
+
+    def outputs_left(self) -> int:
+        """The outputs the members still have to sample (their outstanding tokens)."""
+        return self.left_base - len(self.members) * self.t
+
+    # ------------------------------------------------------------------ completing it
+
+    def complete(self, row: int) -> list[Request]:
+        """The formed iteration ended as recorder row ``row``: every member emitted a token.
+        Returns the members that finished, written back and out of the cohort, in running
+        (admission) order."""
+        self.t += 1
+        self.formed = False
+        self.row = row
+        done = self.finishing.pop(self.t, None)
+        if not done:
+            return []
+        if len(done) > 1:
+            done.sort(key=_BY_ADMISSION)
+        for req in done:
+            self._write_back(req, self.members[req])
+            self._leave(req)
+        return done
+
+    # ------------------------------------------------------------------ members' own fields
+
+    def _write_back(self, req: Request, entry: tuple[int, int, int, int, int]) -> None:
+        t0, kv, generated, blocks, _ = entry
+        steps = self.t - t0
+        req.kv_tokens = kv + steps
+        req.generated = generated + steps
+        if steps:
+            req.last_row = self.row
+        formed = steps + 1 if self.formed else steps
+        grown = -(-(kv + formed) // self.block_size)
+        req.blocks = grown if grown > blocks else blocks
+
+    def _leave(self, req: Request) -> None:
+        t0, kv, generated, _, grow_at = self.members.pop(req)
+        self.kv_base -= kv - t0
+        self.left_base -= req.output_tokens - generated + t0
+        formed = self.t + 1 if self.formed else self.t
+        if grow_at <= formed:
+            self.growth[grow_at % self.block_size] -= 1
+        else:
+            self.pending_growth[grow_at].remove(req)
+
+    def materialize(self) -> None:
+        """Write every member's current state into its request (the cohort carries on)."""
+        write_back = self._write_back
+        for req, entry in self.members.items():
+            write_back(req, entry)
+
+    def dissolve(self) -> None:
+        """Write every member back and empty the cohort."""
+        self.materialize()
+        self.members.clear()
+        self.finishing.clear()
+        self.pending_growth.clear()
+        self.growth = [0] * self.block_size
+        self.kv_base = self.left_base = 0

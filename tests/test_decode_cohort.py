@@ -1,0 +1,194 @@
+"""The decode cohort (cbsim.scheduler.cohort) changes nothing but speed: runs with it equal runs
+without it bit for bit, over random scenarios that preempt, fall back, cut at a horizon, close
+the loop and fast-forward; and its arithmetic equals stepping requests one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import cbsim
+from cbsim.request import Request
+from cbsim.scheduler.base import SchedulerPolicy
+from cbsim.scheduler.cohort import DecodeCohort
+from tests.conftest import small_scenario, summaries_equal
+from tests.test_properties import engine_settings, scenarios
+
+
+def _run(data: dict[str, Any], cohort: bool) -> cbsim.Results:
+    with pytest.MonkeyPatch.context() as patch:
+        if not cohort:
+            patch.setattr(SchedulerPolicy, "keep_cohort", lambda self: None)
+        return cbsim.simulate(data)
+
+
+def _assert_same(a: cbsim.Results, b: cbsim.Results) -> None:
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.iterations, b.iterations)
+    pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+    assert summaries_equal(
+        {k: v for k, v in a.summary.items() if "wall" not in k},
+        {k: v for k, v in b.summary.items() if "wall" not in k},
+    )
+
+
+def _count_cohort_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    seen = [0]
+    original = SchedulerPolicy._add_cohort
+
+    def counting(self: SchedulerPolicy, *args: Any) -> int | None:
+        left = original(self, *args)
+        seen[0] += left is not None
+        return left
+
+    monkeypatch.setattr(SchedulerPolicy, "_add_cohort", counting)
+    return seen
+
+
+@engine_settings(40)
+@given(data=scenarios(), closed=st.booleans())
+def test_cohort_equals_stepping_requests_one_by_one(data: dict[str, Any], closed: bool) -> None:
+    if closed and data["scheduler"]["kind"] in ("vllm", "sarathi"):
+        data["workload"]["arrival"] = {"kind": "closed_loop", "concurrency": 6}
+    _assert_same(_run(data, True), _run(data, False))
+
+
+@pytest.mark.parametrize("kind", ["sarathi", "vllm"])
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_cohort_under_memory_pressure_and_small_budget(
+    kind: str, fast_forward: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Preemption (the blocks due do not fit) and a budget below the decodes both fall back to
+    stepping one by one; the run still equals one without a cohort, and the cohort was used."""
+    data = small_scenario(
+        {
+            "workload.num_requests": 120,
+            "workload.arrival": {"kind": "poisson", "rate": 40.0},
+            "workload.output_tokens": {"kind": "uniform", "low": 1, "high": 1500},
+            "workload.prompt_tokens": {"kind": "uniform", "low": 16, "high": 3000},
+            "cluster.gpu": "l40s",
+            "cluster.gpu_memory_utilization": 0.45,
+            "scheduler": {"kind": kind, "max_batch_size": 64},
+            "fast_forward": fast_forward,
+        }
+    )
+    seen = _count_cohort_batches(monkeypatch)
+    with_cohort = cbsim.simulate(data)
+    assert seen[0] > 0
+    assert with_cohort.summary["preemptions"] > 0
+    _assert_same(with_cohort, _run(data, False))
+
+
+def test_cohort_with_a_budget_below_the_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sarathi with fewer batched tokens than running decodes leaves some out: stepping one by
+    one does that (the cohort takes only iterations that hold all), and the run is the same."""
+    data = small_scenario(
+        {
+            "workload.num_requests": 150,
+            "workload.arrival": {"kind": "poisson", "rate": 60.0},
+            "scheduler": {"kind": "sarathi", "max_batch_size": 64, "max_batched_tokens": 24},
+        }
+    )
+    seen = _count_cohort_batches(monkeypatch)
+    with_cohort = cbsim.simulate(data)
+    assert seen[0] > 0
+    assert (with_cohort.iterations["batch_size"] > 24).sum() == 0
+    _assert_same(with_cohort, _run(data, False))
+
+
+def test_cohort_with_a_horizon_mid_iteration() -> None:
+    """A horizon that cuts the run while a cohort iteration is formed: the requests left
+    running are written back as stepping leaves them (blocks grown, tokens not yet)."""
+    data = small_scenario(
+        {
+            "workload.num_requests": 200,
+            "workload.arrival": {"kind": "poisson", "rate": 30.0},
+            "scheduler": {"kind": "sarathi", "max_batch_size": 64},
+            "horizon_s": 3.1234,
+        }
+    )
+    _assert_same(_run(data, True), _run(data, False))
+
+
+def _stepped(req: Request, steps: int, formed: int, block_size: int) -> tuple[int, int, int]:
+    """(kv tokens, outputs, blocks) of ``req`` after ``steps`` decodes completed and ``formed``
+    formed, stepping as the schedulers do: a block grown before a token needs it."""
+    kv, generated, blocks = req.kv_tokens, req.generated, req.blocks
+    for i in range(formed):
+        if -(-(kv + 1) // block_size) > blocks:
+            blocks += 1
+        if i < steps:
+            kv += 1
+            generated += 1
+    return kv, generated, blocks
+
+
+@given(
+    block_size=st.sampled_from([1, 4, 16]),
+    joins=st.lists(
+        st.tuples(st.integers(1, 200), st.integers(1, 60), st.integers(0, 3), st.integers(0, 8)),
+        min_size=1,
+        max_size=12,
+    ),
+    iterations=st.integers(1, 120),
+)
+def test_cohort_arithmetic_equals_stepping(
+    block_size: int, joins: list[tuple[int, int, int, int]], iterations: int
+) -> None:
+    """Members joining at different iterations, with spare blocks or none: blocks due per
+    iteration, context sums, outputs left, finishes and written-back fields all as stepping."""
+    cohort = DecodeCohort(block_size)
+    requests: list[tuple[Request, int, tuple[int, int, int]]] = []
+    for it in range(iterations):
+        for n, (prompt, outputs, spare, at) in enumerate(joins):
+            if at == it:
+                req = Request(n, 0.0, prompt, outputs + 1)
+                req.kv_tokens = prompt + 1
+                req.generated = 1
+                req.blocks = -(-req.kv_tokens // block_size) + spare
+                req.admit_seq = n
+                requests.append((req, it, (req.kv_tokens, req.generated, req.blocks)))
+                cohort.join(req)
+        live = [(r, j, s) for r, j, s in requests if r in cohort]
+        expected_due = 0
+        for r, j, s in live:
+            steps = it - j
+            kv, _, blocks = _stepped(_clone(r, s), steps, steps, block_size)
+            expected_due += -(-(kv + 1) // block_size) > blocks
+        assert cohort.blocks_due() == expected_due
+        context = cohort.form()
+        assert context == sum(_stepped(_clone(r, s), it - j, it - j, block_size)[0]
+                              for r, j, s in live)  # fmt: skip
+        done = cohort.complete(row=it)
+        for r, j, s in live:
+            kv, generated, blocks = _stepped(_clone(r, s), it - j + 1, it - j + 1, block_size)
+            if r in done:
+                assert (r.kv_tokens, r.generated, r.blocks, r.last_row) == (
+                    kv,
+                    generated,
+                    blocks,
+                    it,
+                )
+            else:
+                assert generated < r.output_tokens
+        assert [r.admit_seq for r in done] == sorted(r.admit_seq for r in done)
+        assert cohort.outputs_left() == sum(
+            r.output_tokens - _stepped(_clone(r, s), it - j + 1, it - j + 1, block_size)[1]
+            for r, j, s in requests
+            if r in cohort
+        )
+    cohort.form()  # formed, never completed (a horizon): blocks grown, tokens not
+    for r, j, s in [(r, j, s) for r, j, s in requests if r in cohort]:
+        expected = _stepped(_clone(r, s), iterations - j, iterations - j + 1, block_size)
+        cohort.materialize()
+        assert (r.kv_tokens, r.generated, r.blocks) == expected
+
+
+def _clone(req: Request, state: tuple[int, int, int]) -> Request:
+    copy = Request(req.request_id, 0.0, req.prompt_tokens, req.output_tokens)
+    copy.kv_tokens, copy.generated, copy.blocks = state
+    return copy

@@ -230,6 +230,8 @@ class SchedulerPolicy(ABC):
     ) -> None:
         """Advance every running request through a planned decode run whose iterations take rows
         ``first_row`` on; ``prev_row`` is the row of this replica's iteration before the run."""
+        if self.cohort is not None and self._run_in_cohort(run, on_finish, first_row, prev_row):
+            return
         self.dissolve_cohort()
         iterations = run.iterations
         ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
@@ -267,6 +269,58 @@ class SchedulerPolicy(ABC):
         self.kv.used_blocks = run.kv_used_after
         if finished or self.prefix is not None:
             self.settle_run(run, finished)
+
+    def _run_in_cohort(
+        self, run: DecodeRun, on_finish: FinishCallback, first_row: int, prev_row: int
+    ) -> bool:
+        """:meth:`apply_decode_run` with every running request in the decode cohort (those
+        outside join it first): only the pauses before the run and the finishes in it are
+        touched one by one. False, changing nothing, when a running request is not decoding."""
+        cohort = self.cohort
+        assert cohort is not None
+        outsiders = self.running if self._outsiders is None else self._outsiders
+        if any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in outsiders):
+            return False
+        paused = 0
+        if outsiders or cohort.row != prev_row:
+            gap_pairs = self.gap_pairs
+            members = cohort.members
+            last = cohort.row
+            for req in self.running:
+                previous = last if req in members else req.last_row
+                if previous != prev_row:
+                    gap_pairs.append(first_row)
+                    gap_pairs.append(previous)
+                    paused += 1
+            for req in outsiders:
+                cohort.join(req)
+            self._outsiders = []
+        run.paused_at_start = paused
+        ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
+        finished = cohort.advance(run.iterations, first_row)
+        for steps, req in finished:
+            req.status = Status.FINISHED
+            req.finish_s = ends[steps - 1]
+            on_finish(req)
+        for _, req in finished:
+            req.blocks = 0  # the run freed them
+        self.kv.used_blocks = run.kv_used_after
+        if finished:
+            self._drop_finished([req for _, req in finished])
+        return True
+
+    def _drop_finished(self, finished: list[Request]) -> None:
+        """Take the requests that just finished out of the running set (and the outsiders)."""
+        if len(finished) <= 3:  # a scan or three in C beats rebuilding the list in Python
+            outsiders = self._outsiders
+            for req in finished:
+                if outsiders is not None and req in outsiders:
+                    outsiders.remove(req)
+                self.running.remove(req)
+            return
+        self.running = [r for r in self.running if r.status == Status.RUNNING]
+        if self._outsiders is not None:
+            self._outsiders = [r for r in self._outsiders if r.status == Status.RUNNING]
 
     def settle_run(self, run: DecodeRun, finished: list[tuple[int, Request, int]]) -> None:
         """After a run of iterations computed without the prefix cache: ``finished`` lists the
@@ -514,10 +568,10 @@ class SchedulerPolicy(ABC):
 
     def _complete_cohort(
         self, now: float, row: int, prev_row: int, on_finish: FinishCallback
-    ) -> tuple[int, bool]:
+    ) -> tuple[int, list[Request]]:
         """Apply the cohort's part of a finished iteration (see :meth:`complete`); returns the
-        number of its tokens whose previous token came in the previous iteration, and whether
-        any member finished."""
+        number of its tokens whose previous token came in the previous iteration, and the
+        members that finished."""
         cohort = self.cohort
         assert cohort is not None
         entrants = self._entrants
@@ -552,7 +606,7 @@ class SchedulerPolicy(ABC):
             self.kv.free(req.blocks)
             req.blocks = 0
             on_finish(req)
-        return gap_tokens, bool(finished)
+        return gap_tokens, finished
 
     @staticmethod
     def _add(batch: Batch, req: Request, new_tokens: int) -> None:
@@ -581,10 +635,10 @@ class SchedulerPolicy(ABC):
         """Apply a finished iteration (row ``row``; this replica's previous one was ``prev_row``);
         returns the output tokens it emitted."""
         emitted_total = 0
-        any_finished = False
+        finished: list[Request] = []
         gap_tokens = 0
         if batch.cohort:
-            gap_tokens, any_finished = self._complete_cohort(now, row, prev_row, on_finish)
+            gap_tokens, finished = self._complete_cohort(now, row, prev_row, on_finish)
             emitted_total = batch.cohort
         accepted = batch.accepted
         release = accepted is not None and not self.reserves_full_length
@@ -626,11 +680,9 @@ class SchedulerPolicy(ABC):
                 else:
                     prefix.finish(req)
                 req.blocks = 0
-                any_finished = True
+                finished.append(req)
                 on_finish(req)
         batch.gap_tokens = gap_tokens
-        if any_finished:
-            self.running = [r for r in self.running if r.status == Status.RUNNING]
-            if self._outsiders is not None:
-                self._outsiders = [r for r in self._outsiders if r.status == Status.RUNNING]
+        if finished:
+            self._drop_finished(finished)
         return emitted_total

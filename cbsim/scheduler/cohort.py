@@ -120,6 +120,37 @@ class DecodeCohort:
             self._leave(req)
         return done
 
+    def advance(self, iterations: int, first_row: int) -> list[tuple[int, Request]]:
+        """A decode run of ``iterations`` iterations (rows from ``first_row``) in which every
+        member decoded until it finished. Returns the members that finished, as (iterations it
+        ran, request), written back and out of the cohort, in running (admission) order."""
+        t = self.t
+        end = t + iterations
+        done: list[Request] = []
+        growth = self.growth
+        block_size = self.block_size
+        for f in _keys_up_to(self.pending_growth, t, end):
+            growth[f % block_size] += len(self.pending_growth.pop(f))
+        for f in _keys_up_to(self.finishing, t, end):
+            done.extend(self.finishing.pop(f))
+        self.t = end
+        self.row = first_row + iterations - 1
+        if len(done) > 1:
+            done.sort(key=_BY_ADMISSION)
+        finished = []
+        for req in done:
+            t0, kv, generated, blocks, _ = self.members[req]
+            total = req.output_tokens - generated  # the iterations it ran in the cohort
+            steps = t0 + total - t
+            req.kv_tokens = kv + total
+            req.generated = req.output_tokens
+            req.last_row = first_row + steps - 1
+            grown = -(-(kv + total) // block_size)
+            req.blocks = grown if grown > blocks else blocks
+            self._leave(req)
+            finished.append((steps, req))
+        return finished
+
     # ------------------------------------------------------------------ members' own fields
 
     def _write_back(self, req: Request, entry: tuple[int, int, int, int, int]) -> None:
@@ -157,3 +188,10 @@ class DecodeCohort:
         self.pending_growth.clear()
         self.growth = [0] * self.block_size
         self.kv_base = self.left_base = 0
+
+
+def _keys_up_to(calendar: dict[int, list[Request]], after: int, last: int) -> list[int]:
+    """The keys of ``calendar`` in (after, last], in order."""
+    if last - after <= len(calendar):
+        return [f for f in range(after + 1, last + 1) if f in calendar]
+    return sorted(f for f in calendar if after < f <= last)

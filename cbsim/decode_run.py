@@ -63,12 +63,15 @@ def plan_decode_run(
     horizon_s: float,
     kernel: KernelCall | None = None,
     shares_blocks: bool = False,
+    state: tuple[IntArray, IntArray, IntArray] | None = None,
 ) -> DecodeRun | None:
     """Plan the run starting now, or None when not even one iteration can be planned (compiled
     when the cost model compiles, else in Python: the same run either way). ``kernel``: the
     simulation's call of :func:`decode_run_kernel` (dispatched once, :mod:`cbsim.kernel_call`).
     ``shares_blocks``: some requests hold prefix-cache blocks (``Request.shared_blocks``), which
-    a finish does not free here (the prefix cache settles them after the run)."""
+    a finish does not free here (the prefix cache settles them after the run). ``state``: the
+    running requests' KV tokens, outputs left and blocks, in any order, where the scheduler's
+    decode cohort has them (the compiled planner reads them instead of the requests)."""
     count = len(running)
     compiled = cost.compiled(count) if count else None
     if compiled is None:
@@ -85,10 +88,16 @@ def plan_decode_run(
             horizon_s=horizon_s,
             shares_blocks=shares_blocks,
         )
-    kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
-    rem = np.fromiter((r.output_tokens - r.generated for r in running), dtype=np.int64, count=count)
-    blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
-    shared = _shared_blocks(running, shares_blocks)
+    if state is not None:
+        kv, rem, blocks = state
+        shared = _NO_SHARED
+    else:
+        kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
+        rem = np.fromiter(
+            (r.output_tokens - r.generated for r in running), dtype=np.int64, count=count
+        )
+        blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+        shared = _shared_blocks(running, shares_blocks)
     planned = (decode_run_kernel if kernel is None else kernel)(
         kv, rem, blocks, shared, compiled, start_s, block_size, used_blocks, total_blocks,
         grows_kv, stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,

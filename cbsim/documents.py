@@ -95,8 +95,11 @@ def _json_depth(value: Any) -> int:
         else:
             continue
         deepest = max(deepest, depth)
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
     return deepest
+
+
+_CONTAINERS = (dict, list)
 
 
 def _too_deep() -> str:

@@ -298,7 +298,6 @@ class Simulation:
                 # prefilled requests wait for ends at the first
                 caching = exact_free and sched.prefix is not None and sched.prefix.holds_entries()
                 stop_on_finish = stop_on_finish or closed or caching or bool(replica.awaiting)
-                sched.materialize_cohort()
                 run = self._plan_run(replica, start, stop_on_finish, horizon)
                 if run is not None:
                     replica.start_run(run)
@@ -407,6 +406,12 @@ class Simulation:
                 restart=cut,
                 kernel=self._spec_run_call,
             )
+        state = None
+        if sched.cohort is not None:  # the cohort's arrays, or its members written back
+            if pool.cost.compiled(len(sched.running)) is not None:
+                state = sched.cohort_decode_state()
+            if state is None:
+                sched.materialize_cohort()
         return plan_decode_run(
             sched.running,
             cost=pool.cost,
@@ -420,6 +425,7 @@ class Simulation:
             horizon_s=horizon,
             kernel=self._decode_run_call,
             shares_blocks=sched.prefix is not None,
+            state=state,
         )
 
     def prompt_lengths(self) -> np.ndarray:

@@ -31,8 +31,11 @@ from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.request import Request, Status
-from cbsim.scheduler.cohort import DecodeCohort
+from cbsim.scheduler.cohort import DecodeCohort, IntArray
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
+
+
+_BY_ADMISSION = operator.attrgetter("admit_seq")
 
 
 class WaitingQueue(deque[Request]):
@@ -139,7 +142,9 @@ class SchedulerPolicy(ABC):
         # outside it in running order (None: every running request is outside)
         self.cohort: DecodeCohort | None = None
         self._outsiders: list[Request] | None = None
-        self._entrants: list[Request] = []  # joined the cohort in the iteration formed
+        # joined the cohort since its last iteration completed (in the one formed, or before a
+        # decode run was planned): their last tokens are their own, not the cohort's
+        self._entrants: list[Request] = []
 
     # ------------------------------------------------------------------ decode cohort
 
@@ -156,12 +161,29 @@ class SchedulerPolicy(ABC):
         if self.cohort is not None:
             self.cohort.materialize()
 
+    def cohort_decode_state(self) -> tuple[IntArray, IntArray, IntArray] | None:
+        """Every running request's KV tokens, outputs left and blocks (in no particular order),
+        from the decode cohort, the decoding requests outside it joining it first; None when
+        there is no cohort or some running request is not decoding."""
+        cohort = self.cohort
+        if cohort is None:
+            return None
+        outsiders = self.running if self._outsiders is None else self._outsiders
+        if any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in outsiders):
+            return None
+        for req in outsiders:
+            cohort.join(req)
+        self._entrants.extend(outsiders)
+        self._outsiders = []
+        return cohort.decode_state()
+
     def dissolve_cohort(self) -> None:
         """Write the members back and empty the cohort: every running request is outside it."""
         cohort = self.cohort
         if cohort is not None and self._outsiders is not None:
             cohort.dissolve()
             self._outsiders = None
+            self._entrants = []
 
     # ------------------------------------------------------------------ queue interface
 
@@ -282,12 +304,14 @@ class SchedulerPolicy(ABC):
         if any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in outsiders):
             return False
         paused = 0
-        if outsiders or cohort.row != prev_row:
+        fresh = self._entrants
+        if outsiders or fresh or cohort.row != prev_row:
             gap_pairs = self.gap_pairs
             members = cohort.members
+            own = set(fresh)
             last = cohort.row
             for req in self.running:
-                previous = last if req in members else req.last_row
+                previous = last if req in members and req not in own else req.last_row
                 if previous != prev_row:
                     gap_pairs.append(first_row)
                     gap_pairs.append(previous)
@@ -295,6 +319,7 @@ class SchedulerPolicy(ABC):
             for req in outsiders:
                 cohort.join(req)
             self._outsiders = []
+            self._entrants = []
         run.paused_at_start = paused
         ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
         finished = cohort.advance(run.iterations, first_row)
@@ -551,13 +576,18 @@ class SchedulerPolicy(ABC):
         decodes = len(cohort) + len(entrants)
         if decodes > budget or (others and prefilling is None):
             return None
+        if not decodes:  # nothing decodes: no cohort iteration (none completes)
+            self._outsiders = others
+            if prefilling is not None:
+                prefilling.extend(others)
+            return budget
         if not self.kv.can_allocate(blocks):
             return None
         for req in entrants:
             cohort.join(req)
         self.kv.allocate(blocks)
         context = cohort.form()
-        self._entrants = entrants
+        self._entrants.extend(entrants)
         self._outsiders = others
         if prefilling is not None:
             prefilling.extend(others)
@@ -575,6 +605,8 @@ class SchedulerPolicy(ABC):
         cohort = self.cohort
         assert cohort is not None
         entrants = self._entrants
+        if len(entrants) > 1:
+            entrants.sort(key=_BY_ADMISSION)  # some joined before a run was planned
         gap_pairs = self.gap_pairs
         if cohort.row == prev_row:  # the members before this iteration were in that one
             gap_tokens = len(cohort) - len(entrants)

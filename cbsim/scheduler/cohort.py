@@ -25,7 +25,12 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+import numpy.typing as npt
+
 from cbsim.request import Request
+
+IntArray = npt.NDArray[np.int64]
 
 _BY_ADMISSION = operator.attrgetter("admit_seq")
 
@@ -34,6 +39,9 @@ class DecodeCohort:
     """The cohort of one replica's scheduler (see the module docstring)."""
 
     __slots__ = (
+        "_active",
+        "_arrays",
+        "_free_slots",
         "block_size",
         "finishing",
         "formed",
@@ -50,14 +58,20 @@ class DecodeCohort:
         self.block_size = block_size
         self.t = 0  # cohort iterations completed
         self.formed = False  # an iteration formed and not yet completed
-        # member -> (t at joining, KV tokens, outputs, blocks then, first iteration needing a block)
-        self.members: dict[Request, tuple[int, int, int, int, int]] = {}
+        # member -> (t at joining, KV tokens, outputs, blocks then, first iteration needing a
+        # block, slot)
+        self.members: dict[Request, tuple[int, int, int, int, int, int]] = {}
         self.finishing: dict[int, list[Request]] = {}  # completion count -> who finishes in it
         self.pending_growth: dict[int, list[Request]] = {}  # first block-growing formation
         self.growth = [0] * block_size  # members growing a block every block_size formations
         self.kv_base = 0  # sum of (KV tokens - t) at joining: the KV now is this + members * t
         self.left_base = 0  # sum of (outputs left + t) at joining
         self.row = -1  # the recorder row of the last cohort iteration completed
+        # the members' joining state by slot (rows: t, KV tokens, outputs left, blocks), for
+        # planning a decode run without visiting them one by one
+        self._arrays = np.zeros((4, 64), dtype=np.int64)
+        self._active = np.zeros(64, dtype=np.bool_)
+        self._free_slots = list(range(63, -1, -1))
 
     def __len__(self) -> int:
         return len(self.members)
@@ -81,7 +95,12 @@ class DecodeCohort:
         generated = req.generated
         blocks = req.blocks
         grow_at = t + blocks * self.block_size - kv + 1
-        self.members[req] = (t, kv, generated, blocks, grow_at)
+        if not self._free_slots:
+            self._grow_slots()
+        slot = self._free_slots.pop()
+        self._arrays[:, slot] = (t, kv, req.output_tokens - generated, blocks)
+        self._active[slot] = True
+        self.members[req] = (t, kv, generated, blocks, grow_at, slot)
         self.pending_growth.setdefault(grow_at, []).append(req)
         self.finishing.setdefault(t + req.output_tokens - generated, []).append(req)
         self.kv_base += kv - t
@@ -124,6 +143,7 @@ class DecodeCohort:
         """A decode run of ``iterations`` iterations (rows from ``first_row``) in which every
         member decoded until it finished. Returns the members that finished, as (iterations it
         ran, request), written back and out of the cohort, in running (admission) order."""
+        assert not self.formed
         t = self.t
         end = t + iterations
         done: list[Request] = []
@@ -139,7 +159,7 @@ class DecodeCohort:
             done.sort(key=_BY_ADMISSION)
         finished = []
         for req in done:
-            t0, kv, generated, blocks, _ = self.members[req]
+            t0, kv, generated, blocks, _, _ = self.members[req]
             total = req.output_tokens - generated  # the iterations it ran in the cohort
             steps = t0 + total - t
             req.kv_tokens = kv + total
@@ -153,8 +173,8 @@ class DecodeCohort:
 
     # ------------------------------------------------------------------ members' own fields
 
-    def _write_back(self, req: Request, entry: tuple[int, int, int, int, int]) -> None:
-        t0, kv, generated, blocks, _ = entry
+    def _write_back(self, req: Request, entry: tuple[int, int, int, int, int, int]) -> None:
+        t0, kv, generated, blocks, _, _ = entry
         steps = self.t - t0
         req.kv_tokens = kv + steps
         req.generated = generated + steps
@@ -165,7 +185,9 @@ class DecodeCohort:
         req.blocks = grown if grown > blocks else blocks
 
     def _leave(self, req: Request) -> None:
-        t0, kv, generated, _, grow_at = self.members.pop(req)
+        t0, kv, generated, _, grow_at, slot = self.members.pop(req)
+        self._active[slot] = False
+        self._free_slots.append(slot)
         self.kv_base -= kv - t0
         self.left_base -= req.output_tokens - generated + t0
         formed = self.t + 1 if self.formed else self.t
@@ -188,6 +210,24 @@ class DecodeCohort:
         self.pending_growth.clear()
         self.growth = [0] * self.block_size
         self.kv_base = self.left_base = 0
+        self._active[:] = False
+        self._free_slots = list(range(len(self._active) - 1, -1, -1))
+
+    def _grow_slots(self) -> None:
+        size = len(self._active)
+        self._arrays = np.concatenate([self._arrays, np.zeros_like(self._arrays)], axis=1)
+        self._active = np.concatenate([self._active, np.zeros(size, dtype=np.bool_)])
+        self._free_slots = list(range(2 * size - 1, size - 1, -1))
+
+    def decode_state(self) -> tuple[IntArray, IntArray, IntArray]:
+        """The members' KV tokens, outputs left and blocks now (between iterations), in slot
+        order: what a decode run is planned from (its sums do not depend on the order)."""
+        slots = np.flatnonzero(self._active)
+        t0, kv0, left0, blocks0 = self._arrays[:, slots]
+        steps = self.t - t0
+        kv = kv0 + steps
+        blocks = np.maximum(blocks0, -(-kv // self.block_size))
+        return kv, left0 - steps, blocks
 
 
 def _keys_up_to(calendar: dict[int, list[Request]], after: int, last: int) -> list[int]:

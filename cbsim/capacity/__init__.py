@@ -50,13 +50,17 @@ SLO, and at what price per token?". cbsim answers it by simulation, in three ste
    error naming the option that led there (``--target-rps``, ``--window-s``).
 
 :func:`find_max_rate` does step 1, :func:`plan` all three and returns one JSON-ready mapping;
-:data:`capacity_command` is the ``cbsim capacity`` command line. The search is serial and
-deterministic: same scenario, SLO and seeds give the same answer.
+:data:`capacity_command` is the ``cbsim capacity`` command line. Each search is serial and
+deterministic: same scenario, SLO and seeds give the same answer. The alternatives are searched
+at once on ``workers`` local processes (``--workers``, default one per CPU; from Python the
+default is this process alone), with the same answer, byte for byte
+(:mod:`~cbsim.capacity.workers`).
 
 The package: :mod:`~cbsim.capacity.fields` (the scenario's dotted keys),
 :mod:`~cbsim.capacity.checks` (what a run must pass), :mod:`~cbsim.capacity.search` (step 1),
-:mod:`~cbsim.capacity.planning` (steps 2 and 3), :mod:`~cbsim.capacity.rendering` (the table)
-and :mod:`~cbsim.capacity.cli` (option parsing and the command).
+:mod:`~cbsim.capacity.planning` (steps 2 and 3), :mod:`~cbsim.capacity.workers` (searches on
+several processes), :mod:`~cbsim.capacity.rendering` (the table) and :mod:`~cbsim.capacity.cli`
+(option parsing and the command).
 """
 
 from __future__ import annotations

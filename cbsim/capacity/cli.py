@@ -18,6 +18,7 @@ from cbsim.capacity.fields import CONTROLLED_KEYS, _check_key
 from cbsim.capacity.planning import _check_prices, plan
 from cbsim.capacity.rendering import render, render_disaggregated
 from cbsim.capacity.search import DEFAULT_START_RPS, DEFAULT_TOLERANCE, DEFAULT_WINDOW_S, Progress
+from cbsim.capacity.workers import cli_workers
 from cbsim.console import wide_console
 from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
@@ -290,6 +291,13 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     metavar="GPU:TP",
     help="A decode instance layout to consider (repeatable; default as --prefill).",
 )
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Processes searching alternatives (or pool candidates) at once (default: one per CPU; "
+    "1: one after the other in this process). The plan is the same.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--out",
@@ -319,6 +327,7 @@ def capacity_command(
     disaggregated: bool,
     prefill_texts: tuple[str, ...],
     decode_texts: tuple[str, ...],
+    workers: int | None,
     as_json: bool,
     out: Path | None,
     overrides: tuple[str, ...],
@@ -328,6 +337,7 @@ def capacity_command(
     when nothing meets the SLO, 2 on bad input."""
     stop: Callable[[], None] = lambda: None  # noqa: E731
     try:
+        workers = cli_workers(workers)
         for text in overrides:
             key, _ = parse_override(text)
             if key in CONTROLLED_KEYS:
@@ -368,6 +378,7 @@ def capacity_command(
             "window_s": window_s,
             "start_rps": start_rps,
             "tolerance": tolerance,
+            "workers": workers,
         }
         progress, stop = _progress_printer()
         if split:

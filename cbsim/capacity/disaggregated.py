@@ -40,6 +40,7 @@ from cbsim.capacity.search import (
     DEFAULT_START_RPS,
     DEFAULT_TOLERANCE,
     DEFAULT_WINDOW_S,
+    CapacityResult,
     Evaluation,
     Progress,
     _check_search,
@@ -49,6 +50,7 @@ from cbsim.capacity.search import (
     _Runner,
     _scenario_data,
 )
+from cbsim.capacity.workers import Job, JobPool, run_jobs, worker_count
 from cbsim.errors import CbsimError
 from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
@@ -117,13 +119,60 @@ def _split_data(
 
 
 def _pool_runner(
-    split: dict[str, Any], targets: dict[str, float], search: dict[str, Any], label: str
+    split: dict[str, Any],
+    targets: dict[str, float],
+    search: dict[str, Any],
+    label: str,
+    progress: Progress | None,
 ) -> _Runner:
     """The search's runner over a disaggregated scenario (evaluated with ``pools``)."""
     return _Runner(
         split, _load_axis(load_scenario(split)), targets, search["seeds"], search["window_s"],
-        search["min_requests"], search["progress"], label, "--target-rps",
+        search["min_requests"], progress, label, "--target-rps",
     )  # fmt: skip
+
+
+def _prefill_capacity(
+    data: dict[str, Any],
+    candidate: Candidate,
+    ttft: dict[str, float],
+    search: dict[str, Any],
+    *,
+    progress: Progress | None,
+) -> CapacityResult:
+    """Step 1 for one prefill candidate (a job: it may run in a worker process)."""
+    one_token = _with_instance(data, candidate)
+    one_token["workload"]["output_tokens"] = {"kind": "fixed", "value": 1}
+    loaded = _load_candidate(one_token, candidate, "--prefill")
+    return _find_max_rate(
+        loaded, one_token, ttft, label=f"prefill {candidate.label()}: ", progress=progress,
+        **search,
+    )  # fmt: skip
+
+
+def _decode_capacity(
+    data: dict[str, Any],
+    kv_transfer: dict[str, Any],
+    fastest: Candidate,
+    fastest_rate: float,
+    candidate: Candidate,
+    targets: dict[str, float],
+    search: dict[str, Any],
+    *,
+    progress: Progress | None,
+) -> CapacityResult:
+    """Step 2 for one decode candidate, fed by the ``fastest`` prefill candidate (a job)."""
+    split = _split_data(data, fastest, candidate, kv_transfer)
+    loaded = _load_candidate(split, candidate, "--decode")
+    return _find_max_rate(
+        loaded,
+        split,
+        targets,
+        label=f"decode {candidate.label()}: ",
+        pools_for=lambda rate: (math.ceil(rate / fastest_rate) + 1, 1),
+        progress=progress,
+        **search,
+    )
 
 
 def plan_disaggregated(
@@ -140,12 +189,15 @@ def plan_disaggregated(
     tolerance: float = DEFAULT_TOLERANCE,
     min_requests: int = DEFAULT_MIN_REQUESTS,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """The cheapest xPyD layout of ``prefill`` and ``decode`` candidates for ``target_rps``
     within ``slo`` (default: the scenario's p99 targets), beside the best aggregated fleet of the
-    same candidates (see the module docstring). JSON-ready."""
+    same candidates (see the module docstring). JSON-ready. The candidates of each step, and the
+    aggregated alternatives, are searched on ``workers`` processes at once (as :func:`plan`)."""
     targets = _checked_slo(scenario, slo)
     _check_search(window_s, tolerance, start_rps, min_requests)
+    worker_count(workers)
     if "ttft_p99_s" not in targets or "tpot_p99_s" not in targets:
         raise CbsimError(
             "a disaggregated plan needs a TTFT and a TPOT target (ttft_p99_s, tpot_p99_s): the "
@@ -171,99 +223,85 @@ def plan_disaggregated(
         "start_rps": start_rps,
         "tolerance": tolerance,
         "min_requests": min_requests,
-        "progress": progress,
     }
     simulations = 0
     for option, candidates in (("--prefill", prefill), ("--decode", decode)):
         for candidate in candidates:
             _load_candidate(_with_instance(data, candidate), candidate, option)
     first_pair = _split_data(data, prefill[0], decode[0], kv_transfer)
-    _pool_runner(first_pair, targets, search, "").check(target_rps, pools=(1, 1))
+    _pool_runner(first_pair, targets, search, "", None).check(target_rps, pools=(1, 1))
 
-    # 1. prefill capacity: one-token outputs, the TTFT target
-    prefill_rates: dict[Candidate, float | None] = {}
-    prefill_out = []
-    for candidate in prefill:
-        one_token = _with_instance(data, candidate)
-        one_token["workload"]["output_tokens"] = {"kind": "fixed", "value": 1}
-        loaded = _load_candidate(one_token, candidate, "--prefill")
-        found = _find_max_rate(
-            loaded,
-            one_token,
-            {"ttft_p99_s": targets["ttft_p99_s"]},
-            label=f"prefill {candidate.label()}: ",
-            **search,
-        )
-        simulations += found.simulations
-        prefill_rates[candidate] = found.max_rate_rps
-        row = {"gpu": candidate.gpu, "tp": candidate.tp, "max_rate_rps": found.max_rate_rps}
-        prefill_out.append(row | {"reason": found.reason})
-    feeding = [c for c in prefill if prefill_rates[c]]
-    if not feeding:
-        raise CbsimError(
-            "no prefill candidate meets the TTFT target even lightly loaded", field="--prefill"
-        )
-    fastest = max(feeding, key=lambda c: prefill_rates[c] or 0.0)
-    fastest_rate = prefill_rates[fastest] or 0.0
+    with JobPool(workers, progress) as pool:  # one pool for every step
+        # 1. prefill capacity: one-token outputs, the TTFT target
+        ttft = {"ttft_p99_s": targets["ttft_p99_s"]}
+        jobs = [Job(_prefill_capacity, (data, candidate, ttft, search)) for candidate in prefill]
+        prefill_rates: dict[Candidate, float | None] = {}
+        prefill_out = []
+        for candidate, found in zip(prefill, run_jobs(jobs, pool).results(), strict=True):
+            simulations += found.simulations
+            prefill_rates[candidate] = found.max_rate_rps
+            row = {"gpu": candidate.gpu, "tp": candidate.tp, "max_rate_rps": found.max_rate_rps}
+            prefill_out.append(row | {"reason": found.reason})
+        feeding = [c for c in prefill if prefill_rates[c]]
+        if not feeding:
+            raise CbsimError(
+                "no prefill candidate meets the TTFT target even lightly loaded", field="--prefill"
+            )
+        fastest = max(feeding, key=lambda c: prefill_rates[c] or 0.0)
+        fastest_rate = prefill_rates[fastest] or 0.0
 
-    # 2. decode capacity: one decode instance fed by enough of the fastest prefill instances
-    decode_rates: dict[Candidate, float | None] = {}
-    decode_out = []
-    for candidate in decode:
-        split = _split_data(data, fastest, candidate, kv_transfer)
-        loaded = _load_candidate(split, candidate, "--decode")
-        found = _find_max_rate(
-            loaded,
-            split,
-            targets,
-            label=f"decode {candidate.label()}: ",
-            pools_for=lambda rate: (math.ceil(rate / fastest_rate) + 1, 1),
-            **search,
-        )
-        simulations += found.simulations
-        decode_rates[candidate] = found.max_rate_rps
-        row = {"gpu": candidate.gpu, "tp": candidate.tp, "max_rate_rps": found.max_rate_rps}
-        decode_out.append(row | {"reason": found.reason})
+        # 2. decode capacity: one decode instance fed by enough of the fastest prefill instances
+        feed = (data, kv_transfer, fastest, fastest_rate)
+        jobs = [Job(_decode_capacity, (*feed, candidate, targets, search)) for candidate in decode]
+        decode_rates: dict[Candidate, float | None] = {}
+        decode_out = []
+        for candidate, found in zip(decode, run_jobs(jobs, pool).results(), strict=True):
+            simulations += found.simulations
+            decode_rates[candidate] = found.max_rate_rps
+            row = {"gpu": candidate.gpu, "tp": candidate.tp, "max_rate_rps": found.max_rate_rps}
+            decode_out.append(row | {"reason": found.reason})
 
-    # 3. every pair at the target, grown until it passes
-    layouts = []
-    for p in feeding:
-        for d in decode:
-            rate_d = decode_rates[d]
-            if not rate_d:
-                continue
-            layout, sims = _verify_pair(
-                scenario, data, kv_transfer, targets, target_rps, p, d,
-                prefill_rates[p] or 0.0, rate_d, prices, search,
-            )  # fmt: skip
+        # 3. every pair at the target, grown until it passes
+        pairs = [(p, d) for p in feeding for d in decode if decode_rates[d]]
+        common = (data, kv_transfer, targets, target_rps)
+        pair_jobs = [
+            Job(
+                _verify_pair,
+                (*common, p, d, prefill_rates[p] or 0.0, decode_rates[d], prices, search),
+            )
+            for p, d in pairs
+        ]
+        layouts = []
+        for layout, sims in run_jobs(pair_jobs, pool).results():
             simulations += sims
             layouts.append(layout)
-    passing = [alt for alt in layouts if alt["feasible"]]
-    best = min(passing, key=_layout_cost) if passing else None
+        passing = [alt for alt in layouts if alt["feasible"]]
+        best = min(passing, key=_layout_cost) if passing else None
 
-    # 4. the aggregated fleet of the same candidates
-    aggregated_scenario = load_scenario(data)
-    gpus = sorted({c.gpu for c in (*prefill, *decode)})
-    tps = sorted({c.tp for c in (*prefill, *decode)})
-    vary: dict[str, list[Any]] = {}
-    if len(gpus) > 1:
-        vary["cluster.gpu"] = list(gpus)
-    if len(tps) > 1:
-        vary["cluster.tp"] = list(tps)
-    aggregated = plan(
-        aggregated_scenario,
-        targets,
-        target_rps=target_rps,
-        prices=prices,
-        vary=vary or None,
-        seeds=seed_list,
-        window_s=window_s,
-        start_rps=start_rps,
-        tolerance=tolerance,
-        min_requests=min_requests,
-        progress=progress,
-    )
-    simulations += int(aggregated.get("simulations") or 0)
+        # 4. the aggregated fleet of the same candidates
+        aggregated_scenario = load_scenario(data)
+        gpus = sorted({c.gpu for c in (*prefill, *decode)})
+        tps = sorted({c.tp for c in (*prefill, *decode)})
+        vary: dict[str, list[Any]] = {}
+        if len(gpus) > 1:
+            vary["cluster.gpu"] = list(gpus)
+        if len(tps) > 1:
+            vary["cluster.tp"] = list(tps)
+        aggregated = plan(
+            aggregated_scenario,
+            targets,
+            target_rps=target_rps,
+            prices=prices,
+            vary=vary or None,
+            seeds=seed_list,
+            window_s=window_s,
+            start_rps=start_rps,
+            tolerance=tolerance,
+            min_requests=min_requests,
+            progress=progress,
+            workers=pool,
+        )
+        simulations += int(aggregated.get("simulations") or 0)
     aggregated_best = aggregated.get("best") if vary else aggregated
     return _json_object(
         {
@@ -283,7 +321,6 @@ def plan_disaggregated(
 
 
 def _verify_pair(
-    scenario: Scenario,
     data: dict[str, Any],
     kv_transfer: dict[str, Any],
     targets: dict[str, float],
@@ -294,9 +331,13 @@ def _verify_pair(
     decode_rate: float,
     prices: Mapping[str, float],
     search: dict[str, Any],
+    *,
+    progress: Progress | None,
 ) -> tuple[dict[str, Any], int]:
+    """Step 3 for one (prefill, decode) pair (a job: it may run in a worker process)."""
     split = _split_data(data, prefill, decode, kv_transfer)
-    runner = _pool_runner(split, targets, search, f"{prefill.label()} | {decode.label()}: ")
+    label = f"{prefill.label()} | {decode.label()}: "
+    runner = _pool_runner(split, targets, search, label, progress)
     x = max(1, math.ceil(target_rps / prefill_rate * (1 - 1e-12)))
     y = max(1, math.ceil(target_rps / decode_rate * (1 - 1e-12)))
     tried = []

@@ -31,6 +31,7 @@ from cbsim.capacity.search import (
     _Runner,
     _scenario_data,
 )
+from cbsim.capacity.workers import Job, JobPool, run_jobs, worker_count
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.limits import RATE, SWEEP_POINTS
@@ -195,6 +196,7 @@ def plan(
     min_requests: int = DEFAULT_MIN_REQUESTS,
     max_extra_replicas: int | None = None,
     progress: Progress | None = None,
+    workers: int | JobPool | None = None,
 ) -> dict[str, Any]:
     """Plan capacity for ``scenario`` (steps 1–3 of the module docstring) as one JSON-ready dict.
 
@@ -204,6 +206,11 @@ def plan(
     (one such object per combination, with its ``overrides``) and ``best`` (the cheapest that
     meets the SLO, or None), whose figures are also the top level's. Floats that are not finite
     are None.
+
+    The alternatives are searched on ``workers`` processes at once (None or 1: one
+    after the other in this process; see :mod:`cbsim.capacity.workers`), with the same result.
+    The processes are started with ``spawn``, so a script that asks for several at import level
+    needs the usual ``if __name__ == "__main__":`` guard.
     """
     loaded, base = _resolve(scenario)
     targets = _checked_slo(loaded, slo)
@@ -211,6 +218,7 @@ def plan(
     _check_prices(price_table)
     seed_list = list(seeds) if seeds else [loaded.seed]
     _check_search(window_s, tolerance, start_rps, min_requests)
+    worker_count(workers)
     if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
         raise CbsimError(f"must be > 0, got {target_rps!r}", field="--target-rps")
     if target_rps is not None and not RATE.contains(target_rps):
@@ -242,18 +250,26 @@ def plan(
         _check_vary_values(vary_map, combos, prepared)
     elif isinstance(prepared[0], CbsimError):  # the scenario itself cannot be searched
         raise prepared[0]
+    settings = {
+        "target_rps": target_rps, "prices": price_table, "seeds": seed_list,
+        "window_s": window_s, "start_rps": start_rps, "tolerance": tolerance,
+        "min_requests": min_requests, "max_extra_replicas": max_extra_replicas,
+    }  # fmt: skip
+    jobs = [
+        Job(_plan_one, (*ready, targets), {**settings, "label": _label(i, len(combos))})
+        for i, ready in enumerate(prepared)
+        if not isinstance(ready, CbsimError)
+    ]
+    searched = iter(run_jobs(jobs, workers, progress).results())
     alternatives: list[dict[str, Any]] = []
-    for i, overrides in enumerate(combos):
-        label = f"[{i + 1}/{len(combos)}] " if len(combos) > 1 else ""
-        ready = prepared[i]
+    for overrides, ready in zip(combos, prepared, strict=True):
         if isinstance(ready, CbsimError):
-            err = ready
             alternatives.append(
                 {
                     "overrides": overrides,
-                    "error": str(err),
+                    "error": str(ready),
                     "feasible": False,
-                    "reason": f"invalid scenario: {err}",
+                    "reason": f"invalid scenario: {ready}",
                     "max_rate_rps": None,
                     "simulations": 0,
                     "replicas": None,
@@ -262,24 +278,8 @@ def plan(
                     "cost_per_million_output_tokens": None,
                 }
             )
-            continue
-        alt_scenario, alt_base = ready
-        alt = _plan_one(
-            alt_scenario,
-            alt_base,
-            targets,
-            target_rps=target_rps,
-            prices=price_table,
-            seeds=seed_list,
-            window_s=window_s,
-            start_rps=start_rps,
-            tolerance=tolerance,
-            min_requests=min_requests,
-            max_extra_replicas=max_extra_replicas,
-            progress=progress,
-            label=label,
-        )
-        alternatives.append({"overrides": overrides, "error": None, **alt})
+        else:
+            alternatives.append({"overrides": overrides, "error": None, **next(searched)})
     total = sum(int(a.get("simulations") or 0) for a in alternatives)
     if not vary_map:
         return _json_object({**alternatives[0], **common, "simulations": total})
@@ -313,6 +313,11 @@ def plan(
             "best": best,
         }
     )
+
+
+def _label(i: int, count: int) -> str:
+    """The progress lines' prefix of alternative ``i`` of ``count``."""
+    return f"[{i + 1}/{count}] " if count > 1 else ""
 
 
 def _alternative(

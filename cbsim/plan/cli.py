@@ -23,6 +23,7 @@ import click
 from cbsim import outputs
 from cbsim.capacity.cli import Infeasible, _progress_printer, parse_prices
 from cbsim.capacity.search import _check_search, _load_axis, _scenario_data
+from cbsim.capacity.workers import cli_workers
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
@@ -308,10 +309,12 @@ class PlanRequest:
     space: SearchSpace
     settings: PlanSettings
     prices: dict[str, float]
+    workers: int | None = None
 
 
 def build_request(options: dict[str, Any]) -> PlanRequest:
     """The options checked (bad input: a :class:`CbsimError` naming the option)."""
+    workers = cli_workers(options.get("workers"))
     _check_numbers(options)
     base, gpus = _base_and_gpus(options)
     slo = _slo(base, options["ttft"], options["tpot"], options["percentile"])
@@ -326,7 +329,7 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
         prices = parse_prices(list(options["prices"]))
     except CbsimError as err:
         raise CbsimError(err.message, field="--price") from None
-    return PlanRequest(base, slo, _space(options, gpus), settings, prices)
+    return PlanRequest(base, slo, _space(options, gpus), settings, prices, workers)
 
 
 @click.command(name="plan", context_settings={"help_option_names": ["-h", "--help"]})
@@ -375,6 +378,9 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
               help="Relative width at which each rate search stops.")  # fmt: skip
 @click.option("--price", "prices", multiple=True, metavar="GPU=USD",
               help="USD per GPU-hour over the catalog's list prices, e.g. h100-sxm=2.5.")  # fmt: skip
+@click.option("--workers", type=int, default=None,
+              help="Processes searching layouts at once (default: one per CPU; 1: one after the "
+              "other in this process). The plan is the same.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder for plan.json and pareto.png (created; replaced only if it holds a plan).")  # fmt: skip
@@ -391,7 +397,7 @@ def plan_command(as_json: bool, out: Path, **options: Any) -> None:
         progress, stop = _progress_printer()
         plan = plan_deployment(
             request.base, request.slo, space=request.space, prices=request.prices,
-            settings=request.settings, progress=progress,
+            settings=request.settings, progress=progress, workers=request.workers,
         )  # fmt: skip
     except CbsimError as err:
         stop()

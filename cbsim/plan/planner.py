@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,10 +29,12 @@ from pydantic import ValidationError
 from cbsim.capacity.checks import _direction
 from cbsim.capacity.planning import _json_object
 from cbsim.capacity.search import Progress
+from cbsim.capacity.workers import Job, JobPool, run_jobs, worker_count
 from cbsim.errors import CbsimError
 from cbsim.models import get_model
 from cbsim.plan.launch import launch_commands
 from cbsim.plan.layouts import (
+    Instance,
     Layout,
     SearchSpace,
     batching_variants,
@@ -98,27 +100,82 @@ def workload_figures(scenario: Scenario) -> tuple[float, float, int]:
     return float(prompts.mean()), float(outputs.mean()), request
 
 
-def _disaggregated(
-    settings: Settings, space: SearchSpace
+def _aggregated_job(
+    settings: Settings,
+    layout: Layout,
+    stage: str,
+    start_rps: float | None,
+    *,
+    progress: Progress | None,
+) -> LayoutResult:
+    """:func:`search_aggregated` as a job (it may run in a worker process)."""
+    return search_aggregated(replace(settings, progress=progress), layout, stage, start_rps)
+
+
+def _prefill_job(
+    settings: Settings, instance: Instance, *, progress: Progress | None
+) -> PrefillResult:
+    """:func:`search_prefill` as a job."""
+    return search_prefill(replace(settings, progress=progress), instance)
+
+
+def _unit_job(
+    settings: Settings,
+    layout: Layout,
+    prefill_rate: float,
+    stage: str,
+    start_rps: float | None,
+    *,
+    progress: Progress | None,
+) -> LayoutResult:
+    """:func:`search_disaggregated` as a job."""
+    settings = replace(settings, progress=progress)
+    return search_disaggregated(settings, layout, prefill_rate, stage, start_rps)
+
+
+def _search_parallel(
+    settings: Settings, space: SearchSpace, model: str, workers: JobPool
 ) -> tuple[list[LayoutResult], list[PrefillResult], list[str]]:
-    """Per GPU kind: the prefill instances' rates, then one ``xP1D`` unit per decode instance
-    fed by the prefill instance with the most requests/s per GPU."""
-    units: list[LayoutResult] = []
+    """Pass 1: every aggregated layout and, per GPU kind, the prefill instances' rates, then one
+    ``xP1D`` unit per decode instance fed by the prefill instance with the most requests/s per
+    GPU. The searches of each stage run at once on ``workers`` processes; an error is the one
+    the serial order (aggregated layouts, then per GPU its prefill instances and its units)
+    meets first."""
+    plain = replace(settings, progress=None)  # jobs get their own progress
+    layouts = parallel_layouts(space, model)
+    split = bool(space.disaggregated and settings.ttft_key and settings.tpot_key)
+    instances = {gpu: single_instances(space, gpu) for gpu in (space.gpus if split else ())}
+    jobs: list[Job[LayoutResult | PrefillResult]] = [
+        Job(_aggregated_job, (plain, layout, "parallel", None)) for layout in layouts
+    ]
+    jobs += [Job(_prefill_job, (plain, inst)) for found in instances.values() for inst in found]
+    first = run_jobs(jobs, workers)
+    if first.error_index is not None and first.error_index < len(layouts):
+        first.results()  # raises
+    results = [r for r in first.values[: len(layouts)] if isinstance(r, LayoutResult)]
+    searched = iter(first.values[len(layouts) :])
     prefills: list[PrefillResult] = []
     notes: list[str] = []
-    for gpu in space.gpus:
-        found = [search_prefill(settings, inst) for inst in single_instances(space, gpu)]
-        prefills.extend(found)
-        feeding = [p for p in found if p.rate_rps]
+    units: list[Job[LayoutResult]] = []
+    for gpu, gpu_instances in instances.items():
+        done = [p for p in (next(searched) for _ in gpu_instances) if isinstance(p, PrefillResult)]
+        if len(done) < len(gpu_instances):
+            break  # a prefill search failed: its error comes after the units before it
+        prefills.extend(done)
+        feeding = [p for p in done if p.rate_rps]
         if not feeding:
             notes.append(f"{gpu}: no prefill instance meets the TTFT target, so no xPyD unit")
             continue
         best = max(feeding, key=lambda p: (p.rate_rps or 0.0) / p.instance.gpus)
         assert best.rate_rps is not None
-        for inst in single_instances(space, gpu):
+        for inst in gpu_instances:
             layout = Layout(inst, prefill=best.instance)
-            units.append(search_disaggregated(settings, layout, best.rate_rps, "parallel"))
-    return units, prefills, notes
+            units.append(Job(_unit_job, (plain, layout, best.rate_rps, "parallel", None)))
+    results.extend(run_jobs(units, workers).results())
+    first.results()  # a prefill search's error, if one failed
+    if space.disaggregated and not split:
+        notes.append("disaggregated units need a TTFT and a TPOT target: not searched")
+    return results, prefills, notes
 
 
 def _unsearched(parent: LayoutResult, rank: int, ranked: int, refine: int | None) -> str:
@@ -133,16 +190,22 @@ def _unsearched(parent: LayoutResult, rank: int, ranked: int, refine: int | None
 
 
 def _refine(
-    settings: Settings, space: SearchSpace, parents: list[LayoutResult], refine: int | None
+    settings: Settings,
+    space: SearchSpace,
+    parents: list[LayoutResult],
+    refine: int | None,
+    workers: JobPool,
 ) -> list[LayoutResult]:
     """Batching variants of every parallel layout: searched for the ``refine`` best passing
-    ones (each from its parent's rate), listed as not searched, with why, for the others."""
+    ones (each from its parent's rate, on ``workers`` processes at once), listed as not
+    searched, with why, for the others."""
+    plain = replace(settings, progress=None)
     ranked = sorted(
         (r for r in parents if r.best is not None),
         key=lambda r: objective(r.best or {}, settings.budget),
     )
     order = [*ranked, *(r for r in parents if r.best is None)]
-    out: list[LayoutResult] = []
+    out: list[LayoutResult | Job[LayoutResult]] = []
     for rank, parent in enumerate(order, start=1):
         chosen = parent.best is not None and (refine is None or rank <= refine)
         for variant in batching_variants(space, parent.layout):
@@ -153,16 +216,15 @@ def _refine(
                 out.append(LayoutResult(variant, "batching", "not searched", reason))
             elif variant.prefill is None:
                 start = (parent.best or {})["rate_rps"]
-                out.append(search_aggregated(settings, variant, "batching", start))
+                out.append(Job(_aggregated_job, (plain, variant, "batching", start)))
             else:
                 assert parent.prefill_rate_rps is not None
                 start = (parent.best or {})["rate_rps"]
-                out.append(
-                    search_disaggregated(
-                        settings, variant, parent.prefill_rate_rps, "batching", start
-                    )
-                )
-    return out
+                rate = parent.prefill_rate_rps
+                out.append(Job(_unit_job, (plain, variant, rate, "batching", start)))
+    jobs = [entry for entry in out if isinstance(entry, Job)]
+    searched = iter(run_jobs(jobs, workers).results())
+    return [next(searched) if isinstance(entry, Job) else entry for entry in out]
 
 
 def _launch(settings: Settings, result: LayoutResult, engine: str, model: str) -> dict[str, Any]:
@@ -234,25 +296,16 @@ def _planned(settings: Settings, result: LayoutResult, check: Mapping[str, Any])
 
 
 def _search_all(
-    settings: Settings, space: SearchSpace, model: str, refine: int | None
+    settings: Settings, space: SearchSpace, model: str, refine: int | None, workers: JobPool
 ) -> tuple[list[LayoutResult], list[PrefillResult], list[str]]:
     """Passes 1 and 2 of the module docstring: every layout's result, the prefill instances'
     rates, and notes on what could not be searched."""
-    results = [
-        search_aggregated(settings, layout, "parallel") for layout in parallel_layouts(space, model)
-    ]
-    prefills: list[PrefillResult] = []
-    notes: list[str] = []
-    if space.disaggregated and settings.ttft_key and settings.tpot_key:
-        units, prefills, notes = _disaggregated(settings, space)
-        results.extend(units)
-    elif space.disaggregated:
-        notes.append("disaggregated units need a TTFT and a TPOT target: not searched")
+    results, prefills, notes = _search_parallel(settings, space, model, workers)
     if space.max_gpus is None and all(r.verdict == "infeasible" for r in results):
         notes.append(
             "every layout within one node was pruned; --total-gpus N allows layouts of up to N GPUs"
         )
-    results.extend(_refine(settings, space, list(results), refine))
+    results.extend(_refine(settings, space, list(results), refine, workers))
     return results, prefills, notes
 
 
@@ -302,11 +355,19 @@ def plan_deployment(
     prices: Mapping[str, float] | None = None,
     settings: PlanSettings | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> dict[str, Any]:
     """Plan ``base``'s workload (a scenario's data: workload, engine, precision, seed; its layout
     keys are replaced) within ``slo`` (summary metrics, e.g. ``ttft_p99_s``, at most their
-    values) over ``space``; see the module docstring. JSON-ready."""
+    values) over ``space``; see the module docstring. JSON-ready.
+
+    The layouts of each pass are searched on ``workers`` processes at once (None or 1: one
+    after the other in this process; ``cbsim plan`` asks for one per CPU;
+    :mod:`cbsim.capacity.workers`), with the same plan (``wall_s`` apart). The processes are
+    started with ``spawn``, so a script that asks for several at import level needs the usual
+    ``if __name__ == "__main__":`` guard."""
     plan = settings or PlanSettings()
+    worker_count(workers)
     started = time.perf_counter()
     scenario = described(base)
     prompt, output, request = workload_figures(scenario)
@@ -321,7 +382,8 @@ def plan_deployment(
     )  # fmt: skip
     model = scenario.cluster.model
     get_model(model)
-    results, prefills, notes = _search_all(shared, space, model, plan.refine)
+    with JobPool(workers, progress) as pool:  # one pool for both passes
+        results, prefills, notes = _search_all(shared, space, model, plan.refine, pool)
     points, front = _collect_points(results)
     best, check, tried = _choose(shared, results, plan)
     best_entry: dict[str, Any] | None = None

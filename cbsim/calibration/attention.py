@@ -73,7 +73,6 @@ from typing import Literal, cast
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import least_squares
 from scipy.sparse.linalg import spsolve
 
 from cbsim.calibration.errors import ape, summarize
@@ -365,6 +364,8 @@ def _fit_base(
     for compute0 in (0.3, 1.0):
         for memory0 in (0.3, 1.0) if memory_eff is None else (1.0,):
             start = np.log(np.array([floor0, compute0, memory0]))[free]
+            from scipy.optimize import least_squares  # slow to import: fits only
+
             solution = least_squares(
                 residuals, start, jac=jacobian, bounds=(_LOWER[free], _UPPER[free])
             )

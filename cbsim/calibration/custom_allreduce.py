@@ -37,7 +37,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from cbsim.calibration import comm
 from cbsim.calibration.data import engine_name, load_table
@@ -130,6 +129,8 @@ def fit(gpu: str, source: str) -> CustomAllreduce:
     def residuals(terms: np.ndarray) -> np.ndarray:
         predicted = predict(_model(terms, gpu, reference), gpu, rows)
         return np.asarray(np.log(predicted) - measured, dtype=np.float64)
+
+    from scipy.optimize import least_squares  # slow to import: fits only
 
     result = least_squares(residuals, _START, bounds=(_LOWER, _UPPER), loss="soft_l1", f_scale=0.05)
     model = _model(result.x, gpu, reference)

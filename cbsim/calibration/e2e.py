@@ -39,7 +39,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -410,6 +409,8 @@ def fit_terms(
         )
 
     start = np.full(int(mask.sum()), 0.5)
+    from scipy.optimize import least_squares  # slow to import: fits only
+
     solution = least_squares(
         residuals, start, bounds=(0.0, np.inf), loss="soft_l1", f_scale=0.1, max_nfev=400
     )

@@ -96,7 +96,6 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from scipy.optimize import least_squares
 from scipy.sparse.linalg import LinearOperator, cg, spsolve
 
 from cbsim.calibration.data import load_table, measured_gpus
@@ -205,6 +204,8 @@ def fit_base(
     lower = np.log([FLOOR_BOUNDS_S[0], EFF_BOUNDS[0], EFF_BOUNDS[0]])
     upper = np.log([FLOOR_BOUNDS_S[1], EFF_BOUNDS[1], EFF_BOUNDS[1]])
     start = np.clip(np.log([0.5 * float(np.min(measured_s)), 0.7, 0.7]), lower, upper)
+    from scipy.optimize import least_squares  # slow to import: fits only
+
     solution = least_squares(
         residual, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1, x_scale=1.0
     )

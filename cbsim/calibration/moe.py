@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, _at_least_two, group_folds
@@ -133,6 +132,8 @@ def _fit_base(terms: MoeTerms, measured: np.ndarray, peak: float, bandwidth: flo
     lower = np.log([FLOOR_BOUNDS_S[0], EFF_BOUNDS[0], EFF_BOUNDS[0], BUFFER_BOUNDS[0]])
     upper = np.log([FLOOR_BOUNDS_S[1], EFF_BOUNDS[1], EFF_BOUNDS[1], BUFFER_BOUNDS[1]])
     start = np.clip(np.log([0.5 * float(np.min(measured)), 0.5, 0.7, 0.1]), lower, upper)
+    from scipy.optimize import least_squares  # slow to import: fits only
+
     solution = least_squares(residual, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1)
     fitted: np.ndarray = np.exp(solution.x)
     return fitted

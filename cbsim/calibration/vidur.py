@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from cbsim.calibration.comm import VIDUR_NODES, fit_vidur_allreduce
 from cbsim.calibration.data import load_table, vidur_tables
@@ -232,6 +231,8 @@ def fit_roofline(
     low = np.log([1e-8, 0.05, 0.05])
     high = np.log([1e-3, 1.0, 1.0])
     start = np.log([max(float(np.min(latency)) * 0.5, 2e-8), 0.7, 0.7])
+    from scipy.optimize import least_squares  # slow to import: fits only
+
     solution = least_squares(residual, start, bounds=(low, high), loss="soft_l1", f_scale=0.1)
     floor, compute_eff, memory_eff = (float(v) for v in np.exp(solution.x))
     if not compute_bound:

@@ -130,6 +130,11 @@ def describe(scenario: Scenario) -> str:
     else:
         speculation = "speculation off"
     replicas = f"{cluster.replicas} replica{'s' if cluster.replicas != 1 else ''}"
+    if cluster.autoscale is not None:
+        scale = cluster.autoscale
+        replicas = (
+            f"{scale.min_replicas}-{scale.max_replicas} replicas autoscaled on {scale.metric}"
+        )
     if cluster.replicas > 1:
         replicas += f" ({cluster.router})"
     caching = "prefix caching on" if prefix_caching_on(scenario) else "prefix caching off"

@@ -12,6 +12,10 @@ Under asynchronous scheduling a busy replica has formed its next batch already: 
 arriving while a step runs, or as it ends, reaches the scheduler once the replica has formed the
 batch after that step, so it joins the step after next.
 
+Autoscaled (:mod:`cbsim.autoscale`), requests are routed over the serving replicas only: the
+autoscaler keeps ``entry`` (the list routers choose from) to them; a replica taken out of it still
+receives what was routed to it before (its front end, a hold), which it drains.
+
 The dispatcher keeps every send and front-end arrival scheduled but not yet happened: the
 earliest of them is when a request may next reach a scheduler, where decode runs stop.
 """
@@ -61,6 +65,7 @@ class Dispatcher:
         self.rejected = rejected  # a request rejected now (its status and reason set)
         # sends and front-end arrivals scheduled but not yet happened (a heap of times)
         self.pending: list[float] = []
+        self.routed = 0  # requests routed so far (an autoscaler's rps metric reads it)
         self._jitter = stream(seed, "frontend")
 
     def next_pending_s(self) -> float:
@@ -93,6 +98,7 @@ class Dispatcher:
             req.output_tokens = 1
         replica = self.entry[self.router.route(self.entry, req)]
         req.replica = replica.index
+        self.routed += 1
         frontend = self.frontend
         if not frontend.delays_requests:
             self._arrive(replica, req)

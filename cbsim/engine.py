@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cbsim.autoscale import Autoscaler, FleetLog
 from cbsim.cost_models import CostModelCache
 from cbsim.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
 from cbsim.dispatch import Dispatcher
@@ -120,6 +121,20 @@ class Simulation:
             self.handoff = Handoff(
                 scenario, self.model, self.pools, self.replicas, notify, self.load
             )
+        # autoscaled: the control loop that keeps the dispatcher's entry to the serving replicas
+        self.autoscaler: Autoscaler | None = None
+        if cluster.autoscale is not None:
+            self.autoscaler = Autoscaler(
+                self.env,
+                cluster.autoscale,
+                self.replicas,
+                self.dispatcher.entry,
+                lambda: self.dispatcher.routed,
+                lambda: self.source.all_sent() and self.idle(),
+            )
+            self.fleet = self.autoscaler.log
+        else:
+            self.fleet = FleetLog.of(self.replicas)
         # the requests sent and still in flight, by id; done with, they go into the table
         self.requests: dict[int, Request] = {}
         self.sent = 0  # requests sent so far (the next one's id)
@@ -470,6 +485,8 @@ class Simulation:
         self.source.start()
         for replica in self.replicas:
             replica.process = env.process(self._replica_loop(replica))
+        if self.autoscaler is not None:
+            self.autoscaler.start()
         horizon = self.scenario.horizon_s
         if self._progress is not None:
             env.process(self._report_progress())
@@ -485,6 +502,10 @@ class Simulation:
             self.table.store(req)
         self.requests.clear()
         self.recorder.finish(self.table, self._last_event_s(), self.replicas)
+        if self.autoscaler is not None:
+            self.autoscaler.close()
+        self.fleet.close(self.recorder.end_s)
+        self.recorder.fleet = self.fleet
         return self.recorder
 
     def _last_event_s(self) -> float:

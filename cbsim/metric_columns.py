@@ -20,7 +20,7 @@ ITERATION_COLUMNS = [
 
 TIMESERIES_COLUMNS = [
     "t_s", "output_tokens_per_s", "requests_completed", "arrivals", "waiting", "kv_utilization",
-    "batch_size", "mean_k", "acceptance_rate", "prefix_hit_rate", "span_s",
+    "batch_size", "mean_k", "acceptance_rate", "prefix_hit_rate", "span_s", "replicas",
 ]  # fmt: skip
 
 PERCENTILES = (50, 90, 99)

@@ -65,6 +65,7 @@ from cbsim.summary import (
 from cbsim.timeseries_windows import WindowSums, timeseries
 
 if TYPE_CHECKING:
+    from cbsim.autoscale import FleetLog
     from cbsim.decode_plan import DecodeRun
     from cbsim.scheduler.base import Batch
 
@@ -154,6 +155,8 @@ class Recorder:
         self.iterations = pd.DataFrame(columns=ITERATION_COLUMNS)
         self.end_s = 0.0
         self.preemptions = 0
+        # what every replica did (held, served; autoscaled: scale events), set by the engine
+        self.fleet: FleetLog | None = None
         # rows before _offset are no longer in the columns above (streamed, or handed to the
         # iterations frame); ``_replica``, ``_gap_tokens`` and ``_delivered`` keep every row
         self._offset = 0

@@ -153,6 +153,11 @@ def _pool_layout(scenario: Scenario, *, total: bool = True) -> str:
         layout += f" x pp {cluster.pp}"
     if not total:
         return f"{cluster.gpu}, {layout} x {replicas}"
+    scale = cluster.autoscale
+    if scale is not None:  # the replicas built are the most it may serve
+        low = f"{scale.min_replicas:,}-{scale.max_replicas:,} replicas (autoscaled)"
+        most = f"at most {gpus:,} GPU{'s' if gpus != 1 else ''}"
+        return f"{cluster.gpu}, {layout} x {low} = {most}"
     return f"{cluster.gpu}, {layout} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
 
 

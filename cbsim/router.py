@@ -27,6 +27,11 @@ to (chosen ``least_loaded``): the session of a multi-turn workload, or, for a re
 the start of the prompt does (a system prompt most requests share, as in the Mooncake traces'
 first block, would otherwise send them all to one replica); requests with neither are routed
 ``least_loaded``.
+
+Routers choose among the replicas they are given: every replica of the entry pool, or, in an
+autoscaled cluster, only those serving now (:mod:`cbsim.autoscale`). A router returns a position
+in that list; ``session_affinity`` remembers a conversation's replica by its number and chooses
+again (``least_loaded``) when that replica no longer serves.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from cbsim.request import Request
 
 
 class Loaded(Protocol):
+    index: int
     load_scale: float
 
     def outstanding_tokens(self) -> int: ...
@@ -117,7 +123,7 @@ class SessionAffinityRouter:
     """A conversation's requests to one replica (see the module docstring)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
-        self._home: dict[tuple[str, int], int] = {}
+        self._home: dict[tuple[str, int], int] = {}  # key -> the replica's number
 
     def route(self, replicas: Sequence[Loaded], req: Request) -> int:
         if req.session >= 0:
@@ -127,9 +133,16 @@ class SessionAffinityRouter:
         else:
             return least_loaded(replicas)
         home = self._home.get(key)
-        if home is None:
-            home = self._home[key] = least_loaded(replicas)
-        return home
+        if home is not None:
+            # a fixed fleet's replica n is at position n; an autoscaled one's may have moved
+            if home < len(replicas) and replicas[home].index == home:
+                return home
+            for position, replica in enumerate(replicas):
+                if replica.index == home:
+                    return position
+        position = least_loaded(replicas)
+        self._home[key] = replicas[position].index
+        return position
 
 
 AFFINITY_PREFIX_TOKENS = 1024

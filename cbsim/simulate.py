@@ -72,6 +72,7 @@ def simulate(
             window_s,
             scenario.cluster.replica_count,
             sums=None if streamed is None else streamed.sums,
+            fleet=recorder.fleet,
         )
     except CbsimError as err:  # too many windows for how long the run lasted
         raise err.located(source=source) from None
@@ -89,6 +90,7 @@ def simulate(
                 itl=recorder.itl,
                 warnings=warnings,
                 totals=totals,
+                fleet=recorder.fleet,
             ),
             requests,
             series,
@@ -107,6 +109,10 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     if simulation.fast_forward_note:
         info["fast_forward_note"] = simulation.fast_forward_note
     info["prefix_caching"] = simulation.prefix_caching
+    if simulation.autoscaler is not None:  # the scale events (cbsim.autoscale), in time order
+        info["weight_load_gbps"] = simulation.autoscaler.config.weight_load_gbps
+        info["replica_ready_after_s"] = simulation.autoscaler.ready_after_s
+        info["scale_events"] = sorted(simulation.fleet.events, key=lambda e: e["time_s"])
     if simulation.prefix_caching:
         caches = [r.scheduler.prefix for r in simulation.replicas]
         info["prefix_evicted_blocks"] = sum(c.evicted_blocks for c in caches if c is not None)

@@ -18,13 +18,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from cbsim.metric_columns import PERCENTILES
 from cbsim.scenario import Scenario
+
+if TYPE_CHECKING:
+    from cbsim.autoscale import FleetLog
 
 
 @dataclass
@@ -119,13 +122,16 @@ def summarize(
     itl: dict[str, float] | None = None,
     warnings: Sequence[str] = (),
     totals: IterationTotals | None = None,
+    fleet: FleetLog | None = None,
 ) -> dict[str, Any]:
     """The run's key figures (JSON-serialisable, deterministic for a scenario and seed).
 
     ``warnings`` (joined into one string, empty when none) says where the run's settings or load
     make its figures doubtful: a token budget that can never batch a prompt beside running
     decodes, batches far outside the range the engine's overhead was fitted on. ``totals``: the
-    iterations' figures when they are not held (streaming), or already added up."""
+    iterations' figures when they are not held (streaming), or already added up. ``fleet``:
+    what the replicas did, for ``gpu_hours``, ``cost_usd``, ``replicas_mean``, ``replicas_max``,
+    ``scale_ups`` and ``scale_downs`` (:class:`cbsim.autoscale.FleetLog`; left out without it)."""
     if totals is None:
         totals = IterationTotals.of(iterations)
     status = requests["status"]
@@ -218,6 +224,8 @@ def summarize(
             stem = name.removesuffix("_s")
             for q in (50, 99):
                 summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
+    if fleet is not None:
+        summary.update(fleet.summary())
     if "stage" in requests:
         summary.update(_stage_figures(stage_summary(requests, scenario)))
     return summary

@@ -7,7 +7,9 @@ states:
 * **the set-up** — model and precisions, GPUs (``gpu, tp T x R replicas = N GPUs in total``), the
   scheduler with its token budget, the serving engine, and speculation (proposer and k policy)
   when it is on;
-* **the figures** — throughput, goodput, latency percentiles, acceptance when speculating;
+* **the figures** — throughput, goodput, latency percentiles, acceptance when speculating,
+  autoscaled, the autoscaler's settings, the replicas it served with (mean and most), its scale
+  events and the GPU-hours held with their cost;
 * **the SLO** — each target of the scenario's ``slo`` against the p99 it is read at (TTFT p99 vs
   ``slo.ttft_s``, TPOT p99 vs ``slo.tpot_s``, E2E p99 vs ``slo.e2e_s``) with *met* or *missed*,
   and goodput (requests meeting every target per second) with the share of requests meeting them,
@@ -111,6 +113,24 @@ def _speculation(scenario: Scenario) -> str:
     return f"{proposer} proposer, {policy} policy"
 
 
+def _autoscale(scenario: Scenario) -> list[tuple[str, str]]:
+    """The autoscaler's settings: what it reads and aims at, its bounds, how a replica starts."""
+    auto = scenario.cluster.autoscale
+    assert auto is not None
+    return [
+        (
+            "autoscale",
+            f"{auto.metric} target {auto.target:g}, {auto.min_replicas}-{auto.max_replicas} "
+            f"replicas ({auto.start_replicas} at first), every {auto.interval_s:g} s, "
+            f"cooldown {auto.cooldown_s:g} s",
+        ),
+        (
+            "replica start-up",
+            f"{auto.scale_up_delay_s:g} s + weights at {auto.weight_load_gbps:g} GB/s per GPU",
+        ),
+    ]
+
+
 def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
     """(label, value) of what ran: model, GPUs, scheduler, engine, and speculation when on."""
     cluster, sched = scenario.cluster, scenario.scheduler
@@ -129,6 +149,8 @@ def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
     ]
     if cluster.replica_count > 1:
         rows.append(("router", cluster.router))
+    if cluster.autoscale is not None:
+        rows += _autoscale(scenario)
     if scenario.speculative.enabled:
         rows.append(("speculation", _speculation(scenario)))
     return rows
@@ -231,6 +253,16 @@ def summary_table(results: Results) -> Table:
         table.add_row("prefix cache hit rate", _fmt(s.get("prefix_hit_rate"), ".3f"))
         if s.get("prefix_hit_rate_cpu"):
             table.add_row("  from the CPU tier", _fmt(s.get("prefix_hit_rate_cpu"), ".3f"))
+    if results.scenario.cluster.autoscale is not None:
+        table.add_row(
+            "replicas serving mean / max",
+            f"{_fmt(s.get('replicas_mean'), '.2f')} / {s.get('replicas_max', 'n/a')}",
+        )
+        table.add_row("scale-ups / scale-downs", f"{s.get('scale_ups')} / {s.get('scale_downs')}")
+        table.add_row(
+            "GPU-hours (cost)",
+            f"{_fmt(s.get('gpu_hours'), '.2f')} ({_fmt(s.get('cost_usd'), ',.2f', 'USD')})",
+        )
     table.add_row("preemptions", str(s.get("preemptions", "n/a")))
     table.add_row("mean batch size", _fmt(s.get("mean_batch_size"), ".2f"))
     table.add_row("wall time", _fmt(results.run_info.get("wall_s"), ".2f", "s"))

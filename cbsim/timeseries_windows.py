@@ -9,7 +9,11 @@ happened in it, not a false drop from dividing part of a window by all of it. ``
 is the prompt tokens reused from the prefix cache over the prompt tokens of the requests first
 admitted in the window (NaN when none was). Disaggregated runs add ``kv_transfers`` (prompts whose
 KV reached a decode instance in the window), ``kv_transfer_s`` (their mean transfer time) and
-``kv_wait_s`` (their mean wait from prefill end to transfer start).
+``kv_wait_s`` (their mean wait from prefill end to transfer start). ``replicas`` is the
+time-average number of replicas serving (receiving requests from the router) in the window: a
+fixed fleet's count throughout; autoscaled (:mod:`cbsim.autoscale`), what the autoscaler had
+serving, and ``kv_utilization`` is then the mean over the replicas holding requests (serving or
+draining) for the time they did.
 
 The per-window sums over the iterations (:class:`WindowSums`) are added up a chunk of rows at a
 time, so that a streamed run, whose iterations are not held, gets them too.
@@ -18,6 +22,7 @@ time, so that a streamed run, whose iterations are not held, gets them too.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -25,6 +30,9 @@ import pandas as pd
 from cbsim.errors import CbsimError
 from cbsim.limits import WINDOWS
 from cbsim.metric_columns import CHUNK_ROWS
+
+if TYPE_CHECKING:
+    from cbsim.autoscale import FleetLog
 
 # per-window sums of the timeseries: integrated over time, or summed by the window an iteration
 # starts or ends in (name -> iteration column)
@@ -182,10 +190,13 @@ def timeseries(
     window_s: float,
     replicas: int,
     sums: WindowSums | None = None,
+    fleet: FleetLog | None = None,
 ) -> pd.DataFrame:
     """Fixed-window aggregates over the run (see the module docstring for definitions).
 
-    ``sums``: the iterations' :class:`WindowSums` when they are not held (streaming)."""
+    ``sums``: the iterations' :class:`WindowSums` when they are not held (streaming); ``fleet``:
+    what the replicas did (autoscaled: when each served), None for a fixed fleet of
+    ``replicas``."""
     if sums is None:
         sums = WindowSums.of(iterations, window_s)
     ends = [0.0]
@@ -212,6 +223,15 @@ def timeseries(
         seen = ~np.isnan(admitted)
         reused = total(admitted[seen], requests["cached_tokens"].to_numpy(dtype=float)[seen])
         prompted = total(admitted[seen], requests["prompt_tokens"].to_numpy(dtype=float)[seen])
+    autoscaled = fleet is not None and fleet.autoscaled
+    if fleet is not None:
+        serving = fleet.replicas_per_window(window_s, span)
+    else:
+        serving = np.full(windows, float(replicas))
+    replica_seconds = span * replicas
+    if autoscaled:
+        assert fleet is not None
+        replica_seconds = fleet.holding_per_window(window_s, span)
     with np.errstate(invalid="ignore", divide="ignore"):
         frame = pd.DataFrame(
             {
@@ -220,12 +240,15 @@ def timeseries(
                 "requests_completed": total(finished).astype(np.int64),
                 "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
                 "waiting": by_window["waiting"] / span,
-                "kv_utilization": by_window["kv_frac"] / (span * replicas),
+                "kv_utilization": by_window["kv_frac"] / replica_seconds
+                if not autoscaled
+                else np.where(replica_seconds > 0, by_window["kv_frac"] / replica_seconds, 0.0),
                 "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
                 "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
                 "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
                 "span_s": span,
+                "replicas": serving,
             }
         )
     arrived = requests["kv_arrived_s"].to_numpy(dtype=float) if "kv_arrived_s" in requests else None

@@ -186,6 +186,7 @@ SPEC_ON = {"speculative.enabled": True}
 STAGES = {"kind": "stages", "stages": [{"rate": 4.0, "duration_s": 5.0}]}
 CLIENT = {"timeout_s": 30.0}
 POOL = {"system_prompts": 2, "system_tokens": 100, "questions": 3, "question_tokens": 20}
+AUTOSCALE = {"max_replicas": 3, "target": 2.0}
 NUMBER_FIELDS: tuple[NumberField, ...] = (
     NumberField("seed", SEED, True),
     NumberField("workload.num_requests", REQUESTS, True),
@@ -215,6 +216,14 @@ NUMBER_FIELDS: tuple[NumberField, ...] = (
     NumberField("cluster.replicas", REPLICAS, True),
     NumberField("cluster.gpu_memory_utilization", None, False, extra_bad=(0.0, -0.5, 1.5)),
     NumberField("cluster.max_model_len", TOKENS, True),
+    NumberField("cluster.autoscale.min_replicas", REPLICAS, True, AUTOSCALE),
+    NumberField("cluster.autoscale.max_replicas", REPLICAS, True, AUTOSCALE),
+    NumberField("cluster.autoscale.initial_replicas", REPLICAS, True, AUTOSCALE),
+    NumberField("cluster.autoscale.target", None, False, AUTOSCALE, (0.0, -1.0, 1e10)),
+    NumberField("cluster.autoscale.scale_up_delay_s", SIMULATED_TIME, False, AUTOSCALE),
+    NumberField("cluster.autoscale.cooldown_s", SIMULATED_TIME, False, AUTOSCALE),
+    NumberField("cluster.autoscale.interval_s", None, False, AUTOSCALE, (0.0, -1.0, 1e6)),
+    NumberField("cluster.autoscale.weight_load_gbps", None, False, AUTOSCALE, (0.0, -2.0, 1e6)),
     NumberField("scheduler.max_batch_size", BATCH_SIZE, True),
     NumberField("scheduler.max_batched_tokens", TOKENS, True),
     NumberField("scheduler.block_size", BLOCK_SIZE, True),
@@ -422,6 +431,39 @@ COMBINATIONS: tuple[tuple[str, dict[str, Any], str], ...] = (
         "a prompt pool of 100 million prompts",
         {"workload.prompt_pool": {**POOL, "system_prompts": 10_000, "questions": 10_000}},
         "workload.prompt_pool",
+    ),
+    (
+        "autoscale metric misspelt",
+        {"cluster.autoscale": {"max_replicas": 2, "target": 1.0, "metric": "queu"}},
+        "cluster.autoscale.metric",
+    ),
+    (
+        "autoscale min_replicas above max_replicas",
+        {"cluster.autoscale": {"min_replicas": 3, "max_replicas": 2, "target": 1.0}},
+        "cluster.autoscale",
+    ),
+    (
+        "autoscale kv_utilization target above 1",
+        {"cluster.autoscale": {"max_replicas": 2, "target": 4.0, "metric": "kv_utilization"}},
+        "cluster.autoscale",
+    ),
+    (
+        "autoscale initial_replicas beyond max_replicas",
+        {"cluster.autoscale": {"max_replicas": 2, "target": 1.0, "initial_replicas": 5}},
+        "cluster.autoscale",
+    ),
+    (
+        "autoscale beside a fleet of other replicas",
+        {"cluster.replicas": 7, "cluster.autoscale": {"max_replicas": 2, "target": 1.0}},
+        "cluster",
+    ),
+    (
+        "autoscale of a mixed fleet",
+        {
+            "cluster.pools": [{"replicas": 1}],
+            "cluster.autoscale": {"max_replicas": 2, "target": 1.0},
+        },
+        "cluster",
     ),
     (
         "threshold k above k_max",

@@ -20,6 +20,10 @@ around one *feature* and mixed with others at random:
 - ``engine_profile``: the other shipped engine profiles, by name and by path, and a profile
   JSON of changed overheads and defaults.
 
+Any case of a plain cluster may also be autoscaled (``cluster.autoscale``, drawn from a stream of
+its own so that the other draws stay what they were): each metric, bounds, an initial count,
+quick evaluation intervals, start-up delays and cooldowns.
+
 A draw that ``cbsim validate`` refuses is drawn again (counted). Each scenario is checked for the
 invariants of :mod:`tests.test_fuzz_valid_scenarios` (its checks are reused: ``runs``,
 ``conservation``, ``summary``, ``time``, ``kv``, ``determinism``, ``fast_forward`` every
@@ -30,6 +34,8 @@ invariants of :mod:`tests.test_fuzz_valid_scenarios` (its checks are reused: ``r
   written scenario is the run's, pools and their resolved settings included);
 - ``busy``: ``busy_fraction`` within [0, 1] (NaN without a finished request), and no replica
   busier than the run is long;
+- ``autoscale``: serving replicas within ``[min_replicas, max_replicas]``, and no request routed
+  to (nor iteration run on) a replica outside its serve windows (held spans);
 - ``prefix``: no request reuses more than its prompt, more from the CPU tier than it reuses,
   nor (prompts with prefix block ids) more than it shares with an earlier prompt;
 - ``memory``: the timeseries has no more windows than the run is long, and (every
@@ -62,6 +68,7 @@ import pytest
 import yaml
 
 import cbsim
+from cbsim.autoscale import windows_from_events
 from cbsim.errors import CbsimError
 from cbsim.preflight import preflight
 from cbsim.workload import RequestSpecs, build_workload
@@ -96,7 +103,7 @@ FEATURES = (
 )  # fmt: skip
 INVARIANTS = (
     "runs", "conservation", "summary", "time", "kv", "determinism", "fast_forward", "round_trip",
-    "busy", "prefix", "memory",
+    "busy", "prefix", "memory", "autoscale",
 )  # fmt: skip
 
 # Violations found and left to other work, counted apart (``known``) rather than as failures:
@@ -387,7 +394,39 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
         data["horizon_s"] = round(10 ** rng.uniform(-1.5, 0.7), 4)
     if _maybe(rng, 0.1):
         data["workload"]["client"] = {"timeout_s": round(10 ** rng.uniform(-1, 1), 3)}
+    scaling = random.Random(f"autoscale/{name}/{data['seed']}")  # the other draws unchanged
+    if "replicas" in cluster and _maybe(scaling, AUTOSCALE_SHARE):
+        del cluster["replicas"]
+        cluster["autoscale"] = _autoscale(scaling)
     return data
+
+
+AUTOSCALE_SHARE = 0.3
+"""The share of plain-cluster cases that are autoscaled."""
+
+
+def _autoscale(rng: random.Random) -> Draw:
+    """An autoscale block for the campaign's short runs (seconds): quick intervals and starts."""
+    low = rng.randint(1, 2)
+    metric = rng.choice(["queue", "kv_utilization", "rps"])
+    target = {
+        "queue": round(10 ** rng.uniform(-1, 1), 3),
+        "kv_utilization": round(10 ** rng.uniform(-4, -0.3), 5),
+        "rps": round(10 ** rng.uniform(-0.5, 1.5), 3),
+    }[metric]
+    block: Draw = {
+        "min_replicas": low,
+        "max_replicas": low + rng.randint(0, 2),
+        "metric": metric,
+        "target": target,
+        "interval_s": round(10 ** rng.uniform(-2, -0.3), 4),
+        "scale_up_delay_s": round(rng.uniform(0.0, 0.3), 3),
+        "cooldown_s": round(rng.uniform(0.0, 1.0), 3),
+        "weight_load_gbps": round(10 ** rng.uniform(1.5, 3), 1),
+    }
+    if _maybe(rng, 0.5):
+        block["initial_replicas"] = rng.randint(low, block["max_replicas"])
+    return block
 
 
 @dataclass(frozen=True)
@@ -549,6 +588,32 @@ class Outcome:
         return [v for v in self.violations if known_issue(*v) is None]
 
 
+def check_autoscale(results: cbsim.Results, fail: Fail) -> None:
+    """Autoscaled: serving replicas within bounds, requests routed and iterations run only where
+    a replica served (held) at the time."""
+    auto = results.scenario.cluster.autoscale
+    if auto is None:
+        return
+    events = results.run_info["scale_events"]
+    serving = auto.start_replicas
+    for event in events:
+        serving += {"serve": 1, "drain": -1}.get(event["event"], 0)
+        ok = auto.min_replicas <= serving <= auto.max_replicas
+        _check(fail, "autoscale", ok, f"{serving} serving at {event['time_s']}")
+    end = results.run_info["simulated_s"]
+    served, held = windows_from_events(events, auto.start_replicas, auto.max_replicas, end)
+    requests = results.requests
+    for replica, sent in zip(requests["replica"], requests["arrival_s"], strict=True):
+        if replica >= 0 and not any(a <= sent <= b for a, b in served[replica]):
+            fail("autoscale", f"request sent at {sent} to replica {replica}, not serving")
+            return
+    iterations = results.iterations
+    for replica, start in zip(iterations["replica"], iterations["start_s"], strict=True):
+        if not any(a <= start <= b for a, b in held[replica]):
+            fail("autoscale", f"replica {replica} ran an iteration at {start}, not held")
+            return
+
+
 def known_issue(invariant: str, what: str) -> str | None:
     """The known, unfixed defect a violation is, or None."""
     for (known_invariant, start), defect in KNOWN_ISSUES.items():
@@ -581,6 +646,7 @@ BASIC_CHECKS: tuple[Callable[[cbsim.Results, Fail], None], ...] = (
     check_busy,
     check_prefix,
     check_memory_frames,
+    check_autoscale,
 )
 
 

@@ -97,6 +97,7 @@ def reference_timeseries(
                 "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
                 "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
                 "span_s": span,
+                "replicas": np.full(windows, float(replicas)),  # a fixed fleet
             }
         )
 

@@ -17,6 +17,7 @@ import yaml
 from cbsim import plots
 from cbsim.errors import CbsimError
 from cbsim.metrics import prefix_hit_rates
+from cbsim.report.autoscale_section import autoscale_section
 from cbsim.report.document import Code, Facts, Report, Section, Table
 from cbsim.report.formatting import _figure_image, _get, _with_unit, format_value
 from cbsim.report.pools_section import cluster_fact, ms, pools_section, verdict_section
@@ -262,6 +263,7 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
         for section in (
             verdict_section(s, data.scenario),
             pools_section(data.scenario.get("cluster") or {}, data.requests),
+            autoscale_section(s, data.scenario, data.timeseries, data.run_info),
         )
         if section is not None
     ]

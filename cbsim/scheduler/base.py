@@ -34,7 +34,6 @@ from cbsim.request import Request, Status
 from cbsim.scheduler.cohort import DecodeCohort, IntArray
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 
-
 _BY_ADMISSION = operator.attrgetter("admit_seq")
 
 

@@ -11,8 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cbsim.errors import CbsimError
-from cbsim.limits import NotBool, ReplicaCount, TokenCount
+from cbsim.errors import CbsimError, unknown_name
+from cbsim.limits import REPLICAS, NotBool, ReplicaCount, TimeOffset, TokenCount
 from cbsim.schema.base import StrictModel
 
 DType = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
@@ -87,6 +87,66 @@ class Disaggregation(StrictModel):
     kv_transfer: KvTransfer = Field(default_factory=KvTransfer)
 
 
+AUTOSCALE_METRICS = ("queue", "kv_utilization", "rps")
+
+
+class Autoscale(StrictModel):
+    """A fleet that follows its load (:mod:`cbsim.autoscale`), as a Kubernetes Horizontal Pod
+    Autoscaler scales a serving Deployment: ``max_replicas`` replicas are built, of which
+    ``initial_replicas`` (default ``min_replicas``) serve from t = 0. Every ``interval_s`` the
+    autoscaler reads ``metric`` over the serving replicas (``queue``: waiting requests per replica;
+    ``kv_utilization``: mean fraction of KV blocks in use; ``rps``: requests routed in the last
+    interval per replica per second) and asks for ``ceil(current x metric / target)`` replicas
+    within ``[min_replicas, max_replicas]``, leaving the fleet as it is within 10% of the target.
+    A replica started serves after ``scale_up_delay_s`` (provisioning) plus its weights per GPU
+    over ``weight_load_gbps`` GB/s (10^9 bytes/s); replicas are removed only when no scale event
+    happened within ``cooldown_s``, drain what they hold, then are released; at most
+    ``scale_down_step`` at a time when given (a Kubernetes ``scaleDown`` policy of that many pods
+    per period), else down to the desired count at once."""
+
+    min_replicas: ReplicaCount = 1
+    max_replicas: ReplicaCount
+    metric: str = "queue"
+    target: Annotated[float, NotBool, Field(gt=0.0, le=1e9)]
+    scale_up_delay_s: TimeOffset = 0.0
+    cooldown_s: TimeOffset = 300.0
+    interval_s: Annotated[float, NotBool, Field(gt=0.0, le=86_400.0)] = 15.0
+    weight_load_gbps: Annotated[float, NotBool, Field(gt=0.0, le=100_000.0)] = 2.0
+    initial_replicas: ReplicaCount | None = None
+    scale_down_step: ReplicaCount | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known_metric(cls, metric: str) -> str:
+        if metric not in AUTOSCALE_METRICS:
+            raise ValueError(unknown_name("autoscale metric", metric, AUTOSCALE_METRICS).message)
+        return metric
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Autoscale:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"max_replicas: {self.max_replicas} is below min_replicas {self.min_replicas}"
+            )
+        initial = self.initial_replicas
+        if initial is not None and not self.min_replicas <= initial <= self.max_replicas:
+            raise ValueError(
+                f"initial_replicas: {initial} is outside [min_replicas, max_replicas] = "
+                f"[{self.min_replicas}, {self.max_replicas}]"
+            )
+        if self.metric == "kv_utilization" and self.target > 1.0:
+            raise ValueError(
+                f"target: kv_utilization is a fraction of the KV blocks; the target must be in "
+                f"(0, 1], got {self.target:g}"
+            )
+        return self
+
+    @property
+    def start_replicas(self) -> int:
+        """Replicas serving from t = 0."""
+        return self.min_replicas if self.initial_replicas is None else self.initial_replicas
+
+
 class Cluster(StrictModel):
     """What serves: ``replicas`` copies of ``model`` on ``tp`` GPUs of kind ``gpu`` each, run by
     the serving ``engine`` (``vllm``, ``sglang``, ``tensorrt-llm``, ``none`` for the bare roofline,
@@ -151,6 +211,7 @@ class Cluster(StrictModel):
     pp: Annotated[int, NotBool, Field(ge=1, le=64)] = 1
     disaggregation: Disaggregation | None = None
     pools: list[Pool] | None = Field(default=None, min_length=1, max_length=16)
+    autoscale: Autoscale | None = None
 
     @property
     def replica_count(self) -> int:
@@ -160,6 +221,41 @@ class Cluster(StrictModel):
         if self.pools is not None:
             return sum(pool.replicas for pool in self.pools)
         return self.replicas
+
+    @model_validator(mode="before")
+    @classmethod
+    def _autoscaled_fleet(cls, data: Any) -> Any:
+        """An autoscaled cluster is built with ``autoscale.max_replicas`` replicas: that is its
+        ``replicas`` when not given (given, it must be the same; see :meth:`_autoscale_fits`)."""
+        if isinstance(data, dict) and "replicas" not in data:
+            autoscale = data.get("autoscale")
+            top = autoscale.get("max_replicas") if isinstance(autoscale, dict) else None
+            plain = not data.get("pools") and data.get("disaggregation") is None
+            # a bad max_replicas is reported where it is, not as replicas
+            usable = isinstance(top, int) and not isinstance(top, bool) and REPLICAS.contains(top)
+            if usable and plain:
+                data = {**data, "replicas": top}
+        return data
+
+    @model_validator(mode="after")
+    def _autoscale_fits(self) -> Cluster:
+        """Autoscaling scales one plain pool of replicas; ``replicas`` is the fleet it may use."""
+        autoscale = self.autoscale
+        if autoscale is None:
+            return self
+        if self.disaggregation is not None or self.pools is not None:
+            which = "disaggregation" if self.disaggregation is not None else "pools"
+            raise ValueError(
+                f"autoscale: not supported with cluster.{which} (it scales one plain pool of "
+                "replicas); leave out one of them"
+            )
+        if self.replicas != autoscale.max_replicas:
+            raise ValueError(
+                f"replicas: {self.replicas} with autoscale, whose fleet is "
+                f"autoscale.max_replicas = {autoscale.max_replicas} replicas; leave replicas out "
+                "(autoscale.initial_replicas says how many serve at first)"
+            )
+        return self
 
     @property
     def pooled(self) -> bool:

@@ -1,0 +1,372 @@
+"""Autoscaling (``cluster.autoscale``, :mod:`cbsim.autoscale`): the HPA rule, what a replica
+starting, serving and draining may do, the fleet's GPU-hours, and the run's invariants (replicas
+within bounds, no request on a replica that was not serving, conservation, determinism,
+fast-forward = stepping), on hand-made cases and on hypothesis draws."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import cbsim
+from cbsim.autoscale import FleetLog, desired_replicas, windows_from_events
+from cbsim.cli import cli
+from cbsim.errors import CbsimError
+from cbsim.hardware import get_gpu
+from tests.test_fuzz_valid_scenarios import frames_differ
+
+LOAD_GBPS = 64.0  # Llama-3-8B's 16 GB in a quarter of a second
+
+
+def scenario(
+    points: list[list[float]],
+    *,
+    batch: int = 4,
+    output: int = 40,
+    **autoscale: Any,
+) -> dict[str, Any]:
+    """Llama-3-8B on H100s with a small batch cap (a replica serves a few requests per second),
+    arrivals following ``points``, autoscaled by ``autoscale`` (queue metric, quick loop)."""
+    config: dict[str, Any] = {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "metric": "queue",
+        "target": 2,
+        "interval_s": 1.0,
+        "scale_up_delay_s": 2.0,
+        "cooldown_s": 5.0,
+        "weight_load_gbps": LOAD_GBPS,
+    }
+    config.update(autoscale)
+    return {
+        "name": "autoscale-test",
+        "seed": 3,
+        "workload": {
+            "arrival": {"kind": "rate_curve", "points": points},
+            "prompt_tokens": {"kind": "fixed", "value": 200},
+            "output_tokens": {"kind": "fixed", "value": output},
+        },
+        "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "autoscale": config},
+        "scheduler": {"kind": "vllm", "max_batch_size": batch},
+        "output": {"timeseries_window_s": 1.0},
+    }
+
+
+OVERLOAD = [[0, 40], [30, 40]]  # far beyond one replica's few requests per second
+PEAK_THEN_IDLE = [[0, 40], [10, 40], [10.5, 0.2], [60, 0.2]]
+
+
+def run(data: dict[str, Any]) -> cbsim.Results:
+    return cbsim.simulate(cbsim.load_scenario(data))
+
+
+def windows(results: cbsim.Results) -> tuple[list[Any], list[Any]]:
+    auto = results.scenario.cluster.autoscale
+    assert auto is not None
+    end = results.run_info["simulated_s"]
+    events = results.run_info["scale_events"]
+    return windows_from_events(events, auto.start_replicas, auto.max_replicas, end)
+
+
+def serving_counts(results: cbsim.Results) -> list[tuple[float, int, int]]:
+    """(time, serving, acquired) after each scale event."""
+    auto = results.scenario.cluster.autoscale
+    assert auto is not None
+    serving = acquired = auto.start_replicas
+    out = [(0.0, serving, acquired)]
+    for event in results.run_info["scale_events"]:
+        serving += {"serve": 1, "drain": -1}.get(event["event"], 0)
+        acquired += {"start": 1, "cancel": -1, "release": -1}.get(event["event"], 0)
+        out.append((event["time_s"], serving, acquired))
+    return out
+
+
+def check_invariants(results: cbsim.Results) -> None:
+    """Replicas within bounds; no request routed to, and no iteration on, a replica that was not
+    serving (or draining); every request done."""
+    auto = results.scenario.cluster.autoscale
+    assert auto is not None
+    for _, serving, acquired in serving_counts(results):
+        assert auto.min_replicas <= serving <= auto.max_replicas
+        assert serving <= acquired <= auto.max_replicas
+    served, held = windows(results)
+    requests = results.requests
+    for replica, arrival in zip(requests["replica"], requests["arrival_s"], strict=True):
+        if replica < 0:
+            continue
+        assert any(a <= arrival <= b for a, b in served[replica]), (replica, arrival)
+    iterations = results.iterations
+    for replica, start, duration in zip(
+        iterations["replica"], iterations["start_s"], iterations["duration_s"], strict=True
+    ):
+        inside = [(a, b) for a, b in held[replica] if a <= start and start + duration <= b + 1e-9]
+        assert inside, (replica, start)
+        # it began serving before it ran anything
+        assert any(a <= start for a, _ in served[replica])
+    ts = results.timeseries["replicas"]
+    assert ((ts >= auto.min_replicas - 1e-9) & (ts <= auto.max_replicas + 1e-9)).all()
+    summary = results.summary
+    done = summary["completed"] + summary["rejected"] + summary["timed_out"]
+    assert done + summary["unfinished"] == summary["requests"] == len(requests)
+
+
+# --------------------------------------------------------------------------- the rule
+
+
+def test_hpa_rule_with_its_tolerance() -> None:
+    assert desired_replicas(2, 4.0, 2.0, 1, 8) == 4
+    assert desired_replicas(2, 2.19, 2.0, 1, 8) == 2  # within 10%: no change
+    assert desired_replicas(2, 1.81, 2.0, 1, 8) == 2
+    assert desired_replicas(2, 2.3, 2.0, 1, 8) == 3  # ceil(2.3)
+    assert desired_replicas(4, 0.0, 2.0, 1, 8) == 1  # idle: down to min
+    assert desired_replicas(4, 100.0, 2.0, 1, 8) == 8  # clamped to max
+    assert desired_replicas(3, 0.1, 2.0, 2, 8) == 2
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.mark.parametrize(
+    ("autoscale", "cluster", "field", "words"),
+    [
+        ({"max_replicas": 2, "min_replicas": 3, "target": 1}, {}, "autoscale", "below"),
+        ({"max_replicas": 2, "min_replicas": 0, "target": 1}, {}, "min_replicas", ""),
+        ({"max_replicas": 2, "target": 0}, {}, "target", ""),
+        ({"max_replicas": 2, "target": 1.5, "metric": "kv_utilization"}, {}, "autoscale", "(0, 1]"),
+        ({"max_replicas": 2, "target": 1, "metric": "queu"}, {}, "metric", "did you mean 'queue'"),
+        ({"max_replicas": 2, "target": 1, "scale_up_delay_s": -1}, {}, "scale_up_delay_s", ""),
+        ({"max_replicas": 2, "target": 1, "cooldown_s": -1}, {}, "cooldown_s", ""),
+        ({"max_replicas": 2, "target": 1, "initial_replicas": 3}, {}, "autoscale", "initial"),
+        ({"max_replicas": 3, "target": 1}, {"replicas": 2}, "cluster", "max_replicas"),
+        ({"max_replicas": 2, "target": 1}, {"pools": [{"replicas": 1}]}, "cluster", "pools"),
+        (
+            {"max_replicas": 2, "target": 1},
+            {"disaggregation": {"prefill": {}, "decode": {}}},
+            "cluster",
+            "disaggregation",
+        ),
+    ],
+)
+def test_bad_autoscale_blocks_are_refused(
+    autoscale: dict[str, Any], cluster: dict[str, Any], field: str, words: str
+) -> None:
+    data = scenario(OVERLOAD)
+    data["cluster"] = {"model": "llama-3-8b", **cluster, "autoscale": autoscale}
+    with pytest.raises(CbsimError) as caught:
+        cbsim.load_scenario(data)
+    assert field in (caught.value.field or ""), str(caught.value)
+    assert words in str(caught.value)
+
+
+def test_refusal_on_the_command_line_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "workload: {num_requests: 4, arrival: {kind: poisson, rate: 1},\n"
+        "  prompt_tokens: {kind: fixed, value: 8}, output_tokens: {kind: fixed, value: 8}}\n"
+        "cluster: {autoscale: {max_replicas: 2, target: 1, metric: rsp},\n"
+        "  disaggregation: {prefill: {}, decode: {}}}\n"
+    )
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "cluster.autoscale.metric" in result.output and "did you mean 'rps'" in result.output
+
+
+def test_the_fleet_is_max_replicas_and_round_trips() -> None:
+    loaded = cbsim.load_scenario(scenario(OVERLOAD, max_replicas=3, initial_replicas=2))
+    assert loaded.cluster.replicas == 3
+    again = cbsim.load_scenario(loaded.to_dict())
+    assert again.to_dict() == loaded.to_dict()
+
+
+# --------------------------------------------------------------------------- behaviour
+
+
+def test_constant_overload_scales_to_max() -> None:
+    results = run(scenario(OVERLOAD))
+    check_invariants(results)
+    assert results.summary["replicas_max"] == 4
+    assert results.summary["scale_ups"] >= 1
+    assert max(s for _, s, _ in serving_counts(results)) == 4
+
+
+def test_idle_tail_scales_down_to_min_after_cooldown() -> None:
+    results = run(scenario(PEAK_THEN_IDLE, cooldown_s=5.0))
+    check_invariants(results)
+    counts = serving_counts(results)
+    assert max(s for _, s, _ in counts) > 1
+    assert counts[-1][1] == 1  # back to min_replicas
+    events = results.run_info["scale_events"]
+    decisions = sorted({e["time_s"] for e in events if e["event"] in ("start", "drain", "cancel")})
+    drains = sorted({e["time_s"] for e in events if e["event"] in ("drain", "cancel")})
+    for drain in drains:  # no scale event within the cooldown before a scale-down
+        before = [t for t in decisions if t < drain]
+        assert not before or drain - before[-1] >= 5.0
+    # every drained replica released once it had nothing left
+    released = [e for e in events if e["event"] == "release"]
+    assert len(released) == sum(1 for e in events if e["event"] == "drain")
+    assert results.summary["scale_downs"] >= 1
+
+
+def test_scale_up_waits_for_provisioning_and_weights() -> None:
+    delay = 3.0
+    results = run(scenario(OVERLOAD, scale_up_delay_s=delay))
+    weights = 16.06e9  # Llama-3-8B in bf16, about
+    ready = results.run_info["replica_ready_after_s"]
+    assert ready == pytest.approx(delay + weights / (LOAD_GBPS * 1e9), rel=0.01)
+    iterations = results.iterations
+    events = results.run_info["scale_events"]
+    starts = [e for e in events if e["event"] == "start"]
+    assert starts
+    for event in starts:
+        serve = [
+            e
+            for e in events
+            if e["event"] == "serve"
+            and e["replica"] == event["replica"]
+            and e["time_s"] >= event["time_s"]
+        ]
+        assert serve and serve[0]["time_s"] == pytest.approx(event["time_s"] + ready)
+        mine = iterations[
+            (iterations["replica"] == event["replica"]) & (iterations["start_s"] >= event["time_s"])
+        ]
+        if len(mine):
+            assert mine["start_s"].min() >= event["time_s"] + ready
+
+
+def test_rps_and_kv_metrics_scale_too() -> None:
+    for metric, target in (("rps", 2.0), ("kv_utilization", 0.001)):
+        results = run(scenario(OVERLOAD, metric=metric, target=target))
+        check_invariants(results)
+        assert results.summary["replicas_max"] > 1, metric
+
+
+def test_conservation_determinism_and_fast_forward_equals_stepping() -> None:
+    data = scenario(PEAK_THEN_IDLE, batch=8, output=60)
+    first, again = run(data), run(data)
+    stepped = run({**data, "fast_forward": False})
+    assert first.run_info["fast_forward"] and not stepped.run_info["fast_forward"]
+    assert frames_differ(first, again) is None
+    assert first.run_info["scale_events"] == again.run_info["scale_events"]
+    assert frames_differ(first, stepped) is None
+    assert first.run_info["scale_events"] == stepped.run_info["scale_events"]
+    assert (first.requests["status"] == "finished").all()
+
+
+def test_session_affinity_routes_only_to_serving_replicas() -> None:
+    data = scenario(PEAK_THEN_IDLE)
+    data["cluster"]["router"] = "session_affinity"
+    check_invariants(run(data))
+
+
+# --------------------------------------------------------------------------- GPU-hours
+
+
+def test_gpu_hours_of_a_hand_made_log() -> None:
+    # replica 0 (2 GPUs at 3 USD/GPU-hour) held all run; replica 1 from 600 s to 2,400 s
+    log = FleetLog(
+        gpus=[2, 2],
+        prices=[3.0, 3.0],
+        held=[[[0.0, math.inf]], [[600.0, math.inf]]],
+        served=[[[0.0, math.inf]], [[900.0, 1800.0]]],
+        drained=[[], [[1800.0, 2400.0]]],
+        autoscaled=True,
+        scale_ups=1,
+        scale_downs=1,
+    )
+    log.held[1][0][1] = 2400.0
+    log.close(3600.0)
+    figures = log.summary()
+    assert figures["gpu_hours"] == pytest.approx(2 * 1.0 + 2 * 0.5)
+    assert figures["cost_usd"] == pytest.approx(3.0 * 3.0)
+    assert figures["replicas_mean"] == pytest.approx((3600 + 900) / 3600)
+    assert figures["replicas_max"] == 2
+    per_window = log.replicas_per_window(1200.0, np.full(3, 1200.0))
+    assert per_window.tolist() == pytest.approx([1.25, 1.5, 1.0])
+
+
+def test_gpu_hours_of_a_run() -> None:
+    results = run(scenario(PEAK_THEN_IDLE))
+    _, held = windows(results)
+    seconds = sum(b - a for spans in held for a, b in spans)
+    summary = results.summary
+    assert summary["gpu_hours"] == pytest.approx(seconds / 3600)
+    price = get_gpu("h100-sxm").price_per_hour
+    assert summary["cost_usd"] == pytest.approx(summary["gpu_hours"] * price)
+    assert 1.0 <= summary["replicas_mean"] <= summary["replicas_max"]
+
+
+def test_a_fixed_fleet_reports_its_hours_and_replicas() -> None:
+    data = scenario(OVERLOAD)
+    del data["cluster"]["autoscale"]
+    data["cluster"].update(replicas=2, tp=2)
+    results = run(data)
+    end = results.run_info["simulated_s"]
+    summary = results.summary
+    assert summary["gpu_hours"] == pytest.approx(2 * 2 * end / 3600)
+    assert summary["replicas_mean"] == 2.0 and summary["replicas_max"] == 2
+    assert summary["scale_ups"] == summary["scale_downs"] == 0
+    assert (results.timeseries["replicas"] == 2.0).all()
+    assert "scale_events" not in results.run_info
+
+
+# --------------------------------------------------------------------------- property
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
+)
+@given(
+    low=st.integers(1, 2),
+    extra=st.integers(0, 2),
+    initial_extra=st.integers(0, 2),
+    metric=st.sampled_from(["queue", "kv_utilization", "rps"]),
+    target=st.floats(0.05, 4.0),
+    interval=st.floats(0.2, 2.0),
+    delay=st.floats(0.0, 2.0),
+    cooldown=st.floats(0.0, 6.0),
+    peak=st.floats(2.0, 30.0),
+    router=st.sampled_from(["round_robin", "least_loaded", "random", "session_affinity"]),
+)
+def test_autoscaled_runs_keep_their_invariants(
+    low: int,
+    extra: int,
+    initial_extra: int,
+    metric: str,
+    target: float,
+    interval: float,
+    delay: float,
+    cooldown: float,
+    peak: float,
+    router: str,
+) -> None:
+    high = low + extra
+    if metric == "kv_utilization":
+        target = target / 2000  # a small batch cap holds few KV blocks
+    data = scenario(
+        [[0, 1], [4, peak], [8, peak], [9, 0.5], [16, 0.5]],
+        min_replicas=low,
+        max_replicas=high,
+        initial_replicas=min(low + initial_extra, high),
+        metric=metric,
+        target=target,
+        interval_s=interval,
+        scale_up_delay_s=delay,
+        cooldown_s=cooldown,
+    )
+    data["cluster"]["router"] = router
+    results = run(data)
+    check_invariants(results)
+    stepped = run({**data, "fast_forward": False})
+    assert frames_differ(results, stepped) is None
+    assert results.run_info["scale_events"] == stepped.run_info["scale_events"]

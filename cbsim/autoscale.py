@@ -18,7 +18,8 @@ does to a serving Deployment (the HPA algorithm, ``kube-controller-manager``'s d
   container) plus its weights per GPU over ``weight_load_gbps`` GB/s (loading the checkpoint), as
   a pod turns Ready only once the engine has loaded the model.
 - Scale down: only when no scale event happened within ``cooldown_s`` (the HPA's scale-down
-  delay, 300 s by default), down to ``desired`` at once or by at most ``scale_down_step`` replicas
+  delay, 300 s by default) and, with ``stabilization_s``, to no fewer than the most replicas
+  asked for within that window (the HPA's scale-down stabilization window), down to ``desired`` at once or by at most ``scale_down_step`` replicas
   (an HPA ``behavior.scaleDown`` policy of ``type: Pods``). Starting replicas are cancelled first (an HPA deletes
   pods that are not Ready first), then the serving replicas with the fewest outstanding tokens
   (ties: the highest-numbered): each stops receiving requests at once, drains what it holds
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -233,6 +235,7 @@ class Autoscaler:
         self.draining: list[tuple[Replica, float]] = []  # (replica, when its drain began)
         self.off: list[Replica] = list(replicas[first:])
         self._last_event_s = -math.inf
+        self._asked: deque[tuple[float, int]] = deque()  # (when, desired): the stabilization window
         self._last_routed = 0
         self._generation = [0] * len(replicas)
         self.closed = False
@@ -272,13 +275,19 @@ class Autoscaler:
         desired = desired_replicas(
             current, self.metric(), config.target, config.min_replicas, config.max_replicas
         )
+        lowest = desired
+        window = config.stabilization_s
+        if window is not None:  # shrink only to the most asked for within the window
+            asked = self._asked
+            asked.append((now, desired))
+            while asked[0][0] < now - window:
+                asked.popleft()
+            lowest = max(count for _, count in asked)
         if desired > current and self.off:
             self._scale_up(now, desired - current)
-        elif desired < current and now - self._last_event_s >= config.cooldown_s:
+        elif lowest < current and now - self._last_event_s >= config.cooldown_s:
             step = config.scale_down_step
-            self._scale_down(
-                now, current - desired if step is None else min(step, current - desired)
-            )
+            self._scale_down(now, current - lowest if step is None else min(step, current - lowest))
 
     def _event(self, now: float, event: str, replica: Replica) -> None:
         self.log.events.append(

@@ -370,3 +370,15 @@ def test_autoscaled_runs_keep_their_invariants(
     stepped = run({**data, "fast_forward": False})
     assert frames_differ(results, stepped) is None
     assert results.run_info["scale_events"] == stepped.run_info["scale_events"]
+
+
+def test_stabilization_keeps_the_fleet_through_a_lull() -> None:
+    """With a scale-down stabilization window the fleet shrinks only to the most replicas asked
+    for within it: a window longer than the idle tail keeps the peak's fleet to the end, a short
+    one lets it shrink as without."""
+    plain = run(scenario(PEAK_THEN_IDLE, cooldown_s=0.0))
+    held = run(scenario(PEAK_THEN_IDLE, cooldown_s=0.0, stabilization_s=1000.0))
+    short = run(scenario(PEAK_THEN_IDLE, cooldown_s=0.0, stabilization_s=0.5))
+    assert plain.summary["scale_ups"] > 0 and plain.summary["scale_downs"] > 0
+    assert held.summary["scale_downs"] == 0
+    assert short.summary["scale_downs"] > 0

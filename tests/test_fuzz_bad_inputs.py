@@ -222,6 +222,7 @@ NUMBER_FIELDS: tuple[NumberField, ...] = (
     NumberField("cluster.autoscale.target", None, False, AUTOSCALE, (0.0, -1.0, 1e10)),
     NumberField("cluster.autoscale.scale_up_delay_s", SIMULATED_TIME, False, AUTOSCALE),
     NumberField("cluster.autoscale.cooldown_s", SIMULATED_TIME, False, AUTOSCALE),
+    NumberField("cluster.autoscale.stabilization_s", SIMULATED_TIME, False, AUTOSCALE),
     NumberField("cluster.autoscale.interval_s", None, False, AUTOSCALE, (0.0, -1.0, 1e6)),
     NumberField("cluster.autoscale.weight_load_gbps", None, False, AUTOSCALE, (0.0, -2.0, 1e6)),
     NumberField("scheduler.max_batch_size", BATCH_SIZE, True),

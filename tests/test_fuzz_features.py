@@ -426,6 +426,8 @@ def _autoscale(rng: random.Random) -> Draw:
     }
     if _maybe(rng, 0.5):
         block["initial_replicas"] = rng.randint(low, block["max_replicas"])
+    if _maybe(rng, 0.3):
+        block["stabilization_s"] = round(rng.uniform(0.0, 2.0), 3)
     return block
 
 

@@ -102,7 +102,10 @@ class Autoscale(StrictModel):
     over ``weight_load_gbps`` GB/s (10^9 bytes/s); replicas are removed only when no scale event
     happened within ``cooldown_s``, drain what they hold, then are released; at most
     ``scale_down_step`` at a time when given (a Kubernetes ``scaleDown`` policy of that many pods
-    per period), else down to the desired count at once."""
+    per period), else down to the desired count at once. With ``stabilization_s`` (the HPA's
+    ``behavior.scaleDown.stabilizationWindowSeconds``) the fleet shrinks only to the largest
+    count asked for within that many seconds, so a moment of empty queues does not remove a
+    replica the next burst needs."""
 
     min_replicas: ReplicaCount = 1
     max_replicas: ReplicaCount
@@ -114,6 +117,7 @@ class Autoscale(StrictModel):
     weight_load_gbps: Annotated[float, NotBool, Field(gt=0.0, le=100_000.0)] = 2.0
     initial_replicas: ReplicaCount | None = None
     scale_down_step: ReplicaCount | None = None
+    stabilization_s: TimeOffset | None = None
 
     @field_validator("metric")
     @classmethod

@@ -2,8 +2,10 @@
 and their speed-up over no speculation per load.
 
 Part 1 (wall time): the shipped ``scenarios/spec-eagle-goodput.yaml`` (Llama-3-8B, one H100,
-EAGLE, 600 requests) is run with speculation off and with each policy; the ratio of wall times
-must stay ≤ 2 (each run is timed best of ``--repeat`` after a warm-up run that compiles).
+EAGLE, 600 requests) is run with speculation off and with each policy (and TensorRT-LLM's
+schedule with its stale drafter after k = 0, and two policies with positional acceptance varying
+per request, ``+ levels``); the ratio of wall times must stay ≤ 2 (each run is timed best of
+``--repeat`` after a warm-up run that compiles).
 
 Part 2 (``--sweep``): for request rates from light load to saturation, TPOT speed-up over no
 speculation (no-spec TPOT / spec TPOT, > 1 favours speculation) of fixed k = 3, the engines'
@@ -28,6 +30,8 @@ import cbsim
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "spec-eagle-goodput.yaml"
 EAGLE3 = {"kind": "positional", "profile": "eagle3-llama-3.1-8b-mtbench"}
+# the same rates with per-request variation (each request's own level θ ~ Beta around the mean)
+EAGLE3_LEVELS = {**EAGLE3, "concentration": 20}
 
 POLICIES: dict[str, dict[str, Any]] = {
     "fixed k=3": {"kind": "fixed", "k": 3},
@@ -83,14 +87,16 @@ def paired(
 def wall_times(repeat: int) -> None:
     plain_data = scenario(None)
     cbsim.simulate(cbsim.load_scenario(plain_data))  # warm-up
-    print(f"{'policy':<22} {'wall s':>8} {'plain s':>8} {'× plain':>8}  note")
+    print(f"{'policy':<28} {'wall s':>8} {'plain s':>8} {'× plain':>8}  note")
     runs = {name: scenario(policy) for name, policy in POLICIES.items()}
     stale = scenario(POLICIES["TRT-LLM schedule"])
     stale["speculative"]["drafter_state_at_k0"] = "stale"  # TensorRT-LLM's k = 0 defect
     runs["TRT-LLM + stale k=0"] = stale
+    for name in ("fixed k=3", "goodput per request"):  # positional acceptance varying per request
+        runs[f"{name} + levels"] = scenario(POLICIES[name], acceptance=EAGLE3_LEVELS)
     for name, data in runs.items():
         wall, plain, note = paired(data, plain_data, repeat)
-        print(f"{name:<22} {wall:8.3f} {plain:8.3f} {wall / plain:8.2f}  {note}")
+        print(f"{name:<28} {wall:8.3f} {plain:8.3f} {wall / plain:8.2f}  {note}")
 
 
 def sweep(requests: int) -> None:

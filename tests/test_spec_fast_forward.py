@@ -9,6 +9,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import cbsim
 from cbsim.compiled import decode_seconds, verify_seconds
@@ -17,17 +19,22 @@ from cbsim.speculative.expected import expected_tokens, pairwise_sum
 from cbsim.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, goodput_k, no_base
 from cbsim.speculative.policies import expected_emitted
 from tests.conftest import small_scenario, summaries_equal
+from tests.test_speculative_properties import engine_settings, scenarios
 
 POLICIES = [
     {"kind": "goodput", "k_max": 6},
     {"kind": "fixed", "k": 3},
     {"kind": "batch_table", "table": [[1, 4, 5], [5, 12, 2], [13, 1000, 1]]},
+    {"kind": "goodput", "k_max": 6, "per_request": True},
 ]
 ACCEPTANCE = [
     {"kind": "per_request", "mean": 0.6, "concentration": 8, "drift_per_1k_tokens": 0.2},
     {"kind": "iid", "alpha": 0.75},
     {"kind": "positional", "rates": [0.9, 0.7, 0.5]},
+    {"kind": "positional", "rates": [0.9, 0.7, 0.5], "concentration": 6},
 ]
+PER_REQUEST_GOODPUT = POLICIES[3]
+POSITIONAL_LEVELS = ACCEPTANCE[3]
 PROPOSERS = [{"kind": "eagle"}, {"kind": "draft_model", "model": "llama-3.2-1b"}, {"kind": "ngram"}]
 
 
@@ -88,8 +95,31 @@ def test_every_acceptance_model_and_proposer_forwards_as_it_steps(
     assert_identical(speculative("vllm", POLICIES[1], acceptance, proposer))
 
 
-def test_speculation_with_preemption_forwards_as_it_steps() -> None:
-    data = speculative("vllm", {"kind": "fixed", "k": 4}, ACCEPTANCE[1], PROPOSERS[0])
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+@pytest.mark.parametrize("proposer", PROPOSERS, ids=lambda p: p["kind"])
+def test_per_request_goodput_with_positional_levels_forwards_as_it_steps(
+    scheduler: str, proposer: dict[str, Any]
+) -> None:
+    results = assert_identical(
+        speculative(scheduler, PER_REQUEST_GOODPUT, POSITIONAL_LEVELS, proposer)
+    )
+    assert "fast_forward_note" not in results.run_info
+    assert results.summary["mean_k"] > 0
+
+
+@pytest.mark.parametrize(
+    ("policy", "acceptance"),
+    [
+        ({"kind": "fixed", "k": 4}, ACCEPTANCE[1]),
+        (PER_REQUEST_GOODPUT, ACCEPTANCE[0]),
+        ({"kind": "fixed", "k": 4}, POSITIONAL_LEVELS),
+        (PER_REQUEST_GOODPUT, POSITIONAL_LEVELS),
+    ],
+)
+def test_speculation_with_preemption_forwards_as_it_steps(
+    policy: dict[str, Any], acceptance: dict[str, Any]
+) -> None:
+    data = speculative("vllm", policy, acceptance, PROPOSERS[0])
     data["workload"]["arrival"] = {"kind": "poisson", "rate": 200.0}
     data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 2000}
     data["workload"]["output_tokens"] = {"kind": "fixed", "value": 400}
@@ -100,11 +130,19 @@ def test_speculation_with_preemption_forwards_as_it_steps() -> None:
     assert results.summary["acceptance_rate"] > 0
 
 
-def test_speculation_with_a_horizon_and_a_closed_loop_forwards_as_it_steps() -> None:
-    data = speculative("sarathi", POLICIES[0], ACCEPTANCE[0], PROPOSERS[0])
+@pytest.mark.parametrize(
+    ("policy", "acceptance"),
+    [(POLICIES[0], ACCEPTANCE[0]), (PER_REQUEST_GOODPUT, POSITIONAL_LEVELS)],
+    ids=["per-batch", "per-request"],
+)
+def test_speculation_with_a_horizon_and_a_closed_loop_forwards_as_it_steps(
+    policy: dict[str, Any], acceptance: dict[str, Any]
+) -> None:
+    data = speculative("sarathi", policy, acceptance, PROPOSERS[0])
     data["horizon_s"] = 2.5
     assert_identical(data)
-    data = speculative("vllm", POLICIES[0], ACCEPTANCE[1], PROPOSERS[0])
+    data = speculative("vllm", policy, ACCEPTANCE[1] if policy is POLICIES[0] else acceptance,
+                       PROPOSERS[0])  # fmt: skip
     data["workload"] = {
         "num_requests": 50,
         "arrival": {"kind": "closed_loop", "concurrency": 6, "think_time_s": 0.05},
@@ -129,14 +167,70 @@ def test_what_the_kernel_cannot_run_steps_and_says_why() -> None:
     results = cbsim.simulate(cbsim.load_scenario(data))
     assert results.run_info["fast_forward"] is False
     assert "heuristic" in results.run_info["fast_forward_note"]
-    data = speculative(
-        "vllm", {"kind": "goodput", "per_request": True}, ACCEPTANCE[1], PROPOSERS[0]
-    )
+    token_level = {"kind": "token_level", "vocab_size": 50, "divergence": 0.5}
+    data = speculative("vllm", PER_REQUEST_GOODPUT, token_level, PROPOSERS[0])
     results = cbsim.simulate(cbsim.load_scenario(data))
-    assert "per-request refinement" in results.run_info["fast_forward_note"]
+    assert "token_level" in results.run_info["fast_forward_note"]
+    # the goodput policy's per-request refinement and positional levels run compiled
+    for policy, acceptance in (
+        (PER_REQUEST_GOODPUT, ACCEPTANCE[1]),
+        (POLICIES[1], POSITIONAL_LEVELS),
+    ):
+        data = speculative("vllm", policy, acceptance, PROPOSERS[0])
+        results = cbsim.simulate(cbsim.load_scenario(data))
+        assert results.run_info["fast_forward"] is True
+        assert "fast_forward_note" not in results.run_info
     plain = cbsim.simulate(cbsim.load_scenario(small_scenario({})))
     assert plain.run_info["fast_forward"] is True
     assert "fast_forward_note" not in plain.run_info
+
+
+@st.composite
+def per_request_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """A drawn speculative scenario (any scheduler, preemption under memory pressure, one or two
+    replicas) whose k policy is the per-request goodput or whose acceptance varies per request
+    around positional rates; sometimes with a horizon or a closed loop."""
+    k_max = draw(st.integers(1, 8))
+    policy = draw(
+        st.sampled_from(
+            [
+                {"kind": "goodput", "k_max": k_max, "per_request": True},
+                {"kind": "fixed", "k": k_max},
+                {"kind": "adaptive_hysteresis"},
+            ]
+        )
+    )
+    data: dict[str, Any] = draw(scenarios(policy=policy))
+    rates = draw(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=5))
+    acceptance = draw(
+        st.sampled_from(
+            [
+                {"kind": "positional", "rates": rates, "concentration": 0.5 + 40 * rates[0]},
+                {"kind": "per_request", "mean": 0.6, "concentration": 8},
+                {"kind": "iid", "alpha": rates[0]},
+            ]
+        )
+    )
+    if policy["kind"] != "goodput":
+        acceptance = {"kind": "positional", "rates": rates, "concentration": 0.5 + 40 * rates[0]}
+    data["speculative"]["acceptance"] = acceptance
+    extra = draw(st.integers(0, 3))
+    if extra == 1:
+        data["horizon_s"] = draw(st.floats(0.2, 5.0))
+    elif extra == 2:
+        data["workload"]["arrival"] = {
+            "kind": "closed_loop",
+            "concurrency": draw(st.integers(1, 12)),
+            "think_time_s": draw(st.floats(0.0, 0.2)),
+        }
+    return data
+
+
+@engine_settings(15)
+@given(data=per_request_scenarios())
+def test_per_request_choices_and_levels_forward_as_they_step(data: dict[str, Any]) -> None:
+    forward = assert_identical(data)
+    assert "fast_forward_note" not in forward.run_info
 
 
 # --------------------------------------------------------------------------- pieces

@@ -37,6 +37,7 @@ from cbsim.speculative.goodput_kernel import (
     compiled_proposer,
     goodput_k,
 )
+from cbsim.speculative.goodput_refine import goodput_k_per_request
 from cbsim.speculative.policies import (
     AlphaEstimator,
     BatchView,
@@ -99,13 +100,16 @@ class SpeculativeDecoding:
         self._draw_rngs: dict[int, np.random.Generator] = {}
         self._request_rngs: dict[int, np.random.Generator] = {}
         self._replica_alphas: dict[int, AlphaEstimator] = {}
-        # the per-batch goodput policy chooses k in compiled code when the cost models compile
+        # the goodput policy (per batch or per request) chooses k in compiled code when the cost
+        # models compile
         self._compiled_goodput: CompiledProposer | None = None
-        self._goodput_call = KernelCall(goodput_k)
+        per_request = isinstance(self.policy, GoodputK) and self.policy.per_request
+        self._goodput_call = KernelCall(goodput_k_per_request if per_request else goodput_k)
         # whether requests' k controllers learn from outcomes (batch-level policies' do not)
         self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
         policy = self.policy
-        if isinstance(policy, GoodputK) and not policy.per_request:
+        self._per_request_goodput = per_request
+        if isinstance(policy, GoodputK):
             drafter = compiled_proposer(self.proposer, target)
             if not isinstance(drafter, str):
                 self._compiled_goodput = drafter
@@ -234,7 +238,7 @@ class SpeculativeDecoding:
         if self._compiled_goodput is not None:
             compiled = choose_goodput(
                 self._compiled_goodput, self.policy.k_max, self.target, self.proposer, alphas,
-                remaining, contexts, prefill, self._goodput_call,
+                remaining, contexts, prefill, self._goodput_call, self._per_request_goodput,
             )  # fmt: skip
         if compiled is not None:
             ks = compiled

@@ -131,3 +131,19 @@ def expected_tokens(alphas: FloatArray, ks: IntArray, remaining: IntArray) -> fl
         r = float(remaining[i])
         values[i] = e if e <= r else r
     return pairwise_sum(values)
+
+
+@numba.njit(cache=True)
+def power(alpha: float, exponent: int) -> float:
+    """α^exponent with libm's ``pow`` (numpy's vectorised power differs in the last unit on
+    some CPUs), as the per-request goodput refinement orders its moves by it."""
+    return math.pow(alpha, float(exponent))
+
+
+@numba.njit(cache=True)
+def powers(alphas: FloatArray, exponents: IntArray) -> FloatArray:
+    """:func:`power` of each α and exponent."""
+    out = np.empty(len(alphas))
+    for i in range(len(alphas)):
+        out[i] = power(alphas[i], exponents[i])
+    return out

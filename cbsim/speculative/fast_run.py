@@ -14,19 +14,20 @@ replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does an
 same state), the same α estimates and KV accounting.
 
 What can run compiled: the ``fixed``, ``batch_table``, ``adaptive_hysteresis`` (its per-replica
-tier state copied in and written back when the run stands) and per-batch ``goodput`` k policies,
+tier state copied in and written back when the run stands) and ``goodput`` k policies, per batch
+or per request (the refinement of :func:`~cbsim.speculative.goodput_refine.refine_per_request`),
 with or without TensorRT-LLM's stale drafter after k = 0 (its thinning draws from the replica's
 ``acceptance:stale`` stream, consumed as :func:`~cbsim.speculative.drafter_state.stale_accepted`
-does); the
-``iid``, ``positional`` and ``per_request`` acceptance models; EAGLE, draft-model and n-gram
-proposers; a cost model that compiles. Anything else steps iteration by iteration (the reason is
-in ``run_info.json``).
+does); the ``iid``, ``positional`` (with or without per-request variation: each request's level
+θ is drawn when it first speculates, as stepping draws it, and scales its rates by θ / m in the
+kernel) and ``per_request`` acceptance models; EAGLE, draft-model and n-gram proposers; a cost
+model that compiles. Anything else steps iteration by iteration (the reason is in
+``run_info.json``).
 """
 
 from __future__ import annotations
 
 import math
-import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -39,9 +40,12 @@ from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
 from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
-from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH
+from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, SpecState
 from cbsim.speculative.goodput_kernel import (
     NGRAM,
+    SWEPT_COST,
+    SWEPT_KV,
+    SWEPT_REQUESTS,
     compiled_proposer,
     draft_seconds,
     goodput_sweep,
@@ -49,20 +53,28 @@ from cbsim.speculative.goodput_kernel import (
     sweep_ints,
     sweep_reals,
 )
+from cbsim.speculative.goodput_refine import (
+    STEP_COST,
+    STEP_KV,
+    STEP_REQUESTS,
+    draft_steps_cached,
+    refine_per_request,
+    refine_scratch,
+)
 from cbsim.speculative.policies import BatchTableK, FixedK, GoodputK
 
 if TYPE_CHECKING:
     from cbsim.kernel_call import KernelCall
     from cbsim.scheduler.base import FinishCallback, SchedulerPolicy
-    from cbsim.speculative.decoder import SpecState, SpeculativeDecoding
+    from cbsim.speculative.decoder import SpeculativeDecoding
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 # k policies
 FIXED, BATCH_TABLE, GOODPUT, ADAPTIVE = 0, 1, 2, 3
-# acceptance models
-IID, POSITIONAL, PER_REQUEST = 0, 1, 2
+# acceptance models (SCALED: positional rates scaled by each request's level θ / m)
+IID, POSITIONAL, PER_REQUEST, SCALED = 0, 1, 2, 3
 # the kernel's output rows: per iteration (real, integer), per request (counters)
 START, DURATION, DRAFT_S = range(3)
 REAL_COLUMNS = 3
@@ -86,6 +98,7 @@ def _policy_ks(
     ranges: IntArray,
     last_range: IntArray,
     k_max: int,
+    per_request: bool,
     alphas: FloatArray,
     remaining: IntArray,
     contexts: IntArray,
@@ -94,14 +107,20 @@ def _policy_ks(
     draft: CompiledCost,
     reals: FloatArray,
     ints: IntArray,
+    refine: tuple[FloatArray, FloatArray, IntArray],
     chosen: IntArray,
 ) -> None:
     """The k policy's draft lengths for the first ``n`` requests, into ``chosen``."""
     if policy == GOODPUT:
-        goodput_sweep(
+        rate = goodput_sweep(
             n, alphas, remaining, contexts, k_max, target, proposer, draft, no_base(), reals,
             ints, chosen,
         )  # fmt: skip
+        if per_request:
+            refine_per_request(
+                n, alphas, remaining, contexts, k_max, target, proposer, draft, no_base(), rate,
+                chosen, refine[0], refine[1], refine[2], reals, ints,
+            )  # fmt: skip
         return
     k = fixed_k
     if policy == ADAPTIVE:
@@ -218,6 +237,7 @@ def spec_run_kernel(
     ranges: IntArray,
     hysteresis: FloatArray,
     k_max: int,
+    per_request: bool,
     acceptance: int,
     iid_alpha: float,
     rates: FloatArray,
@@ -259,8 +279,9 @@ def spec_run_kernel(
     contexts = np.empty(count, dtype=np.int64)
     chosen = np.empty(count, dtype=np.int64)
     outcome = np.empty(count, dtype=np.int64)
-    sweep_real = sweep_reals(count)
+    sweep_real = sweep_reals(count, k_max)
     sweep_int = sweep_ints(count, k_max)
+    refine = refine_scratch(count if per_request else 0, k_max if per_request else 0)
     n = count
     used = used_blocks
     now = start_s
@@ -290,8 +311,9 @@ def spec_run_kernel(
             remaining[a] = output[i] - generated[i]
             contexts[a] = kv[i]
         _policy_ks(
-            n, policy, fixed_k, table, tiers, candidates, ranges, last_range, k_max, alphas,
-            remaining, contexts, target, proposer, draft, sweep_real, sweep_int, chosen,
+            n, policy, fixed_k, table, tiers, candidates, ranges, last_range, k_max, per_request,
+            alphas, remaining, contexts, target, proposer, draft, sweep_real, sweep_int, refine,
+            chosen,
         )  # fmt: skip
         if stale_on:  # the drafter skips a request the policy gives k = 0 (drafter_state)
             for a in range(n):
@@ -329,7 +351,18 @@ def spec_run_kernel(
                 plain += 1
             k_top = k if k > k_top else k_top
             k_bottom = k if k < k_bottom else k_bottom
-        drafting = draft_seconds(proposer, draft, chosen, contexts, n)
+        if policy == GOODPUT and proposer != NGRAM:  # the draft steps the choice priced
+            if per_request:
+                r_ints, r_reals = refine[2], refine[1]
+                steps = (r_ints[STEP_REQUESTS], r_ints[STEP_KV], r_reals[STEP_COST])
+            else:
+                steps = (sweep_int[SWEPT_REQUESTS], sweep_int[SWEPT_KV], sweep_real[SWEPT_COST])
+            drafting = draft_steps_cached(
+                proposer, draft, chosen, contexts, n, sweep_int[1], sweep_int[2], steps[0],
+                steps[1], steps[2],
+            )  # fmt: skip
+        else:
+            drafting = draft_seconds(proposer, draft, chosen, contexts, n)
         target_s = verify_seconds(target, n, tokens, kv_tokens, pairs)
         duration = drafting + target_s
         end = now + duration
@@ -363,6 +396,9 @@ def spec_run_kernel(
             for p in range(width):
                 if acceptance == POSITIONAL:
                     alpha = rates[p if p < len(rates) else len(rates) - 1]
+                elif acceptance == SCALED:  # model_alpha holds the request's θ / m
+                    alpha = rates[p if p < len(rates) else len(rates) - 1] * model_alpha[i]
+                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
                 success = rng.random() < alpha
                 if leading and p < k and success:
                     run += 1
@@ -465,6 +501,8 @@ class KernelSettings(NamedTuple):
     candidates: IntArray
     ranges: IntArray
     hysteresis: FloatArray
+    # the goodput policy's per-request refinement
+    per_request: bool = False
 
 
 def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
@@ -475,6 +513,7 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     candidates = np.zeros(1, dtype=np.int64)
     ranges = np.zeros((0, 2), dtype=np.int64)
     hysteresis = np.zeros(3)
+    per_request = False
     if isinstance(policy, AdaptiveHysteresisK):
         policy_code = ADAPTIVE
         candidates = np.asarray(policy.candidates, dtype=np.int64)
@@ -483,9 +522,7 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     elif policy.observes_batches:
         return f"the {policy.kind} policy's per-replica state is not compiled"
     elif isinstance(policy, GoodputK):
-        if policy.per_request:
-            return "the goodput policy's per-request refinement is not compiled"
-        policy_code = GOODPUT
+        policy_code, per_request = GOODPUT, policy.per_request
     elif isinstance(policy, FixedK):
         policy_code, fixed_k = FIXED, policy.k
     elif isinstance(policy, BatchTableK):
@@ -498,10 +535,9 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     iid_alpha = drift = 0.0
     if isinstance(model, IidModel):
         acceptance, iid_alpha = IID, model.alpha
-    elif isinstance(model, PositionalModel) and model.concentration is not None:
-        return "per-request variation of positional acceptance (concentration) is not compiled"
     elif isinstance(model, PositionalModel):
-        acceptance, rates = POSITIONAL, np.ascontiguousarray(model.rates, dtype=np.float64)
+        acceptance = POSITIONAL if model.concentration is None else SCALED
+        rates = np.ascontiguousarray(model.rates, dtype=np.float64)
     elif isinstance(model, PerRequestModel):
         acceptance, drift = PER_REQUEST, float(model.drift)
     else:
@@ -512,16 +548,10 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     proposer_code, extra = drafter
     return KernelSettings(
         proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
-        drift, extra, candidates, ranges, hysteresis,
+        drift, extra, candidates, ranges, hysteresis, per_request,
     )  # fmt: skip
 
 
-# what the kernel reads of a running request, in its row order
-_INT_FIELDS = operator.attrgetter(
-    "kv_tokens", "blocks", "generated", "output_tokens", "spec.alpha.accepted",
-    "spec.alpha.rejected",
-)  # fmt: skip
-_REAL_FIELDS = operator.attrgetter("spec.ema_acceptance", "spec.model_alpha")
 _NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
 # never indexed: the kernel reads it only for stale drafters
 _NO_STALE = np.zeros(0, dtype=np.int64)
@@ -565,12 +595,39 @@ def plan_spec_run(
     running = sched.running
     count = len(running)
     kv_cache = sched.kv
-    states = spec.states(running)  # a request's first speculative step draws its own α
-    # the requests' state as rows (one array per field, contiguous), updated in place by the kernel
-    ints = np.array(list(map(_INT_FIELDS, running)), dtype=np.int64).reshape(count, 6).T.copy()
+    # the requests' state as rows (one array per field, contiguous), updated in place by the
+    # kernel; a request's first speculative step draws its own α (in running order, as stepping)
+    states = []
+    kv_list, block_list, generated_list, output_list = [], [], [], []
+    accepted_list, rejected_list, ema_list, alpha_list = [], [], [], []
+    k_top = settings.k_max + 1
+    verify_bound = 0  # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
+    for req in running:
+        state = req.spec
+        if not isinstance(state, SpecState):
+            state = spec.state(req)
+        states.append(state)
+        kv_list.append(req.kv_tokens)
+        block_list.append(req.blocks)
+        generated_list.append(req.generated)
+        output_list.append(req.output_tokens)
+        left = req.output_tokens - req.generated
+        verify_bound += left if left < k_top else k_top
+        alpha = state.alpha
+        accepted_list.append(alpha.accepted)
+        rejected_list.append(alpha.rejected)
+        ema_list.append(state.ema_acceptance)
+        alpha_list.append(state.model_alpha)
+    ints = np.empty((6, count), dtype=np.int64)
+    ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
+    ints[4], ints[5] = accepted_list, rejected_list
     kv, blocks, generated, output, accepted_total, rejected_total = ints
-    reals = np.array(list(map(_REAL_FIELDS, running)), dtype=np.float64).reshape(count, 2).T.copy()
+    reals = np.empty((2, count))
+    reals[0], reals[1] = ema_list, alpha_list
     ema, model_alpha = reals
+    if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero mean: as stepping, NaN
+            model_alpha = model_alpha / spec.acceptance.prior_alpha()
     rng = spec.draw_rng(replica)
     if restart is not None:
         assert restart.spec is not None
@@ -583,7 +640,8 @@ def plan_spec_run(
     if restart is not None and restart.spec is not None and spec.stale_drafter:
         stale_rng.bit_generator.state = restart.spec.stale_rng_state
     stale_rng_state = stale_rng.bit_generator.state if spec.stale_drafter else None
-    target = spec.target.compiled(count * (settings.k_max + 1))
+    remaining = output - generated
+    target = spec.target.compiled(verify_bound)
     if settings.proposer == NGRAM:
         draft = target
     else:
@@ -609,7 +667,6 @@ def plan_spec_run(
         stale=stale,
         stale_rng_state=stale_rng_state,
     )
-    remaining = output - generated
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
     n, end, used_after, real_rows, int_rows, counters = call(
@@ -617,7 +674,7 @@ def plan_spec_run(
         effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
         settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
         settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
-        settings.acceptance, settings.iid_alpha,
+        settings.per_request, settings.acceptance, settings.iid_alpha,
         settings.rates, settings.drift, rng, stale, spec.stale_drafter, spec.stale_scale, stale_rng,
         start_s, kv_cache.block_size, kv_cache.used_blocks,
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,

@@ -13,7 +13,7 @@ the sweep stops once no larger k can win (a bound with a margin far above float 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -49,8 +49,11 @@ FloatArray = npt.NDArray[np.float64]
 TIE_TOLERANCE = GoodputK.tie_tolerance
 # relative slack of the sweep's early stop (float rounding is ~1e-15 relative)
 STOP_MARGIN = 1e-9
-# rows of the sweep's scratch
-SWEEP_REALS, SWEEP_INTS = 4, 3
+# rows of the sweep's scratch and of the per-request refinement's
+SWEEP_REALS, SWEEP_INTS = 6, 5
+# rows the sweep leaves for the per-request refinement: each request's log α, its expected tokens
+# at the chosen k, the draft steps it priced (seconds; requests, keys/values)
+SWEPT_LOGS, SWEPT_VALUES, SWEPT_COST, SWEPT_REQUESTS, SWEPT_KV = 0, 5, 4, 3, 4
 # proposers
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 
@@ -133,20 +136,21 @@ def goodput_k(
     """The per-batch goodput choice (``GoodputK.choose`` with ``per_request`` off): the k
     maximising expected tokens per second of the predicted step, for the decoding requests of
     an iteration whose other work is ``base`` (:func:`no_base` in a pure decode step); see
-    :func:`goodput_sweep`."""
+    :func:`goodput_sweep` (per request: :func:`~cbsim.speculative.goodput_refine.goodput_k_per_request`)."""
     n = len(alphas)
     best = np.empty(n, dtype=np.int64)
     goodput_sweep(
         n, alphas, remaining, contexts, k_max, target, proposer, draft, base,
-        sweep_reals(n), sweep_ints(n, k_max), best,
+        sweep_reals(n, k_max), sweep_ints(n, k_max), best,
     )  # fmt: skip
     return best
 
 
 @numba.njit(cache=True)
-def sweep_reals(n: int) -> FloatArray:
-    """Scratch of :func:`goodput_sweep` for up to ``n`` requests (real rows)."""
-    return np.empty((SWEEP_REALS, n))
+def sweep_reals(n: int, k_max: int) -> FloatArray:
+    """Scratch of :func:`goodput_sweep` for up to ``n`` requests and draft lengths to ``k_max``
+    (real rows)."""
+    return np.empty((SWEEP_REALS, max(n, k_max + 1)))
 
 
 @numba.njit(cache=True)
@@ -170,10 +174,10 @@ def goodput_sweep(
     reals: FloatArray,
     ints: IntArray,
     best: IntArray,
-) -> None:
-    """:func:`goodput_k` of the first ``n`` requests into ``best``, with the caller's scratch
-    (:func:`sweep_reals`, :func:`sweep_ints`), so a kernel choosing k every iteration allocates
-    nothing.
+) -> float:
+    """:func:`goodput_k` (per batch) of the first ``n`` requests into ``best``, with the caller's
+    scratch (:func:`sweep_reals`, :func:`sweep_ints`), so a kernel choosing k every iteration
+    allocates nothing; returns the chosen candidate's tokens per second.
 
     Candidate k runs request i at min(k, cap_i), so what a candidate shares with the one before
     is carried over rather than recomputed, in the same float order as
@@ -188,6 +192,8 @@ def goodput_sweep(
     caps = ints[0]
     capped = ints[1]
     capped_context = ints[2]
+    for s in range(k_max):
+        ints[SWEPT_REQUESTS, s] = -1  # draft step s not priced (yet)
     top = 0
     for i in range(n):
         cap = remaining[i] - 1
@@ -201,6 +207,7 @@ def goodput_sweep(
         e = 1.0
         r = float(remaining[i])
         values[i] = e if e <= r else r
+        reals[SWEPT_VALUES, i] = values[i]
     # requests per cap and their context sums (the verify groups of the capped requests)
     for c in range(top + 1):
         capped[c] = 0
@@ -249,9 +256,13 @@ def goodput_sweep(
                     drafting += 1
             drafted = NGRAM_SECONDS_PER_REQUEST * drafting
         else:
-            drafted += _draft_step_seconds(
-                proposer, draft, uncapped, uncapped_context + uncapped * k
-            )
+            step_kv = uncapped_context + uncapped * k
+            step_s = _draft_step_seconds(proposer, draft, uncapped, step_kv)
+            drafted += step_s
+            # kept: the per-request refinement prices the same draft steps again
+            reals[SWEPT_COST, k - 1] = step_s
+            ints[SWEPT_REQUESTS, k - 1] = uncapped
+            ints[SWEPT_KV, k - 1] = step_kv
         # every candidate from k on pays at least candidate k - 1's step (but for what its token
         # kernels could save at more tokens) and this draft step
         if can_stop and _beyond_reach(
@@ -276,8 +287,11 @@ def goodput_sweep(
         if rate > best_rate * (1.0 + TIE_TOLERANCE):
             best_k = k
             best_rate = rate
+            for i in range(n):
+                reals[SWEPT_VALUES, i] = values[i]
     for i in range(n):
         best[i] = best_k if caps[i] > best_k else caps[i]
+    return best_rate
 
 
 @numba.njit(cache=True)
@@ -412,11 +426,14 @@ def choose_goodput(
     contexts: IntArray,
     prefill: BatchStats,
     kernel: KernelCall | None = None,
+    per_request: bool = False,
 ) -> IntArray | None:
-    """:meth:`GoodputK.choose <cbsim.speculative.policies.GoodputK.choose>` (per batch) of the
-    decoding requests of a step whose other work is ``prefill``, compiled; None when the cost
-    models do not compile for this step. ``kernel``: the caller's call of :func:`goodput_k`
-    (dispatched once, :mod:`cbsim.kernel_call`)."""
+    """:meth:`GoodputK.choose <cbsim.speculative.policies.GoodputK.choose>` (per batch, or with
+    ``per_request`` refined per request) of the decoding requests of a step whose other work is
+    ``prefill``, compiled; None when the cost models do not compile for this step. ``kernel``:
+    the caller's call of :func:`goodput_k` or, per request (then required),
+    :func:`~cbsim.speculative.goodput_refine.goodput_k_per_request` (dispatched once,
+    :mod:`cbsim.kernel_call`)."""
     count = len(alphas)
     compiled = target.compiled(prefill.num_tokens + count * (k_max + 1))
     if compiled is None:
@@ -427,7 +444,9 @@ def choose_goodput(
         draft = proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
         if draft is None:
             return None
-    call = goodput_k if kernel is None else kernel
+    if kernel is None and per_request:
+        raise ValueError("the per-request choice needs its kernel (goodput_k_per_request)")
+    call: Any = goodput_k if kernel is None else kernel
     chosen: IntArray = call(
         np.clip(alphas, 0.0, 1.0),
         np.ascontiguousarray(remaining, dtype=np.int64),

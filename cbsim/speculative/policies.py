@@ -59,7 +59,7 @@ from cbsim.schema.speculative import (
     HeuristicPolicy,
     ThresholdPolicy,
 )
-from cbsim.speculative.expected import expected_tokens
+from cbsim.speculative.expected import expected_tokens, powers
 from cbsim.speculative.policy_base import (  # noqa: F401 (re-exported)
     _REGISTRY,
     AlphaEstimator,
@@ -272,13 +272,14 @@ class GoodputK(KPolicy):
             moved = False
             up = np.flatnonzero(ks < caps)
             if up.size:
-                gain = alphas[up] ** (ks[up] + 1)  # expected extra tokens from one more draft
+                # expected extra tokens from one more draft (libm's pow, as the compiled choice)
+                gain = powers(alphas[up], ks[up] + 1)
                 order = up[np.argsort(-gain, kind="stable")]
                 ks, current, changed = self._apply_prefix(ks, current, order, 1, rate, strict=True)
                 moved |= changed
             down = np.flatnonzero(ks > 0)
             if down.size:
-                loss = alphas[down] ** ks[down]  # expected tokens lost by one draft fewer
+                loss = powers(alphas[down], ks[down])  # expected tokens lost by one draft fewer
                 order = down[np.argsort(loss, kind="stable")]
                 ks, current, changed = self._apply_prefix(
                     ks, current, order, -1, rate, strict=False

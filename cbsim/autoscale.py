@@ -47,6 +47,7 @@ import numpy as np
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import weight_bytes_per_gpu
 from cbsim.models import get_model
+from cbsim.timeseries_windows import window_pieces
 
 if TYPE_CHECKING:
     import simpy
@@ -190,16 +191,11 @@ def _seconds_per_window(
     spans: Sequence[Sequence[Sequence[float]]], window_s: float, windows: int
 ) -> np.ndarray:
     """Seconds of the ``[start, end]`` spans (per replica, a list of them) in each window."""
-    seconds = np.zeros(windows)
-    for replica_spans in spans:
-        for start, end in replica_spans:
-            first = min(int(start // window_s), windows - 1)
-            last = min(int(end // window_s), windows - 1)
-            for w in range(first, last + 1):
-                lo = max(start, w * window_s)
-                hi = min(end, (w + 1) * window_s) if w < windows - 1 else end
-                if hi > lo:
-                    seconds[w] += hi - lo
+    flat = [span for replica_spans in spans for span in replica_spans]
+    starts = np.array([start for start, _ in flat], dtype=np.float64)
+    ends = np.array([end for _, end in flat], dtype=np.float64)
+    _, cols, secs = window_pieces(starts, ends, window_s, windows)
+    seconds: np.ndarray = np.bincount(cols, weights=secs, minlength=windows)
     return seconds
 
 

@@ -132,8 +132,8 @@ class WindowSums:
         crossing = {
             key: np.concatenate([part[key] for part in self._crossing]) for key in self._crossing[0]
         }
-        pieces, cols, secs = _pieces(
-            crossing["start"], crossing["duration"], self.window_s, windows
+        pieces, cols, secs = window_pieces(
+            crossing["start"], crossing["start"] + crossing["duration"], self.window_s, windows
         )
         for name in _INTEGRANDS:  # added apart, as before chunking
             out[name] = out[name] + np.bincount(
@@ -152,11 +152,12 @@ def _fit(values: np.ndarray, windows: int) -> np.ndarray:
     return fitted
 
 
-def _pieces(
-    start: np.ndarray, duration: np.ndarray, window_s: float, windows: int
+def window_pieces(
+    start: np.ndarray, end: np.ndarray, window_s: float, windows: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(iteration, window, seconds in it) of iterations spanning several windows."""
-    end = start + duration
+    """(span, window, seconds in it) of the spans ``[start, end]`` cut at window edges, the
+    last window taking everything past it (iterations spanning several windows; replicas'
+    serving spans)."""
     first = np.minimum((start // window_s).astype(np.int64), windows - 1)
     last = np.minimum((end // window_s).astype(np.int64), windows - 1)
     pieces: list[tuple[int, int, float]] = []

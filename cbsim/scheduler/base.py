@@ -31,10 +31,8 @@ from cbsim.errors import unknown_name
 from cbsim.kvcache import KVCache, blocks_for_tokens
 from cbsim.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.request import Request, Status
-from cbsim.scheduler.cohort import DecodeCohort, IntArray
+from cbsim.scheduler.cohort import BY_ADMISSION, DecodeCohort, IntArray
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
-
-_BY_ADMISSION = operator.attrgetter("admit_seq")
 
 
 class WaitingQueue(deque[Request]):
@@ -167,14 +165,22 @@ class SchedulerPolicy(ABC):
         cohort = self.cohort
         if cohort is None:
             return None
-        outsiders = self.running if self._outsiders is None else self._outsiders
-        if any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in outsiders):
+        outsiders = self._outside()
+        if not self._all_decoding(outsiders):
             return None
         for req in outsiders:
             cohort.join(req)
         self._entrants.extend(outsiders)
         self._outsiders = []
         return cohort.decode_state()
+
+    def _outside(self) -> list[Request]:
+        """The running requests outside the decode cohort, in running order."""
+        return self.running if self._outsiders is None else self._outsiders
+
+    def _all_decoding(self, requests: list[Request]) -> bool:
+        """Whether each of ``requests`` decodes next (its prompt done, its first token out)."""
+        return not any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in requests)
 
     def dissolve_cohort(self) -> None:
         """Write the members back and empty the cohort: every running request is outside it."""
@@ -235,7 +241,7 @@ class SchedulerPolicy(ABC):
         some running request out). Otherwise whether a finish must end the run: True while
         requests wait, since the blocks or slot a finish frees could admit one.
         """
-        outsiders = self.running if self._outsiders is None else self._outsiders
+        outsiders = self._outside()
         if not self.running or any(r.kv_tokens < r.prefill_target for r in outsiders):
             return None
         if not self.waiting:
@@ -299,8 +305,8 @@ class SchedulerPolicy(ABC):
         touched one by one. False, changing nothing, when a running request is not decoding."""
         cohort = self.cohort
         assert cohort is not None
-        outsiders = self.running if self._outsiders is None else self._outsiders
-        if any(r.kv_tokens < r.prefill_target or r.generated == 0 for r in outsiders):
+        outsiders = self._outside()
+        if not self._all_decoding(outsiders):
             return False
         paused = 0
         fresh = self._entrants
@@ -495,7 +501,10 @@ class SchedulerPolicy(ABC):
         batch (or ``req`` itself when it is the latest) until it fits. False if ``req`` was preempted."""
         while not self._try_grow(req, new_tokens):
             victim = self.running[-1]
-            if victim in batch.requests or (batch.cohort and victim in self.cohort):  # type: ignore[operator]
+            cohort = self.cohort
+            if victim in batch.requests or (
+                batch.cohort and cohort is not None and victim in cohort
+            ):
                 victim = req
             self._preempt(victim)
             if victim is req:
@@ -557,7 +566,7 @@ class SchedulerPolicy(ABC):
         batch (no ``prefilling`` list)."""
         cohort = self.cohort
         assert cohort is not None
-        outsiders = self.running if self._outsiders is None else self._outsiders
+        outsiders = self._outside()
         entrants: list[Request] = []
         others: list[Request] = []
         block_size = self.kv.block_size
@@ -605,7 +614,7 @@ class SchedulerPolicy(ABC):
         assert cohort is not None
         entrants = self._entrants
         if len(entrants) > 1:
-            entrants.sort(key=_BY_ADMISSION)  # some joined before a run was planned
+            entrants.sort(key=BY_ADMISSION)  # some joined before a run was planned
         gap_pairs = self.gap_pairs
         if cohort.row == prev_row:  # the members before this iteration were in that one
             gap_tokens = len(cohort) - len(entrants)

@@ -32,7 +32,8 @@ from cbsim.request import Request
 
 IntArray = npt.NDArray[np.int64]
 
-_BY_ADMISSION = operator.attrgetter("admit_seq")
+BY_ADMISSION = operator.attrgetter("admit_seq")
+"""Running (admission) order: a scheduler's running requests are in it."""
 
 
 class DecodeCohort:
@@ -133,9 +134,9 @@ class DecodeCohort:
         if not done:
             return []
         if len(done) > 1:
-            done.sort(key=_BY_ADMISSION)
+            done.sort(key=BY_ADMISSION)
         for req in done:
-            self._write_back(req, self.members[req])
+            self._write_back_now(req, self.members[req])
             self._leave(req)
         return done
 
@@ -156,33 +157,41 @@ class DecodeCohort:
         self.t = end
         self.row = first_row + iterations - 1
         if len(done) > 1:
-            done.sort(key=_BY_ADMISSION)
+            done.sort(key=BY_ADMISSION)
         finished = []
         for req in done:
-            t0, kv, generated, blocks, _, _ = self.members[req]
-            total = req.output_tokens - generated  # the iterations it ran in the cohort
-            steps = t0 + total - t
-            req.kv_tokens = kv + total
-            req.generated = req.output_tokens
-            req.last_row = first_row + steps - 1
-            grown = -(-(kv + total) // block_size)
-            req.blocks = grown if grown > blocks else blocks
+            entry = self.members[req]
+            total = req.output_tokens - entry[2]  # the iterations it ran in the cohort
+            steps = entry[0] + total - t  # of them, in this run
+            self._write_back(req, entry, total, total, first_row + steps - 1)
             self._leave(req)
             finished.append((steps, req))
         return finished
 
     # ------------------------------------------------------------------ members' own fields
 
-    def _write_back(self, req: Request, entry: tuple[int, int, int, int, int, int]) -> None:
-        t0, kv, generated, blocks, _, _ = entry
-        steps = self.t - t0
+    def _write_back(
+        self,
+        req: Request,
+        entry: tuple[int, int, int, int, int, int],
+        steps: int,
+        formed: int,
+        last_row: int,
+    ) -> None:
+        """Write into ``req`` its state after ``steps`` tokens and ``formed`` iterations formed
+        (their blocks grown) since it joined, its last token in row ``last_row``."""
+        _, kv, generated, blocks, _, _ = entry
         req.kv_tokens = kv + steps
         req.generated = generated + steps
         if steps:
-            req.last_row = self.row
-        formed = steps + 1 if self.formed else steps
+            req.last_row = last_row
         grown = -(-(kv + formed) // self.block_size)
         req.blocks = grown if grown > blocks else blocks
+
+    def _write_back_now(self, req: Request, entry: tuple[int, int, int, int, int, int]) -> None:
+        """:meth:`_write_back` of the member as it is now."""
+        steps = self.t - entry[0]
+        self._write_back(req, entry, steps, steps + 1 if self.formed else steps, self.row)
 
     def _leave(self, req: Request) -> None:
         t0, kv, generated, _, grow_at, slot = self.members.pop(req)
@@ -198,7 +207,7 @@ class DecodeCohort:
 
     def materialize(self) -> None:
         """Write every member's current state into its request (the cohort carries on)."""
-        write_back = self._write_back
+        write_back = self._write_back_now
         for req, entry in self.members.items():
             write_back(req, entry)
 

@@ -4,6 +4,7 @@ the loop and fast-forward; and its arithmetic equals stepping requests one by on
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
@@ -13,10 +14,22 @@ from hypothesis import strategies as st
 
 import cbsim
 from cbsim.request import Request
+from cbsim.scheduler import base
 from cbsim.scheduler.base import SchedulerPolicy
 from cbsim.scheduler.cohort import DecodeCohort
 from tests.conftest import small_scenario, summaries_equal
 from tests.test_properties import engine_settings, scenarios
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _small_cohorts() -> Iterator[None]:
+    """The cohort from 3 running requests on, dissolved under 2, so that these small runs use
+    it, grow it from nothing and dissolve it as they drain (a busy replica's defaults would
+    leave them stepping one by one)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "COHORT_FROM", 3)
+        patch.setattr(base, "COHORT_UNDER", 2)
+        yield
 
 
 def _run(data: dict[str, Any], cohort: bool) -> cbsim.Results:
@@ -36,16 +49,23 @@ def _assert_same(a: cbsim.Results, b: cbsim.Results) -> None:
     )
 
 
-def _count_cohort_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+def _count_cohort_use(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the iterations formed in the cohort and the decode runs applied to it."""
     seen = [0]
-    original = SchedulerPolicy._add_cohort
+    add, run = SchedulerPolicy._add_cohort, SchedulerPolicy._run_in_cohort
 
-    def counting(self: SchedulerPolicy, *args: Any) -> int | None:
-        left = original(self, *args)
+    def adding(self: SchedulerPolicy, *args: Any) -> int | None:
+        left = add(self, *args)
         seen[0] += left is not None
         return left
 
-    monkeypatch.setattr(SchedulerPolicy, "_add_cohort", counting)
+    def running(self: SchedulerPolicy, *args: Any) -> bool:
+        applied = run(self, *args)
+        seen[0] += applied
+        return applied
+
+    monkeypatch.setattr(SchedulerPolicy, "_add_cohort", adding)
+    monkeypatch.setattr(SchedulerPolicy, "_run_in_cohort", running)
     return seen
 
 
@@ -76,7 +96,7 @@ def test_cohort_under_memory_pressure_and_small_budget(
             "fast_forward": fast_forward,
         }
     )
-    seen = _count_cohort_batches(monkeypatch)
+    seen = _count_cohort_use(monkeypatch)
     with_cohort = cbsim.simulate(data)
     assert seen[0] > 0
     assert with_cohort.summary["preemptions"] > 0
@@ -93,7 +113,7 @@ def test_cohort_with_a_budget_below_the_decodes(monkeypatch: pytest.MonkeyPatch)
             "scheduler": {"kind": "sarathi", "max_batch_size": 64, "max_batched_tokens": 24},
         }
     )
-    seen = _count_cohort_batches(monkeypatch)
+    seen = _count_cohort_use(monkeypatch)
     with_cohort = cbsim.simulate(data)
     assert seen[0] > 0
     assert (with_cohort.iterations["batch_size"] > 24).sum() == 0

@@ -34,6 +34,11 @@ from cbsim.request import Request, Status
 from cbsim.scheduler.cohort import BY_ADMISSION, DecodeCohort, IntArray
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 
+# running requests from which a decode cohort pays (joins, calendars and array reads cost more
+# than stepping a handful of requests one by one), and below which one is dissolved
+COHORT_FROM = 64
+COHORT_UNDER = 32
+
 
 class WaitingQueue(deque[Request]):
     """The FCFS queue of a replica, keeping the sum of its requests' outstanding tokens (a
@@ -158,12 +163,26 @@ class SchedulerPolicy(ABC):
         if self.cohort is not None:
             self.cohort.materialize()
 
+    def _in_cohort_now(self) -> bool:
+        """Whether the running decodes go through the decode cohort now: from
+        :data:`COHORT_FROM` running requests on, until they fall under :data:`COHORT_UNDER`
+        (then it is dissolved). Either way the results are the same."""
+        cohort = self.cohort
+        if cohort is None:
+            return False
+        if len(cohort):
+            if len(self.running) >= COHORT_UNDER:
+                return True
+            self.dissolve_cohort()
+            return False
+        return len(self.running) >= COHORT_FROM
+
     def cohort_decode_state(self) -> tuple[IntArray, IntArray, IntArray] | None:
         """Every running request's KV tokens, outputs left and blocks (in no particular order),
         from the decode cohort, the decoding requests outside it joining it first; None when
-        there is no cohort or some running request is not decoding."""
+        the cohort is not in use or some running request is not decoding."""
         cohort = self.cohort
-        if cohort is None:
+        if cohort is None or not self._in_cohort_now():
             return None
         outsiders = self._outside()
         if not self._all_decoding(outsiders):
@@ -257,7 +276,7 @@ class SchedulerPolicy(ABC):
     ) -> None:
         """Advance every running request through a planned decode run whose iterations take rows
         ``first_row`` on; ``prev_row`` is the row of this replica's iteration before the run."""
-        if self.cohort is not None and self._run_in_cohort(run, on_finish, first_row, prev_row):
+        if self._in_cohort_now() and self._run_in_cohort(run, on_finish, first_row, prev_row):
             return
         self.dissolve_cohort()
         iterations = run.iterations
@@ -520,7 +539,7 @@ class SchedulerPolicy(ABC):
         ``prefilling`` (or into the batch like the others when it is None). Returns the budget
         left. The decodes' sums go into the batch's stats at the end, in one
         :meth:`BatchStats.add_many`: they are whole numbers, so the sums are the same."""
-        if self.cohort is not None:
+        if self._in_cohort_now():
             left = self._add_cohort(batch, budget, prefilling)
             if left is not None:
                 return left

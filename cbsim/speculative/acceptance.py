@@ -125,6 +125,14 @@ def leading_successes(alphas: np.ndarray, ks: np.ndarray, rng: np.random.Generat
     return accepted
 
 
+def level_scale(levels: np.ndarray, mean: float) -> np.ndarray:
+    """Each request's level over the model's mean (θ / m), what its positional rates are scaled
+    by. A zero mean (every rate zero) gives NaN, which accepts nothing, as the zero rates would."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale: np.ndarray = np.asarray(levels, dtype=np.float64) / mean
+    return scale
+
+
 class AcceptanceModel(ABC):
     """Draws the number of accepted drafts for a batch of verification steps."""
 
@@ -240,7 +248,7 @@ class PositionalModel(AcceptanceModel):
         width = int(ks.max()) if len(ks) else 0
         rates = np.broadcast_to(self.rates_for(width), (len(ks), width))
         if self.concentration is not None:
-            scale = np.asarray(req_alphas, dtype=np.float64) / self.prior_alpha()
+            scale = level_scale(req_alphas, self.prior_alpha())
             rates = np.clip(rates * scale[:, None], 0.0, 1.0)
         return leading_successes(rates, ks, rng)
 

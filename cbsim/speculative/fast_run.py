@@ -38,7 +38,7 @@ import numpy.typing as npt
 from cbsim.compiled import CompiledCost, verify_seconds
 from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
-from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel
+from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel, level_scale
 from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
 from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, SpecState
 from cbsim.speculative.goodput_kernel import (
@@ -626,8 +626,7 @@ def plan_spec_run(
     reals[0], reals[1] = ema_list, alpha_list
     ema, model_alpha = reals
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
-        with np.errstate(divide="ignore", invalid="ignore"):  # a zero mean: as stepping, NaN
-            model_alpha = model_alpha / spec.acceptance.prior_alpha()
+        model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
     rng = spec.draw_rng(replica)
     if restart is not None:
         assert restart.spec is not None

@@ -233,6 +233,22 @@ def test_per_request_choices_and_levels_forward_as_they_step(data: dict[str, Any
     assert "fast_forward_note" not in forward.run_info
 
 
+@pytest.mark.parametrize(
+    "acceptance",
+    [
+        {"kind": "positional", "rates": [5e-324], "concentration": 0.5},
+        {"kind": "per_request", "mean": 5e-324, "concentration": 0.5},
+    ],
+)
+def test_a_level_whose_beta_parameter_underflows_is_zero(acceptance: dict[str, Any]) -> None:
+    """m·c below the smallest float made numpy's beta refuse its parameter (a crash found by the
+    property test above): the distribution's limit, a level of 0, accepts nothing."""
+    policy = {"kind": "goodput", "k_max": 4, "per_request": True}
+    data = speculative("vllm", policy, acceptance, {"kind": "ngram"})
+    forward = assert_identical(data)
+    assert forward.iterations["accepted_tokens"].sum() == 0
+
+
 # --------------------------------------------------------------------------- pieces
 
 

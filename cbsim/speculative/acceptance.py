@@ -125,6 +125,19 @@ def leading_successes(alphas: np.ndarray, ks: np.ndarray, rng: np.random.Generat
     return accepted
 
 
+def beta_level(rng: np.random.Generator, mean: float, concentration: float) -> float:
+    """A request's level θ ~ Beta(m·c, (1 − m)·c) for a mean m in (0, 1). Where m·c is below the
+    smallest float (a mean such as 5e-324) the first parameter is 0, which numpy refuses: the
+    distribution's limit there, θ = 0, with nothing drawn (likewise θ = 1 for the second)."""
+    a = mean * concentration
+    b = (1.0 - mean) * concentration
+    if a <= 0.0:
+        return 0.0
+    if b <= 0.0:
+        return 1.0
+    return float(rng.beta(a, b))
+
+
 def level_scale(levels: np.ndarray, mean: float) -> np.ndarray:
     """Each request's level over the model's mean (θ / m), what its positional rates are scaled
     by. A zero mean (every rate zero) gives NaN, which accepts nothing, as the zero rates would."""
@@ -232,7 +245,7 @@ class PositionalModel(AcceptanceModel):
         mean = self.prior_alpha()
         if self.concentration is None or not 0.0 < mean < 1.0:
             return mean
-        return float(rng.beta(mean * self.concentration, (1.0 - mean) * self.concentration))
+        return beta_level(rng, mean, self.concentration)
 
     def rates_for(self, width: int) -> np.ndarray:
         index = np.minimum(np.arange(width), len(self.rates) - 1)
@@ -265,9 +278,7 @@ class PerRequestModel(AcceptanceModel):
         return self.mean
 
     def start(self, req: Request, rng: np.random.Generator) -> float:
-        a = self.mean * self.concentration
-        b = (1.0 - self.mean) * self.concentration
-        return float(rng.beta(a, b))
+        return beta_level(rng, self.mean, self.concentration)
 
     def draw(
         self,

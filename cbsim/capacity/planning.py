@@ -4,6 +4,7 @@ of ``vary`` (:func:`plan`, one JSON-ready mapping).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import math
@@ -15,6 +16,7 @@ import numpy as np
 
 from cbsim.capacity.checks import _direction
 from cbsim.capacity.fields import _check_key, _set_keys
+from cbsim.capacity.fleet_checks import fleet_evaluations
 from cbsim.capacity.search import (
     DEFAULT_MIN_REQUESTS,
     DEFAULT_START_RPS,
@@ -74,6 +76,7 @@ def _plan_one(
     max_extra_replicas: int | None,
     progress: Progress | None,
     label: str,
+    fleet_workers: int = 1,
 ) -> dict[str, Any]:
     cluster = scenario.cluster
     price = _price(cluster.gpu, prices)
@@ -136,12 +139,14 @@ def _plan_one(
     fleet: list[dict[str, Any]] = []
     verified: Evaluation | None = None
     replicas = first
-    for replicas in range(first, first + extra + 1):
-        ev = runner.evaluate(target_rps, replicas)
-        fleet.append({"replicas": replicas, **ev.to_dict()})
-        if ev.passed:
-            verified = ev
-            break
+    sizes = range(first, first + extra + 1)
+    checks = fleet_evaluations(runner, target_rps, sizes, fleet_workers)
+    with contextlib.closing(checks):
+        for replicas, ev in checks:
+            fleet.append({"replicas": replicas, **ev.to_dict()})
+            if ev.passed:
+                verified = ev
+                break
     simulations += runner.simulations
     out["simulations"] = simulations
     out["fleet"] = fleet
@@ -260,6 +265,8 @@ def plan(
         for i, ready in enumerate(prepared)
         if not isinstance(ready, CbsimError)
     ]
+    if len(jobs) == 1:  # the cores the layouts would use check fleets ahead instead
+        jobs[0].kwargs["fleet_workers"] = worker_count(workers)
     searched = iter(run_jobs(jobs, workers, progress).results())
     alternatives: list[dict[str, Any]] = []
     for overrides, ready in zip(combos, prepared, strict=True):

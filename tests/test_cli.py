@@ -632,3 +632,25 @@ def test_ctrl_c_while_starting_exits_130_without_a_traceback() -> None:
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "interrupted"
+
+
+def test_commands_import_their_modules_only_when_run() -> None:
+    """The subcommands' modules (the calibration reports' above all) load when looked up, so
+    `cbsim run` does not pay for them; `--help` still lists every command."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, cbsim.cli\n"
+        "heavy = ['cbsim.calibration.e2e_report', 'cbsim.report', 'cbsim.sweep', 'cbsim.plan']\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+        "print(sorted(cbsim.cli.cli.list_commands(None)))\n"
+        "print(sorted(cbsim.cli.calibrate.list_commands(None)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out[0] == "[]"
+    for name in ("bench", "capacity", "catalog", "plan", "report", "run", "spec-advise", "sweep"):
+        assert f"'{name}'" in out[1]
+    assert "'e2e'" in out[2] and "'measure'" in out[2]

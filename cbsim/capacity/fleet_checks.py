@@ -81,6 +81,9 @@ def _check(runner: _Runner, rate: float, replicas: int, send: Connection, parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     exit_with_parent(parent)
     runner.progress = None
+    # what the copy would write goes nowhere: the parent's streams may have been locked by one
+    # of its threads (a progress display) at the fork, and the evaluation comes back by the pipe
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115
     try:
         evaluation = runner.evaluate(rate, replicas)
         send.send(("ok", (evaluation, runner.diagnosis, runner.kv_wait_p99_s)))

@@ -100,7 +100,7 @@ class Interrupted(click.ClickException):
 class CbsimGroup(click.Group):
     """A click group that turns user errors and interrupts into clean exits, and imports the
     commands of :data:`LAZY_COMMANDS` only when they are run or listed (their modules, the
-    calibration reports' above all, cost every other command a quarter of a second to import)."""
+    calibration reports' above all, are not imported by the other commands)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *LAZY_COMMANDS.get(self.name or "", {})})

@@ -298,9 +298,7 @@ class SpeculativeDecoding:
         """``draft`` plus the target's step over the prefill work and the requests verifying
         ``ks`` drafts (grouped by k, ascending)."""
         stats = copy.copy(prefill)
-        for k in np.unique(ks):
-            rows = ks == k
-            stats.add_many(int(rows.sum()), int(k) + 1, int(contexts[rows].sum()))
+        add_verify_entries(stats, ks, contexts)
         return draft + self.target.time_stats(stats)
 
     def verify(self, batch: Batch, replica: int = 0) -> None:

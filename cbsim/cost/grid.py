@@ -18,9 +18,12 @@ import bisect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 @dataclass(frozen=True, eq=False)
@@ -132,9 +135,22 @@ class LogGrid:
         return self.__call__
 
     def evaluate(self, *features: np.ndarray) -> np.ndarray:
-        """The correction at many points."""
-        rows = interpolation_matrix(self.axes, [np.asarray(f, dtype=np.float64) for f in features])
-        result: np.ndarray = rows @ self.values.ravel()
+        """The correction at many points: the product of :func:`interpolation_matrix` with the
+        values (the same floats: each point's corners added in column order, as the sparse
+        product adds them), without building the matrix."""
+        points = [np.asarray(f, dtype=np.float64) for f in features]
+        shape = self.values.shape
+        flat = self.values.ravel()
+        terms = [
+            (np.ravel_multi_index(index, shape), weight)
+            for index, weight in _weights(self.axes, points)
+        ]
+        # every point's corners lie at the same offsets from its first: one order serves all
+        if len(points[0]):
+            terms.sort(key=lambda term: int(term[0][0]))
+        result = np.zeros(len(points[0]))
+        for columns, weight in terms:
+            result += weight * flat[columns]
         return result
 
 
@@ -166,6 +182,8 @@ def interpolation_matrix(
     axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
 ) -> sp.csr_matrix:
     """Sparse (points × nodes) matrix of multilinear interpolation weights."""
+    import scipy.sparse as sp  # for fitting and many-point evaluation: not on a run's path
+
     shape = tuple(len(a) for a in axes)
     n = len(features[0])
     rows, cols, vals = [], [], []

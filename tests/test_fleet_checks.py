@@ -107,3 +107,26 @@ def test_a_plan_of_one_layout_is_the_same_with_checks_ahead(workers: int) -> Non
     assert ahead == serial
     # fleets of 5, 6 and 7 fail: checks ran ahead, and the one past 8 (workers 3) is dropped
     assert [f["replicas"] for f in serial["fleet"]] == [5, 6, 7, 8]
+
+
+def test_the_fleet_checks_price_with_the_searchs_cost_model(monkeypatch: Any) -> None:
+    import cbsim.cost_models as cost_models
+
+    built = []
+    original = cost_models.cost_model_for
+
+    def counting(scenario: Any) -> Any:
+        built.append(scenario.cluster.replicas)
+        return original(scenario)
+
+    monkeypatch.setattr(cost_models, "cost_model_for", counting)
+    out = plan(
+        SCENARIO,
+        workers=1,
+        slo={"ttft_p99_s": 1.0, "tpot_p99_s": 0.05},
+        target_rps=60.0,
+        window_s=20.0,
+        tolerance=0.2,
+    )
+    assert len(out["fleet"]) >= 2  # fleets were checked
+    assert built == [1]  # one cost model, built by the search, served every fleet check

@@ -34,6 +34,7 @@ from cbsim.capacity.search import (
     _scenario_data,
 )
 from cbsim.capacity.workers import Job, JobPool, run_jobs, worker_count
+from cbsim.cost_models import CostModelCache
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU_NAMES, get_gpu
 from cbsim.limits import RATE, SWEEP_POINTS
@@ -84,6 +85,7 @@ def _plan_one(
         axis = _load_axis(scenario)
         target = _Runner(base, axis, slo, seeds, window_s, min_requests, None, "", "--target-rps")
         target.check(target_rps)
+    cost_models = CostModelCache()  # the search's and the fleet checks' replicas alike
     found = _find_max_rate(
         scenario,
         base,
@@ -95,6 +97,7 @@ def _plan_one(
         min_requests=min_requests,
         progress=progress,
         label=label,
+        cost_models=cost_models,
     )
     out = found.to_dict()
     out.update(
@@ -132,7 +135,16 @@ def _plan_one(
     axis = _load_axis(scenario)
     fleet_base = copy.deepcopy(base)
     runner = _Runner(
-        fleet_base, axis, slo, seeds, window_s, min_requests, progress, label, "--target-rps"
+        fleet_base,
+        axis,
+        slo,
+        seeds,
+        window_s,
+        min_requests,
+        progress,
+        label,
+        "--target-rps",
+        cost_models=cost_models,
     )
     first = max(1, math.ceil(target_rps / found.max_rate_rps * (1 - 1e-12)))
     extra = max_extra_replicas if max_extra_replicas is not None else max(8, first)

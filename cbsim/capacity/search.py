@@ -219,6 +219,7 @@ class _Runner:
         progress: Progress | None,
         label: str = "",
         option: str = "--window-s",
+        cost_models: CostModelCache | None = None,
     ) -> None:
         self.base = base
         self.option = option  # what an invalid point of the search is put down to
@@ -230,7 +231,9 @@ class _Runner:
         self.progress = progress
         self.label = label
         self.simulations = 0
-        self.cost_models = CostModelCache()  # every point of this search prices the same cluster
+        # every point of this search prices the same cluster (a plan's fleet checks price the
+        # replica its search did: one cache serves both, its tables filled once)
+        self.cost_models = CostModelCache() if cost_models is None else cost_models
         self.kv_wait_p99_s = 0.0  # disaggregated points: the last one's worst decode wait
         self.diagnosis: str | None = None  # the last failing run's tail, when not the rate
 
@@ -397,15 +400,18 @@ def _find_max_rate(
     progress: Progress | None,
     label: str = "",
     pools_for: Callable[[float], tuple[int, int]] | None = None,
+    cost_models: CostModelCache | None = None,
 ) -> CapacityResult:
     """The search; ``pools_for``: a disaggregated scenario's (prefill, decode) instances at a
-    rate (default: one replica)."""
+    rate (default: one replica); ``cost_models``: the cache its simulations price with."""
     _check_search(window_s, tolerance, start_rps, min_requests)
     axis = _load_axis(scenario)
     base = copy.deepcopy(base)
     if pools_for is None:
         base.setdefault("cluster", {})["replicas"] = 1
-    runner = _Runner(base, axis, slo, seeds, window_s, min_requests, progress, label)
+    runner = _Runner(
+        base, axis, slo, seeds, window_s, min_requests, progress, label, cost_models=cost_models
+    )
     evaluations: list[Evaluation] = []
 
     def evaluate(rate: float) -> Evaluation:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -45,7 +46,10 @@ class Replica:
     # still to come when it started (the state a step-by-step replica would show at any time)
     run_ends: list[float] | None = None
     run_remaining: np.ndarray | None = None
-    run_left: list[int] | None = None  # a speculative run's outputs to come after each iteration
+    # the outputs to come after each iteration (a speculative run's, or worked out from a plain
+    # run's batch sizes when first asked) and at the start (-1: not worked out yet)
+    run_left: list[int] | None = None
+    run_total: int = -1
     run: DecodeRun | None = None
     # the run's peak blocks in use over its first run_peak_rows iterations
     run_peak: int = 0
@@ -89,10 +93,18 @@ class Replica:
         if self.run_ends is None or self.run_remaining is None:
             return self.scheduler.outstanding_tokens() + self.inbound_tokens
         done = bisect.bisect_left(self.run_ends, self.env.now)
-        if self.run_left is not None:
-            running = self.run_left[done - 1] if done else int(self.run_remaining.sum())
+        if self.run_total < 0:
+            self.run_total = int(self.run_remaining.sum())
+        if not done:
+            running = self.run_total
         else:
-            running = int(np.maximum(self.run_remaining - done, 0).sum())
+            left = self.run_left
+            if left is None:  # a plain decode run: each iteration's batch emits a token each
+                assert self.run is not None
+                left = self.run_left = list(
+                    itertools.accumulate(self.run.batch_sizes, operator.sub, initial=self.run_total)
+                )[1:]
+            running = left[done - 1]
         waiting = self.scheduler.waiting.tokens
         return running + waiting + self.inbound_tokens
 
@@ -133,6 +145,7 @@ class Replica:
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
         self.run_remaining = run.remaining
         self.run_left = run.remaining_after
+        self.run_total = -1
 
     def end_run(self) -> None:
         self.run = None

@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cbsim
@@ -212,3 +212,42 @@ def _clone(req: Request, state: tuple[int, int, int]) -> Request:
     copy = Request(req.request_id, 0.0, req.prompt_tokens, req.output_tokens)
     copy.kv_tokens, copy.generated, copy.blocks = state
     return copy
+
+
+@settings(deadline=None)  # the first example loads the compiled state's machine code
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 300), st.integers(0, 40), st.integers(1, 60)),
+        min_size=1,
+        max_size=90,  # past the first 64 slots: the arrays grow
+    ),
+    st.integers(0, 30),
+    st.sampled_from([1, 16]),
+)
+def test_decode_state_is_each_members_state_now(
+    joins: list[tuple[int, int, int]], iterations: int, block_size: int
+) -> None:
+    cohort = DecodeCohort(block_size)
+    requests = []
+    for i, (prompt, generated, left) in enumerate(joins):
+        req = Request(i, 0.0, prompt, generated + left + 1)
+        req.prefill_target = prompt
+        req.kv_tokens = prompt + generated
+        req.generated = generated + 1
+        req.blocks = -(-req.kv_tokens // block_size)
+        req.admit_seq = i
+        cohort.join(req)
+        requests.append(req)
+        if i % 7 == 3:  # some join later than others
+            cohort.form()
+            cohort.complete(i)
+    for row in range(iterations):
+        cohort.form()
+        cohort.complete(100 + row)
+    kv, left, blocks = cohort.decode_state()
+    members = [r for r in requests if r in cohort]  # the finished ones left, written back
+    cohort.materialize()
+    by_slot = sorted(members, key=lambda r: cohort.members[r][5])
+    assert kv.tolist() == [r.kv_tokens for r in by_slot]
+    assert left.tolist() == [r.output_tokens - r.generated for r in by_slot]
+    assert blocks.tolist() == [r.blocks for r in by_slot]

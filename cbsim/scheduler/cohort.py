@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import operator
 
+import numba
 import numpy as np
 import numpy.typing as npt
 
+from cbsim.kernel_call import KernelCall
 from cbsim.request import Request
 
 IntArray = npt.NDArray[np.int64]
@@ -43,6 +45,7 @@ class DecodeCohort:
         "_active",
         "_arrays",
         "_free_slots",
+        "_state_call",
         "block_size",
         "finishing",
         "formed",
@@ -73,6 +76,7 @@ class DecodeCohort:
         self._arrays = np.zeros((4, 64), dtype=np.int64)
         self._active = np.zeros(64, dtype=np.bool_)
         self._free_slots = list(range(63, -1, -1))
+        self._state_call = KernelCall(_members_now)  # dispatched once (cbsim.kernel_call)
 
     def __len__(self) -> int:
         return len(self.members)
@@ -231,12 +235,36 @@ class DecodeCohort:
     def decode_state(self) -> tuple[IntArray, IntArray, IntArray]:
         """The members' KV tokens, outputs left and blocks now (between iterations), in slot
         order: what a decode run is planned from (its sums do not depend on the order)."""
-        slots = np.flatnonzero(self._active)
-        t0, kv0, left0, blocks0 = self._arrays[:, slots]
-        steps = self.t - t0
-        kv = kv0 + steps
-        blocks = np.maximum(blocks0, -(-kv // self.block_size))
-        return kv, left0 - steps, blocks
+        state: tuple[IntArray, IntArray, IntArray] = self._state_call(
+            self._arrays, self._active, self.t, self.block_size
+        )
+        return state
+
+
+@numba.njit(cache=True)
+def _members_now(
+    arrays: IntArray, active: npt.NDArray[np.bool_], t: int, block_size: int
+) -> tuple[IntArray, IntArray, IntArray]:
+    """:meth:`DecodeCohort.decode_state` from the slots: each member's joining state advanced by
+    the iterations since (one pass, compiled: a run is planned at every arrival)."""
+    count = 0
+    for slot in range(len(active)):
+        if active[slot]:
+            count += 1
+    kv = np.empty(count, dtype=np.int64)
+    left = np.empty(count, dtype=np.int64)
+    blocks = np.empty(count, dtype=np.int64)
+    i = 0
+    for slot in range(len(active)):
+        if active[slot]:
+            steps = t - arrays[0, slot]
+            tokens = arrays[1, slot] + steps
+            kv[i] = tokens
+            left[i] = arrays[2, slot] - steps
+            grown = -(-tokens // block_size)
+            blocks[i] = grown if grown > arrays[3, slot] else arrays[3, slot]
+            i += 1
+    return kv, left, blocks
 
 
 def _keys_up_to(calendar: dict[int, list[Request]], after: int, last: int) -> list[int]:

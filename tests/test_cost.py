@@ -305,3 +305,17 @@ def test_add_entries_equals_adding_one_by_one(entries: list[tuple[int, int, int]
     together.add(3, 10, 3)
     together.add_entries([e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries])
     assert together == one_by_one
+
+
+def test_batch_stats_copy_carries_every_field() -> None:
+    import dataclasses
+
+    from cbsim.cost.batch_stats import BatchStats
+
+    stats = BatchStats()
+    for i, f in enumerate(dataclasses.fields(BatchStats)):
+        setattr(stats, f.name, i + 0.5 if f.type == "float" else i + 1)
+    copied = stats.copy()
+    assert copied == stats and copied is not stats
+    copied.add(3, 7, 1)
+    assert copied != stats  # independent

@@ -40,6 +40,23 @@ class BatchStats:
     prefill_pairs: float = 0.0
     prefill_requests: int = 0
 
+    def copy(self) -> BatchStats:
+        """A copy (``copy.copy`` of a slotted dataclass goes through pickling's protocol: slower
+        than the constructor on the hot path that copies one per speculative step)."""
+        return BatchStats(
+            self.num_requests,
+            self.num_tokens,
+            self.sampled_tokens,
+            self.decode_tokens,
+            self.decode_kv_tokens,
+            self.decode_pairs,
+            self.decode_requests,
+            self.prefill_tokens,
+            self.prefill_kv_tokens,
+            self.prefill_pairs,
+            self.prefill_requests,
+        )
+
     def add(self, new_tokens: int, cached_tokens: int, sampled: int) -> None:
         """Add one request's entry: q new tokens over c cached ones, ``sampled`` logits needed."""
         pairs = new_tokens * (cached_tokens + (new_tokens + 1) * 0.5)

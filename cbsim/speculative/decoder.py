@@ -16,7 +16,6 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -216,7 +215,7 @@ class SpeculativeDecoding:
             k_low, k_high = min(ks), max(ks)
             if k_low != k_high:
                 return self.step_time(prefill, contexts, np.asarray(ks, dtype=np.int64))
-            stats = copy.copy(prefill)
+            stats = prefill.copy()
             stats.add_many(count, k_high + 1, context_sum)
             return self.proposer.draft_time_uniform(
                 count, k_high, context_sum
@@ -230,7 +229,7 @@ class SpeculativeDecoding:
             times = []
             for k, draft in enumerate(drafts):
                 if k <= floor:  # every request drafts k: the uniform path of step_time
-                    stats = copy.copy(prefill)
+                    stats = prefill.copy()
                     stats.add_many(count, k + 1, context_sum)
                     times.append(draft + self.target.time_stats(stats))
                 else:
@@ -274,7 +273,7 @@ class SpeculativeDecoding:
             ks_all[entries[j]] = k
             new_tokens[entries[j]] = k + 1
         chosen = np.array(chosen_ks, dtype=np.int64)
-        stats = copy.copy(prefill)
+        stats = prefill.copy()
         if count >= GROUPED_ENTRIES:
             add_verify_entries(stats, chosen, contexts)
         else:
@@ -297,7 +296,7 @@ class SpeculativeDecoding:
     ) -> float:
         """``draft`` plus the target's step over the prefill work and the requests verifying
         ``ks`` drafts (grouped by k, ascending)."""
-        stats = copy.copy(prefill)
+        stats = prefill.copy()
         add_verify_entries(stats, ks, contexts)
         return draft + self.target.time_stats(stats)
 

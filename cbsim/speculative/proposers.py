@@ -28,11 +28,15 @@ from abc import ABC, abstractmethod
 from dataclasses import replace
 from typing import ClassVar
 
+import numba
 import numpy as np
+import numpy.typing as npt
 
+from cbsim.compiled import EXTRA, CompiledCost, decode_seconds
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import Frontend, StepOverhead
 from cbsim.errors import CbsimError
+from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import (
     DTYPE_BYTES,
     dense_weight_dtype,
@@ -61,6 +65,17 @@ def _draft_steps(ks: np.ndarray, contexts: np.ndarray) -> list[tuple[int, int]]:
         n = int(active.sum())
         steps.append((n, int(contexts[active].sum()) + n * (s + 1)))
     return steps
+
+
+@numba.njit(cache=True)
+def fused_step_costs(c: CompiledCost, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Each draft step (requests, keys/values read) of a fused head: a decode step of its layers
+    (:func:`cbsim.compiled.decode_seconds`) plus its fusion projection (the ``EXTRA`` table)."""
+    out = np.empty(len(steps))
+    for i in range(len(steps)):
+        n = steps[i, 0]
+        out[i] = decode_seconds(c, n, steps[i, 1]) + c.tables[EXTRA, n]
+    return out
 
 
 def uniform_draft_steps(count: int, k: int, context_sum: int) -> list[tuple[int, int]]:
@@ -189,10 +204,19 @@ class _FusedHead(_ModelProposer):
     def __init__(self, shape: ModelShape, target: CostModel) -> None:
         super().__init__(shape, target)
         self._fusion_k = 2 * target.model.hidden_size
+        self._compiled_steps = KernelCall(fused_step_costs)
 
     def _step_costs(self, steps: list[tuple[int, int]]) -> list[float]:
         hidden = self.shape.hidden_size
         cost = self.cost
+        if self.dp == 1 and self._ranks == 1 and steps:
+            # the layers and the projection from the head's compiled tables: the same floats
+            top = max(n for n, _ in steps)
+            compiled = cost.compiled(top, (hidden, self._fusion_k))
+            if compiled is not None:
+                table = np.array(steps, dtype=np.int64)
+                costs: list[float] = self._compiled_steps(compiled, table).tolist()
+                return costs
         decode_time, gemm_time = cost.decode_time, cost.gemm_time
         # a cost model of data-parallel ranks prices the projection at a rank's share
         share = cost.rank_share if cost.dp > 1 else None

@@ -139,12 +139,8 @@ class LogGrid:
         values (the same floats: each point's corners added in column order, as the sparse
         product adds them), without building the matrix."""
         points = [np.asarray(f, dtype=np.float64) for f in features]
-        shape = self.values.shape
         flat = self.values.ravel()
-        terms = [
-            (np.ravel_multi_index(index, shape), weight)
-            for index, weight in _weights(self.axes, points)
-        ]
+        terms = _corner_columns(self.axes, points)
         # every point's corners lie at the same offsets from its first: one order serves all
         if len(points[0]):
             terms.sort(key=lambda term: int(term[0][0]))
@@ -178,18 +174,29 @@ def _weights(
     return corners
 
 
+def _corner_columns(
+    axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per corner of the points' cells: each point's node (its column in the flattened values)
+    and its weight."""
+    shape = tuple(len(a) for a in axes)
+    return [
+        (np.ravel_multi_index(index, shape), weight) for index, weight in _weights(axes, features)
+    ]
+
+
 def interpolation_matrix(
     axes: Sequence[np.ndarray], features: Sequence[np.ndarray]
 ) -> sp.csr_matrix:
     """Sparse (points × nodes) matrix of multilinear interpolation weights."""
-    import scipy.sparse as sp  # for fitting and many-point evaluation: not on a run's path
+    import scipy.sparse as sp  # for fitting: not on a run's path (LogGrid.evaluate needs none)
 
     shape = tuple(len(a) for a in axes)
     n = len(features[0])
     rows, cols, vals = [], [], []
-    for index, weight in _weights(axes, features):
+    for columns, weight in _corner_columns(axes, features):
         rows.append(np.arange(n))
-        cols.append(np.ravel_multi_index(index, shape))
+        cols.append(columns)
         vals.append(weight)
     return sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),

@@ -13,6 +13,16 @@ the collector is paused while importing and the imported objects are then frozen
 kept out of every later collection), and what is alive when the command ends is frozen too (the
 process is ending: its memory goes back with it). The command's own garbage is collected as
 usual in between.
+
+When cbsim's first compiled kernel loads, numba fills its registries of implementations, and one
+of them (``numba.np.arraymath``) probes at import for a BLAS by importing ``scipy.linalg``: a
+fifth of a second of imports (f2py and scipy's array API layer among them) in every command that
+simulates. cbsim's kernels do no linear algebra and the command line no longer needs
+``scipy.linalg`` on a run's path, so the launcher imports that module with the probe answering
+"no BLAS" and puts the probe back at once: the only effect is that numba's ``np.cov`` and
+``np.corrcoef`` take their plain loops in this process; ``np.dot`` and ``np.linalg`` still find
+the BLAS when a kernel using them compiles. (Not done for the Python API: a notebook's numba is
+its own.)
 """
 
 from __future__ import annotations
@@ -39,7 +49,36 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         gc.freeze()
         if collecting:
             gc.enable()
+    _skip_numba_blas_probe()
     try:
         cli_main(argv)
     finally:
         gc.freeze()
+
+
+def _skip_numba_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` (which numba would import on its first compiled call) with
+    its BLAS probe answering "none", then restore the probe (see the module docstring). Nothing
+    happens when numba is not imported, the module is already, or numba's layout differs."""
+    if "numba" not in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        import numba.np.linalg as linalg
+    except ImportError:
+        return
+    probe = getattr(linalg, "ensure_blas", None)
+    if probe is None:
+        return
+
+    def no_blas() -> None:
+        raise ImportError("BLAS probe skipped by the cbsim launcher")
+
+    linalg.ensure_blas = no_blas
+    try:
+        import numba.np.arraymath as arraymath
+    except ImportError:
+        return
+    finally:
+        linalg.ensure_blas = probe
+    if getattr(arraymath, "ensure_blas", None) is no_blas:
+        setattr(arraymath, "ensure_blas", probe)  # noqa: B010 (numba does not export the name)

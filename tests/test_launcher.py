@@ -38,3 +38,35 @@ def test_the_imported_objects_are_frozen_and_collection_goes_on() -> None:
 def test_a_caller_that_paused_collection_finds_it_paused() -> None:
     _, enabled, _, _ = _probe("gc.disable()")
     assert enabled == "False"
+
+
+BLAS_PROBE = """
+import sys
+import cbsim_launcher
+try:
+    cbsim_launcher.main(["--version"])
+except SystemExit:
+    pass
+import numba.np.arraymath as arraymath
+import numba.np.linalg as linalg
+import yaml
+from cbsim.simulate import simulate
+with open({scenario!r}) as file:
+    data = yaml.safe_load(file)
+data["workload"]["num_requests"] = 20
+done = simulate(data)
+print(len(done.requests), "scipy.linalg" in sys.modules, arraymath._HAVE_BLAS,
+      arraymath.ensure_blas is linalg.ensure_blas)
+"""
+
+
+def test_a_run_after_the_launcher_imports_no_scipy_linalg_and_the_blas_probe_is_restored() -> None:
+    scenario = "scenarios/chat-llama3-8b-h100.yaml"
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE.format(scenario=scenario)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    assert done.stdout.split()[-4:] == ["20", "False", "False", "True"]

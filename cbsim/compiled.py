@@ -14,6 +14,12 @@ everything else they do. So a :class:`CostModel` is *compiled* once into a :clas
   order as :meth:`CostModel.attention_time`, so bit for bit the same seconds;
 * the engine's step overhead as plain floats (:meth:`CostModel.step_time`'s arithmetic).
 
+A stepped iteration (prefill chunks and decodes, one SimPy event each) is priced the same way in
+one call (:func:`stepped_seconds`): the batch's non-attention kernels from the cost model's own
+cache, the decode attention as above, and the prefill attention by its fit passed as two arrays
+(:func:`prefill_attention`), so :meth:`CostModel.time_stats` makes one compiled call per iteration
+instead of a dozen Python ones.
+
 A cost model that cannot be compiled (a GPU priced through another GPU's kernel ratios, a
 correction over more than two features) gives None, and callers fall back to the Python path.
 """
@@ -186,6 +192,26 @@ def scaled_decode_attention(
     c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float
 ) -> float:
     """:func:`decode_attention` given its :func:`attention_factor`."""
+    return _attention_seconds(
+        c, c.mode, c.floor_s, c.compute_eff, c.memory_eff, tokens, kv_tokens, pairs, factor
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _attention_seconds(
+    c: CompiledCost,
+    mode: int,
+    floor_s: float,
+    compute_eff: float,
+    memory_eff: float,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    factor: float,
+) -> float:
+    """One layer's attention over a group by a fit (``mode``, its floor and efficiencies) and its
+    correction ``factor``: :meth:`CostModel.attention_time`'s arithmetic, ``c`` giving the
+    model's heads and the GPU."""
     if tokens <= 0:
         return 0.0
     flops = 4.0 * pairs * c.q_heads * c.head_dim
@@ -193,12 +219,12 @@ def scaled_decode_attention(
         kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
         + 2 * tokens * c.q_heads * c.head_dim * 2.0
     )
-    t_compute = flops / (c.attn_peak * c.compute_eff)
-    t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
-    if c.mode == ROOFLINE:
-        return max(t_compute, t_memory) + c.floor_s
-    fitted = c.floor_s + (t_compute if t_compute >= t_memory else t_memory)
-    if c.mode != FIT_PLAIN:
+    t_compute = flops / (c.attn_peak * compute_eff)
+    t_memory = bytes_moved / (c.bandwidth * memory_eff)
+    if mode == ROOFLINE:
+        return max(t_compute, t_memory) + floor_s
+    fitted = floor_s + (t_compute if t_compute >= t_memory else t_memory)
+    if mode != FIT_PLAIN:
         fitted = fitted * factor
     light = bytes_moved / c.bandwidth
     return fitted if fitted > light else light
@@ -213,6 +239,42 @@ def decode_attention(
         return 0.0
     factor = attention_factor(c, requests, kv_tokens - tokens)
     return scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+
+
+# a prefill fit as prefill_attention reads it (compile_prefill): its fields in this order
+FIT_MODE, FIT_USES_BATCH, FIT_FLOOR, FIT_COMPUTE, FIT_MEMORY, FIT_AXIS0, FIT_AXIS1, FIT_STRIDE0 = (
+    range(8)
+)
+
+
+@numba.njit(cache=True)
+def prefill_attention(
+    c: CompiledCost,
+    fit: FloatArray,
+    grid: FloatArray,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    requests: int,
+) -> float:
+    """One layer's prefill attention (:meth:`CostModel.attention_time` with ``decode=False``)
+    by the prefill fit ``fit`` (fields ``FIT_MODE`` ..) and its correction ``grid``
+    (:func:`cbsim.cost.roofline.compile_prefill`); the correction reads the new tokens per
+    request where the decode one reads the cached context."""
+    if tokens <= 0:
+        return 0.0
+    mode = int(fit[FIT_MODE])
+    factor = 1.0
+    if mode in (FIT_GRID1, FIT_GRID2):
+        batch = requests if requests > 1 else 1
+        per_request = tokens / batch
+        per_request = per_request if per_request > 1.0 else 1.0
+        sizes = (int(fit[FIT_AXIS0]), int(fit[FIT_AXIS1]), int(fit[FIT_STRIDE0]))
+        uses_batch = fit[FIT_USES_BATCH] != 0.0
+        factor = math.exp(_correction(mode, uses_batch, grid, *sizes, batch, per_request))
+    return _attention_seconds(
+        c, mode, fit[FIT_FLOOR], fit[FIT_COMPUTE], fit[FIT_MEMORY], tokens, kv_tokens, pairs, factor
+    )
 
 
 @numba.njit(cache=True, inline="always")
@@ -268,5 +330,37 @@ def scaled_step_seconds(
         + c.layers * prefill_attention_s
         + c.layers
         * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)
+    )
+    return step_seconds(c, gpu, requests, tokens)
+
+
+@numba.njit(cache=True)
+def stepped_seconds(
+    c: CompiledCost,
+    fit: FloatArray,
+    grid: FloatArray,
+    token_s: float,
+    requests: int,
+    tokens: int,
+    prefill_tokens: int,
+    prefill_kv_tokens: int,
+    prefill_pairs: float,
+    prefill_requests: int,
+    decode_tokens: int,
+    decode_kv_tokens: int,
+    decode_pairs: float,
+    decode_requests: int,
+) -> float:
+    """:meth:`CostModel.time_stats` of any batch given by its stats, its kernels other than
+    attention already priced (``token_s``): both attention kernels over every layer (the prefill
+    one by the fit ``fit``/``grid`` of :func:`prefill_attention`) and the engine's step."""
+    gpu = (
+        token_s
+        + c.layers
+        * prefill_attention(
+            c, fit, grid, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
+        )
+        + c.layers
+        * decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
     )
     return step_seconds(c, gpu, requests, tokens)

@@ -269,7 +269,11 @@ class OpPricing:
             self._decode_fit_model.compiled() if self._decode_fit_model is not None else None
         )
         self._compiled: dict[tuple[int, int] | None, Any] = {}
-        self._prefill_fit = prefill.specialize(heads).compiled() if prefill is not None else None
+        self._stepped: Any = False  # see CostModel.time_stats (False: not worked out yet)
+        self._prefill_fit_model = prefill.specialize(heads) if prefill is not None else None
+        self._prefill_fit = (
+            self._prefill_fit_model.compiled() if self._prefill_fit_model is not None else None
+        )
         self._linear_cache: dict[
             int | tuple[int, int], tuple[float, float, float, float, float]
         ] = {}

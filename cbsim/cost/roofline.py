@@ -40,9 +40,17 @@ import numpy as np
 
 from cbsim.compiled import (
     EXTRA,
+    FIT_AXIS0,
+    FIT_AXIS1,
+    FIT_COMPUTE,
+    FIT_FLOOR,
     FIT_GRID1,
     FIT_GRID2,
+    FIT_MEMORY,
+    FIT_MODE,
     FIT_PLAIN,
+    FIT_STRIDE0,
+    FIT_USES_BATCH,
     HEAD,
     HEAD_FLOOR,
     LINEAR,
@@ -52,6 +60,8 @@ from cbsim.compiled import (
     TABLE_ROWS,
     TOKEN,
     CompiledCost,
+    FloatArray,
+    stepped_seconds,
 )
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX, BatchStats
 from cbsim.cost.op_pricing import (
@@ -67,8 +77,9 @@ from cbsim.cost.op_pricing import (
     windowed,
 )
 from cbsim.cost.params import CostParams
-from cbsim.cost.profile import UNCALIBRATED
+from cbsim.cost.profile import UNCALIBRATED, RooflineFit
 from cbsim.hardware import GPU
+from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import model_weight_bytes, split_weight_bytes
 from cbsim.models import ModelShape
 
@@ -306,7 +317,39 @@ class CostModel(OpPricing):
         )
 
     def time_stats(self, stats: BatchStats) -> float:
-        """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`)."""
+        """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`).
+
+        Where the model compiles (:func:`compile_cost`), its attention and the engine's step
+        overhead are one compiled call (:func:`cbsim.compiled.stepped_seconds`: the same float
+        operations in the same order, so the same seconds); otherwise
+        :meth:`python_time_stats`."""
+        if stats.num_tokens <= 0:
+            return 0.0
+        stepped = self._stepped
+        if stepped is False:
+            stepped = self._stepped = _stepped_pricing(self)
+        if stepped is None:
+            return self.python_time_stats(stats)
+        call, compiled, fit, grid = stepped
+        return call(  # type: ignore[no-any-return]
+            compiled,
+            fit,
+            grid,
+            self._token_time(stats.num_tokens, stats.sampled_tokens, stats.num_requests),
+            stats.num_requests,
+            stats.num_tokens,
+            stats.prefill_tokens,
+            stats.prefill_kv_tokens,
+            stats.prefill_pairs,
+            stats.prefill_requests,
+            stats.decode_tokens,
+            stats.decode_kv_tokens,
+            stats.decode_pairs,
+            stats.decode_requests,
+        )
+
+    def python_time_stats(self, stats: BatchStats) -> float:
+        """:meth:`time_stats` priced in Python, term by term."""
         if stats.num_tokens <= 0:
             return 0.0
         return self.step_time(self.gpu_time_stats(stats), stats.num_requests, stats.num_tokens)
@@ -382,6 +425,12 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
 
     ``extra_gemm`` = (n, k) adds ``cost.gemm_time(m, n, k)`` per step of m requests (an EAGLE
     head's fusion layer), tabled like the token kernels."""
+    base = _compiled_base(cost)
+    return None if base is None else extend_tables(base, cost, tokens, extra_gemm)
+
+
+def _compiled_base(cost: CostModel) -> CompiledCost | None:
+    """:func:`compile_cost` without its tables (None: not compilable)."""
     if (
         cost._transfer is not None
         or cost.model.is_mla
@@ -389,7 +438,42 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
         or cost._split > 1
     ):
         return None  # MLA modules, local attention and data-parallel ranks: priced in Python
-    fit = cost._decode_fit_model
+    fields = _compiled_fit(cost, cost._decode_fit_model)
+    if fields is None:
+        return None
+    cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
+    return CompiledCost(
+        tables=np.zeros((TABLE_ROWS, 0)),
+        mode=fields["mode"],
+        layers=cost.model.num_layers,
+        q_heads=cost._q_heads,
+        kv_heads=cost._kv_heads,
+        head_dim=cost.model.head_dim,
+        kv_bytes=float(cost._kv_bytes),
+        attn_peak=float(cost._attn_flops),
+        bandwidth=float(cost.gpu.hbm_bandwidth),
+        floor_s=fields["floor_s"],
+        compute_eff=fields["compute_eff"],
+        memory_eff=fields["memory_eff"],
+        grid=fields["grid"],
+        axis0_size=fields["axis0_size"],
+        axis1_size=fields["axis1_size"],
+        stride0=fields["stride0"],
+        uses_batch=fields["uses_batch"],
+        cpu_s=float(cpu_s),
+        cpu_per_request_s=float(per_request),
+        cpu_per_token_s=float(per_token),
+        serial_s=float(serial_s),
+        serial_per_request_s=float(serial_per_request),
+        overlap=bool(overlap),
+        overhead_zero=bool(cost._overhead_zero),
+        overhead_rises=False,
+    )
+
+
+def _compiled_fit(cost: CostModel, fit: RooflineFit | None) -> dict[str, Any] | None:
+    """An attention fit (or, None, the raw roofline) as :class:`CompiledCost`'s attention fields;
+    None when its correction is not over (batch, tokens) or one of them."""
     axis0 = axis1 = flat = np.zeros(0)
     stride0 = 0
     uses_batch = False
@@ -421,35 +505,48 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
             else:
                 return None
             flat = np.asarray(grid._flat, dtype=np.float64)
-    cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
-    compiled = CompiledCost(
-        tables=np.zeros((TABLE_ROWS, 0)),
-        mode=mode,
-        layers=cost.model.num_layers,
-        q_heads=cost._q_heads,
-        kv_heads=cost._kv_heads,
-        head_dim=cost.model.head_dim,
-        kv_bytes=float(cost._kv_bytes),
-        attn_peak=float(cost._attn_flops),
-        bandwidth=float(cost.gpu.hbm_bandwidth),
-        floor_s=float(floor),
-        compute_eff=float(compute),
-        memory_eff=float(memory),
-        grid=np.concatenate([axis0, axis1, flat]),
-        axis0_size=len(axis0),
-        axis1_size=len(axis1),
-        stride0=int(stride0),
-        uses_batch=uses_batch,
-        cpu_s=float(cpu_s),
-        cpu_per_request_s=float(per_request),
-        cpu_per_token_s=float(per_token),
-        serial_s=float(serial_s),
-        serial_per_request_s=float(serial_per_request),
-        overlap=bool(overlap),
-        overhead_zero=bool(cost._overhead_zero),
-        overhead_rises=False,
-    )
-    return extend_tables(compiled, cost, tokens, extra_gemm)
+    return {
+        "mode": mode,
+        "floor_s": float(floor),
+        "compute_eff": float(compute),
+        "memory_eff": float(memory),
+        "grid": np.concatenate([axis0, axis1, flat]),
+        "axis0_size": len(axis0),
+        "axis1_size": len(axis1),
+        "stride0": int(stride0),
+        "uses_batch": uses_batch,
+    }
+
+
+def _stepped_pricing(
+    cost: CostModel,
+) -> tuple[KernelCall, CompiledCost, FloatArray, FloatArray] | None:
+    """What :meth:`CostModel.time_stats` calls its compiled pricing with: the kernel, the model's
+    pricing without tables (the batch's other kernels come from its token cache) and its prefill
+    fit; None when either cannot be compiled."""
+    base = _compiled_base(cost)
+    prefill = compile_prefill(cost) if base is not None else None
+    if base is None or prefill is None:
+        return None
+    return KernelCall(stepped_seconds), base, prefill[0], prefill[1]
+
+
+def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
+    """``cost``'s prefill-attention fit as :func:`cbsim.compiled.prefill_attention` reads it:
+    (its fields, its correction grid); None when it cannot be compiled."""
+    fields = _compiled_fit(cost, cost._prefill_fit_model)
+    if fields is None:
+        return None
+    fit = np.zeros(8)
+    fit[FIT_MODE] = fields["mode"]
+    fit[FIT_USES_BATCH] = 1.0 if fields["uses_batch"] else 0.0
+    fit[FIT_FLOOR] = fields["floor_s"]
+    fit[FIT_COMPUTE] = fields["compute_eff"]
+    fit[FIT_MEMORY] = fields["memory_eff"]
+    fit[FIT_AXIS0] = fields["axis0_size"]
+    fit[FIT_AXIS1] = fields["axis1_size"]
+    fit[FIT_STRIDE0] = fields["stride0"]
+    return fit, fields["grid"]
 
 
 def extend_tables(

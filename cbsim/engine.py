@@ -306,7 +306,14 @@ class Simulation:
             if handoff is not None and (replica.inbox or replica.awaiting):
                 handoff.take_in(replica, start)
             waiting = len(sched.waiting)
-            stop_on_finish = sched.decode_run_mode() if fast_forward else None
+            # a run ends with the first iteration that ends after the next arrival anywhere in the
+            # fleet; one due within the replica's latest decode step would end it after a single
+            # iteration, which stepping does for less (the same iteration either way)
+            stop_on_finish = (
+                sched.decode_run_mode()
+                if fast_forward and self.next_arrival_s() - start >= replica.decode_step_s
+                else None
+            )
             if stop_on_finish is not None:
                 # a run deciding by the exact free blocks ends at a finish that releases cache
                 # entries (see SchedulerPolicy.settle_run); one whose finishes free blocks that
@@ -331,6 +338,7 @@ class Simulation:
                     replica.pokeable = False
                     replica.forming = True
                     clock = replica.step_end = run.end_s
+                    replica.decode_step_s = run.durations[-1]
                     replica.end_run()
                     first_row = recorder.rows
                     if run.spec is not None:
@@ -376,6 +384,8 @@ class Simulation:
             transfers = replica.held_requests if prefills_only else replica.in_transfer
             end = start + duration
             replica.step_end = end
+            if not batch.prefill_tokens:
+                replica.decode_step_s = duration
             replica.forming = False
             yield _iteration_end_at(env, end)
             replica.forming = True

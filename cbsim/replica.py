@@ -62,6 +62,7 @@ class Replica:
     poke_until: float = -math.inf
     process: simpy.Process | None = None
     step_end: float = -math.inf  # when its latest iteration (stepped or in a run) ends
+    decode_step_s: float = 0.0  # its latest pure-decode iteration's duration (0: none yet)
     forming: bool = False  # between an iteration's end and the next batch (or going idle)
     last_row: int = -1  # the recorder row of this replica's latest iteration
     delivered_s: float = 0.0  # when its front end has streamed every token emitted so far

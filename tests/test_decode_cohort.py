@@ -27,8 +27,10 @@ def _small_cohorts() -> Iterator[None]:
     it, grow it from nothing and dissolve it as they drain (a busy replica's defaults would
     leave them stepping one by one)."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(base, "COHORT_FROM", 3)
-        patch.setattr(base, "COHORT_UNDER", 2)
+        for name in ("COHORT_FROM", "MIXED_COHORT_FROM"):
+            patch.setattr(base, name, 3)
+        for name in ("COHORT_UNDER", "MIXED_COHORT_UNDER"):
+            patch.setattr(base, name, 2)
         yield
 
 

@@ -35,9 +35,13 @@ from cbsim.scheduler.cohort import BY_ADMISSION, DecodeCohort, IntArray
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 
 # running requests from which a decode cohort pays (joins, calendars and array reads cost more
-# than stepping a handful of requests one by one), and below which one is dissolved
+# than stepping a handful of requests one by one), and below which one is dissolved; for a
+# policy whose prompt chunks share their iterations with the running decodes (Sarathi), from
+# fewer: every iteration of each arrival's prompt then steps all the decodes
 COHORT_FROM = 64
 COHORT_UNDER = 32
+MIXED_COHORT_FROM = 16
+MIXED_COHORT_UNDER = 8
 
 
 class WaitingQueue(deque[Request]):
@@ -126,6 +130,8 @@ class SchedulerPolicy(ABC):
     # forms its decodes in running order, all of them when its budget allows, ahead of any
     # other entry (what a decode cohort needs: see cbsim.scheduler.cohort)
     forms_cohorts: ClassVar[bool] = False
+    # whether its iterations that carry prompt chunks carry the running decodes too
+    mixes_decodes: ClassVar[bool] = False
 
     def __init__(self, config: SchedulerConfig, kv: KVCache) -> None:
         self.config = config
@@ -166,16 +172,18 @@ class SchedulerPolicy(ABC):
     def _in_cohort_now(self) -> bool:
         """Whether the running decodes go through the decode cohort now: from
         :data:`COHORT_FROM` running requests on, until they fall under :data:`COHORT_UNDER`
-        (then it is dissolved). Either way the results are the same."""
+        (then it is dissolved); :data:`MIXED_COHORT_FROM` and :data:`MIXED_COHORT_UNDER` where
+        the policy :attr:`mixes_decodes`. Either way the results are the same."""
         cohort = self.cohort
         if cohort is None:
             return False
+        mixed = self.mixes_decodes
         if len(cohort):
-            if len(self.running) >= COHORT_UNDER:
+            if len(self.running) >= (MIXED_COHORT_UNDER if mixed else COHORT_UNDER):
                 return True
             self.dissolve_cohort()
             return False
-        return len(self.running) >= COHORT_FROM
+        return len(self.running) >= (MIXED_COHORT_FROM if mixed else COHORT_FROM)
 
     def cohort_decode_state(self) -> tuple[IntArray, IntArray, IntArray] | None:
         """Every running request's KV tokens, outputs left and blocks (in no particular order),

@@ -19,6 +19,7 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 @register("sarathi")
 class SarathiScheduler(SchedulerPolicy):
     forms_cohorts = True
+    mixes_decodes = True
 
     def decode_run_mode(self) -> bool | None:
         if len(self.running) > self.config.max_batched_tokens:

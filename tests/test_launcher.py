@@ -1,10 +1,14 @@
 """The console script's entry point (``cbsim_launcher``): the garbage collector left out of the
-import's long-lived objects and of the interpreter's exit, and left as the caller had it."""
+import's long-lived objects and of the interpreter's exit, and left as the caller had it; numba's
+BLAS probe skipped; the process ended without the interpreter's teardown, its output flushed, its
+exit handlers run and its exit status kept."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+
+import cbsim_launcher
 
 PROBE = """
 import gc, sys
@@ -70,3 +74,40 @@ def test_a_run_after_the_launcher_imports_no_scipy_linalg_and_the_blas_probe_is_
         timeout=300,
     )
     assert done.stdout.split()[-4:] == ["20", "False", "False", "True"]
+
+
+CONSOLE = """
+import atexit, sys
+import cbsim_launcher
+atexit.register(lambda: print("exit handlers ran", file=sys.stderr))
+cbsim_launcher.console()
+"""
+
+
+def _console(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", CONSOLE, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_console_script_flushes_its_output_and_runs_the_exit_handlers() -> None:
+    done = _console("--version")
+    assert done.returncode == 0
+    assert "cbsim" in done.stdout
+    assert "exit handlers ran" in done.stderr
+
+
+def test_the_console_script_keeps_the_command_s_exit_status() -> None:
+    done = _console("run", "no-such-scenario.yaml")
+    assert done.returncode == 2
+    assert "error" in done.stderr and "exit handlers ran" in done.stderr
+
+
+def test_exit_statuses_are_the_interpreter_s() -> None:
+    assert cbsim_launcher._exit_status(None) == 0
+    assert cbsim_launcher._exit_status(3) == 3
+    assert cbsim_launcher._exit_status(256 + 2) == 2
+    assert cbsim_launcher._exit_status("bye") == 1

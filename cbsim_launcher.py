@@ -26,7 +26,8 @@ its own.)
 
 The console script (:func:`console`) ends the process once the command's exit handlers have run
 and its output is flushed, without the interpreter's teardown (every module and object freed one
-by one: some 70 ms after a capacity search, for memory the process gives back anyway).
+by one: some 70 ms after a capacity search, for memory the process gives back anyway); when a
+thread the interpreter would wait for is still alive, it exits the usual way.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import atexit
 import gc
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -68,6 +70,8 @@ def console() -> NoReturn:
     try:
         main()
     except SystemExit as end:
+        if _other_threads():  # the interpreter's exit waits for them: let it
+            raise
         status = _exit_status(end.code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
@@ -76,6 +80,13 @@ def console() -> NoReturn:
         except (OSError, ValueError):  # closed, or its reader went away
             status = status or 120  # as the interpreter's own exit reports an unflushed stream
     os._exit(status)
+
+
+def _other_threads() -> bool:
+    """Whether a thread other than the main one is alive that the interpreter's exit would wait
+    for (not a daemon)."""
+    main_thread = threading.main_thread()
+    return any(t is not main_thread and not t.daemon for t in threading.enumerate())
 
 
 def _exit_status(code: object) -> int:

@@ -111,3 +111,15 @@ def test_exit_statuses_are_the_interpreter_s() -> None:
     assert cbsim_launcher._exit_status(3) == 3
     assert cbsim_launcher._exit_status(256 + 2) == 2
     assert cbsim_launcher._exit_status("bye") == 1
+
+
+def test_a_thread_still_running_gets_the_interpreter_s_own_exit() -> None:
+    code = (
+        "import threading, time, cbsim_launcher\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n"
+        "cbsim_launcher.console()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and "thread done" in done.stdout

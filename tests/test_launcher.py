@@ -21,14 +21,16 @@ except SystemExit as end:
 """
 
 
-def _probe(before: str = "") -> list[str]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE.format(before=before)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
+def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code args`` in a fresh interpreter, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
     )
+
+
+def _probe(before: str = "") -> list[str]:
+    done = _python(PROBE.format(before=before))
+    assert done.returncode == 0, done.stderr
     return done.stdout.split()[-4:]
 
 
@@ -65,14 +67,8 @@ print(len(done.requests), "scipy.linalg" in sys.modules, arraymath._HAVE_BLAS,
 
 
 def test_a_run_after_the_launcher_imports_no_scipy_linalg_and_the_blas_probe_is_restored() -> None:
-    scenario = "scenarios/chat-llama3-8b-h100.yaml"
-    done = subprocess.run(
-        [sys.executable, "-c", BLAS_PROBE.format(scenario=scenario)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    )
+    done = _python(BLAS_PROBE.format(scenario="scenarios/chat-llama3-8b-h100.yaml"))
+    assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-4:] == ["20", "False", "False", "True"]
 
 
@@ -85,12 +81,7 @@ cbsim_launcher.console()
 
 
 def _console(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", CONSOLE, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return _python(CONSOLE, *args)
 
 
 def test_the_console_script_flushes_its_output_and_runs_the_exit_handlers() -> None:
@@ -119,7 +110,5 @@ def test_a_thread_still_running_gets_the_interpreter_s_own_exit() -> None:
         "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n"
         "cbsim_launcher.console()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, timeout=300
-    )
+    done = _python(code, "--version")
     assert done.returncode == 0 and "thread done" in done.stdout

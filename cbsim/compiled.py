@@ -178,13 +178,39 @@ def attention_factor(c: CompiledCost, requests: int, context_tokens: int) -> flo
     ``requests`` requests whose caches hold ``context_tokens`` tokens before the step; 1 when
     the fit has no grid. It does not depend on how many tokens each request adds, so one factor
     serves every candidate draft length of a batch."""
-    if c.mode == ROOFLINE or c.mode == FIT_PLAIN:
+    return _grid_factor(
+        c.mode,
+        c.uses_batch,
+        c.grid,
+        c.axis0_size,
+        c.axis1_size,
+        c.stride0,
+        requests,
+        context_tokens,
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _grid_factor(
+    mode: int,
+    uses_batch: bool,
+    grid: FloatArray,
+    axis0_size: int,
+    axis1_size: int,
+    stride0: int,
+    requests: int,
+    tokens: int,
+) -> float:
+    """A fit's correction grid as a factor for ``requests`` requests over ``tokens`` tokens in
+    all (read per request, at least one of each); 1 for a fit without a grid."""
+    if mode != FIT_GRID1 and mode != FIT_GRID2:
         return 1.0
     batch = requests if requests > 1 else 1
-    per_request = context_tokens / batch
+    per_request = tokens / batch
     per_request = per_request if per_request > 1.0 else 1.0
-    sizes = (c.axis0_size, c.axis1_size, c.stride0)
-    return math.exp(_correction(c.mode, c.uses_batch, c.grid, *sizes, batch, per_request))
+    return math.exp(
+        _correction(mode, uses_batch, grid, axis0_size, axis1_size, stride0, batch, per_request)
+    )
 
 
 @numba.njit(cache=True, inline="always")
@@ -264,14 +290,16 @@ def prefill_attention(
     if tokens <= 0:
         return 0.0
     mode = int(fit[FIT_MODE])
-    factor = 1.0
-    if mode in (FIT_GRID1, FIT_GRID2):
-        batch = requests if requests > 1 else 1
-        per_request = tokens / batch
-        per_request = per_request if per_request > 1.0 else 1.0
-        sizes = (int(fit[FIT_AXIS0]), int(fit[FIT_AXIS1]), int(fit[FIT_STRIDE0]))
-        uses_batch = fit[FIT_USES_BATCH] != 0.0
-        factor = math.exp(_correction(mode, uses_batch, grid, *sizes, batch, per_request))
+    factor = _grid_factor(
+        mode,
+        fit[FIT_USES_BATCH] != 0.0,
+        grid,
+        int(fit[FIT_AXIS0]),
+        int(fit[FIT_AXIS1]),
+        int(fit[FIT_STRIDE0]),
+        requests,
+        tokens,
+    )
     return _attention_seconds(
         c, mode, fit[FIT_FLOOR], fit[FIT_COMPUTE], fit[FIT_MEMORY], tokens, kv_tokens, pairs, factor
     )

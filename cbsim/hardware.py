@@ -71,6 +71,12 @@ class GPU:
         fp4_flops: dense fp4 tensor-core peak in FLOP/s (NVFP4, Blackwell); 0 on a GPU without FP4
             tensor cores, where fp4 weights are an error rather than silently priced at another
             precision's rate (no serving engine runs NVFP4 GEMMs there).
+        usable_memory_bytes: the device's total memory as CUDA (or ROCm) reports it to a process
+            (``torch.cuda.mem_get_info()[1]``, the ``total_gpu_memory`` vLLM prints: 79.15 GiB
+            on an 80 GB A100), which is what vLLM and TensorRT-LLM take fractions of; 0: taken
+            as ``memory_bytes``.
+        smi_memory_mib: the capacity ``nvidia-smi`` (``rocm-smi``) prints, in MiB, which
+            SGLang's default memory fraction reads; 0: ``memory_bytes`` in MiB.
     """
 
     name: str
@@ -83,6 +89,8 @@ class GPU:
     price_per_hour: float
     fp4_flops: float = 0.0
     network_bandwidth: float = 50 * GB
+    usable_memory_bytes: float = 0.0
+    smi_memory_mib: float = 0.0
 
     def __post_init__(self) -> None:
         for field in (
@@ -99,8 +107,19 @@ class GPU:
             raise CbsimError(f"must be >= 1, got {self.gpus_per_node!r}", field="gpus_per_node")
         if self.price_per_hour < 0:
             raise CbsimError(f"must be >= 0, got {self.price_per_hour!r}", field="price_per_hour")
-        if not self.fp4_flops >= 0:
-            raise CbsimError(f"must be >= 0, got {self.fp4_flops!r}", field="fp4_flops")
+        for field in ("fp4_flops", "usable_memory_bytes", "smi_memory_mib"):
+            if not getattr(self, field) >= 0:
+                raise CbsimError(f"must be >= 0, got {getattr(self, field)!r}", field=field)
+
+    @property
+    def cuda_total_bytes(self) -> float:
+        """Total device memory as a process sees it (:attr:`usable_memory_bytes`)."""
+        return self.usable_memory_bytes or self.memory_bytes
+
+    @property
+    def smi_mib(self) -> float:
+        """Capacity as ``nvidia-smi`` prints it, MiB (:attr:`smi_memory_mib`)."""
+        return self.smi_memory_mib or self.memory_bytes / 2**20
 
     @property
     def has_fp4(self) -> bool:
@@ -145,6 +164,9 @@ _CATALOG: dict[str, GPU] = {
             network_bandwidth=25 * GB,  # aiconfigurator inter_node_bw: one 200 Gb/s CX6 per GPU
             gpus_per_node=8,
             price_per_hour=1.50,
+            usable_memory_bytes=79.15
+            * GiB,  # vLLM logs on A100-SXM4-80GB print total_gpu_memory (79.15GiB)
+            smi_memory_mib=81920,
         ),
         # NVIDIA H100 SXM5 80GB. Datasheet and aiconfigurator h100_sxm.yaml: 80 GiB HBM3,
         # 3.35 TB/s, 989 TFLOP/s dense bf16 (1979 sparse), 1978 TFLOP/s dense fp8 (3958 sparse),
@@ -159,6 +181,8 @@ _CATALOG: dict[str, GPU] = {
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=3.00,
+            usable_memory_bytes=79.19 * GiB,  # vLLM logs on H100 80GB HBM3 print 79.19-79.22 GiB
+            smi_memory_mib=81559,
         ),
         # NVIDIA H200 SXM 141GB. Datasheet and aiconfigurator h200_sxm.yaml: 141 GiB HBM3e
         # (aiconfigurator's value; nvidia-smi shows ~140.4 GiB), 4.8 TB/s, same Hopper tensor
@@ -173,6 +197,9 @@ _CATALOG: dict[str, GPU] = {
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=3.75,
+            usable_memory_bytes=139.81
+            * GiB,  # TensorRT-LLM logs on H200 print device total memory 139.81 GiB
+            smi_memory_mib=143771,
         ),
         # NVIDIA L40S 48GB GDDR6 (PCIe card). aiconfigurator l40s.yaml: 46068 MiB visible with
         # ECC on (datasheet: 48 GB), 864 GB/s, 362.05 TFLOP/s dense bf16, 733 TFLOP/s dense fp8
@@ -188,6 +215,8 @@ _CATALOG: dict[str, GPU] = {
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
             price_per_hour=1.00,
+            usable_memory_bytes=44.31 * GiB,  # vLLM logs on L40S print 44.31-44.39 GiB
+            smi_memory_mib=46068,
         ),
         # NVIDIA B200 (HGX/DGX B200). Datasheet: 8 TB/s HBM3e; DGX B200 lists 1,440 GB for 8
         # GPUs = 180 GB each, which like other HBM "GB" figures is GiB-sized (nvidia-smi shows
@@ -206,6 +235,8 @@ _CATALOG: dict[str, GPU] = {
             gpus_per_node=8,
             price_per_hour=5.50,
             fp4_flops=9000 * TFLOPS,
+            usable_memory_bytes=178.36 * GiB,  # cudaMemGetInfo total on B200; nvidia-smi 183359 MiB
+            smi_memory_mib=183359,
         ),
         # AMD Instinct MI300X OAM. AMD datasheet: 192 GB HBM3 (rocm-smi shows ~192 GiB),
         # 5.3 TB/s, 1307.4 TFLOP/s dense bf16, 2614.9 TFLOP/s dense fp8. Infinity Fabric: 7
@@ -222,6 +253,8 @@ _CATALOG: dict[str, GPU] = {
             network_bandwidth=50 * GB,  # one 400 Gb/s NIC per GPU, as MI300X platforms pair them
             gpus_per_node=8,
             price_per_hour=2.50,
+            usable_memory_bytes=191.98 * GiB,  # ROCm reports 196592 MiB total
+            smi_memory_mib=196592,
         ),
     )
 }

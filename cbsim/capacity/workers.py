@@ -247,11 +247,16 @@ class JobPool:
             return
         processes = list((pool._processes or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
+        # a worker the pool was still starting when this began is in its table only now
+        processes += [p for p in (pool._processes or {}).values() if p not in processes]
         for process in processes:
             if process.is_alive():
                 process.terminate()
         for process in processes:
             process.join(STOP_WAIT_S)
+            if process.is_alive():  # SIGTERM not handled in time (a worker still starting)
+                process.kill()
+                process.join(STOP_WAIT_S)
         lines.close()
 
 

@@ -55,6 +55,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from cbsim import outputs
 from cbsim.cost.custom_allreduce import CustomAllreduce
+from cbsim.cost.engine_version import (
+    Release,
+    deep_merge,
+    in_range,
+    parse_release,
+    split_engine,
+)
 from cbsim.cost.profile import Measured as KernelMeasured
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
@@ -256,8 +263,35 @@ class Measured(KernelMeasured):
     holdout: str = ""
 
 
+class EngineVersion(_Strict):
+    """How the releases from ``since`` up to (not including) ``until`` differ from the profile's
+    base (its newest release): ``changes``, a partial profile (same keys, mappings merged key by
+    key) written over the base, or ``profile``, another shipped profile that models those
+    releases (vLLM's V0 engine). ``note`` says what changed and where that is documented."""
+
+    since: str
+    until: str | None = None
+    note: str = ""
+    profile: str | None = None
+    changes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("since", "until")
+    @classmethod
+    def _release(cls, release: str | None) -> str | None:
+        if release is not None:
+            try:
+                parse_release(release)
+            except CbsimError as err:
+                raise ValueError(err.message) from None
+        return release
+
+    def covers(self, release: Release) -> bool:
+        return in_range(release, self.since, self.until)
+
+
 class EngineProfile(_Strict):
-    """One serving engine: kernels per GPU, step overhead, front end, defaults, fitted range."""
+    """One serving engine: kernels per GPU, step overhead, front end, defaults, fitted range,
+    and how its older releases differ (:mod:`cbsim.cost.engine_version`)."""
 
     schema_version: Literal[2] = 2
     engine: str
@@ -274,6 +308,7 @@ class EngineProfile(_Strict):
     gpu_defaults: dict[str, EngineDefaults] = Field(default_factory=dict)
     fitted_range: FittedRange | None = None
     provenance: dict[str, Measured] = Field(default_factory=dict)
+    versions: list[EngineVersion] = Field(default_factory=list)
 
     @field_validator("engine")
     @classmethod
@@ -414,15 +449,21 @@ def is_profile_path(engine: str) -> bool:
 
 def canonical_engine(engine: str) -> str:
     """A shipped engine's name in its own spelling (names compare without case: ``vLLM`` is
-    ``vllm``); anything else (a profile path, an unknown name) unchanged."""
+    ``vllm``, ``vLLM@0.8.5`` is ``vllm@0.8.5``); anything else (a profile path, an unknown name)
+    unchanged."""
     if engine in (BARE, *engine_names()) or is_profile_path(engine):
         return engine
+    name, release = split_engine(engine)
+    if release is not None and not is_profile_path(name):
+        known = canonical_name(name, engine_names())
+        return f"{known}@{release.strip()}" if known else engine
     return canonical_name(engine, engine_names()) or engine
 
 
 @lru_cache(maxsize=32)
 def load_engine_profile(engine: str) -> EngineProfile:
-    """A shipped engine profile by name, a profile JSON by path, or the bare one for ``none``.
+    """A shipped engine profile by name, a profile JSON by path, or the bare one for ``none``;
+    ``NAME@RELEASE`` is that engine as it was in that release (:func:`at_release`).
 
     Unknown names raise :class:`CbsimError` listing the known ones.
     """
@@ -430,13 +471,65 @@ def load_engine_profile(engine: str) -> EngineProfile:
         return bare_profile()
     if is_profile_path(engine):
         return read_engine_profile(Path(engine))
-    engine = canonical_engine(engine)
-    if engine == BARE:
+    name, release = split_engine(canonical_engine(engine))
+    if release is not None:
+        return at_release(load_engine_profile(name), release)
+    if name == BARE:
         return bare_profile()
-    path = _shipped_dir() / f"{engine}.json"
+    path = _shipped_dir() / f"{name}.json"
     if not path.is_file():
         raise CbsimError(
-            f"unknown engine {engine!r}; known: {', '.join(engine_names())} "
-            f"(or a path to an engine profile JSON){did_you_mean(engine, engine_names())}"
+            f"unknown engine {name!r}; known: {', '.join(engine_names())} "
+            f"(or a path to an engine profile JSON){did_you_mean(name, engine_names())}"
         )
     return read_engine_profile(path)
+
+
+def known_releases(profile: EngineProfile) -> str:
+    """The releases a profile's version ranges cover, for messages (``0.4 to 0.11``)."""
+    if not profile.versions:
+        return "none"
+    oldest = min(profile.versions, key=lambda v: parse_release(v.since)).since
+    return f"{oldest} and later"
+
+
+def at_release(profile: EngineProfile, release: str) -> EngineProfile:
+    """``profile`` as the engine behaved in ``release``: every version range covering it
+    applied in order (another profile's, or its changes over the base); the base itself at or
+    after its newest range. ``version`` then names the release."""
+    try:
+        wanted = parse_release(release)
+    except CbsimError as err:
+        raise CbsimError(f"engine {profile.engine}@{release}: {err.message}") from None
+    if profile.engine == BARE:
+        raise CbsimError("engine none is the bare roofline: it has no releases")
+    if not profile.versions:
+        raise CbsimError(
+            f"engine {profile.engine} has no release ranges; name it without @{release}"
+        )
+    oldest = min(parse_release(v.since) for v in profile.versions)
+    if wanted < oldest:
+        raise CbsimError(
+            f"engine {profile.engine}@{release}: this profile models releases "
+            f"{known_releases(profile)}"
+        )
+    data = profile.model_dump(mode="json", exclude_none=True)
+    notes = []
+    for version in profile.versions:
+        if not version.covers(wanted):
+            continue
+        if version.profile is not None:
+            data = load_engine_profile(version.profile).model_dump(mode="json", exclude_none=True)
+        data = deep_merge(data, version.changes)
+        notes.append(version.note or f"{version.since}-{version.until or ''}")
+    data["versions"] = []
+    data["version"] = release + (f" ({'; '.join(notes)})" if notes else "")
+    try:
+        return EngineProfile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CbsimError(
+            f"engine {profile.engine}@{release}: its version ranges make {where} invalid: "
+            f"{first['msg']}"
+        ) from None

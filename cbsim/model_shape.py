@@ -63,6 +63,15 @@ class ModelShape:
         o_bias: the attention output projection carries a bias (gpt-oss).
         mtp_layers: the multi-token-prediction layers it ships (``num_nextn_predict_layers``,
             DeepSeek-V3's 1; 0: none, an ``mtp`` proposer has no module to run).
+        post_norms: each layer also normalises the attention and the MLP outputs (Gemma 2 and
+            3, GLM-4-0414): four RMSNorms a layer instead of two.
+        norm_bias: the norms are LayerNorms with a bias beside each weight (Phi-3.5-MoE).
+        lm_head_bias: the LM head carries a bias (Phi-3.5-MoE's ``lm_head_bias``).
+        shared_expert_gate: a sigmoid gate (one weight per hidden unit) scales the shared
+            expert's output in each MoE layer (Qwen2-MoE).
+        multimodal_params: weights a multimodal checkpoint loads beyond its text decoder (the
+            vision encoder and its projector; Llama 3.2 Vision's cross-attention gates, norms
+            and image-token embeddings too): held in memory, never read for a text token.
     """
 
     name: str
@@ -96,6 +105,11 @@ class ModelShape:
     attention_sinks: bool = False
     o_bias: bool = False
     mtp_layers: int = 0
+    post_norms: bool = False
+    norm_bias: bool = False
+    lm_head_bias: bool = False
+    shared_expert_gate: bool = False
+    multimodal_params: int = 0
 
     def __post_init__(self) -> None:
         for field in (
@@ -131,6 +145,7 @@ class ModelShape:
             "sliding_window",
             "sliding_window_layers",
             "mtp_layers",
+            "multimodal_params",
         ):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -150,7 +165,12 @@ class ModelShape:
 
     def _check_moe(self) -> None:
         if not self.num_experts:
-            if self.experts_per_token or self.expert_intermediate_size or self.dense_layers:
+            if (
+                self.experts_per_token
+                or self.expert_intermediate_size
+                or self.dense_layers
+                or self.shared_expert_gate
+            ):
                 raise CbsimError("expert settings without experts", field="num_experts")
             return
         if not 1 <= self.experts_per_token <= self.num_experts:
@@ -202,6 +222,8 @@ class ModelShape:
             moe_layer_step=1,
             expert_bias=False,
             router_bias=False,
+            shared_expert_gate=False,
+            multimodal_params=0,
         )
 
     def splits_attention(self, tp: int) -> bool:
@@ -308,8 +330,11 @@ class ModelShape:
         return count
 
     def router_param_count(self) -> int:
-        """Parameters of one MoE layer's router (plus its bias or score correction)."""
-        return self.num_experts * self.hidden_size + (self.num_experts if self.router_bias else 0)
+        """Parameters of one MoE layer's router (plus its bias or score correction, and the
+        shared expert's gate)."""
+        bias = self.num_experts if self.router_bias else 0
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self.num_experts * self.hidden_size + bias + gate
 
     def shared_expert_param_count(self) -> int:
         """Parameters of one MoE layer's shared expert(s)."""
@@ -326,11 +351,19 @@ class ModelShape:
 
     def _norm_param_count(self) -> int:
         qk_norm = 2 * self.head_dim if self.qk_norm else 0
-        return 2 * self.hidden_size + qk_norm
+        norms = 4 if self.post_norms else 2
+        return norms * self._final_norm_param_count() + qk_norm
+
+    def _final_norm_param_count(self) -> int:
+        return self.hidden_size * (2 if self.norm_bias else 1)
+
+    def _lm_head_param_count(self) -> int:
+        """The LM head's weights (shared with the embedding when tied) and bias."""
+        return self.embedding_param_count() + (self.vocab_size if self.lm_head_bias else 0)
 
     def layer_param_count(self) -> int:
-        """Parameters of one dense decoder layer: attention, MLP, its two RMSNorm weights and the
-        per-head q/k norms where the model has them."""
+        """Parameters of one dense decoder layer: attention, MLP, its two (four with post-norms)
+        norms and the per-head q/k norms where the model has them."""
         return self.attention_param_count() + self.mlp_param_count() + self._norm_param_count()
 
     def moe_layer_param_count(self) -> int:
@@ -342,22 +375,31 @@ class ModelShape:
         return self.vocab_size * self.hidden_size
 
     def param_count(self) -> int:
-        """Total parameters: embedding, layers, final norm and the LM head unless tied (of a
-        multimodal checkpoint, the text model's)."""
-        lm_head = 0 if self.tie_word_embeddings else self.embedding_param_count()
+        """Total parameters the checkpoint loads: embedding, layers, final norm, the LM head
+        unless tied, and a multimodal checkpoint's vision encoder (``multimodal_params``); not
+        the multi-token-prediction layers."""
+        lm_head = self._lm_head_param_count()
+        if self.tie_word_embeddings:
+            lm_head -= self.embedding_param_count()
         return (
             self.embedding_param_count()
             + self.num_dense_layers * self.layer_param_count()
             + self.num_moe_layers * self.moe_layer_param_count()
-            + self.hidden_size
+            + self._final_norm_param_count()
             + lm_head
+            + self.multimodal_params
         )
+
+    def text_param_count(self) -> int:
+        """Parameters of the text model alone (:meth:`param_count` less ``multimodal_params``)."""
+        return self.param_count() - self.multimodal_params
 
     def active_param_count(self) -> int:
         """Parameters one token reads: every layer's attention and norms, dense MLPs, in an MoE
         layer the router, its ``experts_per_token`` experts and the shared ones, the final norm
-        and the LM head; not the embedding table (a token reads one row of it). Equal to
-        :meth:`param_count` less the embedding for a dense model with an untied head."""
+        and the LM head; not the embedding table (a token reads one row of it) nor a vision
+        encoder. Equal to :meth:`param_count` less the embedding for a text-only dense model
+        with an untied head."""
         attention = self.attention_param_count() + self._norm_param_count()
         moe = (
             self.experts_per_token * self.expert_param_count()
@@ -367,8 +409,26 @@ class ModelShape:
         return (
             self.num_dense_layers * (attention + self.mlp_param_count())
             + self.num_moe_layers * (attention + moe)
-            + self.hidden_size
-            + self.embedding_param_count()  # the LM head, tied or not
+            + self._final_norm_param_count()
+            + self._lm_head_param_count()  # tied or not
+        )
+
+    def linear_param_count(self) -> int:
+        """Weights of the decoder layers' linear projections: attention's (MLA's down and up
+        projections included), the dense MLPs', every routed and shared expert's matrices. What
+        an fp8 checkpoint stores in 8 bits; the embedding, the LM head, norms, biases, routers
+        and a vision encoder stay in 16 bits."""
+        h = self.hidden_size
+        if self.is_mla:
+            attention = self.attention_param_count() - self.q_lora_rank - self.kv_lora_rank
+        else:
+            attention = h * (self.q_dim + 2 * self.kv_dim) + self.q_dim * h
+        matrices = 3 if self.gated_mlp else 2
+        experts = self.num_experts * matrices * h * self.expert_intermediate_size
+        return (
+            self.num_layers * attention
+            + self.num_dense_layers * self.mlp_param_count()
+            + self.num_moe_layers * (experts + self.shared_expert_param_count())
         )
 
     def weight_bytes(self, bytes_per_param: float) -> float:

@@ -27,7 +27,12 @@ models built on it:
   ``sliding_window`` tokens only; gpt-oss adds per-head attention-sink logits and biases on
   every attention projection.
 
-The catalog holds the exact values of the Hugging Face ``config.json`` of each checkpoint;
+The catalog holds the exact values of the Hugging Face ``config.json`` of each checkpoint, and
+answers to the names people type, without network: its own names (``llama-3.1-70b``), the
+Hugging Face ids of the checkpoints (``meta-llama/Llama-3.1-70B-Instruct``, FP8 ones such as
+``RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic`` too, whose weight format
+:func:`checkpoint_dtype` tells), an id without its organisation (``Llama-3.1-70B-Instruct``)
+where only one checkpoint has that name, and aliases; all compared without case.
 :func:`get_model` also accepts a path to any such ``config.json`` (or to the directory holding
 it) of an architecture listed in :data:`ARCHITECTURES`. Anything else is refused, never read as
 something it is not.
@@ -39,9 +44,10 @@ name or path (:func:`get_model`), and their names are importable from here too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cbsim.errors import canonical_name, unknown_name
+from cbsim.errors import CbsimError, did_you_mean
 from cbsim.hf_config import (
     ARCHITECTURES,
     DENSE_ARCHITECTURES,
@@ -54,7 +60,7 @@ from cbsim.hf_config import (
     check_architecture,
     model_from_hf_config,
 )
-from cbsim.model_catalog import _CATALOG, MODEL_NAMES
+from cbsim.model_catalog import _CATALOG, CATALOG, MODEL_NAMES, CatalogModel
 from cbsim.model_shape import ModelShape, expert_parallel_problem
 
 __all__ = [
@@ -66,28 +72,119 @@ __all__ = [
     "MOE_ARCHITECTURES",
     "MOE_MODEL_TYPES",
     "MOE_UNSUPPORTED",
+    "CatalogMatch",
     "ModelShape",
     "check_architecture",
+    "checkpoint_dtype",
     "expert_parallel_problem",
+    "find_model",
     "get_model",
+    "hf_repository",
     "model_from_hf_config",
+    "model_spelling",
 ]
 
 
-def get_model(name_or_path: str) -> ModelShape:
-    """A catalog model by name, or the model described by a Hugging Face ``config.json``.
+@dataclass(frozen=True, slots=True)
+class CatalogMatch:
+    """What a typed name found in the catalog: the entry, the checkpoint when a Hugging Face
+    id was typed (in the catalog's spelling), and that checkpoint's shape (the entry's, with
+    the checkpoint's own context length)."""
 
-    A catalog name (compared without case) wins over a same-named file. Otherwise a string ending in ``.json``, or naming
-    an existing file or directory (read as ``DIR/config.json``), is loaded as a config. Anything
+    entry: CatalogModel
+    repo: str | None
+    shape: ModelShape
+
+    @property
+    def spelling(self) -> str:
+        """The catalog's spelling of what was typed: the id, or the catalog name."""
+        return self.repo or self.entry.name
+
+    @property
+    def checkpoint_dtype(self) -> str:
+        """The checkpoint's weight format (the entry's main checkpoints' for a name)."""
+        return self.entry.dtype_of(self.repo) if self.repo else self.entry.checkpoint_dtype
+
+
+def _build_index() -> dict[str, CatalogMatch]:
+    """Every name the catalog answers to, folded, with what it finds: names and aliases,
+    Hugging Face ids, and ids without their organisation where that is unambiguous."""
+    index: dict[str, CatalogMatch] = {}
+    short: dict[str, CatalogMatch | None] = {}
+    for entry in CATALOG:
+        for name in (entry.name, *entry.aliases):
+            index[name.casefold()] = CatalogMatch(entry, None, entry.shape)
+        for repo in (*entry.repos, *entry.fp8_repos):
+            context = entry.contexts.get(repo)
+            shape = entry.shape
+            if context is not None:
+                shape = replace(shape, max_position_embeddings=context)
+            match = CatalogMatch(entry, repo, shape)
+            index[repo.casefold()] = match
+            base = repo.rsplit("/", 1)[-1].casefold()
+            seen = short.get(base, match)
+            short[base] = match if seen is not None and seen.entry is entry else None
+    for base, match in short.items():
+        if match is not None and base not in index:
+            index[base] = match
+    return index
+
+
+_INDEX = _build_index()
+REPOSITORIES: tuple[str, ...] = tuple(
+    repo for entry in CATALOG for repo in (*entry.repos, *entry.fp8_repos)
+)
+"""Every Hugging Face id the catalog knows, in catalog order."""
+
+
+def find_model(name: str) -> CatalogMatch | None:
+    """The catalog entry ``name`` (a catalog name, alias or Hugging Face id, any case) names,
+    or None."""
+    return _INDEX.get(name.casefold())
+
+
+def model_spelling(name: str) -> str:
+    """The catalog's spelling of a catalog name or id (``Meta-Llama/llama-3.1-8b-instruct`` ->
+    ``meta-llama/Llama-3.1-8B-Instruct``); anything else (a config path) as given."""
+    match = find_model(name)
+    return match.spelling if match is not None else name
+
+
+def checkpoint_dtype(name: str) -> str | None:
+    """The weight format of the checkpoint ``name`` names (``fp8`` for an FP8 id, ``bf16`` for
+    most), or None when it is not in the catalog."""
+    match = find_model(name)
+    return match.checkpoint_dtype if match is not None else None
+
+
+def hf_repository(name: str) -> str | None:
+    """The Hugging Face repository to serve for a catalog name or id (an id is itself; a name
+    its entry's first checkpoint, instruct where the family has one), or None."""
+    match = find_model(name)
+    if match is None:
+        return None
+    return match.repo or match.entry.launch_repo
+
+
+def get_model(name_or_path: str) -> ModelShape:
+    """A catalog model by name or Hugging Face id, or the model a ``config.json`` describes.
+
+    A catalog name, alias or id (compared without case) wins over a same-named file; an id
+    gives its checkpoint's context length. Otherwise a string ending in ``.json``, or naming an
+    existing file or directory (read as ``DIR/config.json``), is loaded as a config. Anything
     else raises :class:`CbsimError` listing the catalog names.
     """
     model = _CATALOG.get(name_or_path)
     if model is not None:
         return model
-    canonical = canonical_name(name_or_path, MODEL_NAMES)
-    if canonical is not None:
-        return _CATALOG[canonical]
+    match = find_model(name_or_path)
+    if match is not None:
+        return match.shape
     path = Path(name_or_path).expanduser()
     if name_or_path.endswith(".json") or path.exists():
         return _load_config_file(path)
-    raise unknown_name("model", name_or_path, MODEL_NAMES)
+    hint = did_you_mean(name_or_path, [*MODEL_NAMES, *REPOSITORIES])
+    raise CbsimError(
+        f"unknown model {name_or_path!r}; known: {', '.join(sorted(MODEL_NAMES))} (or a Hugging "
+        f"Face id of one: cbsim catalog models lists them), or a config.json path{hint}"
+    )

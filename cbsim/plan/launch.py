@@ -16,9 +16,9 @@ starts it, in the chosen engine's own flag names:
 
 Flags are emitted only where the plan differs from nothing: the parallel degrees always, batch
 settings the plan chose (the engine's defaults otherwise), precision flags for fp8 weights or KV.
-Catalog models map to their Hugging Face repositories; a model given as a ``config.json`` path is
-launched from that folder. Engines without a server of their own (``none``, an engine profile
-file) get no command, with the reason.
+Catalog models map to their Hugging Face repositories (a Hugging Face id given is launched as
+given); a model given as a ``config.json`` path is launched from that folder. Engines without a
+server of their own (``none``, an engine profile file) get no command, with the reason.
 """
 
 from __future__ import annotations
@@ -29,28 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cbsim.model_catalog import CATALOG
+from cbsim.models import hf_repository
 from cbsim.plan.layouts import Batching, Instance, Layout
 
-#: Hugging Face repositories of the catalog models (instruct variants where the family has one).
+#: Hugging Face repositories of the catalog models (instruct variants where the family has one),
+#: from the model catalog: each entry's first checkpoint.
 HF_REPOSITORIES: dict[str, str] = {
-    "llama-2-7b": "meta-llama/Llama-2-7b-chat-hf",
-    "llama-2-13b": "meta-llama/Llama-2-13b-chat-hf",
-    "llama-2-70b": "meta-llama/Llama-2-70b-chat-hf",
-    "llama-3-8b": "meta-llama/Meta-Llama-3-8B-Instruct",
-    "llama-3-70b": "meta-llama/Meta-Llama-3-70B-Instruct",
-    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
-    "llama-3.2-1b": "meta-llama/Llama-3.2-1B-Instruct",
-    "mistral-7b": "mistralai/Mistral-7B-Instruct-v0.1",
-    "qwen2.5-7b": "Qwen/Qwen2.5-7B-Instruct",
-    "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
-    "qwen3-32b": "Qwen/Qwen3-32B",
-    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1",
-    "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B",
-    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
-    "deepseek-v3": "deepseek-ai/DeepSeek-V3",
-    "gpt-oss-120b": "openai/gpt-oss-120b",
-    "llama-4-scout": "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+    entry.name: entry.launch_repo for entry in CATALOG if entry.launch_repo is not None
 }
 
 VLLM_ENGINES = frozenset({"vllm", "vllm-v0"})
@@ -60,9 +46,11 @@ NIXL_CONFIG = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 
 
 def model_reference(model: str) -> str:
-    """What the engine loads: the Hugging Face repository, or the folder of a config.json."""
-    if model in HF_REPOSITORIES:
-        return HF_REPOSITORIES[model]
+    """What the engine loads: the Hugging Face repository (a catalog name's checkpoint, or the
+    id given), or the folder of a config.json."""
+    repository = hf_repository(model)
+    if repository is not None:
+        return repository
     path = Path(model)
     return str(path.parent) if path.name.endswith(".json") else model
 

@@ -160,6 +160,9 @@ class Cluster(StrictModel):
     all-to-alls add the other nodes' share over the GPUs' NICs to one node's measured time
     (:meth:`cbsim.cost.roofline.CostModel.allreduce_time`).
 
+    ``model`` is a catalog name (``llama-3.1-70b``), a Hugging Face id the catalog knows
+    (``meta-llama/Llama-3.1-70B-Instruct``; no network), or a ``config.json`` path.
+
     ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only); ``kv_dtype`` the KV
     cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
     checkpoint; TensorRT-LLM: fp8). Keys left unset here and in ``scheduler`` take the engine's
@@ -341,15 +344,16 @@ class Cluster(StrictModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, model: str) -> str:
-        """The catalog spelling of a catalog model (names compare without case); a config.json
-        path as given, once it reads as a supported model (errors name the key in the file)."""
-        from cbsim.models import MODEL_NAMES, get_model
+        """The catalog spelling of a catalog model or Hugging Face id (compared without case;
+        an id stays an id, so its checkpoint is what a plan launches); a config.json path as
+        given, once it reads as a supported model (errors name the key in the file)."""
+        from cbsim.models import get_model, model_spelling
 
         try:
-            shape = get_model(model)
+            get_model(model)
         except CbsimError as err:
             raise ValueError(str(err)) from None
-        return shape.name if shape.name in MODEL_NAMES else model
+        return model_spelling(model)
 
     @field_validator("engine")
     @classmethod

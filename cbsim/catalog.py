@@ -1,8 +1,10 @@
 """The catalog: every name a scenario can use, with a line of key facts each.
 
 ``cbsim catalog`` lists the GPUs (memory, bandwidth, peak FLOP/s, interconnect, price), the models
-(parameters, layers, width, heads, context, KV-cache bytes per token), the serving engines (what
-their profile was fitted on) and the shipped traces (requests, span, rate, mean lengths). Names
+(parameters, layers, width, heads, context, KV-cache bytes per token, Hugging Face ids), the
+serving engines (what their profile was fitted on) and the shipped traces (requests, span, rate,
+mean lengths). ``cbsim catalog MODEL`` (a catalog name or a Hugging Face id) shows one model in
+full: its shape, parameters, and weights in each format (:mod:`cbsim.model_details`). Names
 compare without case in scenarios and options (``H100-SXM`` is ``h100-sxm``), and an unknown name
 is answered with the close ones.
 """
@@ -14,8 +16,10 @@ from collections.abc import Callable
 import click
 
 from cbsim.cost.engine_profile import engine_names, load_engine_profile
+from cbsim.errors import CbsimError
 from cbsim.hardware import GB, GPU_NAMES, TB, TFLOPS, get_gpu
-from cbsim.models import MODEL_NAMES, get_model
+from cbsim.model_catalog import CATALOG
+from cbsim.models import MODEL_NAMES, find_model, get_model
 from cbsim.traces import TRACE_NAMES, load_trace
 
 SECTIONS = ("gpus", "models", "engines", "traces")
@@ -57,10 +61,18 @@ def model_lines() -> list[tuple[str, str]]:
                 + f", {model.num_layers} layers, "
                 f"hidden {model.hidden_size:,}, {model.num_heads}/{model.num_kv_heads} q/kv "
                 f"heads, {model.max_position_embeddings:,}-token context, "
-                f"{model.kv_bytes_per_token(2) / 1024:,.0f} KiB KV per token (bf16)",
+                f"{model.kv_bytes_per_token(2) / 1024:,.0f} KiB KV per token (bf16)"
+                + (f"; {_ids(name)}" if _ids(name) else ""),
             )
         )
     return rows
+
+
+def _ids(name: str) -> str:
+    """The Hugging Face ids of a catalog model, for its catalog line."""
+    entry = next(e for e in CATALOG if e.name == name)
+    ids = [*entry.repos, *(f"{r} (fp8)" for r in entry.fp8_repos)]
+    return ", ".join(ids)
 
 
 def engine_lines() -> list[tuple[str, str]]:
@@ -89,7 +101,10 @@ def trace_lines() -> list[tuple[str, str]]:
 
 SECTION_LINES: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "gpus": ("GPUs (cluster.gpu)", gpu_lines),
-    "models": ("models (cluster.model; or a Hugging Face config.json path)", model_lines),
+    "models": (
+        "models (cluster.model: a name or a Hugging Face id; or a config.json path)",
+        model_lines,
+    ),
     "engines": ("engines (cluster.engine; or an engine profile JSON path)", engine_lines),
     "traces": ("traces (workload.trace.path; or a trace file path)", trace_lines),
 }
@@ -107,9 +122,38 @@ def render(sections: tuple[str, ...] = SECTIONS) -> str:
 
 
 @click.command("catalog")
-@click.argument("sections", nargs=-1, type=click.Choice(SECTIONS, case_sensitive=False))
-def catalog_command(sections: tuple[str, ...]) -> None:
+@click.argument("names", nargs=-1, metavar="[SECTION|MODEL]...")
+@click.option(
+    "--tp", type=click.IntRange(1, 64), default=1, show_default=True,
+    help="With MODEL: weights per GPU of this many tensor-parallel GPUs.",
+)  # fmt: skip
+def catalog_command(names: tuple[str, ...], tp: int) -> None:
     """List the GPUs, models, engines and shipped traces a scenario can name (or only the
-    SECTIONS given: gpus, models, engines, traces), with a line of key facts each."""
-    chosen = tuple(s.lower() for s in sections) or SECTIONS
-    click.echo(render(tuple(dict.fromkeys(chosen))))
+    SECTIONS given: gpus, models, engines, traces), with a line of key facts each; a MODEL (a
+    catalog name or Hugging Face id) is shown in full: shape, parameters, weights per format."""
+    from cbsim.model_details import render as render_model
+
+    sections: list[str] = []
+    blocks: list[str] = []
+    for name in names:
+        if name.lower() in SECTIONS:
+            sections.append(name.lower())
+            continue
+        match = find_model(name)
+        if match is None:
+            try:
+                get_model(name)  # the catalog's own "unknown model" message, with suggestions
+            except CbsimError as err:
+                raise CbsimError(
+                    f"{err.message}; or a section: {', '.join(SECTIONS)}", field="catalog"
+                ) from None
+            raise CbsimError(
+                f"{name!r} is a config.json, not a catalog model; cbsim catalog shows catalog "
+                "models",
+                field="catalog",
+            )
+        blocks.append(render_model(match, tp))
+    if sections or not blocks:
+        chosen = tuple(sections) or SECTIONS
+        blocks.insert(0, render(tuple(dict.fromkeys(chosen))))
+    click.echo("\n\n".join(blocks))

@@ -1246,17 +1246,31 @@ CATALOG: tuple[CatalogModel, ...] = (
     # positions, 3.2 the same
     _m(
         _llama("granite-3.1-2b", 40, 2048, 32, 8, 8192, 49155, max_pos=131072, tied=True),
-        *_instruct("ibm-granite", "granite-3.1-2b", "granite-3.0-2b", "granite-3.2-2b"),
+        "ibm-granite/granite-3.1-2b-instruct",
+        "ibm-granite/granite-3.1-2b-base",
+        "ibm-granite/granite-3.0-2b-instruct",
+        "ibm-granite/granite-3.0-2b-base",
+        "ibm-granite/granite-3.2-2b-instruct",
         card="2.53B",
         source=_HUB,
-        contexts={"ibm-granite/granite-3.0-2b-instruct": 4096, "ibm-granite/granite-3.0-2b": 4096},
+        contexts={
+            "ibm-granite/granite-3.0-2b-instruct": 4096,
+            "ibm-granite/granite-3.0-2b-base": 4096,
+        },
     ),
     _m(
         _llama("granite-3.1-8b", 40, 4096, 32, 8, 12800, 49155, max_pos=131072, tied=True),
-        *_instruct("ibm-granite", "granite-3.1-8b", "granite-3.0-8b", "granite-3.2-8b"),
+        "ibm-granite/granite-3.1-8b-instruct",
+        "ibm-granite/granite-3.1-8b-base",
+        "ibm-granite/granite-3.0-8b-instruct",
+        "ibm-granite/granite-3.0-8b-base",
+        "ibm-granite/granite-3.2-8b-instruct",
         card="8.17B",
         source=_HUB,
-        contexts={"ibm-granite/granite-3.0-8b-instruct": 4096, "ibm-granite/granite-3.0-8b": 4096},
+        contexts={
+            "ibm-granite/granite-3.0-8b-instruct": 4096,
+            "ibm-granite/granite-3.0-8b-base": 4096,
+        },
         fp8_repos=("RedHatAI/granite-3.1-8b-instruct-FP8-dynamic",),
     ),
     # ----------------------------------------------------------------------- GLM

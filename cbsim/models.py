@@ -122,7 +122,7 @@ def _build_index() -> dict[str, CatalogMatch]:
             match = CatalogMatch(entry, repo, shape)
             index[repo.casefold()] = match
             base = repo.rsplit("/", 1)[-1].casefold()
-            seen = short.get(base, match)
+            seen: CatalogMatch | None = short.get(base, match)
             short[base] = match if seen is not None and seen.entry is entry else None
     for base, match in short.items():
         if match is not None and base not in index:

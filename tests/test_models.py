@@ -200,9 +200,9 @@ def test_qwen3_config_reads_its_per_head_qk_norm() -> None:
 @pytest.mark.parametrize(
     ("changes", "key"),
     [
-        ({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe"}, "architectures"),
+        ({"architectures": ["OlmoeForCausalLM"], "model_type": "olmoe"}, "architectures"),
         ({"architectures": ["DbrxForCausalLM"]}, "architectures"),
-        ({"model_type": "deepseek_v2", "architectures": None}, "model_type"),
+        ({"model_type": "granitemoe", "architectures": None}, "model_type"),
         ({"model_type": "olmoe", "architectures": None}, "model_type"),
     ],
 )

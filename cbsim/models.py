@@ -124,9 +124,9 @@ def _build_index() -> dict[str, CatalogMatch]:
             base = repo.rsplit("/", 1)[-1].casefold()
             seen: CatalogMatch | None = short.get(base, match)
             short[base] = match if seen is not None and seen.entry is entry else None
-    for base, match in short.items():
-        if match is not None and base not in index:
-            index[base] = match
+    for base, unique in short.items():
+        if unique is not None and base not in index:
+            index[base] = unique
     return index
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,7 +208,7 @@ def test_qwen3_config_reads_its_per_head_qk_norm() -> None:
     ],
 )
 def test_other_mixture_of_experts_architectures_are_refused_as_such(
-    changes: dict, key: str
+    changes: dict[str, Any], key: str
 ) -> None:
     config = {k: v for k, v in {**LLAMA_3_8B_CONFIG, **changes}.items() if v is not None}
     with pytest.raises(
@@ -235,7 +236,9 @@ def test_experts_in_a_dense_config_are_refused(key: str) -> None:
         ({"max_position_embeddings": 10**12}, "max_position_embeddings"),
     ],
 )
-def test_unknown_architectures_and_absurd_dimensions_are_refused(changes: dict, key: str) -> None:
+def test_unknown_architectures_and_absurd_dimensions_are_refused(
+    changes: dict[str, Any], key: str
+) -> None:
     with pytest.raises(CbsimError) as info:
         model_from_hf_config({**LLAMA_3_8B_CONFIG, **changes}, "x")
     assert info.value.field == key

@@ -145,7 +145,10 @@ def render(match: CatalogMatch, tp: int = 1) -> str:
     lines.append(params)
     if entry.card:
         lines.append(f"  stated: {entry.card} ({entry.card_source})")
-    lines.append(f"  KV cache: {model.kv_bytes_per_token(2) / 1024:,.0f} KiB per token in bf16")
+    local = " (every layer's, local ones in full)" if model.sliding_window else ""
+    lines.append(
+        f"  KV cache: {model.kv_bytes_per_token(2) / 1024:,.0f} KiB per token in bf16{local}"
+    )
     lines.append(f"  weights ({'per GPU at tp ' + str(tp) if tp > 1 else 'one GPU'}):")
     for dtype in _formats(model):
         size = weight_bytes_per_gpu(model, dtype, tp) / GIB

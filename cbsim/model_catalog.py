@@ -558,14 +558,15 @@ CATALOG: tuple[CatalogModel, ...] = (
             "neuralmagic/Mixtral-8x22B-Instruct-v0.1-FP8",
         ),
     ),
-    # config: huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/blob/main/config.json
+    # config: huggingface.co/mistralai/Mistral-Nemo-Instruct-2407/blob/main/config.json (its
+    # 1,024,000 positions quoted in NVIDIA NeMo's MistralNeMoConfig12B; the base checkpoint
+    # taken as the same)
     _m(
         _llama("mistral-nemo-12b", 40, 5120, 32, 8, 14336, 131072, max_pos=1024000, head_dim=128),
         "mistralai/Mistral-Nemo-Instruct-2407",
         "mistralai/Mistral-Nemo-Base-2407",
         card="12.2B",
         source=_HUB,
-        contexts={"mistralai/Mistral-Nemo-Base-2407": 131072},
         fp8_repos=(
             "RedHatAI/Mistral-Nemo-Instruct-2407-FP8",
             "neuralmagic/Mistral-Nemo-Instruct-2407-FP8",

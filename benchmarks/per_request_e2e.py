@@ -1,14 +1,17 @@
-"""Per-request validation on a GPU nothing was fitted on (not a test): the shipped vLLM profile,
-fitted on H100 closed-loop benchmarks, replays the 56 A100 per-request runs of llm-d-benchmark
-(Llama-3.1-70B, TP 2, vLLM V1 of May 2025; one replica or two) request by request
-(:mod:`cbsim.calibration.per_request`), and, the other way round, vLLM's serial step time fitted on
-those A100 runs predicts the H100 benchmarks (:mod:`cbsim.calibration.gpu_holdout`).
+"""Per-request validation on a GPU nothing was fitted on (not a test): the llm-d-benchmark runs
+(Llama-3.1-70B, TP 2 on A100s, vLLM 0.8.5; one replica or two behind a Kubernetes Service)
+replayed request by request (:mod:`cbsim.calibration.per_request`) under ``vllm@0.8.5``: its
+KV cache as that release sizes it, its synchronous step, the front end fitted on these runs'
+light load (leave-one-workload-out below), two replicas reached at random as kube-proxy does.
 
 Prints per run the per-request median absolute % error of TTFT, TPOT and E2E and the signed %
-error of the run's p50/p90/p99 (positive: cbsim slower), then the medians over stable runs
-(measured TTFT p90 <= 2 s) and over all, then the leave-one-GPU-out table.
+error of the run's p50/p90/p99 (positive: cbsim slower), the medians over stable runs (measured
+TTFT p90 <= 2 s) and over all; for the overloaded runs the tokens in flight, throughput and TTFT
+p50 (:mod:`cbsim.calibration.saturation`); the knee of each deployment; the front end fitted
+leaving each workload out (:mod:`cbsim.calibration.frontend_fit`); then, unless --no-reverse,
+the leave-one-GPU-out table.
 
-    python benchmarks/per_request_e2e.py [--engine PROFILE] [--no-reverse]
+    python benchmarks/per_request_e2e.py [--engine PROFILE] [--no-reverse] [--no-frontend-fit]
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbsim.calibration import e2e, gpu_holdout, per_request
+from cbsim.calibration import e2e, frontend_fit, gpu_holdout, per_request, saturation
 from cbsim.calibration.benchmarks import shared_h100_benchmarks
 from cbsim.calibration.engines import base_profile
 
@@ -29,17 +32,60 @@ COLUMNS = [
 ]  # fmt: skip
 
 
+def _group(run: per_request.PerRequestRun) -> str:
+    exp, deployment = run.name.split("_")[:2]
+    return f"{exp}/{deployment} {run.workload}"
+
+
+def replayed(engine: str | None) -> pd.DataFrame:
+    """One row per shared run: its errors, deployment group and saturation figures."""
+    rows = []
+    for run in per_request.shared_runs():
+        compared = per_request.replay(run, engine)
+        row = {"run": run.name, "group": _group(run), "workload": run.workload, "qps": run.qps}
+        row.update(per_request.run_errors(compared))
+        row["ttft_p90_pred_s"] = row["ttft_p90_s"] * (1.0 + row["ttft_p90_err"] / 100.0)
+        if row["ttft_p90_s"] > per_request.STABLE_TTFT_P90_S:
+            row.update(saturation.overload_errors(compared, run.deployment.replicas))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engine", default="vllm", help="engine name or profile JSON")
+    parser.add_argument(
+        "--engine", default=None, help="engine name or profile JSON (default: the runs')"
+    )
     parser.add_argument("--no-reverse", action="store_true", help="skip the A100 -> H100 fit")
+    parser.add_argument("--no-frontend-fit", action="store_true", help="skip the front-end fit")
     args = parser.parse_args()
     pd.set_option("display.width", 200)
-    errors = per_request.validate_runs(list(per_request.shared_runs()), args.engine)
-    errors["run"] = errors["run"].str.replace("vllm-70b", "v70b")
-    print(errors[COLUMNS].round(1).to_string(index=False))
+    errors = replayed(args.engine)
+    shown = errors.assign(run=errors["run"].str.replace("vllm-70b", "v70b"))
+    print(shown[COLUMNS].round(1).to_string(index=False))
     print()
     print(per_request.summarize_runs(errors).round(1).to_string(index=False))
+    overloaded = errors[errors["ttft_p90_s"] > per_request.STABLE_TTFT_P90_S]
+    print(f"\noverloaded runs ({len(overloaded)}), signed % error and its median absolute:")
+    columns = [
+        "run",
+        "qps",
+        "in_flight_measured",
+        "in_flight_err",
+        "throughput_err",
+        "ttft_p50_err",
+    ]
+    print(overloaded.assign(run=shown["run"])[columns].round(1).to_string(index=False))
+    for name in ("in_flight_err", "throughput_err", "ttft_p50_err"):
+        print(f"  {name}: median |error| {overloaded[name].abs().median():.1f}%")
+    print("\nknee (highest QPS whose TTFT p90 <= 2 s):")
+    print(saturation.knee_table(errors).to_string(index=False))
+    if not args.no_frontend_fit:
+        runs = list(per_request.shared_runs())
+        engine = args.engine or per_request.LLM_D_ENGINE
+        print("\nfront end fitted leaving each workload out (stable runs of the held-out one):")
+        table = frontend_fit.leave_one_workload_out(runs, engine)
+        print(table.round(4).to_string(index=False))
     if args.no_reverse:
         return
     shared = shared_h100_benchmarks()

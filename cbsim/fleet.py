@@ -12,7 +12,7 @@ from __future__ import annotations
 import simpy
 
 from cbsim.cost_models import CostModelCache, cost_model_for
-from cbsim.hardware import get_gpu
+from cbsim.engine_memory import MemoryPlan, replica_memory
 from cbsim.kvcache import KVCache, kv_bytes_per_token_per_gpu
 from cbsim.models import ModelShape
 from cbsim.prefix_cache import PrefixCache, prefix_caching_on
@@ -95,25 +95,46 @@ def rank_limits(scenario: Scenario) -> SchedulerConfig:
     )
 
 
-def new_kv_cache(model: ModelShape, pool: ReplicaPool) -> KVCache:
-    """A replica's KV cache: what its GPUs hold beside the weights (a draft model's too)."""
-    cluster = pool.scenario.cluster
-    sched = pool.scenario.scheduler
+def replica_memory_plan(pool: ReplicaPool) -> MemoryPlan:
+    """How a replica of ``pool``'s GPUs are laid out by its engine (a draft model's weights and
+    KV per token beside the target's)."""
     spec = pool.spec
-    return KVCache.for_replica(
-        model,
-        get_gpu(cluster.gpu),
-        tp=cluster.tp,
-        dtype=cluster.dtype,
-        kv_dtype=pool.cost.kv_dtype,
-        block_size=sched.block_size,
-        gpu_memory_utilization=cluster.gpu_memory_utilization,
-        watermark=sched.watermark,
+    return replica_memory(
+        pool.scenario,
+        pool.cost.engine.memory,
         extra_weight_bytes=spec.proposer.weight_bytes_per_gpu() if spec else 0.0,
         extra_kv_bytes_per_token=spec.proposer.kv_bytes_per_token_per_gpu() if spec else 0.0,
-        dp=cluster.dp,
-        pp=cluster.pp,
     )
+
+
+def scenario_memory_plans(scenario: Scenario) -> list[tuple[PoolPlan, MemoryPlan]]:
+    """Each pool's replica memory as its engine lays it out, before anything runs (a draft
+    model's weights and KV beside the target's, as :func:`replica_memory_plan`)."""
+    from cbsim.cost.engine_profile import load_engine_profile
+    from cbsim.schema.pools import pool_plans
+    from cbsim.speculative.proposers import make_proposer
+
+    plans = []
+    for plan in pool_plans(scenario):
+        resolved = plan.scenario
+        extra_weights = extra_kv = 0.0
+        if resolved.speculative.enabled:
+            proposer = make_proposer(resolved.speculative.proposer, cost_model_for(resolved))
+            extra_weights = proposer.weight_bytes_per_gpu()
+            extra_kv = proposer.kv_bytes_per_token_per_gpu()
+        memory = replica_memory(
+            resolved,
+            load_engine_profile(resolved.cluster.engine).memory,
+            extra_weight_bytes=extra_weights,
+            extra_kv_bytes_per_token=extra_kv,
+        )
+        plans.append((plan, memory))
+    return plans
+
+
+def new_kv_cache(model: ModelShape, pool: ReplicaPool) -> KVCache:
+    """A replica's KV cache: what its engine leaves beside the weights (a draft model's too)."""
+    return KVCache.from_plan(replica_memory_plan(pool), pool.scenario.scheduler.watermark)
 
 
 def add_prefix_caches(model: ModelShape, pools: list[ReplicaPool]) -> None:

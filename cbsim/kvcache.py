@@ -2,9 +2,11 @@
 
 Attention keys and values of every token a request has processed stay in GPU memory so that later
 tokens can attend to them. Paged attention (vLLM) stores them in fixed-size blocks of
-``block_size`` tokens, allocated as a request grows and freed when it finishes or is preempted. The
-number of blocks is what remains of GPU memory, times the utilisation target, after the weights
-(per tensor-parallel shard: each GPU holds 1/tp of the weights and of the KV heads).
+``block_size`` tokens, allocated as a request grows and freed when it finishes or is preempted. How
+many blocks there are is what the serving engine leaves for them (:mod:`cbsim.engine_memory`:
+GPU memory less weights, the profiling run's activations and what the engine keeps beside; per
+tensor-parallel shard, each GPU holding 1/tp of the weights and of the KV heads). This module
+holds the bytes each GPU keeps per token and per weight, and the block accounting.
 
 A small ``watermark`` of blocks is kept free when admitting new requests so that running ones can
 still grow; when a running request cannot grow anyway, the scheduler preempts another (recompute).
@@ -17,8 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-from cbsim.hardware import GPU
 from cbsim.models import ModelShape
 
 DTYPE_BYTES: dict[str, float] = {
@@ -51,18 +53,28 @@ def split_weight_bytes(expert_params: int, other_params: int, dtype: str) -> flo
     )
 
 
+QUANTISED_BODY_DTYPES: frozenset[str] = frozenset({"fp8", "fp4"})
+"""Weight formats whose checkpoints quantise the decoder layers but keep the token embedding and
+the LM head in bf16 (FP8 and NVFP4 checkpoints as they ship, and vLLM's ``--quantization fp8``:
+its embedding layers have no quantised method)."""
+
+
+def end_param_count(model: ModelShape) -> int:
+    """Parameters of the token embedding and the LM head (one matrix when tied)."""
+    return model.embedding_param_count() * (1 if model.tie_word_embeddings else 2)
+
+
 def model_weight_bytes(model: ModelShape, dtype: str) -> float:
-    """Bytes of all of ``model``'s weights stored as ``dtype`` (an expert-only format keeps
-    everything but the routed experts in bf16)."""
-    if dtype not in EXPERT_ONLY_DTYPES:
-        return model.weight_bytes(DTYPE_BYTES[dtype])
-    experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
-    return split_weight_bytes(experts, model.param_count() - experts, dtype)
-
-
-# Activations, CUDA graphs, NCCL buffers and the allocator's fragmentation take a slice of memory
-# that vLLM's profiler finds before sizing the KV cache; about 1.5 GiB per GPU for dense 7-70B models.
-ACTIVATION_RESERVE_BYTES = 1.5 * 2**30
+    """Bytes of all of ``model``'s weights as its checkpoint stores them in ``dtype``: an
+    expert-only format keeps everything but the routed experts in bf16; FP8 and NVFP4 keep the
+    embedding and the LM head in bf16."""
+    if dtype in EXPERT_ONLY_DTYPES:
+        experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
+        return split_weight_bytes(experts, model.param_count() - experts, dtype)
+    if dtype in QUANTISED_BODY_DTYPES:
+        ends = end_param_count(model)
+        return (model.param_count() - ends) * DTYPE_BYTES[dtype] + ends * DTYPE_BYTES["bf16"]
+    return model.weight_bytes(DTYPE_BYTES[dtype])
 
 
 def kv_heads_per_shard(model: ModelShape, tp: int) -> int:
@@ -87,6 +99,11 @@ def stage_layers(model: ModelShape, pp: int) -> int:
     return -(-model.num_layers // pp)
 
 
+def end_dtype(dtype: str) -> str:
+    """The precision of the embedding and the LM head in a checkpoint of ``dtype``."""
+    return "bf16" if dtype in EXPERT_ONLY_DTYPES | QUANTISED_BODY_DTYPES else dtype
+
+
 def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1, pp: int = 1) -> float:
     """Bytes of weights each GPU of a replica holds: a 1/tp slice of everything, or, with ``dp``
     attention data-parallel ranks (a mixture of experts), each rank's 1/tp slice of all but the
@@ -94,32 +111,29 @@ def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1, pp
     ``pp`` pipeline stages, the largest stage's layers and the larger of the embedding (first
     stage) and the LM head (last stage)."""
     if pp > 1:
-        dense = DTYPE_BYTES[dense_weight_dtype(dtype)]
-        embedding = model.embedding_param_count() * dense
-        ends = embedding * (1 if model.tie_word_embeddings else 2) + model.hidden_size * dense
-        layers = model_weight_bytes(model, dtype) - ends
+        ends_bytes = DTYPE_BYTES[end_dtype(dtype)]
+        embedding = model.embedding_param_count() * ends_bytes
+        norm = model.hidden_size * DTYPE_BYTES[dense_weight_dtype(dtype)]
+        layers = model_weight_bytes(model, dtype) - end_param_count(model) * ends_bytes - norm
         return (layers * stage_layers(model, pp) / model.num_layers + embedding) / tp
     if dp == 1:
         return model_weight_bytes(model, dtype) / tp
     experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
-    dense = model.param_count() - experts
-    return (
-        split_weight_bytes(experts, 0, dtype) / (tp * dp) + split_weight_bytes(0, dense, dtype) / tp
-    )
+    expert_bytes = split_weight_bytes(experts, 0, dtype)
+    return expert_bytes / (tp * dp) + (model_weight_bytes(model, dtype) - expert_bytes) / tp
 
 
-def kv_capacity_bytes(
-    model: ModelShape,
-    gpu: GPU,
-    tp: int,
-    dtype: str,
-    gpu_memory_utilization: float,
-    dp: int = 1,
-    pp: int = 1,
-) -> float:
-    """Bytes per GPU left for the KV cache (negative when the weights alone do not fit)."""
-    budget = gpu.memory_bytes * gpu_memory_utilization
-    return budget - weight_bytes_per_gpu(model, dtype, tp, dp, pp) - ACTIVATION_RESERVE_BYTES
+class MemoryLayout(Protocol):
+    """What a cache is built from: an engine's memory plan (:class:`cbsim.engine_memory.MemoryPlan`)."""
+
+    @property
+    def blocks(self) -> int: ...
+
+    @property
+    def block_size(self) -> int: ...
+
+    @property
+    def dp(self) -> int: ...
 
 
 def blocks_for_tokens(tokens: int, block_size: int) -> int:
@@ -141,34 +155,13 @@ class KVCache:
     evict: Callable[[int], None] | None = None
 
     @classmethod
-    def for_replica(
-        cls,
-        model: ModelShape,
-        gpu: GPU,
-        *,
-        tp: int,
-        dtype: str,
-        kv_dtype: str,
-        block_size: int,
-        gpu_memory_utilization: float,
-        watermark: float,
-        extra_weight_bytes: float = 0.0,
-        extra_kv_bytes_per_token: float = 0.0,
-        dp: int = 1,
-        pp: int = 1,
-    ) -> KVCache:
-        """The cache of one replica; ``extra_*`` account for a draft model's weights and own KV.
-        With ``dp`` attention data-parallel ranks each rank keeps its own requests' KV: the
-        replica holds ``dp`` ranks' blocks (pooled: ranks taken as balanced). With ``pp``
-        pipeline stages each GPU keeps its stage's layers of every token: the largest stage's
-        GPUs bound the tokens held."""
-        capacity = kv_capacity_bytes(model, gpu, tp, dtype, gpu_memory_utilization, dp, pp)
-        capacity -= extra_weight_bytes
-        per_token = kv_bytes_per_token_per_gpu(model, tp, kv_dtype, pp) + extra_kv_bytes_per_token
-        block_bytes = block_size * per_token
-        total = dp * max(0, int(capacity // block_bytes))
+    def from_plan(cls, plan: MemoryLayout, watermark: float) -> KVCache:
+        """The cache of one replica laid out by its engine (:mod:`cbsim.engine_memory`): every
+        attention rank's blocks (with ``dp`` ranks each keeps its own requests' KV, pooled here
+        as balanced ranks), ``watermark`` of them kept free at admission."""
+        total = plan.dp * plan.blocks
         return cls(
-            total_blocks=total, block_size=block_size, watermark_blocks=int(watermark * total)
+            total_blocks=total, block_size=plan.block_size, watermark_blocks=int(watermark * total)
         )
 
     @property

@@ -327,6 +327,24 @@ CATALOG: tuple[CatalogModel, ...] = (
         card="6.74B",
         source=_HUB,
     ),
+    # config: huggingface.co/codellama/CodeLlama-7b-hf/blob/main/config.json: Llama 2 7B with a
+    # 32,016-token vocabulary and 16,384 positions
+    _m(
+        _llama("codellama-7b", 32, 4096, 32, 32, 11008, 32016, max_pos=16384),
+        "codellama/CodeLlama-7b-hf",
+        "codellama/CodeLlama-7b-Instruct-hf",
+        card="6.74B",
+        source=_HUB,
+    ),
+    # config: huggingface.co/TinyLlama/TinyLlama-1.1B-Chat-v1.0/blob/main/config.json: 22
+    # layers, hidden 2048, 32 heads and 4 KV heads of 64, MLP 5632, vocabulary 32,000
+    _m(
+        _llama("tinyllama-1.1b", 22, 2048, 32, 4, 5632, 32000, max_pos=2048),
+        "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
+        "TinyLlama/TinyLlama_v1.1",
+        card="1.1B",
+        source=_HUB,
+    ),
     _m(
         _llama("llama-2-13b", 40, 5120, 40, 40, 13824, 32000, max_pos=4096),
         "meta-llama/Llama-2-13b-chat-hf",
@@ -1033,6 +1051,16 @@ CATALOG: tuple[CatalogModel, ...] = (
         checkpoint_dtype="mxfp4",
     ),
     # ----------------------------------------------------------------------- Gemma
+    # config: huggingface.co/google/gemma-7b/blob/main/config.json (GemmaForCausalLM): 28
+    # layers, hidden 3072, 16 heads of 256 (multi-head), GeGLU MLP of 24,576, vocabulary
+    # 256,000, tied; its card: 8.54B
+    _m(
+        _llama("gemma-7b", 28, 3072, 16, 16, 24576, 256000, max_pos=8192, tied=True, head_dim=256),
+        "google/gemma-7b",
+        "google/gemma-7b-it",
+        card="8.54B",
+        source=_HUB,
+    ),
     # config: huggingface.co/google/gemma-2-{2b,9b,27b}/blob/main/config.json: tied, head 256
     # (27B: 128), four norms a layer, every other layer (from the first) within 4,096 tokens;
     # soft-capping costs nothing

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cbsim.fleet import scenario_memory_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
 from cbsim.simulate import scenario_warnings
@@ -35,7 +36,11 @@ class Preflight:
 def preflight(scenario: Scenario, source: str | None = None) -> Preflight:
     """Build the scenario's workload (raising what a run would raise) and describe it."""
     workload = build_workload(scenario, source)
-    lines = [*_workload_lines(scenario, workload), _cluster_line(scenario)]
+    lines = [
+        *_workload_lines(scenario, workload),
+        _cluster_line(scenario),
+        *memory_lines(scenario, _mean_request_tokens(workload)),
+    ]
     return Preflight(lines, scenario_warnings(scenario, source, workload))
 
 
@@ -159,6 +164,40 @@ def _pool_layout(scenario: Scenario, *, total: bool = True) -> str:
         most = f"at most {gpus:,} GPU{'s' if gpus != 1 else ''}"
         return f"{cluster.gpu}, {layout} x {low} = {most}"
     return f"{cluster.gpu}, {layout} x {replicas} = {gpus:,} GPU{'s' if gpus != 1 else ''} in total"
+
+
+def _mean_request_tokens(
+    workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload,
+) -> float:
+    """Prompt plus output tokens of the workload's average request (of a sample where the
+    lengths are drawn as requests go)."""
+    if isinstance(workload, RequestSpecs):
+        if not len(workload.prompt_tokens):
+            return 0.0
+        return float(np.mean(workload.prompt_tokens) + np.mean(workload.output_tokens))
+    if isinstance(workload, SessionWorkload):
+        prompts, answers = workload.prompt_lengths(), workload.answer_tokens
+        return float(np.mean(prompts) + np.mean(answers)) if len(prompts) else 0.0
+    size = workload.max_requests if isinstance(workload, ClosedLoopWorkload) else len(workload)
+    sample = min(size or CLOSED_LOOP_SAMPLE, CLOSED_LOOP_SAMPLE)
+    if sample <= 0:
+        return 0.0
+    return float(np.mean([sum(workload.lengths[i]) for i in range(sample)]))
+
+
+def memory_lines(scenario: Scenario, request_tokens: float) -> list[str]:
+    """Each pool's KV cache as its engine would print it at start-up, the requests of the mean
+    length it holds at once, and where each GPU's memory goes."""
+    lines = []
+    for plan, memory in scenario_memory_plans(scenario):
+        where = "" if plan.field == "cluster" else f" ({plan.name})"
+        concurrency = memory.max_concurrency(request_tokens)
+        lines.append(f"KV cache{where}: {memory.startup_line()}")
+        lines.append(
+            f"  {memory.tokens:,} tokens a replica, {concurrency:,.1f} requests of the mean "
+            f"{request_tokens:,.0f} tokens at once; {memory.breakdown_line()}"
+        )
+    return lines
 
 
 def _cluster_line(scenario: Scenario) -> str:

@@ -413,7 +413,7 @@ def _check_pools_fit(scenario: Scenario, source: str | None) -> None:
         if plan.field != "cluster":  # (a plain cluster's: _check_calibration)
             _check_precision_and_profile(cluster, source, field)
         _check_heads_split(cluster, source, field("tp"))
-        _check_cluster_fits(cluster, source, prefix)
+        _check_cluster_fits(plan.scenario, source, prefix)
 
 
 def _pool_key_field(scenario: Scenario, prefix: str) -> Callable[[str], str]:
@@ -444,12 +444,15 @@ def _check_heads_split(cluster: Cluster, source: str | None, field: str) -> None
         raise CbsimError(f"{problem}, or add replicas, pp or dp", source=source, field=field)
 
 
-def _check_cluster_fits(cluster: Cluster, source: str | None, prefix: str) -> None:
-    """One pool's layout fits its GPUs' nodes and memory (``prefix``: where its keys are)."""
+def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> None:
+    """One pool's layout (its resolved scenario) fits its GPUs' nodes and memory (``prefix``:
+    where its keys are)."""
+    from cbsim.cost.engine_profile import load_engine_profile
+    from cbsim.engine_memory import replica_memory
     from cbsim.hardware import get_gpu
-    from cbsim.kvcache import kv_capacity_bytes
     from cbsim.models import get_model
 
+    cluster = scenario.cluster
     gpu = get_gpu(cluster.gpu)
     model = get_model(cluster.model)
     node = gpu.gpus_per_node
@@ -468,20 +471,13 @@ def _check_cluster_fits(cluster: Cluster, source: str | None, prefix: str) -> No
             source=source,
             field=f"{prefix}.dp",
         )
-    capacity = kv_capacity_bytes(
-        model,
-        gpu,
-        cluster.tp,
-        cluster.dtype,
-        cluster.gpu_memory_utilization,
-        cluster.dp,
-        cluster.pp,
-    )
-    if capacity <= 0:
+    memory = replica_memory(scenario, load_engine_profile(cluster.engine).memory)
+    if not memory.fits:
         raise CbsimError(
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
-            f"with gpu_memory_utilization={cluster.gpu_memory_utilization}: weights need "
-            f"{-capacity / 2**30:.1f} GiB more per GPU; raise cluster.tp or cluster.pp"
+            f"with {memory.fraction_flag}={memory.fraction:.3g}: the weights and what the engine "
+            f"keeps beside them need {-memory.kv_bytes / 2**30:.1f} GiB more per GPU "
+            f"({memory.breakdown_line()}); raise cluster.tp or cluster.pp"
             f"{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
             source=source,
             field=f"{prefix}.tp",

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from cbsim.cost_models import CostModelCache
 from cbsim.engine import ProgressCallback, Simulation
+from cbsim.engine_memory import memory_figures
 from cbsim.errors import CbsimError
+from cbsim.fleet import replica_memory_plan
 from cbsim.link_bound import pool_warnings
 from cbsim.metrics import IterationTotals, summarize, timeseries
 from cbsim.outputs import temporary_prefix
@@ -62,6 +65,8 @@ def simulate(
     totals = IterationTotals.of(iterations) if streamed is None else streamed.totals
     warnings = run_warnings(scenario, simulation, totals.max_batch)
     info = run_info(simulation, wall, recorder.end_s)
+    memory = memory_report(simulation, mean_request_tokens(requests))
+    info["memory"] = memory
     if streamed is not None:
         info["streamed"] = True
     del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
@@ -81,24 +86,63 @@ def simulate(
         requests=requests,
         iterations=iterations,
         timeseries=series,
-        summary=with_stability(
-            summarize(
+        summary=with_memory(
+            with_stability(
+                summarize(
+                    requests,
+                    iterations,
+                    scenario,
+                    recorder.preemptions,
+                    itl=recorder.itl,
+                    warnings=warnings,
+                    totals=totals,
+                    fleet=recorder.fleet,
+                ),
                 requests,
-                iterations,
+                series,
                 scenario,
-                recorder.preemptions,
-                itl=recorder.itl,
-                warnings=warnings,
-                totals=totals,
-                fleet=recorder.fleet,
             ),
-            requests,
-            series,
-            scenario,
+            memory,
         ),
         run_info=info,
         iterations_path=recorder.iterations_path,
     )
+
+
+def mean_request_tokens(requests: pd.DataFrame) -> float:
+    """Prompt plus output tokens of the run's average request (0 without requests)."""
+    if requests.empty:
+        return 0.0
+    return float((requests["prompt_tokens"] + requests["output_tokens"]).mean())
+
+
+def memory_report(simulation: Simulation, request_tokens: float) -> list[dict[str, Any]]:
+    """Each pool's replica memory as its engine lays it out: the figures of
+    :func:`cbsim.engine_memory.memory_figures`, the engine's start-up line and where each GPU's
+    memory goes."""
+    report = []
+    for pool in simulation.pools:
+        plan = replica_memory_plan(pool)
+        report.append(
+            {
+                "pool": pool.plan.name,
+                "role": pool.plan.role,
+                **memory_figures(plan, request_tokens),
+                "engine_line": plan.startup_line(),
+                "breakdown": plan.breakdown_line(),
+            }
+        )
+    return report
+
+
+def with_memory(summary: dict[str, Any], memory: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary with the memory figures of the pool that decodes (the only one, or a
+    disaggregated cluster's decode pool)."""
+    decoding = [m for m in memory if m["role"] != "prefill"] or memory
+    if decoding:
+        for key in ("kv_cache_tokens", "kv_cache_gib", "max_concurrency"):
+            summary[key] = decoding[0][key]
+    return summary
 
 
 def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[str, Any]:

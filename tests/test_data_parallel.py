@@ -12,11 +12,13 @@ import pytest
 import cbsim
 from cbsim.calibration import comm
 from cbsim.calibration.data import load_table
+from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
 from cbsim.engine import Simulation
+from cbsim.engine_memory import MemoryInputs, plan_memory
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import KVCache, kv_capacity_bytes, model_weight_bytes, weight_bytes_per_gpu
+from cbsim.kvcache import KVCache, model_weight_bytes, weight_bytes_per_gpu
 from cbsim.models import get_model
 from cbsim.preflight import gpu_layout
 from tests.conftest import BASE_SCENARIO
@@ -31,18 +33,19 @@ def _v3(tp: int, dp: int, ep: int) -> CostModel:
 
 def test_each_gpu_holds_its_ranks_dense_slice_and_a_share_of_the_experts() -> None:
     experts = V3.num_moe_layers * V3.num_experts * V3.expert_param_count()
-    dense = V3.param_count() - experts
+    # the fp8 checkpoint keeps its embedding and LM head in bf16
+    dense = model_weight_bytes(V3, "fp8") - experts
     assert weight_bytes_per_gpu(V3, "fp8", 1, 8) == pytest.approx(dense + experts / 8)
     assert weight_bytes_per_gpu(V3, "fp8", 2, 4) == pytest.approx(dense / 2 + experts / 8)
     assert weight_bytes_per_gpu(V3, "fp8", 8, 1) == model_weight_bytes(V3, "fp8") / 8
     # each rank keeps its own requests' latents: 8 ranks of one GPU hold far more KV than one
     # tp-8 group, which keeps every latent on every GPU
     gpu = get_gpu("h200")
-    dp8 = KVCache.for_replica(V3, gpu, tp=1, dtype="fp8", kv_dtype="bf16", block_size=16,
-                              gpu_memory_utilization=0.9, watermark=0.0, dp=8)  # fmt: skip
-    tp8 = KVCache.for_replica(V3, gpu, tp=8, dtype="fp8", kv_dtype="bf16", block_size=16,
-                              gpu_memory_utilization=0.9, watermark=0.0)  # fmt: skip
-    per_rank = kv_capacity_bytes(V3, gpu, 1, "fp8", 0.9, 8) // (16 * 61 * 576 * 2)
+    flat = MemoryRule(kind="flat")
+    dp8_plan = plan_memory(flat, MemoryInputs(V3, gpu, tp=1, dtype="fp8", fraction=0.9, dp=8))
+    dp8 = KVCache.from_plan(dp8_plan, 0.0)
+    tp8 = KVCache.from_plan(plan_memory(flat, MemoryInputs(V3, gpu, tp=8, dtype="fp8")), 0.0)
+    per_rank = dp8_plan.kv_bytes // (16 * 61 * 576 * 2)
     assert dp8.total_blocks == 8 * per_rank
     assert dp8.total_blocks > 5 * tp8.total_blocks
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from cbsim.cost.memory_rule import MemoryRule
+from cbsim.engine_memory import MemoryInputs, plan_memory
 from cbsim.hardware import GiB, get_gpu
-from cbsim.kvcache import (
-    ACTIVATION_RESERVE_BYTES,
-    KVCache,
-    blocks_for_tokens,
-    kv_bytes_per_token_per_gpu,
-    kv_capacity_bytes,
-)
+from cbsim.kvcache import KVCache, blocks_for_tokens, kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
+
+FLAT = MemoryRule(kind="flat")  # a fraction of all memory less the weights and 1.5 GiB
 
 # Llama-3-8B by hand: embedding 128256*4096 (untied LM head the same), 32 layers of
 # attention 4096*(4096 + 2*1024) + 4096*4096, MLP 3*4096*14336 and two norms of 4096, final norm.
@@ -32,16 +30,18 @@ def for_replica(
     util=0.9,
     watermark=0.01,
 ) -> KVCache:
-    return KVCache.for_replica(
-        get_model(model),
-        get_gpu(gpu),
-        tp=tp,
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        block_size=block_size,
-        gpu_memory_utilization=util,
-        watermark=watermark,
+    return KVCache.from_plan(
+        flat_plan(model, gpu, tp, dtype, kv_dtype, block_size, util), watermark
     )
+
+
+def flat_plan(model="llama-3-8b", gpu="h100-sxm", tp=1, dtype="bf16", kv_dtype="bf16",
+              block_size=16, util=0.9):  # fmt: skip
+    inputs = MemoryInputs(
+        get_model(model), get_gpu(gpu), tp=tp, dtype=dtype, kv_dtype=kv_dtype,
+        block_size=block_size, fraction=util,
+    )  # fmt: skip
+    return plan_memory(FLAT, inputs)
 
 
 @pytest.mark.parametrize(
@@ -74,9 +74,7 @@ def test_hand_numbers_match_the_model():
 def test_capacity_llama3_8b_h100_by_hand():
     weights = LLAMA3_8B_PARAMS * 2
     capacity = 80 * GiB * 0.9 - weights - 1.5 * GiB
-    assert 1.5 * GiB == ACTIVATION_RESERVE_BYTES
-    model, gpu = get_model("llama-3-8b"), get_gpu("h100-sxm")
-    assert kv_capacity_bytes(model, gpu, 1, "bf16", 0.9) == pytest.approx(capacity, rel=1e-12)
+    assert flat_plan().kv_bytes == pytest.approx(capacity, rel=1e-12)
     kv = for_replica()
     expected_blocks = int(capacity // (16 * 131_072))
     assert expected_blocks == 28_437
@@ -114,9 +112,7 @@ def test_tp2_capacity_by_hand():
 def test_fp8_kv_doubles_tokens_per_byte():
     model = get_model("llama-3-8b")
     assert kv_bytes_per_token_per_gpu(model, 1, "fp8") == 65_536
-    assert for_replica(kv_dtype="fp8").total_blocks == int(
-        kv_capacity_bytes(model, get_gpu("h100-sxm"), 1, "bf16", 0.9) // (16 * 65_536)
-    )
+    assert for_replica(kv_dtype="fp8").total_blocks == int(flat_plan().kv_bytes // (16 * 65_536))
 
 
 def test_fp8_weights_leave_more_room():
@@ -128,8 +124,7 @@ def test_capacity_scales_with_utilization():
 
 
 def test_model_that_does_not_fit_has_negative_capacity_and_no_blocks():
-    model, gpu = get_model("llama-3-70b"), get_gpu("l40s")
-    assert kv_capacity_bytes(model, gpu, 1, "bf16", 0.9) < 0
+    assert flat_plan("llama-3-70b", "l40s").kv_bytes < 0
     assert for_replica("llama-3-70b", "l40s").total_blocks == 0
 
 

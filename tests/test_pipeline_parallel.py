@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 
 import cbsim
+from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
+from cbsim.engine_memory import MemoryInputs, plan_memory
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kvcache import (
@@ -38,10 +40,9 @@ def test_a_stage_holds_its_layers_weights_and_keys() -> None:
     v3 = get_model("deepseek-v3")
     assert kv_bytes_per_token_per_gpu(v3, 8, "bf16", pp=4) == pytest.approx(16 * 576 * 2)
     gpu = get_gpu("h100-sxm")
-    pp2 = KVCache.for_replica(L70, gpu, tp=1, dtype="bf16", kv_dtype="bf16", block_size=16,
-                              gpu_memory_utilization=0.9, watermark=0.0, pp=2)  # fmt: skip
-    tp2 = KVCache.for_replica(L70, gpu, tp=2, dtype="bf16", kv_dtype="bf16", block_size=16,
-                              gpu_memory_utilization=0.9, watermark=0.0)  # fmt: skip
+    rule = MemoryRule(kind="flat")  # weights and keys alone: a stage's share equals tp's
+    pp2 = KVCache.from_plan(plan_memory(rule, MemoryInputs(L70, gpu, tp=1, pp=2)), 0.0)
+    tp2 = KVCache.from_plan(plan_memory(rule, MemoryInputs(L70, gpu, tp=2)), 0.0)
     assert pp2.total_blocks == pytest.approx(tp2.total_blocks, rel=0.02)  # the same memory
 
 

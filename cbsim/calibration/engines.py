@@ -52,6 +52,7 @@ of that; per-request data of an engine that schedules asynchronously would settl
 from __future__ import annotations
 
 from cbsim.calibration.custom_allreduce import engine_model
+from cbsim.calibration.engine_releases import MEMORY_RULES, RELEASES
 from cbsim.cost.engine_profile import (
     EngineDefaults,
     EngineProfile,
@@ -166,4 +167,6 @@ def base_profile(engine: str) -> EngineProfile:
         kernels=ENGINE_KERNELS.get(engine, {}),
         defaults=ENGINE_DEFAULTS[engine],
         gpu_defaults=GPU_DEFAULTS.get(engine, {}),
+        memory=MEMORY_RULES[engine],
+        versions=RELEASES.get(engine, []),
     )

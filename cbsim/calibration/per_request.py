@@ -44,22 +44,20 @@ from cbsim.schema.scenario import Scenario
 from cbsim.simulate import simulate
 
 SHIPPED = "llm_d_a100_per_request.parquet"
-# vLLM 0.8.5's V1 defaults on a GPU of 70 GiB or more behind its API server (llm-d's README)
-VLLM_V1_SCHEDULER = {
-    "kind": "sarathi",
-    "max_batch_size": 1024,
-    "max_batched_tokens": 8192,
-    "async_scheduling": False,  # vLLM 0.8.5 scheduled synchronously (async came in 0.10-0.12)
-}
-PREFIX_BLOCK_TOKENS = 16
+# the runs' engine: the vllm/vllm-openai image of May 2025, vLLM 0.8.5 (V1), whose defaults on a
+# GPU of 70 GiB or more behind its API server are a 8192-token budget and 1024 sequences, chunked
+# prefill, synchronous scheduling (llm-d's README; cbsim's vllm@0.8.5 release range)
+LLM_D_ENGINE = "vllm@0.8.5"
 QUANTILES = (0.5, 0.9, 0.99)
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
+PREFIX_BLOCK_TOKENS = 16
 
 
 @dataclass(frozen=True)
 class Deployment:
     """What served a run: model, GPU, layout, engine and the engine flags that matter (None: the
-    engine's default)."""
+    engine's default). Several replicas behind a Kubernetes Service are reached through
+    kube-proxy, which picks a replica at random for each new connection: ``router: random``."""
 
     model: str
     gpu: str
@@ -70,17 +68,17 @@ class Deployment:
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     scheduler: dict[str, Any] = field(default_factory=dict)
-    router: str = "round_robin"
+    router: str = "random"
 
 
-# llm-d's deployments: `--max-model-len 20000 --gpu-memory-utilization 0.95`, V1 defaults
+# llm-d's deployments: `--max-model-len 20000 --gpu-memory-utilization 0.95`, the engine's defaults
 LLM_D = Deployment(
     model="llama-3.1-70b",
     gpu="a100-80gb",
     tp=2,
+    engine=LLM_D_ENGINE,
     gpu_memory_utilization=0.95,
     max_model_len=20000,
-    scheduler=dict(VLLM_V1_SCHEDULER),
 )
 
 

@@ -51,7 +51,14 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from cbsim import outputs
 from cbsim.cost.custom_allreduce import CustomAllreduce
@@ -62,6 +69,7 @@ from cbsim.cost.engine_version import (
     parse_release,
     split_engine,
 )
+from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.profile import Measured as KernelMeasured
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, canonical_name, did_you_mean
@@ -308,6 +316,7 @@ class EngineProfile(_Strict):
     gpu_defaults: dict[str, EngineDefaults] = Field(default_factory=dict)
     fitted_range: FittedRange | None = None
     provenance: dict[str, Measured] = Field(default_factory=dict)
+    memory: MemoryRule = Field(default_factory=MemoryRule)
     versions: list[EngineVersion] = Field(default_factory=list)
 
     @field_validator("engine")
@@ -316,6 +325,22 @@ class EngineProfile(_Strict):
         if not engine.strip():
             raise ValueError("must not be empty")
         return engine
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_from_defaults(cls, data: Any) -> Any:
+        """A profile without a memory rule (written before rules existed) keeps the fraction
+        its defaults name: of all memory (a flat rule) or of the memory free after weights
+        (TensorRT-LLM's rule)."""
+        if not isinstance(data, dict) or "memory" in data:
+            return data
+        defaults = data.get("defaults")
+        fraction = defaults.get("memory_fraction") if isinstance(defaults, dict) else None
+        if fraction is None:
+            return data
+        basis = defaults.get("memory_basis") if isinstance(defaults, dict) else None
+        kind = "tensorrt-llm" if basis == "free" else "flat"
+        return {**data, "memory": {"kind": kind, "fraction": fraction}}
 
     def defaults_for(self, gpu: str) -> EngineDefaults:
         """The engine's defaults on one GPU (its per-GPU defaults over the general ones)."""
@@ -519,7 +544,10 @@ def at_release(profile: EngineProfile, release: str) -> EngineProfile:
         if not version.covers(wanted):
             continue
         if version.profile is not None:
-            data = load_engine_profile(version.profile).model_dump(mode="json", exclude_none=True)
+            other = load_engine_profile(version.profile)
+            if other.versions:
+                other = at_release(other, release)
+            data = other.model_dump(mode="json", exclude_none=True)
         data = deep_merge(data, version.changes)
         notes.append(version.note or f"{version.since}-{version.until or ''}")
     data["versions"] = []

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cbsim.cost.engine_version import engine_family
 from cbsim.model_catalog import CATALOG
 from cbsim.models import hf_repository
 from cbsim.plan.layouts import Batching, Instance, Layout
@@ -155,7 +156,8 @@ def launch_commands(
     """The command lines that start ``layout`` under ``engine``: ``{"engine", "commands": [{"role",
     "count", "argv", "command"}], "notes": [...]}`` (``commands`` empty, with the reason in
     ``notes``, for an engine with no server of its own)."""
-    build = _builder(engine)
+    family = engine_family(engine)  # vllm@0.8.5 launches as vLLM does
+    build = _builder(family)
     if build is None:
         return {
             "engine": engine,
@@ -164,21 +166,21 @@ def launch_commands(
         }
     reference = model_reference(model)
     precision = {"dtype": dtype, "kv_dtype": kv_dtype, "memory": memory_fraction}
-    if engine in TRTLLM_ENGINES:
+    if family in TRTLLM_ENGINES:
         precision["memory"] = None  # TensorRT-LLM sizes its KV cache from free memory
     notes: list[str] = []
-    if engine in TRTLLM_ENGINES and dtype == "fp8":
+    if family in TRTLLM_ENGINES and dtype == "fp8":
         notes.append("TensorRT-LLM: serve an FP8-quantized checkpoint (ModelOpt) for fp8 weights")
     if layout.prefill is None:
         argv = build(reference, layout.instance, layout.batching, precision)
         commands = [_command("replica", 1, argv)]
     else:
-        prefill = _role(engine, build(reference, layout.prefill, Batching(), precision), "prefill")
+        prefill = _role(family, build(reference, layout.prefill, Batching(), precision), "prefill")
         decode = _role(
-            engine, build(reference, layout.instance, layout.batching, precision), "decode"
+            family, build(reference, layout.instance, layout.batching, precision), "decode"
         )
         commands = [_command("prefill", prefill_instances, prefill), _command("decode", 1, decode)]
-        notes.append(_disaggregation_note(engine))
+        notes.append(_disaggregation_note(family))
     return {"engine": engine, "commands": commands, "notes": notes}
 
 

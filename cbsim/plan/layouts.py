@@ -27,9 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.engine_memory import replica_memory
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import KVCache
 from cbsim.models import get_model
 from cbsim.scenario import load_scenario
 from cbsim.schema.engine_defaults import apply_engine_defaults
@@ -239,23 +240,11 @@ def prefill_data(base: Mapping[str, Any], instance: Instance) -> dict[str, Any]:
 
 
 def kv_tokens(scenario: Scenario) -> int:
-    """Tokens the KV cache of one attention rank holds (a replica's ``dp`` ranks hold one
-    request each where one rank holds it)."""
+    """Tokens the KV cache of one attention rank holds, as the engine sizes it (a replica's
+    ``dp`` ranks hold one request each where one rank holds it)."""
     resolved = apply_engine_defaults(scenario)
-    cluster = resolved.cluster
-    cache = KVCache.for_replica(
-        get_model(cluster.model),
-        get_gpu(cluster.gpu),
-        tp=cluster.tp,
-        dtype=cluster.dtype,
-        kv_dtype=cluster.effective_kv_dtype,
-        block_size=resolved.scheduler.block_size,
-        gpu_memory_utilization=cluster.gpu_memory_utilization,
-        watermark=0.0,
-        dp=cluster.dp,
-        pp=cluster.pp,
-    )
-    return cache.capacity_tokens // max(1, cluster.dp)
+    rule = load_engine_profile(resolved.cluster.engine).memory
+    return replica_memory(resolved, rule).rank_tokens
 
 
 def infeasible_reason(data: Mapping[str, Any], request_tokens: int) -> str | None:

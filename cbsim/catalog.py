@@ -1,10 +1,12 @@
 """The catalog: every name a scenario can use, with a line of key facts each.
 
-``cbsim catalog`` lists the GPUs (memory, bandwidth, peak FLOP/s, interconnect, price), the models
-(parameters, layers, width, heads, context, KV-cache bytes per token, Hugging Face ids), the
-serving engines (what their profile was fitted on) and the shipped traces (requests, span, rate,
-mean lengths). ``cbsim catalog MODEL`` (a catalog name or a Hugging Face id) shows one model in
-full: its shape, parameters, and weights in each format (:mod:`cbsim.model_details`). Names
+``cbsim catalog`` lists the GPUs (memory and what CUDA reports of it, bandwidth, peak FLOP/s,
+interconnect, price; whether their kernels are measured or priced from another GPU's fits, with
+that transfer's held-out error; where the figures come from), the models (parameters, layers,
+width, heads, context, KV-cache bytes per token, Hugging Face ids), the serving engines (what
+their profile was fitted on) and the shipped traces (requests, span, rate, mean lengths).
+``cbsim catalog MODEL`` (a catalog name or a Hugging Face id) shows one model in full: its
+shape, parameters, and weights in each format (:mod:`cbsim.model_details`). Names
 compare without case in scenarios and options (``H100-SXM`` is ``h100-sxm``), and an unknown name
 is answered with the close ones.
 """
@@ -16,8 +18,9 @@ from collections.abc import Callable
 import click
 
 from cbsim.cost.engine_profile import engine_names, load_engine_profile
+from cbsim.cost.profile import CalibrationProfile, load_profile, transfer_errors
 from cbsim.errors import CbsimError
-from cbsim.hardware import GB, GPU_NAMES, TB, TFLOPS, get_gpu
+from cbsim.hardware import GB, GPU_NAMES, TB, TFLOPS, GiB, get_gpu
 from cbsim.model_catalog import CATALOG
 from cbsim.models import MODEL_NAMES, find_model, get_model
 from cbsim.traces import TRACE_NAMES, load_trace
@@ -25,21 +28,44 @@ from cbsim.traces import TRACE_NAMES, load_trace
 SECTIONS = ("gpus", "models", "engines", "traces")
 
 
+def kernel_line(profile: CalibrationProfile | None) -> str:
+    """How a GPU's kernels are priced: its own measurements, another GPU's fits (with that
+    transfer's held-out error, median / P90), or the raw roofline."""
+    if profile is None:
+        return "kernels: the raw roofline (no calibration profile)"
+    if not profile.based_on:
+        return f"kernels: measured ({profile.name})"
+    errors = transfer_errors(profile)
+    text = f"kernels: {profile.based_on} fits on this spec sheet"
+    if not errors:
+        return text
+    held_out = next(iter(errors.values())).source.split(":")[0]
+    parts = ", ".join(
+        f"{family.split(' kv ')[0]} {100 * (m.holdout_median_ape or 0):.0f}/"
+        f"{100 * (m.holdout_p90_ape or 0):.0f} %"
+        for family, m in errors.items()
+    )
+    return f"{text} (held-out error, {held_out}, median/P90: {parts})"
+
+
 def gpu_lines() -> list[tuple[str, str]]:
-    """(name, facts) of every catalog GPU."""
+    """(name, facts) of every catalog GPU: its figures, how its kernels are priced and where the
+    figures come from, a line each."""
     rows = []
     for name in GPU_NAMES:
         gpu = get_gpu(name)
         fp4 = f", {gpu.fp4_flops / TFLOPS:,.0f} fp4" if gpu.has_fp4 else ""
-        rows.append(
-            (
-                name,
-                f"{gpu.memory_gib:.0f} GiB at {gpu.hbm_bandwidth / TB:.2f} TB/s; "
-                f"{gpu.bf16_flops / TFLOPS:,.0f} TFLOP/s bf16, {gpu.fp8_flops / TFLOPS:,.0f} "
-                f"fp8{fp4}; {gpu.nvlink_bandwidth / GB:,.0f} GB/s link, {gpu.gpus_per_node} per "
-                f"node; ${gpu.price_per_hour:.2f}/GPU-hour",
-            )
+        figures = (
+            f"{gpu.memory_gib:.0f} GiB at {gpu.hbm_bandwidth / TB:.2f} TB/s, "
+            f"{gpu.cuda_total_bytes / GiB:.2f} GiB usable; "
+            f"{gpu.bf16_flops / TFLOPS:,.0f} TFLOP/s bf16, {gpu.fp8_flops / TFLOPS:,.0f} "
+            f"fp8{fp4}; {gpu.nvlink_bandwidth / GB:,.0f} GB/s link, {gpu.gpus_per_node} per "
+            f"node; ${gpu.price_per_hour:.2f}/GPU-hour"
         )
+        lines = [figures, kernel_line(load_profile(name))]
+        if gpu.source:
+            lines.append(f"source: {gpu.source}")
+        rows.append((name, "\n".join(lines)))
     return rows
 
 
@@ -110,14 +136,22 @@ SECTION_LINES: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
 }
 
 
+def _entry(name: str, facts: str, width: int) -> str:
+    """One name's facts: the first line beside the name, any further line indented under it."""
+    first, *more = facts.split("\n")
+    indent = " " * (width + 4)
+    return "\n".join([f"  {name:<{width}}  {first}", *(indent + line for line in more)])
+
+
 def render(sections: tuple[str, ...] = SECTIONS) -> str:
-    """The catalog as text: a heading per section, then one line per name."""
+    """The catalog as text: a heading per section, then the facts of each name (a line each,
+    GPUs three)."""
     blocks = []
     for section in sections:
         title, lines = SECTION_LINES[section]
         rows = lines()
         width = max(len(name) for name, _ in rows)
-        blocks.append("\n".join([f"{title}:", *(f"  {n:<{width}}  {f}" for n, f in rows)]))
+        blocks.append("\n".join([f"{title}:", *(_entry(n, f, width) for n, f in rows)]))
     return "\n\n".join(blocks)
 
 

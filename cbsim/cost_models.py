@@ -2,21 +2,25 @@
 
 A cost model is a function of a handful of cluster fields (model, GPU, parallelism, dtypes,
 calibration profile and engine), so simulations that agree on those can share one: a capacity
-search or a sweep builds each once (:class:`CostModelCache`).
+search or a sweep builds each once (:class:`CostModelCache`). A cluster on a GPU without kernel
+tables is priced from another GPU's fits, and :func:`transfer_warnings` says so, with the error
+that transfer carries.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import ClassVar
 
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.cost.profile import DEFAULT_PROFILE
+from cbsim.cost.op_pricing import calibration_profile
+from cbsim.cost.profile import DEFAULT_PROFILE, CalibrationProfile, transfer_note
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
 from cbsim.schema.scenario import Scenario
 
-__all__ = ["CostModelCache", "cost_model_for"]
+__all__ = ["CostModelCache", "cost_model_for", "kernel_profile_for", "transfer_warnings"]
 
 
 def cost_model_for(scenario: Scenario) -> CostModel:
@@ -36,6 +40,21 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         dp=cluster.dp,
         pp=cluster.pp,
     )
+
+
+def kernel_profile_for(scenario: Scenario) -> CalibrationProfile | None:
+    """The kernel calibration the cluster's cost model reads (None: the raw roofline)."""
+    cluster = scenario.cluster
+    return calibration_profile(
+        cluster.calibration or DEFAULT_PROFILE, cluster.gpu, load_engine_profile(cluster.engine)
+    )
+
+
+def transfer_warnings(scenarios: Iterable[Scenario]) -> list[str]:
+    """One warning per GPU among the clusters (a run's pools) whose kernels are priced from
+    another GPU's fits, with the held-out error of that transfer."""
+    notes = (transfer_note(kernel_profile_for(scenario)) for scenario in scenarios)
+    return list(dict.fromkeys(note for note in notes if note))
 
 
 class CostModelCache:

@@ -47,9 +47,12 @@ class CbsimError(Exception):
 
 def unknown_name(kind: str, name: str, known: Iterable[str]) -> CbsimError:
     """Error for a name missing from a catalog or registry, listing the valid names and, when one
-    is close, suggesting it: ``unknown gpu 'h100'; known: ...; did you mean 'h100-sxm'?``."""
-    names = sorted(known)
-    hint = did_you_mean(name, names)
+    is close, suggesting it: ``unknown gpu 'h100'; known: ...; did you mean 'h100-sxm'?``. Of
+    several equally close names the ones ``known`` gives first are suggested (a catalog lists
+    its most used entry of a family first: ``h100-sxm`` before ``h100-pcie``)."""
+    given = list(known)
+    names = sorted(given)
+    hint = did_you_mean(name, given)
     return CbsimError(f"unknown {kind} {name!r}; known: {', '.join(names)}{hint}")
 
 

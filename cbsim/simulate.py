@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cbsim.cost_models import CostModelCache
+from cbsim.cost_models import CostModelCache, transfer_warnings
 from cbsim.engine import ProgressCallback, Simulation
 from cbsim.engine_memory import memory_figures
 from cbsim.errors import CbsimError
@@ -22,6 +22,7 @@ from cbsim.results import Results
 from cbsim.scenario import load_scenario
 from cbsim.scheduler.warnings import scheduler_warnings
 from cbsim.schema.engine_defaults import apply_engine_defaults
+from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
 from cbsim.setting_warnings import ignored_settings
@@ -168,11 +169,13 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
 
 
 def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> list[str]:
-    """What makes this run's figures doubtful: scheduler settings that cannot batch its prompts,
-    batches (the largest: ``max_batch``) far beyond what the engine's overhead was fitted on,
-    doubts about a replayed trace's times."""
+    """What makes this run's figures doubtful: a GPU without kernel tables (priced from another
+    GPU's fits), scheduler settings that cannot batch its prompts, batches (the largest:
+    ``max_batch``) far beyond what the engine's overhead was fitted on, doubts about a replayed
+    trace's times."""
     specs = simulation.specs
     warnings = [
+        *transfer_warnings(pool.scenario for pool in simulation.pools),
         *simulation.workload_warnings,
         *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
         *ignored_settings(scenario, specs is not None and specs.prefix_ids is not None),
@@ -189,25 +192,29 @@ def scenario_warnings(
     source: str | None = None,
     workload: RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload | None = None,
 ) -> list[str]:
-    """The warnings of a scenario before it runs: doubts about a replayed trace's times and the
-    scheduler's (closed loop: on its first requests). ``workload`` saves building it again."""
+    """The warnings of a scenario before it runs: a GPU without kernel tables, doubts about a
+    replayed trace's times and the scheduler's (closed loop: on its first requests).
+    ``workload`` saves building it again."""
     if workload is None:
         workload = build_workload(scenario, source)
     trace_ids = isinstance(workload, RequestSpecs) and workload.prefix_ids is not None
-    ignored = ignored_settings(scenario, trace_ids)
+    notes = [
+        *transfer_warnings(plan.scenario for plan in pool_plans(scenario)),
+        *ignored_settings(scenario, trace_ids),
+    ]
     if isinstance(workload, SessionWorkload):
-        return [*scheduler_warnings(scenario.scheduler, workload.prompt_lengths()), *ignored]
+        return [*scheduler_warnings(scenario.scheduler, workload.prompt_lengths()), *notes]
     if isinstance(workload, ClosedLoopWorkload | StagedWorkload):
         if isinstance(workload, StagedWorkload):
             count = min(len(workload), 1024)
         else:
             count = workload.max_requests or max(1024, workload.concurrency)
         prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-        return [*scheduler_warnings(scenario.scheduler, prompts), *ignored]
+        return [*scheduler_warnings(scenario.scheduler, prompts), *notes]
     return [
         *workload.warnings,
         *scheduler_warnings(scenario.scheduler, workload.prompt_tokens),
-        *ignored,
+        *notes,
     ]
 
 

@@ -519,7 +519,7 @@ def test_names_compare_without_case_and_unknown_ones_suggest(scenario_file: Path
         invoke("validate", scenario_file, "--set", "cluster.gpu=h100"),
         str(scenario_file),
         "cluster.gpu",
-        "did you mean 'h100-sxm'?",
+        "did you mean 'h100-sxm' or 'h100-pcie'?",  # three H100s now: SXM first
     )
 
 

@@ -5,9 +5,16 @@ import dataclasses
 import pytest
 
 from cbsim.errors import CbsimError
-from cbsim.hardware import GPU_NAMES, GiB, get_gpu
+from cbsim.hardware import CUDA_RESERVED_TYPICAL, GPU_NAMES, GiB, get_gpu
 
-CATALOG = ("a100-80gb", "h100-sxm", "h200", "l40s", "b200", "mi300x")
+CATALOG = (
+    "a100-80gb", "a100-40gb", "a100-40gb-pcie", "a100-80gb-pcie", "a10g", "rtx-3090",
+    "h100-sxm", "h100-pcie", "h100-nvl", "h20", "h200", "h200-nvl",
+    "l40s", "l40", "l4", "rtx-4090", "rtx-6000-ada",
+    "b200", "gb200", "b300", "rtx-5090",
+    "mi250x", "mi300x", "mi325x",
+)  # fmt: skip
+FP4_GPUS = ("b200", "gb200", "b300", "rtx-5090")
 
 
 def test_catalog_names_are_the_contract() -> None:
@@ -18,12 +25,37 @@ def test_catalog_names_are_the_contract() -> None:
 def test_every_gpu_loads_with_sane_numbers(name: str) -> None:
     gpu = get_gpu(name)
     assert gpu.name == name
-    assert 40 * GiB < gpu.memory_bytes < 200 * GiB
-    assert 0.5e12 < gpu.hbm_bandwidth < 10e12
-    assert 1e14 < gpu.bf16_flops <= gpu.fp8_flops <= 2.05 * gpu.bf16_flops
-    assert gpu.nvlink_bandwidth > 0
-    assert gpu.gpus_per_node == 8
+    assert 20 * GiB < gpu.memory_bytes < 300 * GiB
+    assert 0.25e12 < gpu.hbm_bandwidth < 10e12
+    assert 5e13 < gpu.bf16_flops <= gpu.fp8_flops <= 2.05 * gpu.bf16_flops
+    assert gpu.fp4_flops == 0 or gpu.fp4_flops >= gpu.fp8_flops
+    assert gpu.nvlink_bandwidth > 0 and gpu.network_bandwidth > 0
+    assert gpu.gpus_per_node in (2, 4, 8, 72)
     assert gpu.price_per_hour > 0
+    assert gpu.source
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_memory_figures_are_ordered(name: str) -> None:
+    """What CUDA (ROCm) reports is below the capacity and below what nvidia-smi shows, and
+    close to it: 0-0.9 GiB (the driver's reservation and the context)."""
+    gpu = get_gpu(name)
+    assert 0 < gpu.usable_memory_bytes < gpu.memory_bytes
+    assert gpu.smi_memory_mib * 2**20 <= gpu.memory_bytes
+    gap = gpu.smi_memory_mib * 2**20 - gpu.usable_memory_bytes
+    assert 0 <= gap < 0.9 * GiB
+
+
+def test_derived_usable_memory_takes_the_typical_gap() -> None:
+    h20 = get_gpu("h20")
+    assert h20.usable_memory_bytes == 97871 * 2**20 - CUDA_RESERVED_TYPICAL
+    assert 0.4 * GiB < CUDA_RESERVED_TYPICAL < 0.6 * GiB
+
+
+def test_nvlink_domains() -> None:
+    assert get_gpu("gb200").gpus_per_node == 72  # one NVL72 rack is one NVLink domain
+    assert get_gpu("h100-nvl").gpus_per_node == 2  # NVLink-bridged pairs
+    assert get_gpu("h100-pcie").nvlink_bandwidth == pytest.approx(64e9)  # PCIe Gen5 x16
 
 
 def test_unknown_gpu_lists_known_names() -> None:
@@ -52,10 +84,10 @@ def test_fp4_peak_only_on_blackwell() -> None:
     # aiconfigurator b200_sxm.yaml fp4_tc_flops: 9000 TFLOP/s dense, twice the fp8 peak
     assert b200.fp4_flops == 9000e12
     assert b200.peak_flops("fp4") == b200.peak_flops("nvfp4") == 2 * b200.peak_flops("fp8")
-    assert b200.has_fp4
+    assert all(get_gpu(name).has_fp4 for name in FP4_GPUS)
     for name in CATALOG:
         gpu = get_gpu(name)
-        if name == "b200":
+        if name in FP4_GPUS:
             continue
         assert gpu.fp4_flops == 0 and not gpu.has_fp4
         with pytest.raises(CbsimError) as info:

@@ -1,11 +1,14 @@
 """Refit every shipped calibration profile (and the static-batch engine profiles), write the error tables.
 
-Usage: python tools/fit_profiles.py [--no-validate]
+Usage: python tools/fit_profiles.py [--no-validate | --transfers-only]
 
 Writes cbsim/data/profiles/<gpu>/<name>.json (+ default.txt naming each GPU's default): one kernel
 profile per GPU and serving engine with shipped kernel tables (``aiconfigurator-vllm`` everywhere,
 B200 included; ``aiconfigurator-trtllm`` and ``aiconfigurator-sglang`` on H100 and H200), the
-transferred MI300X profile and the Vidur profiles; the engine profiles
+transferred profiles of every GPU without tables (MI300X, the PCIe and GeForce cards, GB200, ...:
+:mod:`cbsim.calibration.transfer`, each with its transfer's held-out error) and the Vidur
+profiles; ``--transfers-only`` writes the transferred ones alone, from the shipped profiles
+(a few minutes); the engine profiles
 cbsim/data/profiles/engines/<engine>.json; and docs/calibration.md with every held-out error table
 quoted in the README, the engine/vLLM kernel-time ratios and the cross-engine prediction check
 (:mod:`cbsim.calibration.kernel_sources`). Takes about ten minutes on two cores (the
@@ -23,15 +26,14 @@ from cbsim.calibration import custom_allreduce, fp8_scale, kernel_sources, vidur
 from cbsim.calibration.data import DEFAULT_ENGINE, measured_engines, measured_gpus
 from cbsim.calibration.fit import (
     DEFAULT_NAME,
-    TRANSFER_SOURCE,
     fit_profile,
     leave_one_gpu_out,
     percent_table,
     profile_name,
-    transfer_profile,
 )
 from cbsim.calibration.overhead import STATIC_BATCH_ENGINES, fit_engine_profile
-from cbsim.calibration.profile import load_profile, write_json
+from cbsim.calibration.profile import CalibrationProfile, load_profile, write_json
+from cbsim.calibration.transfer import TRANSFERS, transfer_profiles
 from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
 
@@ -53,6 +55,30 @@ def ratio_table(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def write_transfers(fitted: dict[str, CalibrationProfile]) -> None:
+    """Write the transferred profile of every GPU without kernel tables (and its default.txt)."""
+    for target, transferred in transfer_profiles(fitted, progress=print).items():
+        folder = PROFILES / target
+        folder.mkdir(parents=True, exist_ok=True)
+        for stale in folder.glob("transfer-*.json"):  # a source changed: no stale transfer
+            if stale.name != f"{transferred.name}.json":
+                stale.unlink()
+        write_json(transferred, folder / f"{transferred.name}.json")
+        (folder / "default.txt").write_text(transferred.name + "\n")
+    load_profile.cache_clear()
+
+
+def shipped_sources() -> dict[str, CalibrationProfile]:
+    """The shipped default profile of every GPU a transfer takes its fits from."""
+    sources = {}
+    for transfer in TRANSFERS.values():
+        profile = load_profile(transfer.source)
+        if profile is None:
+            raise SystemExit(f"{transfer.source} has no shipped default profile")
+        sources[transfer.source] = profile
+    return sources
+
+
 def kernel_sections(validate: bool) -> list[str]:
     """Fit and write every kernel calibration profile; the docs sections on their error."""
     sections: list[str] = []
@@ -70,10 +96,7 @@ def kernel_sections(validate: bool) -> list[str]:
         (PROFILES / gpu / "default.txt").write_text(DEFAULT_NAME + "\n")
         for stale in (PROFILES / gpu).glob("transfer-*.json"):  # measured now: no transfer
             stale.unlink()
-    for target, source in TRANSFER_SOURCE.items():
-        transferred = transfer_profile(fitted[source], target)
-        write_json(transferred, PROFILES / target / f"{transferred.name}.json")
-        (PROFILES / target / "default.txt").write_text(transferred.name + "\n")
+    write_transfers(fitted)
     for gpu in ("a100-80gb", "h100-sxm"):
         write_json(vidur.fit_vidur_profile(gpu), PROFILES / gpu / "vidur.json")
     load_profile.cache_clear()
@@ -233,7 +256,11 @@ def fp8_scale_sections() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-validate", action="store_true")
+    parser.add_argument("--transfers-only", action="store_true")
     args = parser.parse_args()
+    if args.transfers_only:
+        write_transfers(shipped_sources())
+        return
     validate = not args.no_validate
     sections: list[str] = [
         "# Calibration: error on held-out data\n",

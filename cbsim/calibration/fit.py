@@ -10,9 +10,10 @@ kernel where it was measured and NCCL beyond (:func:`cbsim.calibration.comm.engi
 Each family is also cross-validated on data its fit never saw (whole GEMM weight shapes, whole
 attention head configurations, whole message sizes held out) and compared with two references: the
 uncalibrated roofline (efficiency 1) and one constant efficiency pair fitted on the same data.
-``transfer_profile`` carries a profile's dimensionless efficiencies and corrections to a GPU with
-no measurements, which is how H200 is predicted from H100 in the leave-one-GPU-out check and how
-MI300X gets a profile at all (B200 has its own vLLM measurements, fp4 GEMMs included).
+``leave_one_gpu_out`` carries a profile's dimensionless efficiencies and corrections to another
+GPU (H200 predicted from H100); :mod:`cbsim.calibration.transfer` does the same for every GPU
+without measurements (MI300X, the PCIe and GeForce cards, GB200, ...) and records the error that
+carries (B200 has its own vLLM measurements, fp4 GEMMs included).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from cbsim.calibration.profile import (
     MoeFit,
     RooflineFit,
 )
+from cbsim.calibration.transfer import TRANSFERS
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 
@@ -64,7 +66,7 @@ ELEMENTWISE_SOURCE = {
     "mi300x": "h100-sxm",
 }
 # GPUs without kernel measurements: profile transferred from this measured GPU
-TRANSFER_SOURCE = {"mi300x": "h100-sxm"}
+TRANSFER_SOURCE = {target: transfer.source for target, transfer in TRANSFERS.items()}
 GEMM_DTYPES = frozenset({"bf16", "fp8", "fp4"})
 
 Progress = Callable[[str], None]
@@ -412,44 +414,6 @@ def fit_profile(
         pd.concat(points, ignore_index=True) if points else _points("", np.array([]), np.array([]))
     )
     return profile, pd.DataFrame(rows), held_out
-
-
-def transfer_profile(
-    source: CalibrationProfile, target_gpu: str, *, name: str | None = None
-) -> CalibrationProfile:
-    """A profile for a GPU without measurements: the source's dimensionless efficiencies, floors
-    and corrections applied to the target's spec sheet (its peak FLOP/s and bandwidth)."""
-    spec = get_gpu(target_gpu)
-    return CalibrationProfile(
-        gpu=spec.name,
-        name=name or f"transfer-{source.gpu}",
-        description=(
-            f"{spec.name} has no kernel measurements here: {source.gpu}'s fitted efficiencies "
-            f"and corrections ({source.name}) applied to the {spec.name} spec sheet. Untested "
-            "against measurements of this GPU; all-reduce curves are the source's."
-        ),
-        provenance={"transfer": Measured(source=f"{source.gpu}/{source.name}")},
-        based_on=f"{source.gpu}/{source.name}",
-    )
-
-
-def transfer_copy(
-    source: CalibrationProfile, target_gpu: str, *, name: str | None = None
-) -> CalibrationProfile:
-    """:func:`transfer_profile` with the fits copied in (for evaluation in memory)."""
-    spec = get_gpu(target_gpu)
-    return source.model_copy(
-        update={
-            "gpu": spec.name,
-            "name": name or f"transfer-{source.gpu}",
-            "description": (
-                f"{spec.name} has no kernel measurements here: {source.gpu}'s fitted efficiencies "
-                f"and corrections ({source.name}) applied to the {spec.name} spec sheet. Untested "
-                "against measurements of this GPU; all-reduce curves are the source's."
-            ),
-            "provenance": {"transfer": Measured(source=f"{source.gpu}/{source.name}")},
-        }
-    )
 
 
 def leave_one_gpu_out(

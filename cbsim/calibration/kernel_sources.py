@@ -19,7 +19,7 @@ the target engine's kernels on the target GPU predicted, without any of its meas
 
 * ``target vLLM fit``: the target GPU's own vLLM profile, as if engines did not matter;
 * ``source engine fit, target spec``: the engine's profile on the source GPU applied to the
-  target's spec sheet (what :func:`cbsim.calibration.fit.transfer_profile` does);
+  target's spec sheet (what :func:`cbsim.calibration.transfer.transfer_profile` does);
 * ``target vLLM fit x source engine/vLLM (per shape)``: the target's vLLM profile times the
   engine/vLLM ratio of the two source-GPU profiles at the same shape;
 * ``target vLLM fit x source engine/vLLM (median)``: the same with one median ratio per op family.

@@ -89,7 +89,7 @@ def _engine_profile(engine: EngineProfile | str | None) -> EngineProfile:
     return engine
 
 
-def _calibration_profile(
+def calibration_profile(
     calibration: CalibrationProfile | str | None, gpu: str, engine: EngineProfile
 ) -> CalibrationProfile | None:
     """The kernel profile a cost model reads: the engine's own on this GPU for ``"default"``."""
@@ -207,7 +207,7 @@ class OpPricing:
                 f"kv_dtype must be bf16, fp16 or fp8, got {self.kv_dtype!r}", field="kv_dtype"
             )
         self.params = params or CostParams()
-        self.calibration = _calibration_profile(calibration, self.gpu.name, self.engine)
+        self.calibration = calibration_profile(calibration, self.gpu.name, self.engine)
         self._transfer = (
             _transfer_models(self.model, self.gpu.name, tp, dtype, self.kv_dtype, self.engine)
             if calibration == DEFAULT_PROFILE

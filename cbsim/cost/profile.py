@@ -14,6 +14,14 @@ predictions. Writing a fitted profile is calibration's business
 
 Every file carries ``schema_version``; a file that does not parse or has another version is an
 error naming it — there is no silent fallback to defaults.
+
+A GPU without kernel measurements has a *transferred* profile: a small file naming the measured
+profile it is ``based_on``, whose dimensionless fits (efficiencies, floors, corrections) then
+price this GPU's kernels on its own spec sheet. Its provenance records the error that transfer
+carries, measured by holding out GPUs that do have tables (``transfer error <family>`` entries,
+written by :mod:`cbsim.calibration.transfer`), and :func:`transfer_note` says it in a line. The
+source's measured all-reduce and all-to-all curves carry over only between equal links
+(:func:`keeps_collectives`); elsewhere collectives take the roofline ring on the GPU's own link.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from cbsim.cost.grid import LogGrid
 from cbsim.documents import decode_utf8, parse_json
 from cbsim.errors import CbsimError, unknown_name
+from cbsim.hardware import get_gpu
 
 SCHEMA_VERSION = 1
 PROFILE_DIR = "profiles"
@@ -279,16 +288,73 @@ def load_profile(gpu: str, name: str = DEFAULT_PROFILE) -> CalibrationProfile | 
         base = load_profile(base_gpu, base_name)
         if base is None:
             raise CbsimError(f"based_on {profile.based_on!r} is not a profile", source=str(path))
-        profile = base.model_copy(
-            update={
-                "gpu": profile.gpu,
-                "name": profile.name,
-                "description": profile.description,
-                "provenance": profile.provenance,
-                "based_on": profile.based_on,
-            }
-        )
+        update: dict[str, Any] = {
+            "gpu": profile.gpu,
+            "name": profile.name,
+            "description": profile.description,
+            "provenance": profile.provenance,
+            "based_on": profile.based_on,
+        }
+        if not keeps_collectives(base.gpu, profile.gpu):
+            update.update(allreduce={}, alltoall={})
+        profile = base.model_copy(update=update)
     return profile
+
+
+LINK_TOLERANCE = 0.10
+"""How far two GPUs' links (``nvlink_bandwidth``) may differ for measured collective curves to
+carry from one to the other."""
+
+
+def keeps_collectives(base_gpu: str, gpu: str) -> bool:
+    """Whether a profile transferred from ``base_gpu`` keeps its measured all-reduce and
+    all-to-all curves on ``gpu``: only where the two links match within :data:`LINK_TOLERANCE`
+    (H100 SXM's NVSwitch curves say nothing of a PCIe card's); elsewhere collectives take the
+    roofline ring on ``gpu``'s own link. A GPU outside the catalog keeps them."""
+    try:
+        base, target = get_gpu(base_gpu).nvlink_bandwidth, get_gpu(gpu).nvlink_bandwidth
+    except CbsimError:
+        return True
+    return abs(target / base - 1.0) <= LINK_TOLERANCE
+
+
+TRANSFER = "transfer"
+"""Provenance key of a transferred profile: the profile whose fits it takes."""
+TRANSFER_ERROR = "transfer error "
+"""Prefix of the provenance keys holding a transfer's held-out error, one per op family."""
+
+
+def transfer_errors(profile: CalibrationProfile) -> dict[str, Measured]:
+    """A transferred profile's held-out error per op family (``gemm bf16``, ...), as recorded."""
+    return {
+        key.removeprefix(TRANSFER_ERROR): measured
+        for key, measured in profile.provenance.items()
+        if key.startswith(TRANSFER_ERROR)
+    }
+
+
+def _percent(measured: Measured) -> str:
+    median, p90 = measured.holdout_median_ape, measured.holdout_p90_ape
+    if median is None or p90 is None:
+        return "not measured"
+    return f"{100 * median:.0f} % median / {100 * p90:.0f} % P90"
+
+
+def transfer_note(profile: CalibrationProfile | None) -> str | None:
+    """A line saying that ``profile`` prices a GPU without kernel measurements from another
+    GPU's fits, with the held-out error of that transfer; None for a measured profile."""
+    if profile is None or not profile.based_on:
+        return None
+    text = (
+        f"{profile.gpu} has no measured kernel tables: its kernels are priced by "
+        f"{profile.based_on}'s fitted efficiencies on the {profile.gpu} spec sheet"
+    )
+    errors = transfer_errors(profile)
+    if not errors:
+        return text + " (the error of that transfer is not measured)"
+    held_out = next(iter(errors.values())).source
+    parts = "; ".join(f"{family} {_percent(measured)}" for family, measured in errors.items())
+    return f"{text}; held-out error of such a transfer ({held_out}): {parts}"
 
 
 FALLBACK_GPU = "h100-sxm"

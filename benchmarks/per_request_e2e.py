@@ -42,11 +42,17 @@ def replayed(engine: str | None) -> pd.DataFrame:
     rows = []
     for run in per_request.shared_runs():
         compared = per_request.replay(run, engine)
-        row = {"run": run.name, "group": _group(run), "workload": run.workload, "qps": run.qps}
-        row.update(per_request.run_errors(compared))
-        row["ttft_p90_pred_s"] = row["ttft_p90_s"] * (1.0 + row["ttft_p90_err"] / 100.0)
-        if row["ttft_p90_s"] > per_request.STABLE_TTFT_P90_S:
-            row.update(saturation.overload_errors(compared, run.deployment.replicas))
+        errors = per_request.run_errors(compared)
+        errors["ttft_p90_pred_s"] = errors["ttft_p90_s"] * (1.0 + errors["ttft_p90_err"] / 100.0)
+        if errors["ttft_p90_s"] > per_request.STABLE_TTFT_P90_S:
+            errors.update(saturation.overload_errors(compared, run.deployment.replicas))
+        row: dict[str, object] = {
+            "run": run.name,
+            "group": _group(run),
+            "workload": run.workload,
+            "qps": run.qps,
+            **errors,
+        }
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -271,10 +271,20 @@ def _plan(
     )
 
 
+def default_fraction(rule: MemoryRule, x: MemoryInputs) -> float:
+    """The memory flag the engine takes when its user sets none (SGLang's by its release's rule
+    for this GPU and layout)."""
+    if rule.fraction is not None:
+        return rule.fraction
+    if rule.kind == "sglang":
+        return sglang_default_fraction(rule, x)
+    return DEFAULT_FRACTION
+
+
 def _vllm(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
     """vLLM: total x utilisation, less weights, the profiling run's peak, non-torch growth and
     (where budgeted) CUDA graphs. V0 runs the same budget with its own sampler's bytes."""
-    fraction = x.fraction or rule.fraction or DEFAULT_FRACTION
+    fraction = x.fraction or default_fraction(rule, x)
     total = x.gpu.cuda_total_bytes
     budget = total * fraction
     activations = vllm_activation_bytes(rule, x)
@@ -287,7 +297,7 @@ def _vllm(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
 def _sglang(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
     """SGLang: ``mem_fraction_static`` of the memory free once the communicators are up, less
     the weights; activations and graphs live in the rest."""
-    fraction = x.fraction or rule.fraction or sglang_default_fraction(rule, x)
+    fraction = x.fraction or default_fraction(rule, x)
     total = x.gpu.cuda_total_bytes
     context = rule.context_gib + comm_gib(rule, x)
     free = total - context * GiB
@@ -299,7 +309,7 @@ def _sglang(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
 def _tensorrt_llm(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
     """TensorRT-LLM: ``free_gpu_memory_fraction`` of what its dry run of ``max_num_tokens``
     leaves free after weights, activations, CUDA graphs, communicators and the context."""
-    fraction = x.fraction or rule.fraction or DEFAULT_FRACTION
+    fraction = x.fraction or default_fraction(rule, x)
     total = x.gpu.cuda_total_bytes
     activations = forward_activation_bytes(x.model, x.max_batched_tokens, x.tp)
     non_torch = (rule.context_gib + rule.non_torch_gib + comm_gib(rule, x)) * GiB
@@ -311,7 +321,7 @@ def _tensorrt_llm(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
 
 def _flat(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
     """A fraction of the GPU's memory less the weights and a flat reserve."""
-    fraction = x.fraction or rule.fraction or DEFAULT_FRACTION
+    fraction = x.fraction or default_fraction(rule, x)
     budget = x.gpu.memory_bytes * fraction
     reserve = rule.reserve_gib * GiB
     kv = budget - _weights(x) - reserve
@@ -411,25 +421,21 @@ def _reserve_by_budget(rule: MemoryRule, x: MemoryInputs, gpu_mem: float) -> flo
 # --------------------------------------------------------------------------- a scenario's replica
 
 
-def replica_memory(
+def replica_inputs(
     scenario: Scenario,
-    rule: MemoryRule,
     *,
+    fraction: float | None = None,
     extra_weight_bytes: float = 0.0,
     extra_kv_bytes_per_token: float = 0.0,
-) -> MemoryPlan:
-    """The memory of one replica of a resolved scenario (its engine's defaults applied:
-    :func:`cbsim.scenario.apply_engine_defaults`) under its engine's ``rule``. The memory flag
-    counts only where the user set it (``cluster.gpu_memory_utilization``: vLLM's
-    ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, TensorRT-LLM's
-    ``free_gpu_memory_fraction``); otherwise the engine's own default."""
+) -> MemoryInputs:
+    """What one replica of a resolved scenario sizes its cache from (``fraction``: the memory
+    flag, None for the engine's default)."""
     from cbsim.hardware import get_gpu
     from cbsim.models import get_model
 
     cluster = scenario.cluster
     sched = scenario.scheduler
-    user_set = "gpu_memory_utilization" in cluster.model_fields_set
-    inputs = MemoryInputs(
+    return MemoryInputs(
         model=get_model(cluster.model),
         gpu=get_gpu(cluster.gpu),
         tp=cluster.tp,
@@ -438,13 +444,34 @@ def replica_memory(
         dtype=cluster.dtype,
         kv_dtype=cluster.effective_kv_dtype,
         block_size=sched.block_size,
-        fraction=cluster.gpu_memory_utilization if user_set else None,
+        fraction=fraction,
         max_batched_tokens=sched.max_batched_tokens,
         max_batch_size=sched.max_batch_size,
         max_model_len=cluster.max_model_len or 0,
         extra_weight_bytes=extra_weight_bytes,
         extra_kv_bytes_per_token=extra_kv_bytes_per_token,
         speculative=scenario.speculative.enabled,
+    )
+
+
+def replica_memory(
+    scenario: Scenario,
+    rule: MemoryRule,
+    *,
+    extra_weight_bytes: float = 0.0,
+    extra_kv_bytes_per_token: float = 0.0,
+) -> MemoryPlan:
+    """The memory of one replica of a resolved scenario (its engine's defaults applied:
+    :func:`cbsim.scenario.apply_engine_defaults`) under its engine's ``rule``, with the memory
+    flag ``cluster.gpu_memory_utilization`` read as the engine's own (vLLM's
+    ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, TensorRT-LLM's
+    ``free_gpu_memory_fraction``): the user's, else the engine's default that resolving the
+    scenario wrote there."""
+    inputs = replica_inputs(
+        scenario,
+        fraction=scenario.cluster.gpu_memory_utilization,
+        extra_weight_bytes=extra_weight_bytes,
+        extra_kv_bytes_per_token=extra_kv_bytes_per_token,
     )
     return plan_memory(rule, inputs)
 

@@ -209,11 +209,16 @@ def test_validate_ok(scenario_file: Path) -> None:
     assert first == f"OK: {scenario_file} (tiny)"
     for fragment in ("llama-3-8b", "h100-sxm", "tp=1", "1 replica", "vllm", "speculation off"):
         assert fragment in second
-    requests, prompts, outputs, cluster = described
+    requests, prompts, outputs, cluster, kv_line, breakdown = described
     assert requests.startswith("requests: 30 over ") and "poisson arrivals" in requests
     assert prompts == "prompt tokens: p50 128, p90 128, p99 128, max 128"
     assert outputs == "output tokens: p50 16, p90 16, p99 16, max 16"
     assert cluster == "cluster: llama-3-8b on h100-sxm, tp 1 x 1 replica = 1 GPU in total"
+    # the KV cache as the engine prints it at start-up, and where each GPU's memory goes
+    assert kv_line.startswith("KV cache: GPU KV cache size: ")
+    assert "Maximum concurrency for 8,192 tokens per request" in kv_line
+    assert "requests of the mean 144 tokens at once" in breakdown
+    assert "gpu_memory_utilization 0.900: weights 14.96" in breakdown
 
 
 def test_validate_with_overrides(scenario_file: Path) -> None:

@@ -21,6 +21,7 @@ from cbsim.cost.engine_profile import (
 )
 from cbsim.cost_models import cost_model_for
 from cbsim.errors import CbsimError
+from cbsim.fleet import scenario_memory_plans
 from cbsim.scenario import load_scenario
 from tests.conftest import small_scenario
 
@@ -186,13 +187,23 @@ def test_fp8_checkpoints_get_the_engines_kv_dtype(engine: str, kv: str) -> None:
     assert load_scenario(explicit).cluster.effective_kv_dtype == "bf16"
 
 
-def test_free_memory_fraction_leaves_less_for_kv_than_total() -> None:
+def test_each_engine_takes_its_fraction_of_its_own_base() -> None:
     base = small_scenario({"cluster.model": "llama-3-70b", "cluster.tp": 4})
-    trt = load_scenario({**base, "cluster": {**base["cluster"], "engine": "tensorrt-llm"}})
-    vllm = load_scenario({**base, "cluster": {**base["cluster"], "engine": "vllm"}})
-    # 0.9 of the memory free after the weights leaves more room than 0.9 of all memory
-    assert trt.cluster.gpu_memory_utilization > vllm.cluster.gpu_memory_utilization
-    assert trt.cluster.gpu_memory_utilization < 1.0
+    plans = {}
+    for engine in ("vllm", "sglang", "tensorrt-llm"):
+        scenario = load_scenario({**base, "cluster": {**base["cluster"], "engine": engine}})
+        plans[engine] = scenario_memory_plans(scenario)[0][1]
+    # vLLM: 0.9 of all memory; TensorRT-LLM: 0.9 of what is free after the weights and its dry
+    # run; SGLang: its default mem_fraction_static of the memory free once it starts
+    vllm, trt, sglang = plans["vllm"], plans["tensorrt-llm"], plans["sglang"]
+    assert vllm.budget_bytes == pytest.approx(0.9 * vllm.total_bytes)
+    free = trt.total_bytes - trt.weight_bytes - trt.activation_bytes - trt.non_torch_bytes
+    assert trt.kv_bytes == pytest.approx(0.9 * (free - trt.cuda_graph_bytes))
+    assert (vllm.fraction_flag, trt.fraction_flag) == (
+        "gpu_memory_utilization",
+        "free_gpu_memory_fraction",
+    )
+    assert sglang.fraction_flag == "mem_fraction_static" and 0.7 < sglang.fraction < 0.95
 
 
 def test_fitted_range_warning() -> None:

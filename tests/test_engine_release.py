@@ -108,3 +108,38 @@ def test_an_engine_without_ranges_refuses_a_release() -> None:
 def test_a_range_with_an_invalid_release_is_refused() -> None:
     with pytest.raises(ValueError, match="release number"):
         EngineProfile.model_validate({"engine": "x", "versions": [{"since": "new"}]})
+
+
+def test_a_scenario_runs_a_named_release() -> None:
+    import cbsim
+    from tests.conftest import small_scenario
+
+    def on_a100(engine: str) -> cbsim.Scenario:
+        data = small_scenario({"cluster.gpu": "a100-80gb", "cluster.engine": engine})
+        data["scheduler"] = {}  # the release's defaults
+        return cbsim.load_scenario(data)
+
+    scenario = on_a100("vLLM@0.8.5")
+    assert scenario.cluster.engine == "vllm@0.8.5"
+    assert scenario.scheduler.max_batched_tokens == 8192  # 0.8.5 gave the A100 the large budget
+    assert on_a100("vllm").scheduler.max_batched_tokens == 2048
+    results = cbsim.simulate(scenario)
+    assert results.summary["kv_cache_tokens"] > 0
+    assert results.run_info["memory"][0]["engine_line"].startswith("GPU KV cache size:")
+
+
+def test_a_release_too_old_is_a_scenario_error() -> None:
+    import cbsim
+    from tests.conftest import small_scenario
+
+    with pytest.raises(CbsimError, match=r"releases 0\.4 and later") as caught:
+        cbsim.load_scenario(small_scenario({"cluster.engine": "vllm@0.2"}))
+    assert caught.value.field == "cluster.engine"
+
+
+def test_a_plan_launches_a_release_as_its_engine() -> None:
+    from cbsim.plan.launch import launch_commands
+    from cbsim.plan.layouts import Instance, Layout
+
+    commands = launch_commands("vllm@0.8.5", "llama-3.1-8b", Layout(Instance(gpu="h100-sxm", tp=1)))
+    assert commands["commands"][0]["argv"][:2] == ["vllm", "serve"]

@@ -101,7 +101,7 @@ def test_fast_forward_equals_stepping_with_sessions(router: str) -> None:
     for fast in (True, False):
         data = _scenario(count=150, think_time="exponential")
         data["workload"]["arrival"]["rate"] = 4.0
-        data["cluster"].update(replicas=2, router=router, gpu_memory_utilization=0.22)
+        data["cluster"].update(replicas=2, router=router, gpu_memory_utilization=0.241)
         data["fast_forward"] = fast
         runs.append(cbsim.simulate(cbsim.load_scenario(data)))
     assert runs[0].run_info["prefix_evicted_blocks"] > 0 and runs[0].summary["preemptions"] > 0

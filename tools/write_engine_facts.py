@@ -19,9 +19,10 @@ def main() -> None:
     for engine, rule in MEMORY_RULES.items():
         path = ENGINES / f"{engine}.json"
         profile = read_engine_profile(path)
-        update = {"memory": rule, "versions": RELEASES.get(engine, [])}
+        versions = RELEASES.get(engine, [])
+        update = {"memory": rule, "versions": versions}
         write_engine_profile(profile.model_copy(update=update), path)
-        print(f"{path}: memory rule {rule.kind}, {len(update['versions'])} release ranges")
+        print(f"{path}: memory rule {rule.kind}, {len(versions)} release ranges")
 
 
 if __name__ == "__main__":

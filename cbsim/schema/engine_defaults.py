@@ -45,12 +45,37 @@ def apply_engine_defaults(scenario: Scenario) -> Scenario:
     cluster_updates: dict[str, Any] = {}
     if cluster.kv_dtype is None:
         cluster_updates["kv_dtype"] = default_kv_dtype(profile, cluster.gpu, cluster.dtype)
-    if not scheduler_updates and not cluster_updates:
+    if not scheduler_updates and not cluster_updates and _memory_flag_set(cluster):
         return scenario
-    return _keeping_fields_set(
+    scheduler = _keeping_fields_set(scenario.scheduler, scheduler_updates)
+    resolved = _keeping_fields_set(
         scenario,
-        {
-            "scheduler": _keeping_fields_set(scenario.scheduler, scheduler_updates),
-            "cluster": _keeping_fields_set(cluster, cluster_updates),
-        },
+        {"scheduler": scheduler, "cluster": _keeping_fields_set(cluster, cluster_updates)},
     )
+    if _memory_flag_set(cluster):
+        return resolved
+    # the engine's own default memory flag for this GPU and layout (SGLang's is a rule of both)
+    fraction = _default_memory_flag(resolved, profile)
+    if fraction == resolved.cluster.gpu_memory_utilization:
+        return resolved
+    return _keeping_fields_set(
+        resolved,
+        {"cluster": _keeping_fields_set(resolved.cluster, {"gpu_memory_utilization": fraction})},
+    )
+
+
+def _memory_flag_set(cluster: Any) -> bool:
+    return "gpu_memory_utilization" in cluster.model_fields_set
+
+
+def _default_memory_flag(scenario: Scenario, profile: Any) -> float:
+    """What the engine takes when no memory flag is given (:func:`cbsim.engine_memory.default_fraction`);
+    the cluster's own default where its model or GPU is unknown (a later check says so)."""
+    from cbsim.engine_memory import default_fraction, replica_inputs
+    from cbsim.errors import CbsimError
+
+    try:
+        inputs = replica_inputs(scenario)
+    except CbsimError:
+        return float(scenario.cluster.gpu_memory_utilization)
+    return default_fraction(profile.memory, inputs)

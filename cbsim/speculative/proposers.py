@@ -40,6 +40,7 @@ from cbsim.kernel_call import KernelCall
 from cbsim.kvcache import (
     DTYPE_BYTES,
     dense_weight_dtype,
+    end_dtype,
     kv_bytes_per_token_per_gpu,
     model_weight_bytes,
     weight_bytes_per_gpu,
@@ -265,10 +266,11 @@ class MtpModule(_FusedHead):
         # its layers (experts spread as the target's) and the projection; the embedding, final
         # norm and LM head are the target's own
         shape = self.shape
-        shared = (2 - shape.tie_word_embeddings) * shape.embedding_param_count() + shape.hidden_size
+        ends = (2 - shape.tie_word_embeddings) * shape.embedding_param_count()
         dense_bytes = DTYPE_BYTES[dense_weight_dtype(self.dtype)]
+        shared = ends * DTYPE_BYTES[end_dtype(self.dtype)] + shape.hidden_size * dense_bytes
         layers = weight_bytes_per_gpu(shape, self.dtype, self.tp, self.dp)
-        return layers + (self._fusion_k * shape.hidden_size - shared) * dense_bytes / self.tp
+        return layers + (self._fusion_k * shape.hidden_size * dense_bytes - shared) / self.tp
 
 
 class Ngram(Proposer):

@@ -194,3 +194,22 @@ def test_holdout_folds_follow_the_shapes_measured() -> None:
         return pd.DataFrame({c: np.arange(count) for c in SHAPE_COLUMNS})
 
     assert [holdout_folds(shapes(n)) for n in (1, 2, 4, 5, 25)] == [0, 2, 4, 5, 5]
+
+
+def test_serving_errors_by_concurrency_band() -> None:
+    from cbsim.calibration.moe_e2e import band_errors, band_of
+
+    assert [band_of(c) for c in (1, 32, 33, 99, 100, 384)] == ["<=32", "<=32", "33-99", "33-99",
+                                                                ">=100", ">=100"]  # fmt: skip
+    runs = pd.DataFrame(
+        {
+            "concurrency": [4, 16, 128],
+            "tpot_mean_s": [0.01, 0.02, 0.04],
+            "predicted_tpot_s": [0.011, 0.02, 0.03],
+            "ttft_mean_s": [0.1, 0.1, 0.1],
+            "predicted_ttft_s": [0.1, 0.1, 0.1],
+        }
+    )
+    table = band_errors(runs).set_index("band")
+    assert list(table.index) == ["<=32", ">=100", "all"]
+    assert table.loc["<=32", "runs"] == 2 and table.loc[">=100", "tpot_signed_pct"] == -25.0

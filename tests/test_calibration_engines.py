@@ -54,9 +54,9 @@ def shipped_meta(*parts: str) -> dict[str, str]:
 
 def test_engines_with_tables_per_gpu() -> None:
     assert "b200" in measured_gpus()
-    for gpu in HOPPER:
+    for gpu in (*HOPPER, "b200"):
         assert measured_engines(gpu) == ["vllm", "trtllm", "sglang"]
-    for gpu in ("a100-80gb", "l40s", "b200"):
+    for gpu in ("a100-80gb", "l40s"):
         assert measured_engines(gpu) == ["vllm"]
     assert measured_engines("mi300x") == []
     assert engine_name("tensorrt-llm") == "trtllm"
@@ -74,8 +74,12 @@ def test_vllm_stays_the_default_source() -> None:
 
 
 def test_an_engine_without_tables_is_a_clear_error() -> None:
-    with pytest.raises(CbsimError, match=r"no trtllm kernel tables are shipped for b200.*vllm"):
-        load_table("gemm", "b200", engine="tensorrt-llm")
+    with pytest.raises(
+        CbsimError, match=r"no trtllm kernel tables are shipped for a100-80gb.*vllm"
+    ):
+        load_table("gemm", "a100-80gb", engine="tensorrt-llm")
+    with pytest.raises(CbsimError, match="no shipped moe table for h200/sglang"):
+        load_table("moe", "h200", engine="sglang")  # the engines' MoE tables: H100 and B200
     with pytest.raises(CbsimError, match="no shipped custom_allreduce table for h100-sxm"):
         load_table("custom_allreduce", "h100-sxm")  # vLLM's all-reduce is NCCL
 
@@ -244,7 +248,9 @@ def test_engine_allreduce_fit_follows_its_table(gpu: str, engine: str) -> None:
 
 def test_b200_is_fitted_on_its_own_measurements() -> None:
     assert "b200" not in TRANSFER_SOURCE
-    assert profile_names("b200") == ["aiconfigurator-vllm"]
+    # TensorRT-LLM's and SGLang's own B200 kernels beside vLLM's, which stay the default
+    names = ["aiconfigurator-sglang", "aiconfigurator-trtllm", "aiconfigurator-vllm"]
+    assert profile_names("b200") == names
     profile = load_profile("b200")
     assert profile is not None and profile.name == "aiconfigurator-vllm"
     assert profile.based_on is None

@@ -4,13 +4,14 @@ Usage: python tools/fit_profiles.py [--no-validate | --transfers-only]
 
 Writes cbsim/data/profiles/<gpu>/<name>.json (+ default.txt naming each GPU's default): one kernel
 profile per GPU and serving engine with shipped kernel tables (``aiconfigurator-vllm`` everywhere,
-B200 included; ``aiconfigurator-trtllm`` and ``aiconfigurator-sglang`` on H100 and H200), the
-transferred profiles of every GPU without tables (MI300X, the PCIe and GeForce cards, GB200, ...:
-:mod:`cbsim.calibration.transfer`, each with its transfer's held-out error) and the Vidur
-profiles; ``--transfers-only`` writes the transferred ones alone, from the shipped profiles
-(a few minutes); the engine profiles
+B200 included; ``aiconfigurator-trtllm`` and ``aiconfigurator-sglang`` on H100, H200 and B200, with
+MoE fits from their own MoE tables on H100 and B200), the transferred profiles of every GPU
+without tables (MI300X, the PCIe and GeForce cards, GB200, ...: :mod:`cbsim.calibration.transfer`,
+each with its transfer's held-out error) and the Vidur profiles; ``--transfers-only`` writes the
+transferred ones alone, from the shipped profiles (a few minutes); the engine profiles
 cbsim/data/profiles/engines/<engine>.json; and docs/calibration.md with every held-out error table
-quoted in the README, the engine/vLLM kernel-time ratios and the cross-engine prediction check
+quoted in the README, the engine/vLLM kernel-time ratios and the cross-engine prediction checks,
+dense kernels with H200 held out and MoE kernels with B200 held out
 (:mod:`cbsim.calibration.kernel_sources`). Takes about ten minutes on two cores (the
 cross-validation refits every op family five times per GPU and engine).
 """
@@ -162,6 +163,7 @@ def kernel_sections(validate: bool) -> list[str]:
         "ratio per op family.\n"
     )
     sections.append(markdown(percent_table(predictions)) + "\n")
+    sections.extend(moe_cross_engine_sections())
     sections.extend(custom_allreduce_sections())
     sections.extend(fp8_scale_sections())
     layer_rows = []
@@ -184,6 +186,25 @@ def kernel_sections(validate: bool) -> list[str]:
     )
     sections.append(markdown(disagreement) + "\n")
     return sections
+
+
+def moe_cross_engine_sections() -> list[str]:
+    """Each engine's B200 MoE kernels predicted from H100 without its B200 MoE table
+    (:func:`cbsim.calibration.kernel_sources.moe_cross_engine_predictions`)."""
+    engines = [e for e in measured_engines("b200") if e != DEFAULT_ENGINE]
+    predictions = pd.concat(
+        [kernel_sources.moe_cross_engine_predictions(engine) for engine in engines],
+        ignore_index=True,
+    )
+    return [
+        "## An engine without MoE tables on a GPU: what predicts its MoE kernels (B200 held out)\n",
+        "Each engine's B200 MoE kernels (balanced routing, TP and EP paths) predicted without its "
+        "B200 MoE table: by B200's vLLM fit; by the engine's H100 fit on B200's spec sheet; by "
+        "B200's vLLM fit times the engine/vLLM ratio of the two H100 fits at the same shape. No "
+        "method wins across the Hopper → Blackwell change, so a GPU of another architecture "
+        "without the engine's MoE table keeps vLLM's (`cbsim/calibration/kernel_sources.py`).\n",
+        markdown(percent_table(predictions)) + "\n",
+    ]
 
 
 def _pct(frame: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,8 @@
 Usage: python tools/moe_held_out.py [--out results/calibration/e2e]
 
 Simulates every unsaturated aggregated MoE run cbsim can lay out (cbsim/calibration/moe_e2e.py:
-gpt-oss-120b under vLLM, Qwen3-235B-A22B fp8 under TensorRT-LLM) with the shipped engine
+gpt-oss-120b under vLLM and TensorRT-LLM, Qwen3-235B-A22B fp8 under TensorRT-LLM) with the shipped
+engine
 profiles, whose terms were fitted on dense models only: each MoE model is held out. Writes the
 predictions to the --out folder and replaces the "Mixture-of-experts models" section of
 docs/engines.md (tools/fit_engines.py writes the same section). A few minutes on two cores.
@@ -29,7 +30,12 @@ NOTE = (
     "36.5%, worse at 4 clients (TP 4: +26.5% against +17.5%), where the imbalance is the only "
     "difference. That choice was made on these runs; gpt-oss (TP only) does not depend on it. "
     "Still too slow: vLLM's 2.16 ms serial step (fitted on 0.11-0.12 dense runs; 58 of these 60 "
-    "runs are vLLM 0.18) and TensorRT-LLM's TP 4 (8-32 clients: +23 to +31%).\n"
+    "runs are vLLM 0.18). Qwen3 under TensorRT-LLM priced from vLLM's MoE tables (before "
+    "TensorRT-LLM's own): TPOT 13.7% / 29.9% (+12.8% signed; TP 4 21.9%, TP 8 9.7%). gpt-oss "
+    "under TensorRT-LLM (3 runs, 192-384 clients) is far too fast (-43%): its runs record a "
+    "per-rank batch of clients / TP, as if attention ran data-parallel, which cbsim cannot lay "
+    "out with the experts split by TP, and TensorRT-LLM measured its MXFP4 MoE under EP only, so "
+    "its TP layers keep vLLM's kernel.\n"
 )
 
 
@@ -51,8 +57,9 @@ def section(out: Path | None = None) -> str:
         f"{HEADING}\n\n"
         "Mean TTFT and TPOT of every aggregated run below 512 clients, simulated with the shipped "
         "profile (its step terms fitted on the dense models above); median / P90 absolute and "
-        "median signed % error (`python tools/moe_held_out.py`). Routed experts are priced from vLLM's "
-        "fused-MoE tables with the experts a served router reads (`cbsim/cost/moe.py`).\n\n"
+        "median signed % error (`python tools/moe_held_out.py`). Routed experts are priced from the "
+        "engine's own fused-MoE tables (vLLM's, TensorRT-LLM's) with the experts a served router "
+        "reads (`cbsim/cost/moe.py`); by concurrency band in [moe.md](moe.md).\n\n"
         + table.round(1).to_markdown(index=False)
         + "\n\n"
         + NOTE

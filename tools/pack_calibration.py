@@ -17,7 +17,8 @@ so each GPU has one ``nccl.parquet``:
   0.14.0; H100, H200, L40S, B200 0.24.0) and NCCL.
 * ``aiconfigurator/<gpu>/<engine>/{gemm,decode_attention,prefill_attention,custom_allreduce}``
   ``.parquet`` for ``trtllm`` (TensorRT-LLM 1.3.0rc20) and ``sglang`` (SGLang 0.5.14) on
-  ``h100-sxm`` and ``h200``.
+  ``h100-sxm``, ``h200`` and ``b200``, and ``aiconfigurator/<gpu>/<engine>/moe.parquet``, each
+  engine's own fused-MoE kernels, on ``h100-sxm`` and ``b200`` (the subset described below).
 
 Columns:
 
@@ -45,6 +46,18 @@ Columns:
   only) per moe_dtype (bfloat16, fp8, fp8_block, int4_wo, w4a16_mxfp4, nvfp4, ...), distribution
   (balanced, power_law_1.01, power_law_1.2), num_tokens, hidden_size, inter_size, topk,
   num_experts, moe_tp_size, moe_ep_size; latency_ms. The kernel per dtype is in the metadata.
+* ``<engine>/moe`` (TensorRT-LLM 1.3.0rc20, SGLang 0.5.14; H100 and B200): the same columns, only
+  the rows cbsim prices (:func:`engine_moe_rows`): layouts with the experts either split (TP) or
+  spread (EP), not both (cbsim's ``ep`` is 1 or the whole group); ``balanced`` and
+  ``power_law_1.2`` routing (``power_law_1.01`` stands in for balanced only where a GPU measured
+  none); gated experts only (the shapes any engine's table runs through a non-gated kernel,
+  TensorRT-LLM's ``moe_torch_flow_nongated``, dropped from every engine: Nemotron-style ReLU²
+  experts have two weight matrices, not the three the fit counts); and for TensorRT-LLM's nvfp4
+  the kernel the engine runs, as AI Configurator's TensorRT-LLM backend selects it: its
+  min-latency CUTLASS kernel (``moe_torch_flow_min_latency``) up to 128 tokens where measured,
+  the throughput one (``moe_torch_flow_cutlass``) otherwise. The kernels behind each dtype are in
+  the metadata (SGLang and TensorRT-LLM pick them per model: e.g. SGLang on B200 runs FlashInfer's
+  TensorRT-LLM kernels for most shapes and its Triton kernel for some).
 * ``custom_allreduce``: num_gpus, message_elements (16-bit elements), latency_ms: the engine's own
   all-reduce kernel (TensorRT-LLM's AUTO strategy; SGLang's custom all-reduce as replayed in a
   CUDA graph, ``SGLang_CustomAllReduce_graph`` — what its decode iterations run, and what AI
@@ -61,6 +74,7 @@ Columns:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -285,9 +299,17 @@ def pack_engine(base: Path, gpu: str, engine: str, out: Path, meta: dict[str, st
         pack_custom_allreduce(path, out / "custom_allreduce.parquet", tagged)
 
 
-def pack_moe(path: Path, out: Path, meta: dict[str, str]) -> None:
-    """vLLM's fused MoE layer: one row per (weight dtype, routing, tokens, shape, layout)."""
+def pack_moe(
+    path: Path,
+    out: Path,
+    meta: dict[str, str],
+    select: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
+) -> None:
+    """A fused MoE layer: one row per (weight dtype, routing, tokens, shape, layout), all of
+    them (vLLM's) or those ``select`` keeps."""
     moe = pd.read_parquet(path)
+    if select is not None:
+        moe = select(moe)
     frame = pd.DataFrame(
         {
             "moe_dtype": moe.moe_dtype.astype("category"),
@@ -304,6 +326,66 @@ def pack_moe(path: Path, out: Path, meta: dict[str, str]) -> None:
     )
     order = list(frame.columns[:-1])
     write(frame, out, {**meta, "kernels": kernels_of(moe, "moe_dtype")}, order)
+
+
+MOE_KEY = [
+    "moe_dtype", "distribution", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+    "moe_tp_size", "moe_ep_size",
+]  # fmt: skip
+MOE_SHAPE = ["hidden_size", "inter_size", "topk", "num_experts"]
+ENGINE_MOE_ROUTINGS = ("balanced", "power_law_1.2")
+NONGATED_SUFFIX = "_nongated"
+LOW_LATENCY_KERNEL = "moe_torch_flow_min_latency"
+LOW_LATENCY_DTYPE = "nvfp4"
+LOW_LATENCY_MAX_TOKENS = 128
+
+
+def nongated_shapes(data: Path) -> set[tuple[int, ...]]:
+    """(hidden, inter, topk, experts) of every MoE shape some engine's table under ``data`` (the
+    ``calibration/aiconfigurator/data`` folder) times with a non-gated kernel."""
+    shapes: set[tuple[int, ...]] = set()
+    for path in sorted(data.glob("*/moe/*/*/moe_perf.parquet")):
+        moe = pd.read_parquet(path, columns=["kernel_source", *MOE_SHAPE])
+        nongated = moe[moe.kernel_source.astype(str).str.endswith(NONGATED_SUFFIX)]
+        shapes |= {tuple(int(v) for v in row) for row in nongated[MOE_SHAPE].to_numpy()}
+    return shapes
+
+
+def engine_kernel_choice(moe: pd.DataFrame) -> pd.DataFrame:
+    """One row per key, the kernel the engine runs there: TensorRT-LLM's nvfp4 min-latency kernel
+    up to :data:`LOW_LATENCY_MAX_TOKENS` tokens where it was measured, else the other kernel
+    (AI Configurator's TensorRT-LLM backend selects them so); tables without it unchanged."""
+    kernel = moe.kernel_source.astype(str)
+    low = kernel == LOW_LATENCY_KERNEL
+    if not low.any():
+        return moe
+    small = moe.num_tokens <= LOW_LATENCY_MAX_TOKENS
+    key = [moe[c].astype(str) if c in ("moe_dtype", "distribution") else moe[c] for c in MOE_KEY]
+    covered = (low & small).groupby(key).transform("any")
+    keep = (low & small) | (~low & ~(covered & small))
+    wrong = low & (moe.moe_dtype.astype(str) != LOW_LATENCY_DTYPE)
+    if wrong.any():
+        raise SystemExit(f"{LOW_LATENCY_KERNEL} rows outside {LOW_LATENCY_DTYPE}")
+    return moe[keep]
+
+
+def engine_moe_rows(moe: pd.DataFrame, nongated: set[tuple[int, ...]]) -> pd.DataFrame:
+    """The rows of an engine's MoE table cbsim prices (see the module docstring)."""
+    pure = (moe.moe_tp_size == 1) | (moe.moe_ep_size == 1)
+    routed = moe.distribution.astype(str).isin(ENGINE_MOE_ROUTINGS)
+    shapes = pd.Series(list(zip(*(moe[c] for c in MOE_SHAPE), strict=True)), index=moe.index)
+    gated = ~shapes.isin(nongated) & ~moe.kernel_source.astype(str).str.endswith(NONGATED_SUFFIX)
+    chosen = engine_kernel_choice(moe[pure & routed & gated])
+    if chosen.duplicated(MOE_KEY).any():
+        raise SystemExit("an engine MoE table keeps two rows of one key")
+    return chosen
+
+
+def pack_engine_moe(
+    path: Path, out: Path, meta: dict[str, str], nongated: set[tuple[int, ...]]
+) -> None:
+    """An engine's own fused MoE layer: the rows cbsim prices (:func:`engine_moe_rows`)."""
+    pack_moe(path, out, meta, lambda moe: engine_moe_rows(moe, nongated))
 
 
 MLA_GEMM_DTYPES = {"bfloat16": "bf16", "fp8_block": "fp8", "nvfp4": "fp4"}
@@ -330,6 +412,7 @@ def pack_mla(path: Path, out: Path, phase: str, meta: dict[str, str]) -> None:
 
 
 def pack_aiconfigurator(source: Path, out: Path) -> None:
+    nongated = nongated_shapes(source / "calibration" / "aiconfigurator" / "data")
     for folder, gpu in AIC_GPUS.items():
         base = source / "calibration" / "aiconfigurator" / "data" / folder
         meta = AIC_NEW_META if gpu in NEW_DATA_GPUS else AIC_META
@@ -351,8 +434,14 @@ def pack_aiconfigurator(source: Path, out: Path) -> None:
         tagged = {**meta, "gpu": gpu, "framework": f"nccl {nccl_file.parent.name}"}
         pack_nccl(nccl_file, out / "aiconfigurator" / gpu / "nccl.parquet", tagged)
         for engine in OTHER_ENGINES:
+            engine_dir = out / "aiconfigurator" / gpu / engine
             if (base / "gemm" / engine).is_dir():
-                pack_engine(base, gpu, engine, out / "aiconfigurator" / gpu / engine, AIC_NEW_META)
+                pack_engine(base, gpu, engine, engine_dir, AIC_NEW_META)
+            if (base / "moe" / engine).is_dir():
+                moe_file = engine_file(base, "moe", engine, "moe_perf.parquet")
+                framework = f"{engine} {moe_file.parent.name}"
+                tagged = {**AIC_NEW_META, "gpu": gpu, "framework": framework}
+                pack_engine_moe(moe_file, engine_dir / "moe.parquet", tagged, nongated)
 
 
 def pack_vidur(source: Path, out: Path) -> None:

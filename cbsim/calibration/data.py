@@ -19,14 +19,16 @@ Configurator's and Vidur's originals to it). A user's own data is a folder holdi
   attention) with ``num_heads`` query heads on the GPU (see :mod:`cbsim.calibration.mla`),
   shipped for H100 and B200
 * moe: ``moe_dtype, distribution, num_tokens, hidden_size, inter_size, topk, num_experts,
-  moe_tp_size, moe_ep_size, latency_ms`` — one MoE layer's routed experts (vLLM's fused MoE
-  kernel; see :mod:`cbsim.calibration.moe`), shipped for A100, H100 and B200
+  moe_tp_size, moe_ep_size, latency_ms`` — one MoE layer's routed experts (an engine's fused MoE
+  kernel; see :mod:`cbsim.calibration.moe`), shipped for A100, H100 and B200 under vLLM, for H100
+  and B200 under TensorRT-LLM and SGLang
 
 Kernel sources. The same kernel is not the same on every serving engine: each ships its own GEMM
 dispatch, attention kernels and all-reduce, so the shipped tables are kept per engine (the
 *source* of a measurement) and :func:`load_table` takes ``engine=``: ``"vllm"`` (the default; every
 measured GPU), ``"trtllm"`` (TensorRT-LLM 1.3.0rc20) and ``"sglang"`` (SGLang 0.5.14) on
-``h100-sxm`` and ``h200``. On disk vLLM's tables sit in ``aiconfigurator/<gpu>/`` and another
+``h100-sxm``, ``h200`` and ``b200`` (their MoE tables on ``h100-sxm`` and ``b200``). On disk
+vLLM's tables sit in ``aiconfigurator/<gpu>/`` and another
 engine's in ``aiconfigurator/<gpu>/<engine>/``; NCCL does not depend on the engine, so ``nccl`` is
 read from ``aiconfigurator/<gpu>/`` whatever the engine. A user's ``data_dir`` holds one source, so
 ``engine`` does not change what is read from it.

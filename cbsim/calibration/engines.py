@@ -123,11 +123,22 @@ GPU_DEFAULTS: dict[str, dict[str, EngineDefaults]] = {
     },
 }
 
-# Each engine's own kernel tables, where the shipped measurements have them; on other GPUs its
-# kernels are the GPU's default (vLLM-measured) profile scaled by the engine/vLLM ratio on H100.
+# Each engine's own kernel tables, where the shipped measurements have them (H100 and B200 with
+# its MoE kernels; H200 without: its MoE layers take the engine's H100 fit on H200's spec sheet);
+# on other GPUs its kernels are the GPU's default (vLLM-measured) profile scaled by the
+# engine/vLLM ratio on H100, except the routed experts, which stay vLLM's (the ratio did not
+# predict B200's engine MoE kernels better than B200's vLLM fit: cbsim.calibration.kernel_sources).
 ENGINE_KERNELS: dict[str, dict[str, str]] = {
-    "sglang": {"h100-sxm": "aiconfigurator-sglang", "h200": "aiconfigurator-sglang"},
-    "tensorrt-llm": {"h100-sxm": "aiconfigurator-trtllm", "h200": "aiconfigurator-trtllm"},
+    "sglang": {
+        "h100-sxm": "aiconfigurator-sglang",
+        "h200": "aiconfigurator-sglang",
+        "b200": "aiconfigurator-sglang",
+    },
+    "tensorrt-llm": {
+        "h100-sxm": "aiconfigurator-trtllm",
+        "h200": "aiconfigurator-trtllm",
+        "b200": "aiconfigurator-trtllm",
+    },
 }
 
 OVERLAPPING_ENGINES = ("vllm", "sglang", "tensorrt-llm")

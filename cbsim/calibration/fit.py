@@ -243,9 +243,24 @@ def _comm_curves(
 
 
 MOE_CHECKED = ("bfloat16", "fp8", "fp8_block", "nvfp4")
-"""The MoE weight dtypes whose held-out error a report states (the 4-bit weight-only kernels
-were measured on too few model shapes to hold any out)."""
+"""The MoE weight dtypes a report states first; the others measured (the 4-bit kernels of a few
+models) follow, held out one shape at a time where fewer than five were measured."""
 MOE_LABELS = {"bfloat16": "bf16", "fp8_block": "fp8-block"}
+ROBUST_MOE_ENGINES = frozenset({"trtllm", "sglang"})
+"""Engines whose MoE corrections are fitted under a soft-L1 loss (:mod:`cbsim.calibration.moe`:
+their tables hold whole layout series 2–4× off the rest; vLLM's shipped fits keep theirs)."""
+
+
+def _moe_dtypes(table: pd.DataFrame) -> list[str]:
+    """The measured MoE weight dtypes cbsim knows, :data:`MOE_CHECKED` first."""
+    measured = set(table["moe_dtype"].astype(str)) & set(moe.MOE_DTYPES)
+    return [*(d for d in MOE_CHECKED if d in measured), *sorted(measured - set(MOE_CHECKED))]
+
+
+def _moe_holdout_source(folds: int, robust: bool) -> str:
+    """How an MoE fit was held out, for its provenance."""
+    how = "5-fold" if folds == 5 else f"{folds} shapes, one at a time"
+    return f"held-out model shapes ({how}{'; robust correction' if robust else ''})"
 
 
 def _moe_holdout(
@@ -257,19 +272,24 @@ def _moe_holdout(
     progress: Progress,
 ) -> dict[str, Measured]:
     """Held-out whole model shapes for each measured (MoE dtype, routing): error rows, points
-    and provenance (see :func:`cbsim.calibration.moe.holdout_shapes`)."""
+    and provenance (see :func:`cbsim.calibration.moe.holdout_shapes`; five folds, or one shape
+    at a time where fewer were measured; a dtype of one shape is recorded without an error)."""
     found: dict[str, Measured] = {}
     spec = get_gpu(gpu)
-    for moe_dtype in MOE_CHECKED:
+    robust = engine in ROBUST_MOE_ENGINES
+    for moe_dtype in _moe_dtypes(table):
         for routing in moe.DISTRIBUTIONS:
             try:
                 sliced = moe.moe_rows(table, moe_dtype, routing)
             except CbsimError:  # not measured
                 continue
-            if sliced[moe.SHAPE_COLUMNS].drop_duplicates().shape[0] < 5:
+            key = f"moe_{moe_dtype}_{routing}"
+            folds = moe.holdout_folds(sliced)
+            if folds == 0:
+                found[key] = Measured(source="one model shape: none held out", rows=len(sliced))
                 continue
             progress(f"{gpu}: MoE {moe_dtype} {routing}, held-out model shapes")
-            held = moe.holdout_shapes(sliced, spec, moe_dtype)
+            held = moe.holdout_shapes(sliced, spec, moe_dtype, folds=folds, robust=robust)
             known = ~np.isnan(held["predicted_s"].to_numpy())
             measured = held["measured_s"].to_numpy()[known]
             label = MOE_LABELS.get(moe_dtype, moe_dtype)
@@ -279,10 +299,29 @@ def _moe_holdout(
                 rows.append(_error_row(gpu, engine, family, method, stats))
             predicted = held["predicted_s"].to_numpy()[known]
             points.append(_points(family, measured, predicted))
-            found[f"moe_{moe_dtype}_{routing}"] = _held_out(
-                "held-out model shapes (5-fold)", int(known.sum()), _stats(predicted, measured)
-            )
+            source = _moe_holdout_source(folds, robust)
+            found[key] = _held_out(source, int(known.sum()), _stats(predicted, measured))
     return found
+
+
+def moe_family(
+    table: pd.DataFrame,
+    gpu: str,
+    engine: str,
+    rows: list[dict[str, object]],
+    points: list[pd.DataFrame],
+    validate: bool = True,
+    progress: Progress = _quiet,
+) -> tuple[dict[str, MoeFit], dict[str, Measured]]:
+    """Every kernel path of an MoE table fitted (robustly for :data:`ROBUST_MOE_ENGINES`), and
+    with ``validate`` each (dtype, routing) held out (:func:`_moe_holdout`: error rows and points
+    appended, provenance returned)."""
+    progress(f"{gpu}: fitting MoE layers")
+    engine = engine_name(engine)
+    fits = moe.fit_all(table, get_gpu(gpu), robust=engine in ROBUST_MOE_ENGINES)
+    if not validate:
+        return fits, {}
+    return fits, _moe_holdout(table, gpu, engine, rows, points, progress)
 
 
 def _mla_holdout(
@@ -375,10 +414,8 @@ def fit_profile(
     moe_fits: dict[str, MoeFit] = {}
     moe_table = _optional_table("moe", gpu, data_dir, engine)
     if moe_table is not None:
-        progress(f"{gpu}: fitting MoE layers")
-        moe_fits = moe.fit_all(moe_table, spec)
-        if validate:
-            provenance.update(_moe_holdout(moe_table, gpu, engine, rows, points, progress))
+        moe_fits, found = moe_family(moe_table, gpu, engine, rows, points, validate, progress)
+        provenance.update(found)
     mla_tables = {
         phase: table
         for phase in mla.PHASES

@@ -8,6 +8,11 @@ m, n, k), stored as values on a regular grid of nodes and read by multilinear in
 nodes around it, and a penalty on second differences keeps the surface smooth, so shapes never
 measured — held out, or of a new model — get the correction of their neighbours.
 
+:func:`robust_log_grid` fits the same grid under a soft-L1 loss instead (iteratively reweighted
+least squares): a measurement far from its neighbours — a whole series timed 2–4× off the rest, as
+if another kernel ran — then pulls on the nodes about as hard as one ``f_scale`` off, not in
+proportion to its distance, and does not bend the correction of every shape near it.
+
 The grid itself and its interpolation live beside the cost model that reads them
 (:mod:`cbsim.cost.grid`); they are re-exported here.
 """
@@ -27,8 +32,13 @@ __all__ = [
     "fit_log_grid",
     "interpolation_matrix",
     "log2_nodes",
+    "robust_log_grid",
     "second_differences",
 ]
+
+ROBUST_F_SCALE = 0.1
+"""Residual (in log time) where the soft-L1 loss turns from quadratic to linear: about 10% off."""
+ROBUST_ITERATIONS = 8
 
 
 def second_differences(shape: tuple[int, ...]) -> sp.csr_matrix:
@@ -61,11 +71,17 @@ def fit_log_grid(
     *,
     smoothness: float = 1.0,
     ridge: float = 1e-3,
+    weights: np.ndarray | None = None,
 ) -> LogGrid:
-    """Least-squares fit of a grid to ``target`` (e.g. log(measured/roofline)) at ``features``."""
+    """Least-squares fit of a grid to ``target`` (e.g. log(measured/roofline)) at ``features``;
+    ``weights`` (one per measurement) weigh each squared residual."""
     arrays = tuple(np.asarray(a, dtype=np.float64) for a in axes)
     shape = tuple(len(a) for a in arrays)
     design = interpolation_matrix(arrays, [np.asarray(f, dtype=np.float64) for f in features])
+    if weights is not None:
+        root = np.sqrt(np.asarray(weights, dtype=np.float64))
+        design = sp.diags(root) @ design
+        target = root * target
     penalty = second_differences(shape) * smoothness
     shrink = sp.identity(int(np.prod(shape)), format="csr") * ridge
     system = sp.vstack([design, penalty, shrink]).tocsr()
@@ -79,3 +95,23 @@ def log2_nodes(low: float, high: float, step: float = 1.0) -> list[float]:
     start = np.floor(np.log2(low) / step) * step
     stop = np.ceil(np.log2(high) / step) * step
     return [float(x) for x in np.arange(start, stop + step / 2, step)]
+
+
+def robust_log_grid(
+    axes: Sequence[Sequence[float]],
+    features: Sequence[np.ndarray],
+    target: np.ndarray,
+    *,
+    smoothness: float = 1.0,
+    f_scale: float = ROBUST_F_SCALE,
+    iterations: int = ROBUST_ITERATIONS,
+) -> LogGrid:
+    """:func:`fit_log_grid` under a soft-L1 loss (see the module docstring): refitted
+    ``iterations`` times, each measurement weighted ``1 / sqrt(1 + (residual / f_scale)²)`` by
+    its residual in the fit before."""
+    grid = fit_log_grid(axes, features, target, smoothness=smoothness)
+    for _ in range(iterations):
+        residual = grid.evaluate(*features) - target
+        weights = 1.0 / np.sqrt(1.0 + (residual / f_scale) ** 2)
+        grid = fit_log_grid(axes, features, target, smoothness=smoothness, weights=weights)
+    return grid

@@ -36,7 +36,22 @@ attention (1.7–3.2 / 5.7–17.8 % against 5.3–8.4 / 17.7–26.3 %), since it
 own memory behaviour from vLLM; TensorRT-LLM's fp8 GEMMs are the exception (4.7 / 13.9 against
 2.5 / 9.0 %). One median ratio per family is not enough (2.4–52 / 8.9–118 %). H100 and H200 share
 tensor cores: across architectures (an engine's tables on Hopper, the GPU a Blackwell) neither the
-transfer nor the ratio is tested by these data.
+transfer nor the ratio is tested by these data — except for MoE layers.
+
+MoE layers (:func:`moe_cross_engine_predictions`). H200 has no MoE table of any engine, but B200
+has all three engines': it is held out instead, each engine's B200 MoE kernels predicted from H100
+by the first three methods. Across the Hopper → Blackwell change the engines switch kernels
+(TensorRT-LLM's block-scaled fp8 runs DeepGEMM on B200, CUTLASS on H100; SGLang's Triton gives
+way to FlashInfer's TensorRT-LLM kernels for most shapes), and no method wins: the engine/vLLM
+ratio beats B200's own vLLM fit in 2 of 8 (engine, dtype, path) families by median (TensorRT-LLM
+bf16 TP 14.6 against 17.4 %, fp8-block EP 19.6 against 27.3 % with P90 153.6 against 244.8 %),
+loses in 6 (SGLang bf16 EP 22.8 against 20.7 %, TensorRT-LLM bf16 EP 34.4 against 13.2 %); the
+engine's H100 fit on B200's spec sheet is best for TensorRT-LLM (8.8–24.9 against 13.2–28.1 %)
+and for SGLang better in no family (16.3–43.3 against 9.7–20.7 %). So the cost model carries
+neither over to MoE layers: a GPU of another architecture without the engine's MoE table (A100, L40S,
+MI300X) prices its routed experts from vLLM's table; H200, Hopper like H100 with the engines'
+same kernels, takes the engine's H100 MoE fit on its own spec sheet (untested: no H200 MoE
+table). ``docs/calibrating.md`` has the table.
 """
 
 from __future__ import annotations
@@ -46,7 +61,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from cbsim.calibration import attention, comm, gemm
+from cbsim.calibration import attention, comm, gemm, moe
 from cbsim.calibration.data import DEFAULT_ENGINE, engine_name, load_table
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.profile import CalibrationProfile, load_profile
@@ -235,4 +250,57 @@ def cross_engine_predictions(
                     **summarize(predicted, measured),
                 }
             )
+    return pd.DataFrame(records)
+
+
+MOE_DTYPES: tuple[str, ...] = ("bfloat16", "fp8_block")
+"""MoE weight dtypes the three engines measured on both H100 and B200 (fp8 per tensor: not
+SGLang; nvfp4: not Hopper)."""
+
+
+def moe_cross_engine_predictions(
+    engine: str,
+    source_gpu: str = "h100-sxm",
+    target_gpu: str = "b200",
+    *,
+    routing: str = "balanced",
+    profiles: ProfileSource = shipped_profile,
+) -> pd.DataFrame:
+    """Score the first three :data:`METHODS` on ``engine``'s MoE table of ``target_gpu`` (see
+    the module docstring), per weight dtype of :data:`MOE_DTYPES` and kernel path (TP, EP), at
+    the tables' own routing. One row per dtype, path and method: gpu, engine, family, method,
+    median_ape, p90_ape, points."""
+    engine = engine_name(engine)
+    target_vllm = profiles(target_gpu, DEFAULT_ENGINE)
+    source_engine = profiles(source_gpu, engine)
+    source_vllm = profiles(source_gpu, DEFAULT_ENGINE)
+    table = load_table("moe", target_gpu, engine=engine)
+    target, source = get_gpu(target_gpu), get_gpu(source_gpu)
+    records: list[dict[str, object]] = []
+    for moe_dtype in MOE_DTYPES:
+        rows = moe.moe_rows(table, moe_dtype, routing)
+        for path, name in ((0, "tp"), (1, "ep")):
+            chosen = rows[moe.kernel_paths(rows) == path].reset_index(drop=True)
+            key = moe.fit_key(moe_dtype, routing, bool(path))
+            base_fit = target_vllm.moe.get(key)
+            engine_fit = source_engine.moe.get(key)
+            reference_fit = source_vllm.moe.get(key)
+            if chosen.empty or base_fit is None or engine_fit is None or reference_fit is None:
+                continue
+            base = moe.predict_moe(base_fit, chosen, target, moe_dtype)
+            moved = moe.predict_moe(engine_fit, chosen, target, moe_dtype)
+            ratio = moe.predict_moe(engine_fit, chosen, source, moe_dtype) / moe.predict_moe(
+                reference_fit, chosen, source, moe_dtype
+            )
+            measured = chosen["latency_s"].to_numpy(np.float64)
+            for method, predicted in zip(METHODS, (base, moved, base * ratio), strict=False):
+                records.append(
+                    {
+                        "gpu": f"{target_gpu} from {source_gpu}",
+                        "engine": engine,
+                        "family": f"moe {moe_dtype} {name}",
+                        "method": method,
+                        **summarize(predicted, measured),
+                    }
+                )
     return pd.DataFrame(records)

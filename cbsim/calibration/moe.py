@@ -1,7 +1,8 @@
 """Mixture-of-experts calibration: one MoE layer's routed experts fitted to measured timings.
 
 What is measured. AI Configurator's sweeps of vLLM's fused MoE kernels (``moe.parquet``; A100,
-H100, B200) time one layer's routed experts for ``num_tokens`` tokens: the router's choice is
+H100, B200), and of TensorRT-LLM's and SGLang's own (``<engine>/moe.parquet``; H100, B200), time
+one layer's routed experts for ``num_tokens`` tokens: the router's choice is
 given (``topk`` of ``num_experts`` experts per token, spread ``balanced`` or by a power law,
 ``power_law_1.01`` / ``power_law_1.2``: a few hot experts), each expert a gated MLP of
 ``hidden_size`` → ``inter_size`` → ``hidden_size``; ``moe_tp_size`` splits every expert's inner
@@ -12,7 +13,10 @@ scales), ``int4_wo`` and ``w4a16_mxfp4`` (4-bit weights, 16-bit math), ``nvfp4``
 vLLM picks the kernel by dtype and layout (on H100: Triton for bf16 and for fp8_block without EP,
 FlashInfer's CUTLASS kernels for per-tensor fp8 and for fp8_block with EP, Marlin or OpenAI's
 Triton kernels for 4-bit weights), so each (dtype, routing, with or without EP) slice is fitted on
-its own: a *kernel path* (:func:`kernel_paths`).
+its own: a *kernel path* (:func:`kernel_paths`). The other engines pick their own kernels the same
+way (TensorRT-LLM: its CUTLASS MoE for 16-bit, fp8 and nvfp4 weights, DeepGEMM for block-scaled
+fp8 on B200; SGLang: its Triton fused MoE on H100, FlashInfer's TensorRT-LLM kernels for most
+shapes on B200), and an engine's table is fitted per kernel path just as vLLM's.
 
 The model. One GPU computes ``pairs = tokens · topk / ep`` (token, expert) pairs over its
 ``experts / ep`` local experts; with balanced routing ``active = min(local experts, pairs)`` of
@@ -39,10 +43,20 @@ must inherit it from neighbours few and far between. Routing skew is not in the 
 count balanced routing): each routing has its own fit, whose parameters absorb the hot experts.
 
 Fitting: the four base parameters by a robust (soft-L1) least squares on log(measured / base),
-then ``g`` by regularised least squares on what is left.
+then ``g`` by regularised least squares on what is left — plain least squares for vLLM's shipped
+fits, or (``robust=True``) under the same soft-L1 loss as the base
+(:func:`cbsim.calibration.grid.robust_log_grid`). TensorRT-LLM's and SGLang's tables hold whole
+layout series timed 2–4× off the rest at every token count (H100 TensorRT-LLM bf16: 16 of 170
+(shape, TP, EP) series more than 2× off the base fit, vLLM's H100 bf16: 2 of 200); a least-squares
+correction bends towards them and mis-prices their neighbours (H100 TensorRT-LLM bf16 held out:
+17.2 / 69.3% median / P90 against 5.4 / 39.5% robust), so the engines' fits are robust. vLLM's keep
+the least-squares correction they shipped with, which keeps their prices (robust would take H100
+bf16 from 8.1 / 30.2 to 7.3 / 29.6).
 
 Checking. :func:`holdout_shapes` cross-validates holding out whole model shapes (hidden, inter,
-topk, experts: every token count, layout and routing of a model at once), never random rows;
+topk, experts: every token count, layout and routing of a model at once), never random rows: five
+folds, or one per shape where fewer were measured (:func:`holdout_folds`: the 4-bit kernels of a
+few models);
 :func:`transfer_error` fits one GPU and predicts another from its spec sheet (leave one GPU out).
 """
 
@@ -53,7 +67,7 @@ import pandas as pd
 
 from cbsim.calibration.errors import summarize
 from cbsim.calibration.gemm import EFF_BOUNDS, FLOOR_BOUNDS_S, _at_least_two, group_folds
-from cbsim.calibration.grid import fit_log_grid, log2_nodes
+from cbsim.calibration.grid import fit_log_grid, log2_nodes, robust_log_grid
 from cbsim.cost.moe import (
     FEATURES,
     MOE_DTYPES,
@@ -77,6 +91,7 @@ __all__ = [
     "fit_all",
     "fit_key",
     "fit_moe",
+    "holdout_folds",
     "holdout_shapes",
     "kernel_paths",
     "moe_rows",
@@ -140,17 +155,24 @@ def _fit_base(terms: MoeTerms, measured: np.ndarray, peak: float, bandwidth: flo
 
 
 def fit_moe(
-    rows: pd.DataFrame, gpu: GPU, moe_dtype: str, *, smoothness: float = SMOOTHNESS
+    rows: pd.DataFrame,
+    gpu: GPU,
+    moe_dtype: str,
+    *,
+    smoothness: float = SMOOTHNESS,
+    robust: bool = False,
 ) -> MoeFit:
     """The MoE roofline and its correction fitted to ``rows`` (one kernel path: a dtype, a
-    routing, with or without EP; see :func:`kernel_paths`) measured on ``gpu``."""
+    routing, with or without EP; see :func:`kernel_paths`) measured on ``gpu``; ``robust``: the
+    correction under a soft-L1 loss (see the module docstring)."""
     measured = rows["latency_s"].to_numpy(np.float64)
     terms = _terms(rows, moe_dtype)
     peak, bandwidth = peak_for(gpu, moe_dtype), gpu.hbm_bandwidth
     params = _fit_base(terms, measured, peak, bandwidth)
     base = moe_base(params, terms, peak, bandwidth)
     axes = [_at_least_two(log2_nodes(float(f.min()), float(f.max()))) for f in terms.features]
-    grid = fit_log_grid(axes, terms.features, np.log(measured / base), smoothness=smoothness)
+    fit_grid = robust_log_grid if robust else fit_log_grid
+    grid = fit_grid(axes, terms.features, np.log(measured / base), smoothness=smoothness)
     grid_axes, values = grid.to_lists()
     floor_s, compute_eff, memory_eff, buffer_weight = (float(v) for v in params)
     return MoeFit(
@@ -185,12 +207,25 @@ def shape_folds(rows: pd.DataFrame, folds: int = 5, seed: int = 0) -> np.ndarray
     return group_folds(rows[SHAPE_COLUMNS], folds, seed, "MoE shapes")
 
 
+def holdout_folds(rows: pd.DataFrame, most: int = 5) -> int:
+    """Folds to hold ``rows``' model shapes out in: ``most``, or one per shape when fewer were
+    measured; 0 when one shape (nothing to hold out)."""
+    shapes = len(rows[SHAPE_COLUMNS].drop_duplicates())
+    return 0 if shapes < 2 else min(most, shapes)
+
+
 def holdout_shapes(
-    rows: pd.DataFrame, gpu: GPU, moe_dtype: str, *, folds: int = 5, seed: int = 0
+    rows: pd.DataFrame,
+    gpu: GPU,
+    moe_dtype: str,
+    *,
+    folds: int = 5,
+    seed: int = 0,
+    robust: bool = False,
 ) -> pd.DataFrame:
     """Cross-validated predictions holding out whole model shapes, each kernel path fitted on its
-    own: ``rows`` with columns measured_s, predicted_s, base_s (the fit without its correction)
-    and fold."""
+    own (``robust``: see :func:`fit_moe`): ``rows`` with columns measured_s, predicted_s, base_s
+    (the fit without its correction) and fold."""
     fold = shape_folds(rows, folds, seed)
     path = kernel_paths(rows)
     predicted = np.full(len(rows), np.nan)
@@ -201,7 +236,7 @@ def holdout_shapes(
             test = (fold == f) & (path == p)
             if not test.any() or not train.any():
                 continue
-            fit = fit_moe(rows[train], gpu, moe_dtype)
+            fit = fit_moe(rows[train], gpu, moe_dtype, robust=robust)
             predicted[test] = predict_moe(fit, rows[test], gpu, moe_dtype)
             plain = fit.model_copy(update={"correction": None})
             base[test] = predict_moe(plain, rows[test], gpu, moe_dtype)
@@ -214,7 +249,13 @@ def holdout_shapes(
 
 
 def transfer_error(
-    source: pd.DataFrame, source_gpu: GPU, target: pd.DataFrame, target_gpu: GPU, moe_dtype: str
+    source: pd.DataFrame,
+    source_gpu: GPU,
+    target: pd.DataFrame,
+    target_gpu: GPU,
+    moe_dtype: str,
+    *,
+    robust: bool = False,
 ) -> dict[str, float]:
     """Leave one GPU out: each kernel path fitted on ``source_gpu``'s rows predicts
     ``target_gpu``'s from its spec sheet; median / P90 absolute percentage error over the target
@@ -224,15 +265,16 @@ def transfer_error(
     for p in np.unique(target_path):
         if not (source_path == p).any():
             continue
-        fit = fit_moe(source[source_path == p], source_gpu, moe_dtype)
+        fit = fit_moe(source[source_path == p], source_gpu, moe_dtype, robust=robust)
         test = target_path == p
         predicted[test] = predict_moe(fit, target[test], target_gpu, moe_dtype)
     known = ~np.isnan(predicted)
     return summarize(predicted[known], target["latency_s"].to_numpy(np.float64)[known])
 
 
-def fit_all(table: pd.DataFrame, gpu: GPU) -> dict[str, MoeFit]:
-    """A fit for every kernel path ``table`` measures (see :func:`fit_key`), on ``gpu``."""
+def fit_all(table: pd.DataFrame, gpu: GPU, *, robust: bool = False) -> dict[str, MoeFit]:
+    """A fit for every kernel path ``table`` measures (see :func:`fit_key`), on ``gpu``
+    (``robust``: see :func:`fit_moe`)."""
     fits: dict[str, MoeFit] = {}
     for moe_dtype in sorted(table["moe_dtype"].astype(str).unique()):
         if moe_dtype not in MOE_DTYPES:
@@ -247,5 +289,5 @@ def fit_all(table: pd.DataFrame, gpu: GPU) -> dict[str, MoeFit]:
                 chosen = rows[path == int(expert_parallel)]
                 if len(chosen) >= MIN_ROWS:
                     key = fit_key(moe_dtype, distribution, expert_parallel)
-                    fits[key] = fit_moe(chosen, gpu, moe_dtype)
+                    fits[key] = fit_moe(chosen, gpu, moe_dtype, robust=robust)
     return fits

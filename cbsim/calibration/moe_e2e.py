@@ -5,9 +5,17 @@ The shipped H100 benchmarks (NVIDIA AI Configurator's silicon table, Apache-2.0;
 with their measured layout (aggregated, attention not data-parallel, ``ep`` 1 or the TP group):
 
 * gpt-oss-120b under vLLM, TP 2/4/8, MXFP4 experts (vLLM's 4-bit-weight MoE kernels);
+* gpt-oss-120b under TensorRT-LLM, TP 2 and 4, MXFP4 experts (the table records ``fp8``: the
+  engine's quantisation setting; the checkpoint's experts are MXFP4, its other layers bf16). Laid
+  out as recorded, with a caveat: these runs record a per-rank batch of clients / TP, as if
+  attention ran data-parallel, which cbsim cannot serve with the experts split by TP;
 * Qwen3-235B-A22B-FP8 under TensorRT-LLM, TP 4 and 8 with the experts spread over the TP group,
-  block-scaled fp8 experts (priced from vLLM's fused-MoE tables: no TensorRT-LLM MoE table
-  exists), the rest from TensorRT-LLM's kernel profile.
+  block-scaled fp8 experts, the rest from TensorRT-LLM's kernel profile.
+
+The routed experts are priced from the engine's own fused-MoE kernel table on H100 where its
+calibration profile has one (:mod:`cbsim.cost.moe`). Runs are reported by concurrency band
+(:data:`BANDS`: a decode step's batch grows with the clients, and with it the experts a step
+reads) as well as in all.
 
 What is held out. The engine profiles' step overhead and front end are fitted on the dense models'
 benchmarks only (``tools/fit_engines.py``) and the MoE kernels on kernel tables, so every MoE
@@ -30,9 +38,25 @@ from cbsim.calibration.benchmarks import shared_h100_benchmarks
 from cbsim.calibration.e2e import benchmark_scenario
 from cbsim.simulate import simulate
 
-__all__ = ["FAMILIES", "SATURATED_CLIENTS", "Family", "errors", "measured_runs", "predict"]
+__all__ = [
+    "BANDS",
+    "FAMILIES",
+    "SATURATED_CLIENTS",
+    "Family",
+    "band_errors",
+    "band_of",
+    "errors",
+    "measured_runs",
+    "predict",
+]
 
 SATURATED_CLIENTS = 512
+BANDS: tuple[tuple[str, int, int], ...] = (
+    ("<=32", 1, 32),
+    ("33-99", 33, 99),
+    (">=100", 100, SATURATED_CLIENTS),
+)
+"""Concurrency bands (label, fewest clients, most clients) the serving check is reported by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +71,7 @@ class Family:
 
 FAMILIES: dict[str, Family] = {
     "gpt-oss-120b": Family("gpt-oss-120b", "gpt-oss-120b", "vllm", "mxfp4"),
+    "gpt-oss-120b-trtllm": Family("gpt-oss-120b", "gpt-oss-120b", "tensorrt-llm", "mxfp4"),
     "qwen3-235b-a22b": Family("qwen3-235b-a22b", "Qwen3-235B-A22B-FP8", "tensorrt-llm", "fp8"),
 }
 
@@ -92,3 +117,20 @@ def errors(rows: pd.DataFrame) -> dict[str, float]:
         out[f"{metric}_p90_pct"] = float(100 * np.percentile(np.abs(ratio), 90))
         out[f"{metric}_signed_pct"] = float(100 * np.median(ratio))
     return out
+
+
+def band_of(clients: float) -> str:
+    """The :data:`BANDS` label of a run of ``clients`` closed-loop clients."""
+    for label, low, high in BANDS:
+        if low <= clients <= high:
+            return label
+    return f">{SATURATED_CLIENTS}" if clients > SATURATED_CLIENTS else "none"
+
+
+def band_errors(rows: pd.DataFrame, clients: str = "concurrency") -> pd.DataFrame:
+    """:func:`errors` per concurrency band of ``rows`` (bands without runs left out) and over
+    all of them, one row each with a ``band`` column."""
+    bands = rows[clients].map(band_of)
+    order = [label for label, _, _ in BANDS if (bands == label).any()]
+    found = [{"band": label, **errors(rows[bands == label])} for label in order]
+    return pd.DataFrame([*found, {"band": "all", **errors(rows)}])

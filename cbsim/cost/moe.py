@@ -7,17 +7,22 @@ shared experts are plain GEMMs (priced as such by :class:`~cbsim.cost.roofline.C
 routed experts run as one fused kernel whose time this module gives: FLOPs over the (token,
 expert) pairs, bytes over the weights of the experts that see a token (each read once, whatever
 its token count), plus the kernel's buffers over every pair. :mod:`cbsim.calibration.moe` fits
-its efficiencies and correction to vLLM's measured kernels (per weight dtype, token routing and
-kernel path) and documents the formulas; :class:`MoePricing` picks the fit for a served model.
+its efficiencies and correction to each engine's measured kernels (per weight dtype, token routing
+and kernel path) and documents the formulas; :class:`MoePricing` picks the fit for a served model.
 
 Which fit. The cluster's weight dtype names the kernel's (``bf16``/``fp16`` → ``bfloat16``;
 ``fp8`` → ``fp8_block``, the 128 × 128 block-scaled checkpoints DeepSeek, Qwen and most MoE
 releases ship; ``fp4`` → ``nvfp4``), ``cluster.expert_routing`` the routing (``balanced`` →
 ``balanced``, or ``power_law_1.01`` where a GPU measured no balanced rows, as A100;
-``skewed`` → ``power_law_1.2``). The fit comes from the calibration profile in use, else the
-GPU's default profile (an engine profile without MoE tables uses vLLM's kernels), else H100's
-applied to this GPU's spec sheet (H200, L40S, MI300X measured none); uncalibrated, the raw
-roofline with the GEMM efficiencies of :class:`~cbsim.cost.params.CostParams`.
+``skewed`` → ``power_law_1.2``). The fit comes from the first profile of
+:func:`~cbsim.cost.profile.profiles_to_try` that has it: the calibration profile in use (under
+SGLang or TensorRT-LLM on H100 and B200, the engine's kernel profile, fitted on its own MoE
+tables); H100's profile of the same engine on this GPU's spec sheet (SGLang and TensorRT-LLM on
+H200, whose MoE kernels were not measured); the GPU's default profile (vLLM's kernels: an engine
+on a GPU without its tables, A100, L40S, MI300X, where the engine/vLLM ratio that moves its
+GEMMs does not carry over to MoE kernels, ``cbsim.calibration.kernel_sources``); else H100's
+default applied to this GPU's spec sheet (H200, L40S, MI300X measured none); uncalibrated, the
+raw roofline with the GEMM efficiencies of :class:`~cbsim.cost.params.CostParams`.
 
 Which experts a step reads: the router's, not the table's. AI Configurator's ``balanced`` rows
 route deterministically, token ``i``'s ``j``-th choice expert ``(i + j · ⌈E / k⌉) mod E``: every

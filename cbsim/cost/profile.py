@@ -361,15 +361,34 @@ FALLBACK_GPU = "h100-sxm"
 """Whose fits a GPU without measurements of a layer family takes, on its own spec sheet."""
 
 
+def _same_profile_on_fallback(
+    gpu: str, calibration: CalibrationProfile, default: CalibrationProfile | None
+) -> CalibrationProfile | None:
+    """:data:`FALLBACK_GPU`'s shipped profile named as ``calibration`` (see
+    :func:`profiles_to_try`), or None: on the fallback GPU itself, for the GPU's default profile
+    (that order is the default's own), or where none is shipped."""
+    if gpu == FALLBACK_GPU or calibration.name not in profile_names(FALLBACK_GPU):
+        return None
+    if default is not None and default.name == calibration.name:
+        return None
+    return load_profile(FALLBACK_GPU, calibration.name)
+
+
 def profiles_to_try(
     gpu: str, calibration: CalibrationProfile
 ) -> Iterator[tuple[str, CalibrationProfile]]:
     """Where a layer family's fit is looked for, in order, with how each is described: the
-    calibration in use, the GPU's default profile (an engine's kernel profile may lack a family
-    only vLLM's tables measure), then :data:`FALLBACK_GPU`'s default on this GPU's spec sheet;
-    each loaded only when the ones before it lack the fit."""
+    calibration in use; :data:`FALLBACK_GPU`'s shipped profile of the same name on this GPU's
+    spec sheet, where that is not the GPU's default (an engine's kernel profile on a GPU where
+    only some of its kernels were measured: H200 has TensorRT-LLM's and SGLang's GEMM and
+    attention tables, H100 also their MoE tables); the GPU's default profile (an engine's kernel
+    profile may lack a family only vLLM's tables measure), then :data:`FALLBACK_GPU`'s default on
+    this GPU's spec sheet; each loaded only when the ones before it lack the fit."""
     yield f"{gpu}/{calibration.name}", calibration
     default = load_profile(gpu)
+    same = _same_profile_on_fallback(gpu, calibration, default)
+    if same is not None:
+        yield f"{FALLBACK_GPU}/{calibration.name} on {gpu}'s spec sheet", same
     if default is not None:
         yield f"{gpu}/default", default
     fallback = load_profile(FALLBACK_GPU)

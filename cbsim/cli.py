@@ -23,7 +23,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -405,10 +405,22 @@ def run(
     _print_warnings(results.summary.get("warnings", ""))
     if quiet:
         click.echo(str(written))
-        return
-    console = wide_console()
-    print_run(console, results, overrides)
-    console.print(f"results: {written}", highlight=False, soft_wrap=True)
+    else:
+        console = wide_console()
+        print_run(console, results, overrides)
+        console.print(f"results: {written}", highlight=False, soft_wrap=True)
+    _fail_if_nothing_served(results.summary, str(scenario))
+
+
+def _fail_if_nothing_served(summary: Mapping[str, Any], source: str) -> None:
+    """Exit with status 1 when the run rejected every request (its results are written: they
+    say why request by request)."""
+    requests = int(summary.get("requests", 0))
+    if requests and int(summary.get("rejected", 0)) == requests:
+        click.echo(
+            f"error: {source}: every one of the {requests:,} requests was rejected", err=True
+        )
+        raise click.exceptions.Exit(1)
 
 
 def _print_warnings(warnings: str | list[str]) -> None:

@@ -80,3 +80,27 @@ def _mtp_without_module(scenario: Scenario) -> list[str]:
         "own layers, and its acceptance is whatever speculative.acceptance says; an eagle or "
         "draft_model proposer is one that exists"
     ]
+
+
+IMPLAUSIBLE_SLO_S = {"ttft": 60.0, "tpot": 5.0}
+"""A time-to-first-token target above a minute, or a time per output token above five seconds,
+is almost surely milliseconds typed where seconds are read (AI Configurator's `--ttft 300`)."""
+
+
+def implausible_slo(targets: dict[str, float | None], where: str = "slo.{}_s") -> list[str]:
+    """A warning per SLO target (``{"ttft": s, "tpot": s}``) whose magnitude suggests
+    milliseconds; ``where`` names the setting (``{}``: ``ttft`` or ``tpot``)."""
+    warnings = []
+    for name, limit in IMPLAUSIBLE_SLO_S.items():
+        value = targets.get(name)
+        if value is not None and value > limit:
+            warnings.append(
+                f"{where.format(name)} = {value:g} s: a {name.upper()} target over {limit:g} s; "
+                f"targets are seconds here, so if you meant {value:g} ms write {value / 1000:g}"
+            )
+    return warnings
+
+
+def slo_warnings(scenario: Scenario) -> list[str]:
+    """:func:`implausible_slo` of the scenario's ``slo`` section."""
+    return implausible_slo({"ttft": scenario.slo.ttft_s, "tpot": scenario.slo.tpot_s})

@@ -25,8 +25,9 @@ from cbsim.schema.engine_defaults import apply_engine_defaults
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
-from cbsim.setting_warnings import ignored_settings
+from cbsim.setting_warnings import ignored_settings, slo_warnings
 from cbsim.stability import with_stability
+from cbsim.summary import rejection_counts, rejection_warning
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
 
 
@@ -65,6 +66,10 @@ def simulate(
     streamed = recorder.streamed
     totals = IterationTotals.of(iterations) if streamed is None else streamed.totals
     warnings = run_warnings(scenario, simulation, totals.max_batch)
+    rejections = rejection_counts(requests)
+    if rejections:
+        counts = {"rejected": sum(rejections.values()), "requests": len(requests), **rejections}
+        warnings.append(rejection_warning(counts, context_length(scenario)))
     info = run_info(simulation, wall, recorder.end_s)
     memory = memory_report(simulation, mean_request_tokens(requests))
     info["memory"] = memory
@@ -168,6 +173,23 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     return info
 
 
+def context_length(scenario: Scenario) -> int:
+    """The longest prompt + output a request may have: ``cluster.max_model_len`` or the
+    model's context."""
+    from cbsim.models import get_model
+
+    return (
+        scenario.cluster.max_model_len or get_model(scenario.cluster.model).max_position_embeddings
+    )
+
+
+def admissible(prompts: np.ndarray, scenario: Scenario) -> np.ndarray:
+    """The prompts a replica can take at all (shorter than the context): those beyond it are
+    rejected, so no scheduler setting concerns them."""
+    prompts = np.asarray(prompts)
+    return prompts[prompts < context_length(scenario)]
+
+
 def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> list[str]:
     """What makes this run's figures doubtful: a GPU without kernel tables (priced from another
     GPU's fits), scheduler settings that cannot batch its prompts, batches (the largest:
@@ -177,8 +199,9 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
     warnings = [
         *transfer_warnings(pool.scenario for pool in simulation.pools),
         *simulation.workload_warnings,
-        *scheduler_warnings(scenario.scheduler, simulation.prompt_lengths()),
+        *scheduler_warnings(scenario.scheduler, admissible(simulation.prompt_lengths(), scenario)),
         *ignored_settings(scenario, specs is not None and specs.prefix_ids is not None),
+        *slo_warnings(scenario),
     ]
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
@@ -201,20 +224,44 @@ def scenario_warnings(
     notes = [
         *transfer_warnings(plan.scenario for plan in pool_plans(scenario)),
         *ignored_settings(scenario, trace_ids),
+        *slo_warnings(scenario),
     ]
     if isinstance(workload, SessionWorkload):
-        return [*scheduler_warnings(scenario.scheduler, workload.prompt_lengths()), *notes]
+        prompts = admissible(workload.prompt_lengths(), scenario)
+        return [*scheduler_warnings(scenario.scheduler, prompts), *notes]
     if isinstance(workload, ClosedLoopWorkload | StagedWorkload):
         if isinstance(workload, StagedWorkload):
             count = min(len(workload), 1024)
         else:
             count = workload.max_requests or max(1024, workload.concurrency)
-        prompts = np.asarray([workload.lengths[i][0] for i in range(count)], dtype=np.int64)
-        return [*scheduler_warnings(scenario.scheduler, prompts), *notes]
+        pairs = np.asarray([workload.lengths[i] for i in range(count)], dtype=np.int64)
+        pairs = pairs.reshape(count, 2)
+        prompts = admissible(pairs[:, 0], scenario)
+        return [
+            *scheduler_warnings(scenario.scheduler, prompts),
+            *_too_long(pairs[:, 0] + pairs[:, 1], scenario, sample=True),
+            *notes,
+        ]
     return [
         *workload.warnings,
-        *scheduler_warnings(scenario.scheduler, workload.prompt_tokens),
+        *scheduler_warnings(scenario.scheduler, admissible(workload.prompt_tokens, scenario)),
+        *_too_long(workload.prompt_tokens + workload.output_tokens, scenario),
         *notes,
+    ]
+
+
+def _too_long(lengths: np.ndarray, scenario: Scenario, *, sample: bool = False) -> list[str]:
+    """A warning when some requests (prompt + output) exceed the context: the router will
+    reject them."""
+    context = context_length(scenario)
+    over = int((np.asarray(lengths) > context).sum())
+    if not over:
+        return []
+    share = f"{over:,} of the first {len(lengths):,}" if sample else f"{over:,} of {len(lengths):,}"
+    where = "cluster.max_model_len" if scenario.cluster.max_model_len else "the model's context"
+    return [
+        f"{share} requests have prompt + output beyond the {context:,}-token context ({where}): "
+        "they will be rejected"
     ]
 
 

@@ -6,7 +6,14 @@ stopped sending before the queue grew long: 800 requests at 24 req/s on a servic
 
 * **offered vs served** — ``offered_rps`` is the arrival rate over the arrival span (first to
   last arrival; open-loop workloads only, a closed loop offers what it is served), ``served_rps``
-  the completion rate over the run (the summary's ``throughput_rps``);
+  the completion rate while requests arrive: completions from one typical request's latency after
+  the first arrival (the median end-to-end latency of the first quarter's requests) to the last
+  arrival, over that stretch (the drain after the last arrival no longer dilutes it; a run too
+  short for such a stretch, or a closed loop, takes the summary's ``throughput_rps``);
+* **requests in the system** — arrived and not finished, waiting or running: a queue can hide
+  inside the batch (every request admitted, each step slower), where no backlog shows. Its growth
+  over the second half of the arrivals (``in_system_growth``), a quarter of it already there at
+  three quarters of the arrivals (a closing burst is not a trend);
 * **backlog** — the requests that had arrived by the last arrival but were not yet admitted to a
   batch then (``backlog``; its share of the arrivals ``backlog_share``). A stable queue holds a
   few requests whatever the run's length; an overloaded one holds (offered − served) × time, so
@@ -14,12 +21,19 @@ stopped sending before the queue grew long: 800 requests at 24 req/s on a servic
   trace's closing burst did not;
 * **queue trend** — the growth of the timeseries' ``waiting`` over the second half of the arrival
   span (least-squares slope × that half's length, ``queue_growth``);
-* **timeouts** — requests the client gave up on (``client.timeout_s``) are load not served.
+* **timeouts** — requests the client gave up on (``client.timeout_s``) are load not served;
+* **latency growth** — the median end-to-end latency of the requests of the third and of the last
+  quarter of the arrivals against the first quarter's (unfinished requests count as slower than
+  any; both later quarters slower, so a closing burst is not a trend: ``latency_growth``);
+* **rejections** — a run that rejects every request (prompts beyond the context, or larger than a
+  replica's cache) served nothing.
 
 The run is unstable (summary ``stable: false``) when the backlog (half of it already there at
 three quarters of the arrivals) or the queue's growth reaches
 :data:`BACKLOG_SHARE` of the arrivals (and at least :data:`MIN_BACKLOG` requests), or when more
-than :data:`BACKLOG_SHARE` of the requests timed out. ``stability`` says why in words. An
+than :data:`BACKLOG_SHARE` of the requests timed out, when the requests in the system grew
+as much, when its latency grew :data:`LATENCY_GROWTH` times (and by :data:`LATENCY_GROWTH_S` at
+least) through the arrivals, or when it rejected every request. ``stability`` says why in words. An
 unstable run's SLO verdicts are never "met" (see :func:`slo_verdict`).
 """
 
@@ -53,6 +67,11 @@ MIN_BACKLOG = 10
 """Fewest requests a backlog must hold to make a run unstable (a burst's few are no trend)."""
 MIN_TREND_WINDOWS = 4
 """Fewest timeseries windows in the second half of the arrivals for the queue trend to count."""
+LATENCY_GROWTH = 2.0
+LATENCY_GROWTH_S = 1.0
+"""How many times (and seconds) the last quarter's median latency must exceed the first's."""
+MIN_STRETCH_SHARE = 0.25
+"""Shortest stretch (of the arrival span) the served rate is read over; shorter: the run's."""
 
 STABILITY_KEYS = (
     "stable",
@@ -63,6 +82,8 @@ STABILITY_KEYS = (
     "backlog_share",
     "backlog_3q",
     "queue_growth",
+    "in_system_growth",
+    "latency_growth",
 )
 """The summary keys :func:`stability_summary` adds."""
 
@@ -120,6 +141,19 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
         reasons.append(f"queue grew by {growth:.0f} requests over the second half of the arrivals")
     if requests and timed_out >= max(MIN_BACKLOG, BACKLOG_SHARE * requests):
         reasons.append(f"{timed_out} of {requests} requests timed out")
+    growth, by_3q = figures["in_system_growth"], figures["in_system_growth_3q"]
+    if growth >= floor and by_3q >= growth / 4:
+        reasons.append(
+            f"requests in the system (waiting or running) grew by {growth} over the second half "
+            "of the arrivals"
+        )
+    first, later = figures["latency_first_s"], figures["latency_later_s"]
+    if later >= LATENCY_GROWTH * first and later - first >= LATENCY_GROWTH_S:
+        late = "requests that did not finish" if math.isinf(later) else f"at least {later:.3g} s"
+        reasons.append(
+            f"latency grew through the run: median end-to-end {first:.3g} s for the first "
+            f"quarter of the arrivals, {late} for the third and the last"
+        )
     return reasons
 
 
@@ -155,10 +189,89 @@ def stability_summary(
             figures["backlog_share"] = figures["backlog"] / len(arrival)
             figures["backlog_3q"] = _backlog(requests, first + 0.75 * (last - first))
         figures["queue_growth"] = _queue_growth(timeseries, first, last)
+        if not closed_loop:
+            figures["served_rps"] = _served_while_arriving(requests, first, last, served_rps)
+    growth, by_3q = _in_system_growth(requests)
+    figures["in_system_growth"] = growth
+    first_q, later_q = _quarter_latencies(requests)
+    figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
     timed_out = int((requests["status"] == "timed_out").sum()) if len(requests) else 0
-    reasons = _reasons(figures, len(arrival), timed_out, len(requests))
+    reasons = _reasons(
+        {
+            **figures,
+            "in_system_growth_3q": by_3q,
+            "latency_first_s": first_q,
+            "latency_later_s": later_q,
+        },
+        len(arrival),
+        timed_out,
+        len(requests),
+    )
+    rejected = int((requests["status"] == "rejected").sum()) if len(requests) else 0
+    if len(requests) and rejected == len(requests):
+        reasons = [f"every one of the {rejected} requests was rejected"]
     verdict = "unstable: " + "; ".join(reasons) if reasons else "stable"
     return {"stable": not reasons, "stability": f"{verdict} ({_rates(figures)})", **figures}
+
+
+def _served_while_arriving(
+    requests: pd.DataFrame, first: float, last: float, fallback: float
+) -> float:
+    """Completions per second from one typical latency after the first arrival to the last
+    arrival (see the module docstring); ``fallback`` where that stretch is too short."""
+    done = (requests["status"] == "finished").to_numpy()
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    e2e = requests["e2e_s"].to_numpy(dtype=float)
+    early = done & (arrival <= first + 0.25 * (last - first)) & np.isfinite(e2e)
+    if not early.any():
+        return 0.0 if not done.any() else fallback
+    start = first + float(np.median(e2e[early]))
+    if last - start < MIN_STRETCH_SHARE * (last - first):
+        return fallback
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    served = int((done & (finish >= start) & (finish <= last)).sum())
+    return served / (last - start)
+
+
+def _in_system(requests: pd.DataFrame, at: float) -> int:
+    """Requests arrived by ``at`` and not finished by then (rejected ones aside)."""
+    kept = requests[requests["status"] != "rejected"]
+    arrived = kept["arrival_s"].to_numpy(dtype=float) <= at
+    finish = kept["finish_s"].to_numpy(dtype=float)
+    finished = np.isfinite(finish) & (finish <= at)
+    return int((arrived & ~finished).sum())
+
+
+def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
+    """Growth of the requests in the system over the second half of the arrivals, and over its
+    first half (to three quarters of the arrivals)."""
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrival = arrival[np.isfinite(arrival)]
+    if len(arrival) < 2:
+        return 0, 0
+    first, last = float(arrival.min()), float(arrival.max())
+    mid, q3 = first + 0.5 * (last - first), first + 0.75 * (last - first)
+    at_mid = _in_system(requests, mid)
+    return _in_system(requests, last) - at_mid, _in_system(requests, q3) - at_mid
+
+
+def _quarter_latencies(requests: pd.DataFrame) -> tuple[float, float]:
+    """Median end-to-end latency of the requests of the first quarter of the arrivals, and the
+    smaller of the third and the last quarter's (admitted requests; those not finished count as
+    infinitely slow); NaN without enough requests."""
+    if not len(requests):
+        return math.nan, math.nan
+    admitted = requests[requests["status"] != "rejected"]
+    arrival = admitted["arrival_s"].to_numpy(dtype=float)
+    if len(arrival) < 4 * MIN_BACKLOG:
+        return math.nan, math.nan
+    e2e = admitted["e2e_s"].to_numpy(dtype=float)
+    e2e = np.where(admitted["status"].to_numpy() == "finished", e2e, math.inf)
+    e2e = np.where(np.isnan(e2e), math.inf, e2e)
+    q1, q2, q3 = np.quantile(arrival, [0.25, 0.5, 0.75])
+    third = float(np.median(e2e[(arrival >= q2) & (arrival < q3)]))
+    last = float(np.median(e2e[arrival >= q3]))
+    return float(np.median(e2e[arrival <= q1])), min(third, last)
 
 
 def is_unstable(summary: Mapping[Any, Any]) -> bool:

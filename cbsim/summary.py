@@ -164,6 +164,7 @@ def summarize(
         "goodput_rps": good / makespan if completed and makespan > 0 else 0.0,
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
+    summary.update(rejection_counts(requests))
     admitted = (status != "rejected").to_numpy()
     prompt_total = int(requests["prompt_tokens"][admitted].sum())
     cached_total = (
@@ -283,3 +284,36 @@ def _stage_figures(stages: pd.DataFrame) -> dict[str, float]:
             keep_int = name in ("requests", "completed", "timed_out")
             out[f"stage{stage}_{name}"] = int(value) if keep_int else float(value)
     return out
+
+
+REJECTION_REASONS = {
+    "context_length": "with prompt + output beyond the {context:,}-token context",
+    "kv_capacity": "larger than a replica's whole KV cache",
+}
+"""Why the router turned a request away (the requests frame's ``rejected_reason``)."""
+
+
+def rejection_counts(requests: pd.DataFrame) -> dict[str, int]:
+    """``rejected_<reason>`` for each reason some request was rejected for (none: no keys)."""
+    if "rejected_reason" not in requests or not len(requests):
+        return {}
+    reasons = requests["rejected_reason"].astype(str)
+    counts = reasons[reasons != ""].value_counts()
+    return {f"rejected_{reason}": int(count) for reason, count in sorted(counts.items())}
+
+
+def rejection_warning(summary: dict[str, Any], context: int) -> str:
+    """``N of M requests rejected: A with prompt + output beyond ...`` (empty: none rejected)."""
+    rejected = int(summary.get("rejected", 0))
+    if not rejected:
+        return ""
+    parts = []
+    for reason, text in REJECTION_REASONS.items():
+        count = int(summary.get(f"rejected_{reason}", 0))
+        if count:
+            parts.append(f"{count:,} {text.format(context=context)}")
+    detail = f": {'; '.join(parts)}" if parts else ""
+    fix = " (raise cluster.max_model_len where the model allows, or shorten the prompts)"
+    if not summary.get("rejected_context_length"):
+        fix = " (add tensor parallelism or GPU memory, or shorten the prompts)"
+    return f"{rejected:,} of {int(summary['requests']):,} requests rejected{detail}{fix}"

@@ -76,8 +76,15 @@ def test_a_closing_burst_of_a_trace_is_no_instability() -> None:
     waited at three quarters of the arrivals, so the queue was not growing."""
     arrival = np.concatenate([np.arange(200.0), np.full(60, 200.0)])
     queue = np.concatenate([np.full(200, 0.01), np.linspace(0.1, 6.0, 60)])
+    e2e = queue + 1.0
     requests = pd.DataFrame(
-        {"arrival_s": arrival, "queue_s": queue, "status": ["finished"] * len(arrival)}
+        {
+            "arrival_s": arrival,
+            "queue_s": queue,
+            "e2e_s": e2e,
+            "finish_s": arrival + e2e,
+            "status": ["finished"] * len(arrival),
+        }
     )
     timeseries = pd.DataFrame({"t_s": [0.0], "waiting": [0.0], "span_s": [210.0]})
     scenario = cbsim.load_scenario(_scenario(rate=1.0, requests=10))

@@ -33,6 +33,7 @@ from cbsim.plan.layouts import SearchSpace
 from cbsim.plan.planner import PlanSettings, described, plan_deployment
 from cbsim.plan.render import pareto_png, render, wide_console
 from cbsim.scenario import load_scenario
+from cbsim.setting_warnings import implausible_slo
 
 PLAN_OUTPUT = outputs.OutputKind(
     name="plan",
@@ -393,6 +394,8 @@ def plan_command(as_json: bool, out: Path, **options: Any) -> None:
     stop: Callable[[], None] = lambda: None  # noqa: E731
     try:
         request = build_request(options)
+        for warning in implausible_slo({"ttft": options["ttft"], "tpot": options["tpot"]}, "--{}"):
+            click.echo(f"warning: {warning}", err=True)
         _check_out(out)
         progress, stop = _progress_printer()
         plan = plan_deployment(

@@ -1,0 +1,104 @@
+"""Verdicts that cannot mislead (issue 37): stability judged on what the run served and how its
+latency moved, every rejection said and a run that rejects everything failing, SLO magnitudes
+that look like milliseconds warned."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import cbsim
+from cbsim.cli import cli
+from cbsim.setting_warnings import implausible_slo
+from cbsim.stability import stability_summary
+from tests.conftest import small_scenario
+
+
+def _requests(n: int, rate: float, e2e: np.ndarray, finished: np.ndarray) -> pd.DataFrame:
+    arrival = np.arange(n) / rate
+    return pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "queue_s": np.zeros(n),
+            "e2e_s": np.where(finished, e2e, np.nan),
+            "finish_s": np.where(finished, arrival + e2e, np.nan),
+            "status": np.where(finished, "finished", "running"),
+        }
+    )
+
+
+def _summary(requests: pd.DataFrame) -> dict[str, object]:
+    scenario = cbsim.load_scenario(small_scenario())
+    empty = pd.DataFrame({"t_s": [], "waiting": []})
+    return stability_summary(requests, empty, scenario, served_rps=1.0)
+
+
+def test_a_queue_hidden_in_the_batch_is_unstable() -> None:
+    """Every request admitted (no waiting queue), each slower than the last: 400 arrive at
+    10/s, only the first 150 finish, the rest are still running at the end."""
+    n = 400
+    e2e = 2.0 + np.arange(n) * 0.2
+    finished = np.arange(n) < 150
+    summary = _summary(_requests(n, 10.0, e2e, finished))
+    assert summary["stable"] is False
+    assert "requests in the system" in str(summary["stability"])
+    assert summary["backlog"] == 0  # what the old check looked at
+
+
+def test_a_steady_run_is_stable_and_served_is_what_came_in() -> None:
+    n = 400
+    summary = _summary(_requests(n, 10.0, np.full(n, 3.0), np.ones(n, dtype=bool)))
+    assert summary["stable"] is True
+    assert summary["served_rps"] == pytest.approx(10.0, rel=0.05)
+
+
+def test_a_closing_burst_is_not_a_trend() -> None:
+    """Steady, then a burst in the last seconds whose requests finish after the last arrival."""
+    n = 300
+    arrival = np.concatenate([np.arange(n - 60) / 5.0, 59.0 + np.arange(60) / 60.0])
+    e2e = np.concatenate([np.full(n - 60, 2.0), 2.0 + np.arange(60) * 0.2])
+    frame = pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "queue_s": np.zeros(n),
+            "e2e_s": e2e,
+            "finish_s": arrival + e2e,
+            "status": "finished",
+        }
+    )
+    assert _summary(frame)["stable"] is True
+
+
+def test_a_run_that_rejects_everything_fails_and_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "long.yaml"
+    data = small_scenario(
+        {"workload.prompt_tokens": {"kind": "fixed", "value": 20000}, "name": "long"}
+    )
+    path.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(path), "--out", str(out), "-q"])
+    assert result.exit_code == 1
+    assert "every one of the 40 requests was rejected" in result.stderr
+    assert "beyond the 8,192-token context" in result.stderr
+    assert "prefilled alone" not in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rejected_context_length"] == 40
+    assert summary["stable"] is False
+    checked = CliRunner().invoke(cli, ["validate", str(path)])
+    assert checked.exit_code == 0
+    assert "40 of 40 requests have prompt + output beyond the 8,192-token context" in checked.stderr
+
+
+def test_targets_that_look_like_milliseconds_are_warned(tmp_path: Path) -> None:
+    assert implausible_slo({"ttft": 2.0, "tpot": 0.1}) == []
+    warnings = implausible_slo({"ttft": 300.0, "tpot": 10.0}, "--{}")
+    assert len(warnings) == 2 and "--ttft = 300 s" in warnings[0] and "write 0.3" in warnings[0]
+    path = tmp_path / "ms.yaml"
+    path.write_text(json.dumps(small_scenario({"slo.ttft_s": 2000})))
+    checked = CliRunner().invoke(cli, ["validate", str(path)])
+    assert "slo.ttft_s = 2000 s" in checked.stderr

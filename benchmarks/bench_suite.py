@@ -58,7 +58,7 @@ AZURE: dict[str, Any] = {
     "seed": 1,
     "workload": {"trace": {"path": "azure-conv-2023"}},
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
-    "scheduler": {"kind": "vllm"},
+    "scheduler": {"kind": "prefill_first"},
 }
 # the Mooncake conversation trace (prompt blocks with content ids), prefix caching off and on
 MOONCAKE: dict[str, Any] = {
@@ -96,7 +96,7 @@ def synthetic(num_requests: int) -> dict[str, Any]:
             "output_tokens": {"kind": "lognormal", "mean": 200, "sigma": 0.7, "max": 1000},
         },
         "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
-        "scheduler": {"kind": "vllm"},
+        "scheduler": {"kind": "prefill_first"},
     }
 
 

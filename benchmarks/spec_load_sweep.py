@@ -58,7 +58,7 @@ def scenario(
             "calibration": calibration,
             "engine": "none" if calibration == "none" else "vllm",
         },
-        "scheduler": {"kind": "vllm"},
+        "scheduler": {"kind": "prefill_first"},
         "speculative": speculative,
     }
 

@@ -57,7 +57,7 @@ from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
-from cbsim.terminal import print_run
+from cbsim.terminal import long_prefill_cap, print_run, scheduler_name
 from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
@@ -172,15 +172,16 @@ def describe(scenario: Scenario) -> str:
     if cluster.replicas > 1:
         replicas += f" ({cluster.router})"
     caching = "prefix caching on" if prefix_caching_on(scenario) else "prefix caching off"
-    budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
+    budget = sched.max_batched_tokens
+    label, cap = scheduler_name(scenario), long_prefill_cap(scenario)
     return (
         f"{cluster.model} on {cluster.gpu}, tp={cluster.tp}"
         f"{f', dp={cluster.dp}, ep={cluster.ep}' if cluster.dp > 1 else ''}"
         f"{f', pp={cluster.pp}' if cluster.pp > 1 else ''}, {cluster.dtype} weights, "
         f"{cluster.effective_kv_dtype} KV cache, {replicas}, engine {cluster.engine}, "
-        f"scheduler {sched.kind} (token budget {budget}, batch up to {sched.max_batch_size}"
+        f"scheduler {label}, token budget {budget}{cap}, batch up to {sched.max_batch_size}"
         f"{_per_share(cluster.dp, cluster.pp)}, "
-        f"blocks of {sched.block_size}), {caching}, {speculation}"
+        f"blocks of {sched.block_size}, {caching}, {speculation}"
     )
 
 

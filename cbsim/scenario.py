@@ -274,10 +274,13 @@ def _migrate_written(data: dict[str, Any]) -> dict[str, Any]:
         if isinstance(pools, list):
             sections += [pool.get("scheduler") for pool in pools if isinstance(pool, dict)]
     for section in sections:
-        if not isinstance(section, dict) or section.get("kind") not in Scheduler.USED_KEYS:
+        if not isinstance(section, dict) or not isinstance(section.get("kind"), str):
             continue
-        kind = section["kind"]
-        if kind == "sarathi" and "chunk_size" in section:
+        kind = Scheduler.canonical_kind(section["kind"])
+        if kind not in Scheduler.USED_KEYS:
+            continue
+        # before the writer kept only read keys (async_scheduling among them), both budgets
+        if kind == "sarathi" and "chunk_size" in section and "async_scheduling" not in section:
             section.pop("max_batched_tokens", None)
         for key in Scheduler.unused_keys(kind, list(section)):
             section.pop(key)

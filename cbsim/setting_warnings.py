@@ -13,7 +13,9 @@ scheduler settings.
 from __future__ import annotations
 
 from cbsim.models import get_model
+from cbsim.schema.cluster import Pool
 from cbsim.schema.scenario import Scenario
+from cbsim.schema.scheduler import Scheduler
 from cbsim.schema.workload import TraceReplay
 
 DECODE = "cluster.disaggregation.decode"
@@ -99,6 +101,31 @@ def implausible_slo(targets: dict[str, float | None], where: str = "slo.{}_s") -
                 f"targets are seconds here, so if you meant {value:g} ms write {value / 1000:g}"
             )
     return warnings
+
+
+def deprecated_names(scenario: Scenario) -> list[str]:
+    """A warning for each deprecated name the scenario uses: ``scheduler.kind: vllm``, which
+    reads as vLLM's scheduler but is vLLM V0's prefill-first one, now ``prefill_first``."""
+    kinds = [("scheduler.kind", scenario.scheduler.deprecated_kind)]
+    cluster = scenario.cluster
+    if cluster.disaggregation is not None:
+        for role in ("prefill", "decode"):
+            pool = getattr(cluster.disaggregation, role)
+            kinds.append((f"cluster.disaggregation.{role}.scheduler.kind", _pool_kind(pool)))
+    for i, pool in enumerate(cluster.pools or []):
+        kinds.append((f"cluster.pools[{i}].scheduler.kind", _pool_kind(pool)))
+    return [
+        f"{field}: {kind} is a deprecated name for prefill_first, vLLM V0's prefill-first "
+        f"scheduler (also SGLang's), while vLLM V1 (engine vllm) runs sarathi by default: write "
+        f"prefill_first to keep this scheduler, or leave scheduler.kind out for the engine's own"
+        for field, kind in kinds
+        if kind in Scheduler.DEPRECATED_KINDS
+    ]
+
+
+def _pool_kind(pool: Pool) -> str | None:
+    kind = (pool.scheduler or {}).get("kind")
+    return kind if isinstance(kind, str) else None
 
 
 def slo_warnings(scenario: Scenario) -> list[str]:

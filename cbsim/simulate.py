@@ -25,7 +25,7 @@ from cbsim.schema.engine_defaults import apply_engine_defaults
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
-from cbsim.setting_warnings import ignored_settings, slo_warnings
+from cbsim.setting_warnings import deprecated_names, ignored_settings, slo_warnings
 from cbsim.stability import with_stability
 from cbsim.summary import rejection_counts, rejection_warning
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
@@ -202,6 +202,7 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
         *scheduler_warnings(scenario.scheduler, admissible(simulation.prompt_lengths(), scenario)),
         *ignored_settings(scenario, specs is not None and specs.prefix_ids is not None),
         *slo_warnings(scenario),
+        *deprecated_names(scenario),
     ]
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
@@ -225,6 +226,7 @@ def scenario_warnings(
         *transfer_warnings(plan.scenario for plan in pool_plans(scenario)),
         *ignored_settings(scenario, trace_ids),
         *slo_warnings(scenario),
+        *deprecated_names(scenario),
     ]
     if isinstance(workload, SessionWorkload):
         prompts = admissible(workload.prompt_lengths(), scenario)

@@ -11,7 +11,7 @@ keys with the values to try (the sweep is their Cartesian product), optional exp
     base: ../scenarios/chat-llama3-8b-h100.yaml
     grid:
       workload.arrival.rate: [4, 8, 16]
-      scheduler.kind: [vllm, sarathi]
+      scheduler.kind: [prefill_first, sarathi]
     points:
       - {scheduler.kind: sarathi, scheduler.max_batched_tokens: 256}
     seeds: [1, 2, 3]

@@ -30,8 +30,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.errors import CbsimError
 from cbsim.preflight import gpu_layout
 from cbsim.results import Results
+from cbsim.scheduler.names import scheduler_label
 from cbsim.schema.scenario import Scenario
 from cbsim.stability import is_unstable, load_note, slo_verdict
 
@@ -131,10 +134,30 @@ def _autoscale(scenario: Scenario) -> list[tuple[str, str]]:
     ]
 
 
+def scheduler_name(scenario: Scenario) -> str:
+    """The scenario's scheduler by cbsim's name and its engine's (:mod:`cbsim.scheduler.names`)."""
+    cluster, kind = scenario.cluster, scenario.scheduler.kind
+    try:
+        profile = load_engine_profile(cluster.engine)
+    except CbsimError:
+        return scheduler_label(kind, cluster.engine, None)
+    engine_kind = profile.defaults_for(cluster.gpu).scheduler.kind
+    return scheduler_label(kind, profile.engine, engine_kind)
+
+
+def long_prefill_cap(scenario: Scenario) -> str:
+    """``, at most N of one prompt a step`` when ``chunk_size`` caps a prompt's chunk below the
+    sarathi budget (vLLM's ``--long-prefill-token-threshold``), else nothing."""
+    sched = scenario.scheduler
+    if sched.kind == "sarathi" and sched.caps_long_prefills:
+        return f", at most {sched.chunk_size} of one prompt a step"
+    return ""
+
+
 def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
     """(label, value) of what ran: model, GPUs, scheduler, engine, and speculation when on."""
     cluster, sched = scenario.cluster, scenario.scheduler
-    budget = sched.chunk_size if sched.kind == "sarathi" else sched.max_batched_tokens
+    budget = sched.max_batched_tokens
     rows = [
         (
             "model",
@@ -143,7 +166,8 @@ def setup_rows(scenario: Scenario) -> list[tuple[str, str]]:
         ("GPUs", gpu_layout(scenario)),
         (
             "scheduler",
-            f"{sched.kind} (token budget {budget}, batch up to {sched.max_batch_size})",
+            f"{scheduler_name(scenario)}, token budget {budget}{long_prefill_cap(scenario)}, "
+            f"batch up to {sched.max_batch_size}",
         ),
         ("engine", cluster.engine),
     ]

@@ -33,7 +33,7 @@ BASE_SCENARIO: dict[str, Any] = {
         "output_tokens": {"kind": "uniform", "low": 8, "high": 64},
     },
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "replicas": 1},
-    "scheduler": {"kind": "vllm"},
+    "scheduler": {"kind": "prefill_first"},
 }
 
 

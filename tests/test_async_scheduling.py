@@ -70,7 +70,7 @@ def test_async_scheduling_costs_a_busy_engine_about_a_step_of_ttft(tmp_path: Pat
 @settings(max_examples=12, deadline=None)
 @given(
     seed=st.integers(0, 1000),
-    kind=st.sampled_from(["vllm", "sarathi", "orca"]),
+    kind=st.sampled_from(["prefill_first", "sarathi", "orca"]),
     closed=st.booleans(),
     rate=st.floats(2.0, 40.0),
 )

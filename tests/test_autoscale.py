@@ -54,7 +54,7 @@ def scenario(
             "output_tokens": {"kind": "fixed", "value": output},
         },
         "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "autoscale": config},
-        "scheduler": {"kind": "vllm", "max_batch_size": batch},
+        "scheduler": {"kind": "prefill_first", "max_batch_size": batch},
         "output": {"timeseries_window_s": 1.0},
     }
 

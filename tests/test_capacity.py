@@ -52,7 +52,7 @@ BASE: dict[str, Any] = {
         "output_tokens": {"kind": "lognormal", "mean": 128, "sigma": 0.6, "max": 1024},
     },
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1},
-    "scheduler": {"kind": "vllm"},
+    "scheduler": {"kind": "prefill_first"},
 }
 
 

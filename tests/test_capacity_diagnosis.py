@@ -59,7 +59,7 @@ def test_trace_search_blames_the_huge_prompt(tmp_path: Path) -> None:
         "seed": 1,
         "workload": {"trace": {"path": str(trace)}},
         "cluster": {"model": "llama-3.1-8b", "gpu": "h100-sxm", "max_model_len": 131072},
-        "scheduler": {"kind": "vllm", "max_batched_tokens": 65536},
+        "scheduler": {"kind": "prefill_first", "max_batched_tokens": 65536},
     }
     result = find_max_rate(scenario, {"ttft_p99_s": 0.5}, window_s=60.0, min_requests=10)
     assert not result.feasible and result.reason is not None

@@ -30,7 +30,7 @@ def traffic(prompt: int, output: int) -> dict[str, Any]:
             "output_tokens": {"kind": "uniform", "low": output // 2, "high": output * 3 // 2},
         },
         "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
-        "scheduler": {"kind": "vllm"},
+        "scheduler": {"kind": "prefill_first"},
     }
 
 

@@ -35,7 +35,7 @@ SCENARIO: dict[str, Any] = {
         "output_tokens": {"kind": "lognormal", "mean": 128, "sigma": 0.6, "max": 1024},
     },
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1},
-    "scheduler": {"kind": "vllm"},
+    "scheduler": {"kind": "prefill_first"},
 }
 SEARCH = ["--slo", "ttft_p99_s=2,tpot_p99_s=0.1", "--window-s", "20", "--tolerance", "0.2"]
 PLAN = [

@@ -54,7 +54,7 @@ def steady_state_little(results: cbsim.Results, clients: int, think: float = 0.0
     return throughput * (float(window["e2e_s"].mean()) + think)
 
 
-@pytest.mark.parametrize("kind", ["vllm", "sarathi", "orca", "static"])
+@pytest.mark.parametrize("kind", ["prefill_first", "sarathi", "orca", "static"])
 def test_littles_law_holds_with_fixed_lengths(kind: str) -> None:
     data = closed(8, 1200, think_time_s=0.0)
     data["scheduler"] = {"kind": kind}
@@ -102,7 +102,12 @@ def test_open_loop_requests_have_no_client() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "router"),
-    [("vllm", "round_robin"), ("sarathi", "random"), ("orca", "round_robin"), ("vllm", "random")],
+    [
+        ("prefill_first", "round_robin"),
+        ("sarathi", "random"),
+        ("orca", "round_robin"),
+        ("vllm", "random"),  # the deprecated name
+    ],
 )
 def test_fast_forward_is_identical_to_stepping_in_a_closed_loop(kind: str, router: str) -> None:
     data = closed(12, 150, think_time_s=0.002)
@@ -143,7 +148,7 @@ def test_rejecting_everything_is_an_error_not_a_hang() -> None:
     concurrency=st.integers(1, 24),
     requests=st.integers(1, 80),
     think=st.sampled_from([0.0, 0.003, 0.05]),
-    kind=st.sampled_from(["vllm", "sarathi", "orca"]),
+    kind=st.sampled_from(["prefill_first", "sarathi", "orca"]),
     replicas=st.integers(1, 3),
 )
 def test_never_more_than_c_in_flight(

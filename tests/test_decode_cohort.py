@@ -74,12 +74,12 @@ def _count_cohort_use(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @engine_settings(40)
 @given(data=scenarios(), closed=st.booleans())
 def test_cohort_equals_stepping_requests_one_by_one(data: dict[str, Any], closed: bool) -> None:
-    if closed and data["scheduler"]["kind"] in ("vllm", "sarathi"):
+    if closed and data["scheduler"]["kind"] in ("prefill_first", "sarathi"):
         data["workload"]["arrival"] = {"kind": "closed_loop", "concurrency": 6}
     _assert_same(_run(data, True), _run(data, False))
 
 
-@pytest.mark.parametrize("kind", ["sarathi", "vllm"])
+@pytest.mark.parametrize("kind", ["sarathi", "prefill_first"])
 @pytest.mark.parametrize("fast_forward", [True, False])
 def test_cohort_under_memory_pressure_and_small_budget(
     kind: str, fast_forward: bool, monkeypatch: pytest.MonkeyPatch

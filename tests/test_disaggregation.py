@@ -272,7 +272,7 @@ def test_bad_pools_are_refused_with_their_field(change: Any, field: str) -> None
     prefill=st.integers(1, 3),
     decode=st.integers(1, 3),
     rate=st.floats(1.0, 60.0),
-    kind=st.sampled_from(["vllm", "sarathi", "orca"]),
+    kind=st.sampled_from(["prefill_first", "sarathi", "orca"]),
     bandwidth=st.sampled_from([None, 0.5, 50.0]),
     seed=st.integers(0, 50),
 )

@@ -161,7 +161,7 @@ def test_engine_defaults_fill_what_the_scenario_leaves_unset() -> None:
 def test_scenario_keys_win_over_engine_defaults() -> None:
     data = small_scenario({"cluster.engine": "tensorrt-llm", "scheduler.block_size": 16})
     scenario = load_scenario(data)
-    assert scenario.scheduler.kind == "vllm"  # set by the small scenario
+    assert scenario.scheduler.kind == "prefill_first"  # set by the small scenario
     assert scenario.scheduler.block_size == 16
     assert scenario.scheduler.max_batched_tokens == 8192
 

@@ -37,7 +37,7 @@ def test_v0_defaults_are_the_v0_scheduler() -> None:
         }
     )
     resolved = apply_engine_defaults(scenario)
-    assert resolved.scheduler.kind == "vllm"
+    assert resolved.scheduler.kind == "prefill_first"
     assert resolved.scheduler.max_batch_size == 256
 
 

@@ -269,7 +269,7 @@ def _pool_overrides(rng: random.Random, base: Draw, decode: bool = False) -> Dra
     if _maybe(rng, 0.2):
         pool["prefix_caching"] = _maybe(rng, 0.5)
     if _maybe(rng, 0.3):
-        kind = rng.choice(["orca", "vllm", "sarathi"] + ([] if decode else ["static"]))
+        kind = rng.choice(["orca", "prefill_first", "sarathi"] + ([] if decode else ["static"]))
         scheduler: Draw = {"kind": kind, "block_size": rng.choice([8, 16, 32, 64])}
         if kind != "static" and _maybe(rng, 0.5):
             scheduler["max_batch_size"] = rng.randint(1, 32)
@@ -373,7 +373,7 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
     if _maybe(rng, 0.6):
         cluster["router"] = rng.choice(routers)
     if _maybe(rng, 0.3):
-        kind = rng.choice(["orca", "vllm", "sarathi"])
+        kind = rng.choice(["orca", "prefill_first", "sarathi"])
         data["scheduler"] = {"kind": kind, "block_size": rng.choice([16, 32])}
     if feature == "mtp" or (moe and _maybe(rng, 0.1)):
         data["speculative"] = {

@@ -195,7 +195,7 @@ def _cluster(rng: random.Random) -> Draw:
 
 
 def _scheduler(rng: random.Random) -> Draw:
-    scheduler: Draw = {"kind": rng.choice(["static", "orca", "vllm", "sarathi"])}
+    scheduler: Draw = {"kind": rng.choice(["static", "orca", "prefill_first", "sarathi"])}
     if _maybe(rng, 0.3):
         return scheduler  # the engine's defaults
     max_batch_size = rng.randint(1, 64)
@@ -755,7 +755,12 @@ def test_quick_slice_covers_the_scenario_space():
     cases = quick_slice()
     assert len(cases) == QUICK_CASES
     assert {"poisson", "gamma", "offline", "closed_loop", "trace"} <= {c.arrival for c in cases}
-    assert {c.data["scheduler"]["kind"] for c in cases} == {"static", "orca", "vllm", "sarathi"}
+    assert {c.data["scheduler"]["kind"] for c in cases} == {
+        "static",
+        "orca",
+        "prefill_first",
+        "sarathi",
+    }
     assert {c.data["cluster"]["engine"] for c in cases} == set(ENGINES)
     speculative = [c.data["speculative"] for c in cases if "speculative" in c.data]
     assert len(speculative) >= len(cases) // 4

@@ -134,7 +134,7 @@ def test_itl_percentiles_match_a_brute_force_rebuild() -> None:
     assert results.summary["itl_mean_s"] == pytest.approx(gaps.mean(), rel=1e-12)
 
 
-@pytest.mark.parametrize("kind", ["vllm", "sarathi", "orca", "static"])
+@pytest.mark.parametrize("kind", ["prefill_first", "sarathi", "orca", "static"])
 @pytest.mark.parametrize("speculative", [False, True])
 def test_mean_itl_is_total_decode_time_over_gaps(kind: str, speculative: bool) -> None:
     """Σ over requests of (last − first token) / Σ (outputs − 1): the mean of every gap,
@@ -182,7 +182,7 @@ def test_budget_below_prompt_plus_batch() -> None:
 
 
 def test_prompts_beyond_the_budget() -> None:
-    config = Scheduler(kind="vllm", max_batched_tokens=512)
+    config = Scheduler(kind="prefill_first", max_batched_tokens=512)
     (warning,) = scheduler_warnings(config, np.array([100, 600, 700, 50]))
     assert "50% of the prompts" in warning
 
@@ -196,7 +196,7 @@ def test_sensible_settings_have_no_warnings() -> None:
     for config in (
         Scheduler(kind="orca", max_batched_tokens=8192, max_batch_size=256),
         Scheduler(kind="sarathi", chunk_size=8192, max_batch_size=1024),
-        Scheduler(kind="vllm", max_batched_tokens=8192),
+        Scheduler(kind="prefill_first", max_batched_tokens=8192),
     ):
         assert scheduler_warnings(config, np.full(5, 1000)) == []
 

@@ -246,7 +246,7 @@ def timed(data: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     return data
 
 
-@pytest.mark.parametrize("kind", ["vllm", "sarathi", "orca", "static"])
+@pytest.mark.parametrize("kind", ["prefill_first", "sarathi", "orca", "static"])
 def test_timed_out_requests_are_counted_and_stay_out_of_latencies(kind: str) -> None:
     data = timed(small_scenario({"workload.num_requests": 120, "workload.arrival.rate": 40.0}), 1.5)
     data["scheduler"] = {"kind": kind}
@@ -544,7 +544,7 @@ def load_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         data = pooled(data, questions=draw(st.integers(1, 5)))
     data["scheduler"] = {
-        "kind": draw(st.sampled_from(["vllm", "sarathi", "orca", "static"])),
+        "kind": draw(st.sampled_from(["prefill_first", "sarathi", "orca", "static"])),
         "max_batch_size": draw(st.sampled_from([4, 64])),
     }
     data["cluster"]["replicas"] = draw(st.integers(1, 3))

@@ -193,7 +193,7 @@ def test_off_is_identical_to_prompts_without_content(tmp_path: Path) -> None:
     assert _digest(off) == _digest(no_ids)
 
 
-@pytest.mark.parametrize("kind", ["sarathi", "vllm", "orca", "static"])
+@pytest.mark.parametrize("kind", ["sarathi", "prefill_first", "orca", "static"])
 @pytest.mark.parametrize(
     ("speculative", "router"),
     [(False, "least_loaded"), (False, "prefix_aware"), (True, "least_loaded")],

@@ -57,7 +57,7 @@ def lengths(draw: st.DrawFn, low: int, high: int) -> dict[str, Any]:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
-    kind = draw(st.sampled_from(["static", "orca", "vllm", "sarathi"]))
+    kind = draw(st.sampled_from(["static", "orca", "prefill_first", "sarathi"]))
     pressure = draw(st.booleans())
     rate = draw(st.floats(0.5, 200.0))
     if draw(st.booleans()):
@@ -152,7 +152,7 @@ def check_invariants(data: dict[str, Any], results: cbsim.Results) -> None:
             assert (it["start_s"] + it["duration_s"] <= horizon).all()
         tokens = it["prefill_tokens"] + it["decode_tokens"]
         alone = it["batch_size"] == 1
-        if sched.kind == "vllm":
+        if sched.kind == "prefill_first":
             assert ((it["prefill_tokens"] == 0) | (it["decode_tokens"] == 0)).all()
             assert ((it["prefill_tokens"] <= sched.max_batched_tokens) | alone).all()
         elif sched.kind == "sarathi":
@@ -241,7 +241,7 @@ def test_memory_pressure_forces_preemption_and_everything_finishes():
             "output_tokens": {"kind": "uniform", "low": 500, "high": 2000},
         },
         "cluster": {"model": "llama-3-8b", "gpu": "l40s", "gpu_memory_utilization": 0.45},
-        "scheduler": {"kind": "vllm"},
+        "scheduler": {"kind": "prefill_first"},
     }
     results = cbsim.simulate(cbsim.load_scenario(data))
     assert results.summary["preemptions"] > 0
@@ -256,7 +256,7 @@ def test_memory_pressure_forces_preemption_and_everything_finishes():
 
 @st.composite
 def scheduler_cases(draw: st.DrawFn) -> tuple[str, int, int, int, list[tuple[int, int, int]]]:
-    kind = draw(st.sampled_from(["static", "orca", "vllm", "sarathi"]))
+    kind = draw(st.sampled_from(["static", "orca", "prefill_first", "sarathi"]))
     block_size = draw(st.sampled_from([1, 4, 16]))
     total_blocks = draw(st.integers(8, 200))
     capacity = total_blocks * block_size

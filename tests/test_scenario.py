@@ -29,7 +29,7 @@ def test_load_from_dict():
     assert scenario.workload.num_requests == 40
     assert scenario.workload.arrival.rate == 4.0
     assert scenario.cluster.model == "llama-3-8b"
-    assert scenario.scheduler.kind == "vllm"
+    assert scenario.scheduler.kind == "prefill_first"
     assert scenario.seed == 3
 
 
@@ -201,7 +201,7 @@ def test_unknown_model_lists_known_names():
 def test_unknown_scheduler_kind():
     err = error_of(small_scenario(scheduler__kind="fifo"))
     assert err.field == "scheduler.kind"
-    for kind in ("static", "orca", "vllm", "sarathi"):
+    for kind in ("static", "orca", "prefill_first", "sarathi"):
         assert kind in err.message
 
 

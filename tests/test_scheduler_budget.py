@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.cli import cli
+from cbsim.cli import cli, describe
 from cbsim.errors import CbsimError
 from cbsim.kvcache import KVCache
 from cbsim.pools import pool_plans
@@ -34,7 +34,13 @@ KEYS_OF = {
     "orca": {
         "max_batch_size", "max_batched_tokens", "block_size", "chunked_prefill", "async_scheduling"
     },
-    "vllm": {"max_batch_size", "max_batched_tokens", "block_size", "watermark", "async_scheduling"},
+    "prefill_first": {
+        "max_batch_size",
+        "max_batched_tokens",
+        "block_size",
+        "watermark",
+        "async_scheduling",
+    },
     "sarathi": {
         "max_batch_size", "max_batched_tokens", "block_size", "chunk_size", "watermark",
         "async_scheduling",
@@ -125,28 +131,34 @@ def test_engine_budgets_go_to_the_kinds_of_their_family() -> None:
     assert resolved(None, "vllm", "a100-80gb").max_batched_tokens == 2048
     assert resolved(None, "vllm", "a100-80gb").chunk_size == 2048
     # vLLM's chunked budget is no whole-prompt budget, and SGLang's no sarathi one (as before)
-    assert resolved({"kind": "vllm"}, "vllm", "a100-80gb").max_batched_tokens == 8192
+    assert resolved({"kind": "prefill_first"}, "vllm", "a100-80gb").max_batched_tokens == 8192
     assert resolved({"kind": "sarathi"}, "sglang").max_batched_tokens == 512
     assert resolved({"kind": "orca"}, "sglang", "l40s").max_batched_tokens == 4096
     # an older profile names the sarathi budget chunk_size beside a whole-prompt budget
     older = {"kind": "sarathi", "chunk_size": 2048, "max_batched_tokens": 4096}
     assert Scheduler.engine_budget("sarathi", older) == 2048
-    assert Scheduler.engine_budget("vllm", older) == 4096
+    assert Scheduler.engine_budget("prefill_first", older) == 4096
 
 
 # --------------------------------------------------------------------------- keys a kind reads
 
 
-def test_budgets_that_differ_are_an_error_naming_both_and_the_scheduler(tmp_path: Path) -> None:
+def test_budgets_that_differ_are_the_budget_and_the_long_prefill_cap(tmp_path: Path) -> None:
+    """Both keys exist in vLLM (--max-num-batched-tokens, --long-prefill-token-threshold): set
+    differently they are kept apart, under the user's kind and the engine's alike, and a written
+    scenario reads back with both."""
     for sched in (
         {"kind": "sarathi", "max_batched_tokens": 2048, "chunk_size": 512},
         {"max_batched_tokens": 2048, "chunk_size": 512},  # sarathi as the vllm engine's default
     ):
-        with pytest.raises(CbsimError) as err:
-            load_scenario(scenario(sched, cluster__engine="vllm"))
-        assert err.value.field == "scheduler"
-        for name in ("max_batched_tokens (2048)", "chunk_size (512)", "sarathi"):
-            assert name in err.value.message
+        resolved = load_scenario(scenario(sched, cluster__engine="vllm")).scheduler
+        assert (resolved.kind, resolved.max_batched_tokens, resolved.chunk_size) == (
+            "sarathi",
+            2048,
+            512,
+        )
+        written = resolved.model_dump()
+        assert (written["max_batched_tokens"], written["chunk_size"]) == (2048, 512)
     path = tmp_path / "both.yaml"
     path.write_text(
         "workload: {num_requests: 4, arrival: {kind: poisson, rate: 1},\n"
@@ -155,9 +167,7 @@ def test_budgets_that_differ_are_an_error_naming_both_and_the_scheduler(tmp_path
         "scheduler: {kind: sarathi, max_batched_tokens: 2048, chunk_size: 512}\n"
     )
     result = invoke("validate", path)
-    assert result.exit_code == 2
-    assert f"{path}: scheduler: max_batched_tokens (2048) and chunk_size (512)" in result.stderr
-    assert "Traceback" not in result.output
+    assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize("kind", sorted(KEYS_OF))
@@ -180,21 +190,23 @@ def test_the_unused_key_error_is_a_scenario_error_with_file_and_field(tmp_path: 
         "workload: {num_requests: 4, arrival: {kind: poisson, rate: 1},\n"
         "  prompt_tokens: {kind: fixed, value: 64}, output_tokens: {kind: fixed, value: 4}}\n"
         "cluster: {model: llama-3-8b, gpu: h100-sxm}\n"
-        "scheduler: {kind: vllm, chunk_size: 512}\n"
+        "scheduler: {kind: prefill_first, chunk_size: 512}\n"
     )
     result = invoke("validate", path)
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith(f"error: {path}: scheduler.chunk_size: not used by the vllm scheduler")
+    assert line.startswith(
+        f"error: {path}: scheduler.chunk_size: not used by the prefill_first scheduler"
+    )
 
 
 def test_the_kind_an_engine_picks_counts_too() -> None:
-    # no kind given: SGLang's default is the vllm scheduler, which has no chunk_size
+    # no kind given: SGLang's default is the prefill_first scheduler, which has no chunk_size
     with pytest.raises(CbsimError) as err:
         load_scenario(scenario({"chunk_size": 1024}, cluster__engine="sglang"))
     assert err.value.field == "scheduler.chunk_size"
-    assert "not used by the vllm scheduler (engine sglang's default" in err.value.message
+    assert "not used by the prefill_first scheduler (engine sglang's default" in err.value.message
     with pytest.raises(CbsimError, match=r"orca scheduler \(engine tensorrt-llm's default"):
         load_scenario(scenario({"watermark": 0.05}, cluster__engine="tensorrt-llm"))
     with pytest.raises(CbsimError, match=r"sarathi scheduler \(engine vllm's default"):
@@ -203,8 +215,8 @@ def test_the_kind_an_engine_picks_counts_too() -> None:
 
 def test_engine_defaults_never_count_as_the_users_keys() -> None:
     # TensorRT-LLM's chunked_prefill default is orca's: another kind simply does not take it
-    resolved = load_scenario(scenario({"kind": "vllm"}, cluster__engine="tensorrt-llm"))
-    assert resolved.scheduler.kind == "vllm"
+    resolved = load_scenario(scenario({"kind": "prefill_first"}, cluster__engine="tensorrt-llm"))
+    assert resolved.scheduler.kind == "prefill_first"
     assert "chunked_prefill" not in resolved.to_dict()["scheduler"]
     trt = load_scenario(scenario(None, cluster__engine="tensorrt-llm")).scheduler
     assert (trt.kind, trt.chunked_prefill, trt.model_fields_set) == ("orca", True, set())
@@ -216,20 +228,22 @@ def test_engine_defaults_never_count_as_the_users_keys() -> None:
 
 def test_switching_the_kind_with_set_and_unsetting_a_key_with_null() -> None:
     path = Path(__file__).parents[1] / "scenarios" / "high-load-sarathi.yaml"  # chunk_size: 512
-    # a new kind starts the block afresh: the file's chunk_size, which vllm does not read, is
+    # a new kind starts the block afresh: the file's chunk_size, which prefill_first does not read, is
     # left out (cbsim/kind_change.py); a chunk_size the user sets is still an error
-    dropped = load_scenario(path, ["scheduler.kind=vllm"])
-    assert dropped.scheduler.kind == "vllm"
+    dropped = load_scenario(path, ["scheduler.kind=vllm"])  # the old name too
+    assert dropped.scheduler.kind == "prefill_first"
     assert "chunk_size" not in dropped.scheduler.model_fields_set
     with pytest.raises(CbsimError) as err:
-        load_scenario(path, ["scheduler.kind=vllm", "scheduler.chunk_size=256"])
+        load_scenario(path, ["scheduler.kind=prefill_first", "scheduler.chunk_size=256"])
     assert (err.value.source, err.value.field) == (str(path), "scheduler.chunk_size")
-    switched = load_scenario(path, ["scheduler.kind=vllm", "scheduler.chunk_size=null"])
-    assert switched.scheduler.kind == "vllm"
+    switched = load_scenario(path, ["scheduler.kind=prefill_first", "scheduler.chunk_size=null"])
+    assert switched.scheduler.kind == "prefill_first"
     assert "chunk_size" not in switched.scheduler.model_fields_set
-    # a sarathi file's budget named max_batched_tokens in an override: both named, different
-    with pytest.raises(CbsimError, match=r"max_batched_tokens \(1024\) and chunk_size \(512\)"):
-        load_scenario(path, ["scheduler.max_batched_tokens=1024"])
+    # a sarathi file's chunk_size beside a budget set in an override: the budget and the most
+    # of one prompt a step takes (vLLM's --long-prefill-token-threshold), as the run line says
+    both = load_scenario(path, ["scheduler.max_batched_tokens=1024"])
+    assert (both.scheduler.max_batched_tokens, both.scheduler.chunk_size) == (1024, 512)
+    assert "token budget 1024, at most 512 of one prompt a step" in describe(both)
 
 
 def disaggregated(decode_scheduler: dict[str, Any]) -> dict[str, Any]:
@@ -243,9 +257,9 @@ def disaggregated(decode_scheduler: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_pool_that_picks_its_kind_keeps_only_the_keys_that_kind_reads() -> None:
-    prefill, decode = pool_plans(load_scenario(disaggregated({"kind": "vllm"})))
+    prefill, decode = pool_plans(load_scenario(disaggregated({"kind": "prefill_first"})))
     assert prefill.scenario.scheduler.chunk_size == 256  # the scenario's own sarathi budget
-    assert decode.scenario.scheduler.kind == "vllm"
+    assert decode.scenario.scheduler.kind == "prefill_first"
     assert "chunk_size" not in decode.scenario.scheduler.model_fields_set
     # the pool's own budget replaces the scenario's, under either name
     _, decode = pool_plans(load_scenario(disaggregated({"max_batched_tokens": 1024})))
@@ -254,9 +268,9 @@ def test_a_pool_that_picks_its_kind_keeps_only_the_keys_that_kind_reads() -> Non
         1024,
     )
     with pytest.raises(CbsimError) as err:
-        load_scenario(disaggregated({"kind": "vllm", "chunk_size": 64}))
+        load_scenario(disaggregated({"kind": "prefill_first", "chunk_size": 64}))
     assert err.value.field == "cluster.disaggregation.decode.scheduler.chunk_size"
-    assert "not used by the vllm scheduler" in err.value.message
+    assert "not used by the prefill_first scheduler" in err.value.message
 
 
 # --------------------------------------------------------------------------- written results
@@ -309,9 +323,10 @@ def test_a_result_an_older_cbsim_wrote_still_reads(
     written = yaml.safe_load((folder / "scenario.yaml").read_text())
     written["scheduler"].update(extra)
     written["scheduler"].setdefault("max_batched_tokens", 8192)
+    written["scheduler"].pop("async_scheduling", None)  # older than that key
     (folder / "scenario.yaml").write_text(yaml.safe_dump(written))
     again = Results.read(folder)
-    assert again.scenario.scheduler.kind == kind
+    assert again.scenario.scheduler.kind == Scheduler.canonical_kind(kind)
     assert again.scenario.scheduler.max_batched_tokens == budget
 
 

@@ -34,7 +34,7 @@ def enqueue(sched: SchedulerPolicy, reqs: list[Request]) -> list[Request]:
 
 
 def test_registry():
-    assert scheduler_kinds() == ["orca", "sarathi", "static", "vllm"]
+    assert scheduler_kinds() == ["orca", "prefill_first", "sarathi", "static"]
     cfg = Scheduler.model_construct(kind="fifo")
     with pytest.raises(CbsimError, match="fifo"):
         make_scheduler(cfg, KVCache(10, 16))
@@ -50,7 +50,7 @@ def test_empty_scheduler_forms_empty_batches():
 # --------------------------------------------------------------------------- shared mechanics
 
 
-@pytest.mark.parametrize("kind", ["static", "orca", "vllm", "sarathi"])
+@pytest.mark.parametrize("kind", ["static", "orca", "prefill_first", "sarathi"])
 def test_every_policy_drains_and_generates_exact_outputs(kind: str):
     sched = make(kind, max_batch_size=3, max_batched_tokens=100 if kind == "sarathi" else 300)
     reqs = enqueue(sched, requests((250, 4), (40, 9), (120, 1), (10, 30), (300, 2)))
@@ -71,7 +71,7 @@ def test_every_policy_drains_and_generates_exact_outputs(kind: str):
 
 
 def test_complete_reports_emitted_tokens_and_first_token_time():
-    sched = make("vllm")
+    sched = make("prefill_first")
     (a, b) = enqueue(sched, requests((20, 3), (30, 1)))
     done: list[Request] = []
     first = sched.next_batch(0.0)
@@ -95,7 +95,7 @@ def test_complete_reports_emitted_tokens_and_first_token_time():
 
 
 def test_vllm_prefill_respects_token_budget_fcfs():
-    sched = make("vllm", max_batched_tokens=100)
+    sched = make("prefill_first", max_batched_tokens=100)
     enqueue(sched, requests((60, 5), (60, 5), (10, 5)))
     batch = sched.next_batch(0.0)
     # the third request would fit the budget but must not jump the queue
@@ -104,7 +104,7 @@ def test_vllm_prefill_respects_token_budget_fcfs():
 
 
 def test_vllm_prefill_fills_the_budget_in_order():
-    sched = make("vllm", max_batched_tokens=100)
+    sched = make("prefill_first", max_batched_tokens=100)
     enqueue(sched, requests((30, 5), (30, 5), (40, 5), (1, 5)))
     batch = sched.next_batch(0.0)
     assert batch_entries(batch) == [(0, 30), (1, 30), (2, 40)]
@@ -112,7 +112,7 @@ def test_vllm_prefill_fills_the_budget_in_order():
 
 
 def test_vllm_prefill_respects_max_batch_size():
-    sched = make("vllm", max_batch_size=3)
+    sched = make("prefill_first", max_batch_size=3)
     enqueue(sched, requests(*[(10, 5)] * 5))
     first = sched.next_batch(0.0)
     assert [r.request_id for r in first.requests] == [0, 1, 2]
@@ -124,13 +124,13 @@ def test_vllm_prefill_respects_max_batch_size():
 
 
 def test_vllm_lone_long_prompt_is_admitted_alone():
-    sched = make("vllm", max_batched_tokens=64)
+    sched = make("prefill_first", max_batched_tokens=64)
     enqueue(sched, requests((200, 2), (10, 2)))
     assert batch_entries(sched.next_batch(0.0)) == [(0, 200)]
 
 
 def test_vllm_prefills_first_then_decodes_all_running():
-    sched = make("vllm")
+    sched = make("prefill_first")
     enqueue(sched, requests((20, 10), (20, 10)))
     sched.complete(sched.next_batch(0.0), 1.0, lambda r: None)
     enqueue(sched, requests((50, 10), start_id=2))
@@ -145,7 +145,7 @@ def test_vllm_prefills_first_then_decodes_all_running():
 
 def test_vllm_admission_keeps_the_watermark_while_running():
     # 20 blocks, watermark 5: with one request running, another may only take 20 - 5 - used
-    sched = make("vllm", total_blocks=20, block_size=4, watermark=5)
+    sched = make("prefill_first", total_blocks=20, block_size=4, watermark=5)
     enqueue(sched, requests((40, 50)))  # 10 blocks
     sched.complete(sched.next_batch(0.0), 1.0, lambda r: None)
     enqueue(sched, requests((24, 5), start_id=1))  # 6 blocks: 10 + 6 > 20 - 5
@@ -157,7 +157,7 @@ def test_vllm_admission_keeps_the_watermark_while_running():
 def test_vllm_preempts_the_most_recently_admitted_and_recomputes():
     # block_size 4, 5 blocks. A: prompt 8 (2 blocks, its next token needs a 3rd);
     # B: prompt 10 (3 blocks, its next token fits). After both prefill the cache is full.
-    sched = make("vllm", total_blocks=5, block_size=4)
+    sched = make("prefill_first", total_blocks=5, block_size=4)
     a, b = enqueue(sched, requests((8, 20), (10, 20)))
     prefill = sched.next_batch(0.0)
     assert batch_entries(prefill) == [(0, 8), (1, 10)]
@@ -176,7 +176,7 @@ def test_vllm_preempts_the_most_recently_admitted_and_recomputes():
 
 
 def test_vllm_preempted_request_goes_before_later_arrivals_and_recomputes():
-    sched = make("vllm", total_blocks=5, block_size=4)
+    sched = make("prefill_first", total_blocks=5, block_size=4)
     _, b = enqueue(sched, requests((8, 6), (10, 3)))
     sched.complete(sched.next_batch(0.0), 1.0, lambda r: None)
     sched.complete(sched.next_batch(1.0), 2.0, lambda r: None)  # preempts b
@@ -200,7 +200,7 @@ def test_vllm_preempted_request_goes_before_later_arrivals_and_recomputes():
 def test_vllm_latest_request_preempts_itself():
     # A and B both need a new block at the same step: A takes the last one, B (the latest)
     # cannot grow and preempts itself.
-    sched = make("vllm", total_blocks=5, block_size=4)
+    sched = make("prefill_first", total_blocks=5, block_size=4)
     a, b = enqueue(sched, requests((8, 20), (8, 20)))
     sched.complete(sched.next_batch(0.0), 1.0, lambda r: None)
     assert sched.kv.used_blocks == 4
@@ -211,7 +211,7 @@ def test_vllm_latest_request_preempts_itself():
 
 
 def test_vllm_never_exceeds_the_cache_under_pressure():
-    sched = make("vllm", total_blocks=30, block_size=4, max_batch_size=8)
+    sched = make("prefill_first", total_blocks=30, block_size=4, max_batch_size=8)
     reqs = enqueue(sched, requests(*[(10 + 7 * i, 15 + 5 * i) for i in range(8)]))
     run = drive(sched)
     assert len(run.finished) == 8
@@ -259,6 +259,14 @@ def test_sarathi_no_token_before_the_last_chunk():
         assert emitted == 0 and req.generated == 0 and math.isnan(req.first_token_s)
     assert sched.complete(sched.next_batch(2.0), 3.0, done.append) == 1
     assert req.first_token_s == 3.0
+
+
+def test_sarathi_chunk_size_beside_a_budget_caps_one_prompts_chunk():
+    """vLLM's --long-prefill-token-threshold: each prompt takes at most chunk_size tokens a step,
+    so two long prompts share a 256-token budget 64 + 64 instead of 256 + 0."""
+    sched = make("sarathi", max_batched_tokens=256, chunk_size=64)
+    enqueue(sched, requests((300, 2), (300, 2)))
+    assert batch_entries(sched.next_batch(0.0)) == [(0, 64), (1, 64)]
 
 
 def test_sarathi_budget_per_iteration():
@@ -362,15 +370,15 @@ def test_static_batch_respects_limits_and_reserves_full_length():
 def test_sarathi_does_not_thrash_on_prompts_that_cannot_fit():
     # 8 requests of 300 + 400 tokens share 100 blocks of 16 (about two finish-sized requests).
     # A prompt that cannot fit next to the running decodes must not be started and preempted
-    # over and over (each restart throws its chunks away); vllm on the same load preempts 8 times.
+    # over and over (each restart throws its chunks away); prefill_first on the same load preempts 8 times.
     results = {}
-    for kind in ("vllm", "sarathi"):
+    for kind in ("prefill_first", "sarathi"):
         sched = make(kind, total_blocks=100, block_size=16, watermark=1, max_batched_tokens=64)
         reqs = enqueue(sched, requests(*[(300, 400)] * 8))
         run = drive(sched)
         assert len(run.finished) == 8
         results[kind] = (sched.preemptions, max(r.preemptions for r in reqs))
-    assert results["vllm"][0] <= 16
+    assert results["prefill_first"][0] <= 16
     preemptions, worst = results["sarathi"]
     assert preemptions <= 16, results
     assert worst <= 3, results

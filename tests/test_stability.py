@@ -30,7 +30,7 @@ def _scenario(rate: float, requests: int, seed: int = 1) -> dict[str, Any]:
             "output_tokens": {"kind": "fixed", "value": 256},
         },
         "cluster": {"model": "llama-3-8b", "gpu": "l40s"},
-        "scheduler": {"kind": "vllm", "max_batch_size": 64, "max_batched_tokens": 8192},
+        "scheduler": {"kind": "prefill_first", "max_batch_size": 64, "max_batched_tokens": 8192},
         # generous enough that a short overloaded run meets every target by its p99s
         "slo": {"ttft_s": 1000.0, "tpot_s": 10.0},
     }

@@ -43,7 +43,7 @@ SCENARIO: dict[str, Any] = {
         "output_tokens": {"kind": "lognormal", "mean": 200, "sigma": 0.7, "max": 1000},
     },
     "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
-    "scheduler": {"kind": "vllm"},
+    "scheduler": {"kind": "prefill_first"},
     "output": {"timeseries_window_s": 2.0},
 }
 SPECULATIVE: dict[str, Any] = {

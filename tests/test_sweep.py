@@ -32,7 +32,7 @@ from cbsim.sweep import (
 )
 from tests.conftest import small_scenario, summaries_equal
 
-GRID = {"workload.arrival.rate": [2.0, 8.0], "scheduler.kind": ["vllm", "sarathi"]}
+GRID = {"workload.arrival.rate": [2.0, 8.0], "scheduler.kind": ["prefill_first", "sarathi"]}
 INVALID = {"scheduler.max_batch_size": 0}
 
 
@@ -79,8 +79,8 @@ def test_grid_is_the_product_with_seeds_inner() -> None:
     points = expand_points(grid_sweep())
     assert len(points) == 8
     assert [(p.overrides, p.seed) for p in points[:4]] == [
-        ({"workload.arrival.rate": 2.0, "scheduler.kind": "vllm"}, 1),
-        ({"workload.arrival.rate": 2.0, "scheduler.kind": "vllm"}, 2),
+        ({"workload.arrival.rate": 2.0, "scheduler.kind": "prefill_first"}, 1),
+        ({"workload.arrival.rate": 2.0, "scheduler.kind": "prefill_first"}, 2),
         ({"workload.arrival.rate": 2.0, "scheduler.kind": "sarathi"}, 1),
         ({"workload.arrival.rate": 2.0, "scheduler.kind": "sarathi"}, 2),
     ]
@@ -113,7 +113,9 @@ def test_key_is_a_short_hash_of_the_resolved_scenario() -> None:
     assert len(key) == 12 and all(c in "0123456789abcdef" for c in key)
     # same resolved scenario ⇒ same key, whether it came from an override or from the base
     direct = cbsim.load_scenario(
-        tiny_base(workload__arrival={"kind": "poisson", "rate": 2.0}, scheduler__kind="vllm"),
+        tiny_base(
+            workload__arrival={"kind": "poisson", "rate": 2.0}, scheduler__kind="prefill_first"
+        ),
         seed=1,
     )
     assert point_key(direct) == key
@@ -217,7 +219,10 @@ def test_local_run_writes_point_dirs_and_the_table(
     assert list(frame.columns[:4]) == ["workload.arrival.rate", "scheduler.kind", "seed", "key"]
     assert list(frame["key"]) == [p.key for p in points]
     assert list(frame["seed"]) == [1, 2] * 4
-    assert list(frame["scheduler.kind"]) == ["vllm", "vllm", "sarathi", "sarathi"] * 2
+    assert (
+        list(frame["scheduler.kind"])
+        == ["prefill_first", "prefill_first", "sarathi", "sarathi"] * 2
+    )
     summary_names = list(summary_from_disk(out / "points" / points[0].key))
     assert set(summary_names) <= set(frame.columns)
     assert {"ttft_p99_s", "throughput_rps", "goodput_rps"} <= set(frame.columns)
@@ -373,7 +378,7 @@ def test_ray_backend_gives_the_same_summaries_as_local(
 def test_ray_backend_starts_and_stops_its_own_local_ray(tmp_path: Path) -> None:
     import ray
 
-    sweep = {"base": tiny_base(), "grid": {"scheduler.kind": ["vllm", "sarathi"]}}
+    sweep = {"base": tiny_base(), "grid": {"scheduler.kind": ["prefill_first", "sarathi"]}}
     frame = run_sweep(sweep, backend="ray", workers=2, out=tmp_path / "ray")
     assert not ray.is_initialized()
     assert len(frame) == 2 and frame.attrs["ran"] == 2
@@ -393,7 +398,7 @@ def test_cli_runs_resumes_and_reports_failures(tmp_path: Path) -> None:
     sweep = {
         "name": "cli",
         "base": "base.yaml",
-        "grid": {"scheduler.kind": ["vllm", "nope"]},
+        "grid": {"scheduler.kind": ["prefill_first", "nope"]},
     }
     path = write_yaml(tmp_path / "s.yaml", sweep)
     out = tmp_path / "out"

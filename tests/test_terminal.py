@@ -71,7 +71,7 @@ def test_summary_names_the_scenario_as_run_and_its_setup(
     )
     assert "llama-3-8b (bf16 weights, bf16 KV cache)" in out
     assert "h100-sxm, tp 2 x 3 replicas = 6 GPUs in total" in out
-    assert "sarathi (token budget" in out
+    assert "sarathi (vLLM V1's scheduler" in out
     assert "engine" in out and "vllm" in out
     assert "speculation" not in out  # off: not stated
 

@@ -17,11 +17,11 @@ fitted overhead is the overhead *under these defaults*.
   synchronous loop — schedule, prepare every sequence's inputs and sampling metadata in Python,
   run the model, sample, detokenise — so its CPU time per step (a constant plus a cost per
   running sequence) adds to the kernels instead of hiding behind them. Prefills first without
-  chunking (cbsim's ``vllm`` scheduler) within ``max_num_batched_tokens`` (8192 for 8k-context
+  chunking (cbsim's ``prefill_first`` scheduler) within ``max_num_batched_tokens`` (8192 for 8k-context
   models), 256 sequences, blocks of 16, 0.9 of memory; prefix caching off by default.
 * **SGLang** (0.4-0.5): a new prefill batch takes priority over decoding (prefill-first, no mixed
   batches by default) within ``chunked_prefill_size`` tokens (8192 on 80-141 GiB GPUs, 16384 on
-  larger ones, 4096 on 48 GiB ones; a longer prompt is chunked) — cbsim's ``vllm`` scheduler with
+  larger ones, 4096 on 48 GiB ones; a longer prompt is chunked) — cbsim's ``prefill_first`` scheduler with
   that budget. A token-granular radix KV cache (page size 1), ``mem_fraction_static`` about 0.87
   of all memory, running requests limited only by KV capacity, bf16 KV for fp8 weights; the radix
   cache reuses prompt prefixes (on unless ``--disable-radix-cache``).
@@ -77,7 +77,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
     ),
     "vllm-v0": EngineDefaults(
         scheduler=SchedulerDefaults(
-            kind="vllm", max_batched_tokens=8192, max_batch_size=256, block_size=16
+            kind="prefill_first", max_batched_tokens=8192, max_batch_size=256, block_size=16
         ),
         memory_fraction=0.9,
         memory_basis="total",
@@ -85,7 +85,7 @@ ENGINE_DEFAULTS: dict[str, EngineDefaults] = {
     ),
     "sglang": EngineDefaults(
         scheduler=SchedulerDefaults(
-            kind="vllm",
+            kind="prefill_first",
             max_batched_tokens=8192,
             max_batch_size=4096,
             block_size=1,

@@ -169,7 +169,7 @@ class Frontend(_Strict):
         return not (self.delays_requests or self.output_token_s)
 
 
-SchedulerKind = Literal["static", "orca", "vllm", "sarathi"]
+SchedulerKind = Literal["static", "orca", "prefill_first", "sarathi"]
 KvDtype = Literal["bf16", "fp16", "fp8"]
 
 
@@ -192,6 +192,12 @@ class SchedulerDefaults(_Strict):
     watermark: float | None = Field(default=None, ge=0.0, lt=1.0)
     chunked_prefill: bool | None = None
     async_scheduling: bool | None = None
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _old_kind_name(cls, kind: Any) -> Any:
+        """A profile written before the rename names the prefill-first scheduler ``vllm``."""
+        return "prefill_first" if kind == "vllm" else kind
 
     def values(self) -> dict[str, Any]:
         return {k: v for k, v in self.model_dump().items() if v is not None}

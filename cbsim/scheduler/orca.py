@@ -28,7 +28,7 @@ class OrcaScheduler(SchedulerPolicy):
         (``alone``: nothing else is in the batch). All of them if they fit; else none, or with
         chunked prefill the whole blocks the budget holds (what is left when that is none and
         the prompt is alone, so it always moves). Without chunked prefill a prompt alone is
-        admitted whole, over the budget (see :mod:`cbsim.scheduler.vllm`)."""
+        admitted whole, over the budget (see :mod:`cbsim.scheduler.prefill_first`)."""
         if tokens <= budget:
             return tokens
         if not self.config.chunked_prefill:

@@ -1,7 +1,9 @@
 """Sarathi-Serve: chunked prefill under a per-iteration token budget, decodes first.
 
 Every iteration has a budget of ``max_batched_tokens`` tokens (vLLM's
-``--max-num-batched-tokens``; ``chunk_size``, Sarathi-Serve's name for it, holds the same number).
+``--max-num-batched-tokens``; ``chunk_size``, Sarathi-Serve's name for it, holds the same number
+unless both are set: then ``chunk_size`` is the most of one prompt an iteration takes, vLLM's
+``--long-prefill-token-threshold``).
 Running decodes come first (one token each, preempting the most recently admitted request when KV
 runs out), then requests part-way through their prefill continue with the next chunk, then
 waiting requests are admitted FCFS (with KV blocks for their whole prompt reserved, as vLLM does)
@@ -45,7 +47,7 @@ class SarathiScheduler(SchedulerPolicy):
                 break
             if req.status != req.status.RUNNING:
                 continue
-            chunk = min(req.remaining_prefill, budget)
+            chunk = min(req.remaining_prefill, budget, cfg.chunk_size)
             if self._grow_or_preempt(req, chunk, batch):
                 self._add(batch, req, chunk)
                 budget -= chunk
@@ -56,7 +58,7 @@ class SarathiScheduler(SchedulerPolicy):
             need = blocks_for_tokens(req.prefill_target, self.kv.block_size)
             if not self._reserve(req, need, self._lookup(req), keep_watermark=bool(self.running)):
                 break
-            chunk = min(req.prefill_target - req.kv_tokens, budget)
+            chunk = min(req.prefill_target - req.kv_tokens, budget, cfg.chunk_size)
             self.waiting.popleft()
             self._admit(req, now)
             self._add(batch, req, chunk)

@@ -57,7 +57,7 @@ def scheduler_warnings(config: Scheduler, prompts: np.ndarray) -> list[str]:
                     f"(max_batch_size {config.max_batch_size}); the token budget is usually at "
                     "least the prompt plus the batch"
                 )
-    elif config.kind == "vllm":
+    elif config.kind == "prefill_first":
         over = prompts > budget
         if over.any():
             warnings.append(

@@ -89,7 +89,7 @@ def _plan(scenario: Scenario, pool: Pool, name: str, role: Role, field: str) -> 
     if role == "decode" and scheduler.kind == "static":
         raise CbsimError(
             "a static batch runs until all its requests finish, so a decode instance could never "
-            "take in a prefilled request while one runs; use orca, vllm or sarathi",
+            "take in a prefilled request while one runs; use orca, prefill_first or sarathi",
             field=f"{field}.scheduler.kind",
         )
     update: dict[str, object] = {"cluster": cluster, "scheduler": scheduler}
@@ -113,6 +113,7 @@ def _scheduler_keys(inherited: dict[str, Any], pool: Pool) -> dict[str, Any]:
     pool's own keys must all be read by its kind (:class:`~cbsim.schema.scheduler.Scheduler`)."""
     own = pool.scheduler or {}
     kind = own.get("kind")
+    kind = Scheduler.canonical_kind(kind) if isinstance(kind, str) else kind
     used = Scheduler.USED_KEYS.get(kind) if isinstance(kind, str) else None
     if used is not None:
         inherited = {k: v for k, v in inherited.items() if k == "kind" or k in used}

@@ -9,6 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
+    PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
     model_serializer,
@@ -28,10 +29,14 @@ class Scheduler(StrictModel):
     ``orca``: iteration-level batching with full-length KV reserved at admission: whole prompts
     beside the running decodes within ``max_batched_tokens``, or, with ``chunked_prefill``, the
     prompt that does not fit cut to what the budget leaves (TensorRT-LLM's chunked context).
-    ``vllm``: paged KV, prefills first (whole prompts within ``max_batched_tokens``), preemption.
+    ``prefill_first``: paged KV, prefills first (whole prompts within ``max_batched_tokens``),
+    preemption: vLLM V0's scheduler and SGLang's. ``vllm`` is its former name, a deprecated alias
+    (it read as vLLM's scheduler, but vLLM V1, ``engine: vllm``, runs ``sarathi``).
     ``sarathi``: chunked prefill, decodes first, within a per-iteration token budget
     ``max_batched_tokens`` (vLLM's ``--max-num-batched-tokens``); ``chunk_size`` is
-    Sarathi-Serve's name for the same budget and may stand in for it.
+    Sarathi-Serve's name for the same budget and may stand in for it. Set beside a different
+    ``max_batched_tokens``, ``chunk_size`` is the most of one prompt a step prefills (vLLM's
+    ``--long-prefill-token-threshold``), so long prompts leave room for others'.
 
     ``async_scheduling`` (every kind): the engine forms the batch of step n+1 while step n runs
     (vLLM's ``--async-scheduling``, on by default since late 2025; SGLang's and TensorRT-LLM's
@@ -41,15 +46,15 @@ class Scheduler(StrictModel):
     engine profiles were fitted without it: :mod:`cbsim.calibration.engines`).
 
     Each kind reads only some keys (:attr:`USED_KEYS`): a key the user sets that the kind does not
-    read is an error naming the scheduler, never a setting silently ignored, and so is setting
-    ``max_batched_tokens`` and ``chunk_size`` to different values under ``sarathi``. Only the
+    read is an error naming the scheduler, never a setting silently ignored. Only the
     user's keys count: an engine's defaults fill only keys the kind reads
-    (:func:`apply_engine_defaults`). A key set to null is unset, so ``--set scheduler.kind=vllm
-    --set scheduler.chunk_size=null`` runs a sarathi scenario under vllm. Under ``sarathi`` both
-    budget keys hold the one budget: the user's, else the engine's, else 512.
+    (:func:`apply_engine_defaults`). A key set to null is unset, so ``--set
+    scheduler.kind=prefill_first --set scheduler.chunk_size=null`` runs a sarathi scenario under
+    prefill_first. Under ``sarathi`` both budget keys hold the one budget (the user's, else the
+    engine's, else 512) unless the user set both, differently.
     """
 
-    kind: Literal["static", "orca", "vllm", "sarathi"] = "vllm"
+    kind: Literal["static", "orca", "prefill_first", "sarathi", "vllm"] = "prefill_first"
     max_batch_size: BatchSize = 256
     max_batched_tokens: TokenCount = 8192
     block_size: BlockSize = 16
@@ -68,7 +73,7 @@ class Scheduler(StrictModel):
             "chunked_prefill",
             "async_scheduling",
         ),
-        "vllm": (
+        "prefill_first": (
             "max_batch_size",
             "max_batched_tokens",
             "block_size",
@@ -85,6 +90,8 @@ class Scheduler(StrictModel):
         ),
     }
     SARATHI_BUDGET: ClassVar[int] = 512  # sarathi's budget when neither user nor engine sets one
+    DEPRECATED_KINDS: ClassVar[dict[str, str]] = {"vllm": "prefill_first"}
+    _given_kind: str | None = PrivateAttr(default=None)  # a deprecated name the user wrote
 
     @model_validator(mode="before")
     @classmethod
@@ -95,6 +102,9 @@ class Scheduler(StrictModel):
 
     @model_validator(mode="after")
     def _keys_fit_the_kind(self) -> Scheduler:
+        if self.kind in self.DEPRECATED_KINDS:
+            self._given_kind = self.kind
+            self.__dict__["kind"] = self.DEPRECATED_KINDS[self.kind]
         given = self.model_fields_set
         # without a kind the engine's defaults pick one: engine_updates checks the keys then
         if "kind" in given:
@@ -108,7 +118,9 @@ class Scheduler(StrictModel):
                 )
         if self.kind == "sarathi":
             budget = self.sarathi_budget(self.chunk_size)
-            self.__dict__["max_batched_tokens"] = self.__dict__["chunk_size"] = budget
+            self.__dict__["max_batched_tokens"] = budget
+            if not self.caps_long_prefills:
+                self.__dict__["chunk_size"] = budget
         return self
 
     @model_serializer(mode="wrap")
@@ -122,13 +134,24 @@ class Scheduler(StrictModel):
         given = self.model_fields_set
         if self.kind == "sarathi":  # one budget, by the name the user gave it (as warnings say)
             alias = "chunk_size" in given and "max_batched_tokens" not in given
-            data.pop("max_batched_tokens" if alias else "chunk_size", None)
+            if not self.caps_long_prefills:
+                data.pop("max_batched_tokens" if alias else "chunk_size", None)
         return {k: v for k, v in data.items() if k == "kind" or k in used or k in given}
+
+    @property
+    def deprecated_kind(self) -> str | None:
+        """The deprecated name the user gave the kind (``vllm`` for ``prefill_first``), or None."""
+        return self._given_kind
+
+    @classmethod
+    def canonical_kind(cls, kind: str) -> str:
+        """A kind by its current name (``vllm`` is ``prefill_first``)."""
+        return cls.DEPRECATED_KINDS.get(kind, kind)
 
     @classmethod
     def unused_keys(cls, kind: str, given: Iterable[str]) -> list[str]:
         """The keys among ``given`` that a ``kind`` scheduler does not read, in field order."""
-        used = cls.USED_KEYS.get(kind)
+        used = cls.USED_KEYS.get(cls.canonical_kind(kind))
         if used is None:
             return []
         given = set(given)
@@ -138,6 +161,7 @@ class Scheduler(StrictModel):
     def unused_key_message(cls, kind: str, key: str, default_of: str | None = None) -> str:
         """Why ``key`` is an error under ``kind`` (``default_of``: the engine whose default the
         kind is, when the user did not pick it)."""
+        kind = cls.canonical_kind(kind)
         reads = cls.USED_KEYS[kind]
         origin = ""
         if default_of is not None:
@@ -152,17 +176,23 @@ class Scheduler(StrictModel):
             f"{reads[-1]}{hint}: remove it (or set it to null)"
         )
 
+    @property
+    def caps_long_prefills(self) -> bool:
+        """Whether ``chunk_size`` caps one prompt's chunk below the step's budget under
+        ``sarathi``: the user set both budget keys (vLLM's ``--max-num-batched-tokens`` and
+        ``--long-prefill-token-threshold``), differently."""
+        given = self.model_fields_set
+        return (
+            "max_batched_tokens" in given
+            and "chunk_size" in given
+            and self.chunk_size != self.max_batched_tokens
+        )
+
     def sarathi_budget(self, fallback: int) -> int:
         """The token budget under ``sarathi``: ``max_batched_tokens`` if the user set it, else
-        ``chunk_size`` if set, else ``fallback``. ValueError when the user set both, differently."""
+        ``chunk_size`` if set (Sarathi-Serve's name for the budget), else ``fallback``."""
         given = self.model_fields_set
         if "max_batched_tokens" in given:
-            if "chunk_size" in given and self.chunk_size != self.max_batched_tokens:
-                raise ValueError(
-                    f"max_batched_tokens ({self.max_batched_tokens}) and chunk_size "
-                    f"({self.chunk_size}) are both the sarathi scheduler's per-iteration token "
-                    "budget and differ: set one of them (max_batched_tokens, as vLLM names it)"
-                )
             return self.max_batched_tokens
         return self.chunk_size if "chunk_size" in given else fallback
 
@@ -194,11 +224,10 @@ class Scheduler(StrictModel):
         }
         budget = self.engine_budget(kind, engine)
         if kind == "sarathi":
-            try:
-                budget = self.sarathi_budget(self.SARATHI_BUDGET if budget is None else budget)
-            except ValueError as err:
-                raise CbsimError(str(err), field="scheduler") from None
-            updates["max_batched_tokens"] = updates["chunk_size"] = budget
+            budget = self.sarathi_budget(self.SARATHI_BUDGET if budget is None else budget)
+            updates["max_batched_tokens"] = budget
+            if not self.caps_long_prefills:
+                updates["chunk_size"] = budget
         elif budget is not None and "max_batched_tokens" not in given:
             updates["max_batched_tokens"] = budget
         return {key: value for key, value in updates.items() if getattr(self, key) != value}

@@ -78,7 +78,7 @@ def scenario(setup: AdviseSetup, rate: float, policy: dict[str, Any] | None) -> 
             "output_tokens": {"kind": "fixed", "value": setup.output_len},
         },
         "cluster": {"model": setup.model, "gpu": setup.gpu, "tp": setup.tp},
-        "scheduler": {"kind": "vllm"},
+        "scheduler": {"kind": "prefill_first"},
         "speculative": {"enabled": False},
     }
     if policy is not None:

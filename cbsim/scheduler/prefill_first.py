@@ -1,4 +1,10 @@
-"""vLLM's default (v0) scheduler: paged KV, prefills first, recompute preemption.
+"""Prefill-first scheduling: paged KV, whole prompts before decodes, recompute preemption.
+
+The default scheduler of vLLM V0 (the engine of vLLM 0.6 and earlier, ``engine: vllm-v0``) and,
+with its own budget and page size, SGLang's: a new prefill batch takes priority over decoding.
+vLLM V1 (``engine: vllm``) schedules differently, decodes first with chunked prefill: cbsim's
+``sarathi``. Its YAML name is ``prefill_first``; ``vllm``, its name before, is a deprecated
+alias.
 
 When requests wait and can be admitted, the iteration is a prefill-only batch of whole prompts in
 FCFS order, within ``max_batched_tokens`` and ``max_batch_size``, each admitted only while the KV
@@ -15,8 +21,8 @@ from cbsim.kvcache import blocks_for_tokens
 from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 
 
-@register("vllm")
-class VllmScheduler(SchedulerPolicy):
+@register("prefill_first")
+class PrefillFirstScheduler(SchedulerPolicy):
     forms_cohorts = True
 
     def next_batch(self, now: float) -> Batch:

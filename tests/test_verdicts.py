@@ -102,3 +102,25 @@ def test_targets_that_look_like_milliseconds_are_warned(tmp_path: Path) -> None:
     path.write_text(json.dumps(small_scenario({"slo.ttft_s": 2000})))
     checked = CliRunner().invoke(cli, ["validate", str(path)])
     assert "slo.ttft_s = 2000 s" in checked.stderr
+
+
+def test_calibrating_on_an_open_loop_summary_says_what_it_needs(tmp_path: Path) -> None:
+    """An ordinary `vllm bench serve` file (open loop, `--request-rate inf`) is refused with the
+    file, the reason and how to give what the fit reads (issue 37)."""
+    result_file = tmp_path / "open.json"
+    bench = CliRunner().invoke(
+        cli,
+        ["bench", "-m", "llama-3-8b", "-g", "h100-sxm", "--num-prompts", "20", "--input-len",
+         "128", "--output-len", "16", "--save-result", str(result_file)],
+    )  # fmt: skip
+    assert bench.exit_code == 0, bench.output
+    fit = CliRunner().invoke(
+        cli,
+        ["calibrate", "e2e", "--engine", "vllm", "--data", str(result_file), "--out",
+         str(tmp_path / "profile.json")],
+    )  # fmt: skip
+    assert fit.exit_code == 2
+    message = " ".join(fit.output.split())
+    assert f"{result_file}: not a closed-loop benchmark" in message
+    assert "--save-detailed" in message and "--max-concurrency" in message
+    assert "Traceback" not in fit.output

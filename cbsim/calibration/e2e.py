@@ -489,6 +489,32 @@ def usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame[keep].reset_index(drop=True), skipped
 
 
+OPEN_LOOP_HINT = (
+    "an open loop (vllm bench serve without --max-concurrency: --request-rate R, or inf, its "
+    "default) is fitted from its requests, not its means: save it with --save-detailed and give "
+    "--gpu and --model (and --tp, --dtype as it ran), or measure closed loops with "
+    "--max-concurrency C"
+)
+"""What to do with an open-loop summary, which the closed-loop fit cannot use."""
+
+
+def nothing_to_fit_message(skipped: pd.DataFrame, shown: int = 4) -> str:
+    """Why no benchmark could be fitted: each refused file (up to ``shown``) with its reason,
+    and how to give what the fit reads."""
+    lines = [
+        "no benchmark cbsim can fit: it needs aggregated closed-loop runs (vllm bench serve "
+        "--max-concurrency C) of catalog models with measured TTFT and TPOT, or per-request data"
+    ]
+    sources = skipped["source"] if "source" in skipped else pd.Series("", index=skipped.index)
+    for source, reason in list(zip(sources, skipped["skipped"], strict=True))[:shown]:
+        lines.append(f"{source or 'a benchmark'}: {reason}")
+    if len(skipped) > shown:
+        lines.append(f"... and {len(skipped) - shown} more")
+    if (skipped["skipped"] == "not a closed-loop benchmark").any():
+        lines.append(OPEN_LOOP_HINT)
+    return "; ".join(lines)
+
+
 def record_sequences(
     frame: pd.DataFrame,
     profile: EngineProfile,
@@ -613,10 +639,7 @@ def fit_engine_in(
     simulation with a profile fitted without it."""
     rows, skipped = usable(frame)
     if rows.empty:
-        raise CbsimError(
-            "no benchmark cbsim can reproduce (needs aggregated closed-loop runs of catalog "
-            "models with measured TTFT and TPOT)"
-        )
+        raise CbsimError(nothing_to_fit_message(skipped))
     say = progress or (lambda message: None)
     say(f"simulating {len(rows)} benchmarks on bare kernels")
     sequences = record_sequences(rows, base, files)

@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar, cast
 
 from cbsim.errors import CbsimError
@@ -50,6 +51,8 @@ POLL_S = 0.1
 """How often this process looks for finished jobs and idle workers while it waits."""
 STOP_WAIT_S = 5.0
 """How long an ended worker is waited for."""
+STOP_ROUNDS = 3
+"""How many times the pool's table is read for workers it started while others were ended."""
 
 
 @dataclass(frozen=True)
@@ -245,19 +248,31 @@ class JobPool:
         self._pool = self._lines = None
         if pool is None:
             return
-        processes = list((pool._processes or {}).values())
+        ended: list[BaseProcess] = []
+        # the pool forgets its table on shutdown, but its manager thread, which may still be
+        # starting a worker, keeps adding to it
+        table = pool._processes if pool._processes is not None else {}
         pool.shutdown(wait=False, cancel_futures=True)
-        # a worker the pool was still starting when this began is in its table only now
-        processes += [p for p in (pool._processes or {}).values() if p not in processes]
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(STOP_WAIT_S)
-            if process.is_alive():  # SIGTERM not handled in time (a worker still starting)
-                process.kill()
-                process.join(STOP_WAIT_S)
+        for _ in range(STOP_ROUNDS):
+            processes = [p for p in list(table.values()) if p not in ended]
+            if not processes and ended:
+                break
+            _end_processes(processes)
+            ended += processes
         lines.close()
+
+
+def _end_processes(processes: Sequence[BaseProcess]) -> None:
+    """Terminate worker processes and wait for them (killed if SIGTERM is not handled in time,
+    as by a worker still starting)."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_WAIT_S)
 
 
 class _Stage(Generic[T]):

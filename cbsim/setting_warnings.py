@@ -95,8 +95,9 @@ def implausible_slo(targets: dict[str, float | None], where: str = "slo.{}_s") -
         value = targets.get(name)
         if value is not None and value > limit:
             warnings.append(
-                f"{where.format(name)} = {value:g} s: a {name.upper()} target over {limit:g} s; "
-                f"targets are seconds here, so if you meant {value:g} ms write {value / 1000:g}"
+                f"{where.format(name)} = {value:g} s: a {name.upper()} target over {limit:g} s, "
+                f"read as seconds: if you meant {value:g} ms, write {value / 1000:g} or "
+                f"{value:g}ms"
             )
     return warnings
 

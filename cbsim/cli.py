@@ -55,13 +55,13 @@ from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
+from cbsim.setting_warnings import implausible_targets
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
 from cbsim.slo_syntax import (
     AT_LEAST,
     SloTarget,
     check_known,
-    implausible_targets,
     parse_slo,
     per_request_targets,
     verdicts,

@@ -45,7 +45,6 @@ __all__ = [
     "SloTarget",
     "check_known",
     "format_seconds",
-    "implausible_targets",
     "known_targets",
     "parse_duration",
     "parse_slo",
@@ -281,25 +280,6 @@ def check_known(targets: Sequence[SloTarget], extra: Iterable[str] = (), *, fiel
 
 AT_LEAST = frozenset({"slo_attainment", "goodput_ratio"})
 """Metrics a target is a floor of (every other: a ceiling)."""
-
-
-def implausible_targets(
-    targets: Sequence[SloTarget], field: str = "--slo", *, per_request: bool = True
-) -> list[str]:
-    """Warnings for TTFT and TPOT targets written as bare seconds whose size says milliseconds
-    (:func:`cbsim.setting_warnings.implausible_slo`); ``per_request``: the per-request ones too
-    (False where they become the scenario's ``slo``, which warns of itself)."""
-    from cbsim.setting_warnings import implausible_slo
-
-    warnings = []
-    for target in targets:
-        if target.per_request and not per_request:
-            continue
-        base = target.metric.split("_")[0] if not target.per_request else target.metric
-        if target.bare_seconds and base in ("ttft", "tpot"):
-            for warning in implausible_slo({base: target.value}, f"{field} {target.text!r}: {{}}"):
-                warnings.append(warning)
-    return warnings
 
 
 def verdicts(targets: Sequence[SloTarget], summary: dict[str, object]) -> list[str]:

@@ -26,9 +26,10 @@ from typing import Any, TypeVar
 
 import click
 
+from cbsim.cost.engine_profile import canonical_engine
 from cbsim.errors import CbsimError
+from cbsim.setting_warnings import implausible_targets
 from cbsim.slo_syntax import (
-    implausible_targets,
     parse_duration,
     parse_slo,
     statistic_targets,
@@ -117,7 +118,9 @@ def _engine(options: dict[str, Any], notes: list[str]) -> None:
     if version:
         if engine is not None and "@" in engine:
             raise CbsimError("the engine already names its release", field="--backend-version")
-        options["engine"] = f"{engine or 'vllm'}@{version}"
+        engine = f"{engine or 'vllm'}@{version}"
+    if engine is not None:
+        options["engine"] = canonical_engine(engine)
 
 
 def _targets(options: dict[str, Any]) -> list[str]:

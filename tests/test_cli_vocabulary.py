@@ -166,7 +166,6 @@ SIMULATED_CASES: list[list[str]] = [
     ["--metric-percentiles", "25,50,99.9"],
     ["--goodput", "ttft:300", "tpot:50", "e2el:1000"],
     ["--slo", "ttft_p99=2s,tpot=50ms"],
-    ["--self-timed"],  # only timed_trace reads it (vLLM refuses it elsewhere; cbsim: no effect)
 ]  # fmt: skip
 
 
@@ -184,6 +183,17 @@ def test_datasets_of_text_run_as_random_prompts_and_say_so(name: str) -> None:
     result = invoke(*TINY, "--dataset-name", name, "--dataset-path", "data.json")
     _ok(result)
     assert f"--dataset-name {name}: its prompts are text" in _notes(result)
+
+
+@pytest.mark.parametrize(
+    "flag", [["--self-timed"], ["--timed-trace-chunk-hash-size", "16"],
+             ["--timed-trace-sec-multiplier", "0.001"]],
+)  # fmt: skip
+def test_trace_flags_without_a_trace_are_noted(flag: list[str]) -> None:
+    """vLLM refuses --self-timed without timed_trace; cbsim runs and says it has no effect."""
+    result = invoke(*TINY, *flag)
+    _ok(result)
+    assert "only --dataset-name timed_trace reads it" in _notes(result)
 
 
 def test_an_unknown_dataset_is_refused_as_vllm_refuses_it() -> None:

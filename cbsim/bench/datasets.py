@@ -183,8 +183,22 @@ def prompts_of(flags: dict[str, Any]) -> Prompts:
         prompts = _random(flags)
     else:
         prompts = _unread(flags, name)
-    if flags["dataset_path"] is not None and name not in ("timed_trace", "sonnet"):
+    if flags["dataset_path"] is not None and name != "timed_trace":
         prompts.notes.append(f"--dataset-path: the {name} dataset's file is not read")
+    if name != "timed_trace":
+        trace_only = [
+            flag
+            for flag, key in (
+                ("--self-timed/--no-self-timed", "self_timed"),
+                ("--timed-trace-chunk-hash-size", "timed_trace_chunk_hash_size"),
+                ("--timed-trace-sec-multiplier", "timed_trace_sec_multiplier"),
+            )
+            if flags[key] is not None
+        ]
+        if trace_only:
+            prompts.notes.append(
+                f"{', '.join(trace_only)}: only --dataset-name timed_trace reads it"
+            )
     return prompts
 
 

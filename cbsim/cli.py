@@ -55,8 +55,17 @@ from cbsim.preflight import preflight
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
+from cbsim.setting_warnings import implausible_targets
 from cbsim.simulate import compare_no_spec as compare_speculation
 from cbsim.simulate import simulate
+from cbsim.slo_syntax import (
+    AT_LEAST,
+    SloTarget,
+    check_known,
+    parse_slo,
+    per_request_targets,
+    verdicts,
+)
 from cbsim.terminal import long_prefill_cap, print_run, scheduler_name
 from cbsim.workload import ClosedLoopWorkload, build_workload
 
@@ -373,6 +382,15 @@ def cli() -> None:
     help="Write iterations.parquet during the run (row groups) instead of holding it in memory; "
     f"automatic with --out above {AUTO_STREAM_REQUESTS:,} requests.",
 )
+@click.option(
+    "--slo",
+    "slo_texts",
+    multiple=True,
+    metavar="METRIC=VALUE",
+    help="SLO targets, e.g. ttft=300ms,tpot=50ms (per request: the scenario's slo) or "
+    "ttft_p99=2s (the run's p99, said met or not); units ms/s, a bare number in seconds, "
+    "vLLM's p99_ttft_ms=300 and ttft:300 (ms) too.",
+)
 def run(
     scenario: Path,
     out: Path | None,
@@ -381,10 +399,16 @@ def run(
     quiet: bool,
     compare_no_spec: bool,
     stream: bool,
+    slo_texts: tuple[str, ...],
 ) -> None:
     """Simulate SCENARIO (a YAML file) and write its results."""
     started = datetime.now(UTC)
+    targets = parse_slo(slo_texts, field="--slo")
+    check_known(targets, AT_LEAST, field="--slo")
+    overrides = (*overrides, *slo_overrides(targets))
     loaded = load_scenario(scenario, overrides=list(overrides), seed=seed)
+    for warning in implausible_targets(targets, per_request=False):
+        click.echo(f"warning: {warning}", err=True)
     if out is not None:
         _check_out(out, scenario)
     else:  # the run folder is created after the run: find out before it whether it can be
@@ -409,8 +433,15 @@ def run(
     else:
         console = wide_console()
         print_run(console, results, overrides)
+        for line in verdicts(targets, results.summary):
+            console.print(line, highlight=False, soft_wrap=True)
         console.print(f"results: {written}", highlight=False, soft_wrap=True)
     _fail_if_nothing_served(results.summary, str(scenario))
+
+
+def slo_overrides(targets: Sequence[SloTarget]) -> list[str]:
+    """The per-request targets of ``--slo`` as ``--set slo.<field>=<seconds>`` overrides."""
+    return [f"slo.{key}={value!r}" for key, value in per_request_targets(targets).items()]
 
 
 def _fail_if_nothing_served(summary: Mapping[str, Any], source: str) -> None:

@@ -62,7 +62,7 @@ def canonical_name(name: str, known: Iterable[str]) -> str | None:
     return next((k for k in known if k.casefold() == folded), None)
 
 
-def _squashed(name: str) -> str:
+def squashed_name(name: str) -> str:
     """A name without case and punctuation: ``Llama3-8B`` and ``llama-3-8b`` both ``llama38b``."""
     return re.sub(r"[^0-9a-z]", "", name.casefold())
 
@@ -72,11 +72,11 @@ def close_names(name: str, known: Iterable[str], limit: int = 3) -> list[str]:
     and digits (``llama3-8b`` for ``llama-3-8b``) or that it begins (``h100`` for ``h100-sxm``),
     else difflib's close matches."""
     names = list(known)
-    squashed = _squashed(name)
+    squashed = squashed_name(name)
     if not squashed:
         return []
-    same = [k for k in names if _squashed(k) == squashed]
-    prefixed = [k for k in names if _squashed(k).startswith(squashed) and k not in same]
+    same = [k for k in names if squashed_name(k) == squashed]
+    prefixed = [k for k in names if squashed_name(k).startswith(squashed) and k not in same]
     if same or prefixed:
         return [*same, *prefixed][:limit]
     lowered = {k.casefold(): k for k in names}

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cbsim.errors import CbsimError, canonical_name, unknown_name
+from cbsim.errors import CbsimError, canonical_name, did_you_mean
 
 GiB = 2**30
 MiB = 2**20
@@ -669,6 +669,35 @@ _CATALOG: dict[str, GPU] = {
 
 GPU_NAMES: tuple[str, ...] = tuple(_CATALOG)
 
+GPU_ALIASES: dict[str, str] = {
+    # NVIDIA AI Configurator's system names (its ``--system``; ``aiconfigurator cli default
+    # --help`` lists h200_sxm, h100_sxm, h100_pcie, b200_sxm, b300_sxm, gb200, a100_sxm,
+    # a100_pcie, l40s, l4, a30, gb300; its systems/ folder also h20_sxm and rtx_5090; older
+    # releases spelled GB200 ``gb200_sxm``). Its ``systems/a100_sxm.yaml`` is the 80 GiB part
+    # (copy under shared/data/calibration/aiconfigurator/systems), and its A100 PCIe is taken to
+    # be the 80 GB one alike. A30 and GB300 have no catalog GPU.
+    "h200_sxm": "h200",
+    "h100_sxm": "h100-sxm",
+    "h100_pcie": "h100-pcie",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200_sxm": "gb200",
+    "a100_sxm": "a100-80gb",
+    "a100_pcie": "a100-80gb-pcie",
+    "h20_sxm": "h20",
+    "rtx_5090": "rtx-5090",
+    # the SXM form factor spelled out where the catalog name leaves it implied
+    "h200-sxm": "h200",
+    "b200-sxm": "b200",
+    "b300-sxm": "b300",
+    "a100-sxm": "a100-80gb",
+    "a100-80gb-sxm": "a100-80gb",
+    "a100-40gb-sxm": "a100-40gb",
+    "h100-sxm5": "h100-sxm",
+}
+"""Other spellings of catalog GPUs (compared without case): AI Configurator's system names and
+the SXM form factor spelled out."""
+
 
 def fp4_gpus_hint() -> str:
     """The catalog GPUs with FP4 tensor cores, for error messages."""
@@ -681,7 +710,27 @@ def get_gpu(name: str) -> GPU:
     gpu = _CATALOG.get(name)
     if gpu is not None:
         return gpu
-    canonical = canonical_name(name, GPU_NAMES)
+    canonical = gpu_spelling(name)
     if canonical is None:
-        raise unknown_name("gpu", name, GPU_NAMES)
+        raise _unknown_gpu(name)
     return _CATALOG[canonical]
+
+
+def _unknown_gpu(name: str) -> CbsimError:
+    """Unknown GPU: the catalog names, AI Configurator's, and the close ones."""
+    aic = sorted(alias for alias in GPU_ALIASES if "_" in alias)
+    hint = did_you_mean(name, [*GPU_NAMES, *GPU_ALIASES])
+    return CbsimError(
+        f"unknown gpu {name!r}; known: {', '.join(sorted(GPU_NAMES))} (or AI Configurator's "
+        f"{', '.join(aic)}){hint}"
+    )
+
+
+def gpu_spelling(name: str) -> str | None:
+    """The catalog name ``name`` stands for (a catalog name or :data:`GPU_ALIASES` entry, in any
+    case), or None."""
+    canonical = canonical_name(name, GPU_NAMES)
+    if canonical is not None:
+        return canonical
+    alias = canonical_name(name, GPU_ALIASES)
+    return GPU_ALIASES[alias] if alias is not None else None

@@ -44,10 +44,11 @@ name or path (:func:`get_model`), and their names are importable from here too.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cbsim.errors import CbsimError, did_you_mean
+from cbsim.errors import CbsimError, squashed_name
 from cbsim.hf_config import (
     ARCHITECTURES,
     DENSE_ARCHITECTURES,
@@ -82,6 +83,8 @@ __all__ = [
     "hf_repository",
     "model_from_hf_config",
     "model_spelling",
+    "nearest_models",
+    "unknown_model",
 ]
 
 
@@ -143,6 +146,45 @@ def find_model(name: str) -> CatalogMatch | None:
     return _INDEX.get(name.casefold())
 
 
+NEAREST = 3
+
+
+def nearest_models(name: str, limit: int = NEAREST) -> list[str]:
+    """The catalog names closest to ``name`` (a name or a Hugging Face id, compared by its
+    repository part without case and punctuation), best first; empty when nothing is close."""
+    wanted = squashed_name(name.rsplit("/", 1)[-1])
+    if not wanted:
+        return []
+    scores: dict[str, float] = {}
+    for key, match in _INDEX.items():
+        candidate = squashed_name(key.rsplit("/", 1)[-1])
+        score = difflib.SequenceMatcher(None, wanted, candidate).ratio()
+        if candidate.startswith(wanted) or wanted.startswith(candidate):
+            score += 0.25
+        name_of = match.entry.name
+        scores[name_of] = max(score, scores.get(name_of, 0.0))
+    ranked = sorted(scores, key=lambda n: (-scores[n], n))
+    return [n for n in ranked if scores[n] >= MIN_SIMILARITY][:limit]
+
+
+MIN_SIMILARITY = 0.5
+
+
+def unknown_model(name: str) -> CbsimError:
+    """An unknown model: the nearest catalog names, and what else is accepted."""
+    nearest = [repr(n) for n in nearest_models(name)]
+    hint = ""
+    if nearest:
+        listed = nearest[0] if len(nearest) == 1 else f"{', '.join(nearest[:-1])} or {nearest[-1]}"
+        hint = f"; did you mean {listed}?"
+    hint += ";"
+    return CbsimError(
+        f"unknown model {name!r}{hint} known: {', '.join(sorted(MODEL_NAMES))}, or the Hugging "
+        "Face id of one (cbsim catalog models lists them), or the path of a checkpoint's "
+        "config.json or of its folder (nothing is downloaded)"
+    )
+
+
 def model_spelling(name: str) -> str:
     """The catalog's spelling of a catalog name or id (``Meta-Llama/llama-3.1-8b-instruct`` ->
     ``meta-llama/Llama-3.1-8B-Instruct``); anything else (a config path) as given."""
@@ -183,8 +225,4 @@ def get_model(name_or_path: str) -> ModelShape:
     path = Path(name_or_path).expanduser()
     if name_or_path.endswith(".json") or path.exists():
         return _load_config_file(path)
-    hint = did_you_mean(name_or_path, [*MODEL_NAMES, *REPOSITORIES])
-    raise CbsimError(
-        f"unknown model {name_or_path!r}; known: {', '.join(sorted(MODEL_NAMES))} (or a Hugging "
-        f"Face id of one: cbsim catalog models lists them), or a config.json path{hint}"
-    )
+    raise unknown_model(name_or_path)

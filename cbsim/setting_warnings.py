@@ -12,11 +12,14 @@ scheduler settings.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cbsim.models import get_model
 from cbsim.schema.cluster import Pool
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.scheduler import Scheduler
 from cbsim.schema.workload import TraceReplay
+from cbsim.slo_syntax import SloTarget
 
 DECODE = "cluster.disaggregation.decode"
 
@@ -97,8 +100,9 @@ def implausible_slo(targets: dict[str, float | None], where: str = "slo.{}_s") -
         value = targets.get(name)
         if value is not None and value > limit:
             warnings.append(
-                f"{where.format(name)} = {value:g} s: a {name.upper()} target over {limit:g} s; "
-                f"targets are seconds here, so if you meant {value:g} ms write {value / 1000:g}"
+                f"{where.format(name)} = {value:g} s: a {name.upper()} target over {limit:g} s, "
+                f"read as seconds: if you meant {value:g} ms, write {value / 1000:g} or "
+                f"{value:g}ms"
             )
     return warnings
 
@@ -131,3 +135,20 @@ def _pool_kind(pool: Pool) -> str | None:
 def slo_warnings(scenario: Scenario) -> list[str]:
     """:func:`implausible_slo` of the scenario's ``slo`` section."""
     return implausible_slo({"ttft": scenario.slo.ttft_s, "tpot": scenario.slo.tpot_s})
+
+
+def implausible_targets(
+    targets: Sequence[SloTarget], field: str = "--slo", *, per_request: bool = True
+) -> list[str]:
+    """Warnings for TTFT and TPOT targets written as bare seconds whose size says milliseconds
+    (:func:`cbsim.setting_warnings.implausible_slo`); ``per_request``: the per-request ones too
+    (False where they become the scenario's ``slo``, which warns of itself)."""
+    warnings = []
+    for target in targets:
+        if target.per_request and not per_request:
+            continue
+        base = target.metric.split("_")[0] if not target.per_request else target.metric
+        if target.bare_seconds and base in ("ttft", "tpot"):
+            for warning in implausible_slo({base: target.value}, f"{field} {target.text!r}: {{}}"):
+                warnings.append(warning)
+    return warnings

@@ -148,7 +148,8 @@ def load_trace(
     (float64 seconds, 0 for the first request; NaN everywhere when the file has no arrival column),
     ``prompt_tokens`` and ``output_tokens`` (int64, positive), plus ``prefix_hash_ids`` (a tuple of
     ints per request) when the source has it. ``attrs["has_arrivals"]`` says whether arrivals were
-    given. The frame is the caller's own copy.
+    given, ``attrs["units_per_second"]`` in what unit the file's arrival column was read (1:
+    seconds, 1000: milliseconds; None without one). The frame is the caller's own copy.
 
     ``source`` and ``field`` locate the reference in the caller's input (for example the scenario
     file and ``"workload.trace.path"``) and prefix every :class:`CbsimError` raised here.
@@ -284,8 +285,9 @@ def _normalize(raw: pd.DataFrame, where: _Where) -> pd.DataFrame:
 
     has_arrivals = arrival_col is not None
     warnings: list[str] = []
+    units: list[float] = []
     if arrival_col is not None:
-        arrivals = _arrival_seconds(raw[arrival_col], arrival_col, where, warnings)
+        arrivals = _arrival_seconds(raw[arrival_col], arrival_col, where, warnings, units)
         _check_span(arrivals, arrival_col, where)
         _note_order(arrivals, warnings)
         columns["arrival_s"] = arrivals
@@ -297,6 +299,7 @@ def _normalize(raw: pd.DataFrame, where: _Where) -> pd.DataFrame:
         frame["arrival_s"] -= frame["arrival_s"].iloc[0]
     frame.attrs["has_arrivals"] = has_arrivals
     frame.attrs["warnings"] = tuple(f"trace file {where.label}: {w}" for w in warnings)
+    frame.attrs["units_per_second"] = units[0] if units else None
     return frame
 
 
@@ -384,10 +387,15 @@ def _token_counts(series: pd.Series[Any], column: str, where: _Where) -> npt.NDA
 
 
 def _arrival_seconds(
-    series: pd.Series[Any], column: str, where: _Where, warnings: list[str]
+    series: pd.Series[Any],
+    column: str,
+    where: _Where,
+    warnings: list[str],
+    units: list[float] | None = None,
 ) -> npt.NDArray[np.float64]:
     """Arrival times in seconds (any origin) from the recognised arrival column; a doubtful
-    unit adds to ``warnings``."""
+    unit adds to ``warnings``, and the column's units per second (stated or detected; 1 for
+    date-times) go to ``units``."""
     is_datetime = pd.api.types.is_datetime64_any_dtype(series.dtype)
     is_numeric = pd.api.types.is_numeric_dtype(series.dtype) and not is_datetime
     if column == "TIMESTAMP" and is_numeric:
@@ -396,6 +404,8 @@ def _arrival_seconds(
             "name a numeric column arrival_s (seconds) or timestamp_ms (milliseconds)"
         )
     if is_datetime or (column in ("timestamp", "TIMESTAMP") and not is_numeric):
+        if units is not None:
+            units.append(1.0)
         return _datetime_seconds(series, column, where)
     stated = _STATED_UNITS.get(column)
     unit = "milliseconds" if stated == 1000.0 else "seconds" if stated else "an unstated unit"
@@ -408,6 +418,8 @@ def _arrival_seconds(
         stated = _detect_unit(numbers, column, warnings)
     elif stated == 1.0:
         _note_sparse_seconds(numbers, column, warnings)
+    if units is not None:
+        units.append(stated)
     seconds: npt.NDArray[np.float64] = numbers / stated
     return seconds
 

@@ -109,7 +109,9 @@ class ClosedLoopLengths:
 @dataclass
 class ClosedLoopWorkload:
     """A closed-loop load: ``concurrency`` clients sending until ``max_requests`` have been sent
-    or, with ``duration_s``, until that time has passed (no request is sent after it)."""
+    or, with ``duration_s``, until that time has passed (no request is sent after it). With
+    ``ready_s`` (an open-loop arrival's ``max_concurrency``), request i is sent no earlier than
+    ``ready_s[i]``: the clients are the slots of a cap on an open loop."""
 
     concurrency: int
     think_time_s: float
@@ -118,6 +120,7 @@ class ClosedLoopWorkload:
     max_requests: int | None
     duration_s: float | None
     lengths: ClosedLoopLengths
+    ready_s: np.ndarray | None = None
 
     def __len__(self) -> int:
         """Requests it will send, when that is known in advance (0 when only a duration is)."""
@@ -386,6 +389,8 @@ def _build(
             duration_s=wl.duration_s,
             lengths=ClosedLoopLengths(_closed_loop_draw(scenario, pool, source), pool),
         )
+    if wl.concurrency_cap is not None:
+        return _capped_open_loop(scenario, wl.concurrency_cap, pool, source)
     if wl.trace is not None:
         trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
         return _with_acceptance_trace_lengths(
@@ -415,6 +420,31 @@ def _build(
         output_tokens=_lengths(scenario, wl.output_tokens, n, "workload.output_tokens", source),
         pool=pool,
         pool_picks=picks,
+    )
+
+
+def _capped_open_loop(
+    scenario: Scenario, cap: int, pool: PoolPrompts | None, source: str | None
+) -> ClosedLoopWorkload:
+    """An open loop behind a client-side cap of ``cap`` requests in flight (``max_concurrency``):
+    the arrivals drawn as usual, sent by ``cap`` slots in order; the lengths as a closed loop's
+    (a trace's rows in order, when the trace only gives lengths)."""
+    wl = scenario.workload
+    count = wl.num_requests
+    if count is None and wl.trace is not None and not isinstance(wl.arrival, RateCurveArrival):
+        trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+        count = len(trace)
+    ready = _open_loop_arrivals(scenario, count, source)
+    _check_arrivals(scenario, ready, source)
+    return ClosedLoopWorkload(
+        concurrency=cap,
+        think_time_s=0.0,
+        think_time_random=False,
+        ramp_s=0.0,
+        max_requests=len(ready),
+        duration_s=None,
+        lengths=ClosedLoopLengths(_closed_loop_draw(scenario, pool, source), pool),
+        ready_s=ready,
     )
 
 

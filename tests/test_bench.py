@@ -229,8 +229,15 @@ def test_loads_as_vllm_sends_them() -> None:
     assert length_spec(1, 0.9, option="--output-len", floor_one=True)["low"] == 1
     with pytest.raises(CbsimError, match="--random-range-ratio"):
         length_spec(1, 0.9, option="--input-len", floor_one=False)
-    with pytest.raises(CbsimError, match="--request-rate"):
-        load_points([2.0], [4])
+    # a finite rate behind a cap: vLLM's semaphore in front of the open loop
+    assert load_points([2.0], [4]) == [LoadPoint(request_rate=2.0, max_concurrency=4)]
+    assert arrival_spec(LoadPoint(request_rate=2.0, max_concurrency=4), 1.0) == {
+        "kind": "poisson",
+        "rate": 2.0,
+        "max_concurrency": 4,
+    }
+    with pytest.raises(CbsimError, match="--max-concurrency"):
+        load_points([2.0, 3.0], [4, 8])  # a sweep varies one of them
     assert load_points([math.inf, 2.0, 2.0], []) == [LoadPoint(), LoadPoint(request_rate=2.0)]
     points = load_points([], [1, 16])
     assert [p.label for p in points] == ["concurrency1", "concurrency16"]

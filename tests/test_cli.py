@@ -423,7 +423,7 @@ def test_real_subprocess(scenario_file: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
-        (["--engine", "tensorrt_llm"], "--engine"),
+        (["--engine", "tensorrt"], "--engine"),
         (["--dtype", "fp4"], "--dtype"),
         (["--tp", "3"], "--tp"),
     ],

@@ -39,8 +39,8 @@ def test_shipped_engines_load_and_none_is_bare() -> None:
 
 
 def test_unknown_engine_lists_the_known_ones() -> None:
-    with pytest.raises(CbsimError, match=r"unknown engine 'tensorrt_llm'; known: .*tensorrt-llm"):
-        load_engine_profile("tensorrt_llm")
+    with pytest.raises(CbsimError, match=r"unknown engine 'tensorrt'; known: .*tensorrt-llm"):
+        load_engine_profile("tensorrt")
 
 
 def test_engine_none_adds_nothing_to_the_kernels() -> None:

@@ -9,7 +9,12 @@ writes a result JSON with the same keys, so a simulated run diffs against a meas
 tools already used for measured ones. Several values of ``--request-rate`` or
 ``--max-concurrency`` make a sweep, one run (and one row, one result file) per value.
 
-The package: :mod:`~cbsim.bench.load` (flags → one scenario per load point),
+Every other flag of ``vllm bench serve`` is taken too, simulated (datasets, ramp-ups, a rate
+behind a concurrency cap, vLLM's result-file naming) or named as ignored.
+
+The package: :mod:`~cbsim.bench.vllm_flags` (vLLM's flags without meaning in a simulation),
+:mod:`~cbsim.bench.datasets` (``--dataset-name`` and its lengths), :mod:`~cbsim.bench.options`
+(the flags checked), :mod:`~cbsim.bench.load` (flags → one scenario per load point),
 :mod:`~cbsim.bench.vllm_result` (a run → vLLM's per-request records, metrics and result JSON),
 :mod:`~cbsim.bench.run` (running the points, writing result files and folders),
 :mod:`~cbsim.bench.render` (vLLM's text) and :mod:`~cbsim.bench.cli` (the command).

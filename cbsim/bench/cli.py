@@ -1,126 +1,79 @@
 """The ``cbsim bench`` command: ``vllm bench serve``'s flags, a simulated run, vLLM's output.
 
-Option parsing and printing only; the scenario comes from :mod:`cbsim.bench.load`, the run and
-the files from :mod:`cbsim.bench.run`, the figures from :mod:`cbsim.bench.vllm_result`, the text
-from :mod:`cbsim.bench.render`. Bad flags exit 2 with one ``error:`` line naming the flag.
+Option parsing and printing only. Every flag of ``vllm bench serve --help`` is taken: the ones
+that shape the run are declared here (what each simulates: docs/bench.md), the ones with no
+meaning in a simulation in :mod:`cbsim.bench.vllm_flags` (named on one ``note:`` line), and vLLM's
+spellings (``--num_prompts``, ``--goodput ttft:300 tpot:50``) through
+:class:`cbsim.tool_flags.ToolCommand`. The checks are :mod:`cbsim.bench.options`', the scenario
+:mod:`cbsim.bench.load`'s, the run and the files :mod:`cbsim.bench.run`'s, the figures
+:mod:`cbsim.bench.vllm_result`'s, the text :mod:`cbsim.bench.render`'s. Bad flags exit 2 with one
+``error:`` line naming the flag.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import click
 
-from cbsim.bench.load import BenchOptions, load_points, parse_concurrencies, parse_rates
+from cbsim.bench.options import DEFAULT_PERCENTILE_METRICS, VLLM_NAME, BenchPlan, bench_plan
 from cbsim.bench.render import result_block, sweep_table, traffic_lines
-from cbsim.bench.run import (
-    Reporting,
-    check_result_file,
-    metadata_of,
-    run_bench,
-    save_paths,
-    write_result_file,
-)
+from cbsim.bench.run import BenchRun, metadata_of, run_bench, write_result_file
+from cbsim.bench.vllm_flags import VARIADIC, VLLM_DATASETS, ignored_options
 from cbsim.bench.vllm_result import METRICS
-from cbsim.errors import CbsimError, did_you_mean
-from cbsim.limits import REQUESTS, SEED, TOKENS, Limit
+from cbsim.slo_syntax import verdicts
+from cbsim.tool_flags import tool_command
 
 __all__ = ["bench_command"]
 
-DEFAULT_PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
-GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
-
-def parse_percentile_metrics(text: str) -> tuple[str, ...]:
-    """``--percentile-metrics``: vLLM's metric names, comma-separated."""
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    if not names:
-        raise CbsimError("give at least one metric", field="--percentile-metrics")
-    for name in names:
-        if name not in METRICS:
-            raise CbsimError(
-                f"unknown metric {name!r}; known: {', '.join(METRICS)}"
-                f"{did_you_mean(name, METRICS)}",
-                field="--percentile-metrics",
-            )
-    return names
-
-
-def parse_percentiles(text: str) -> tuple[float, ...]:
-    """``--metric-percentiles``: numbers in [0, 100], comma-separated."""
-    values: list[float] = []
-    for item in (i.strip() for i in text.split(",")):
-        if not item:
-            continue
-        try:
-            value = float(item)
-        except ValueError:
-            raise CbsimError(f"{item!r} is not a number", field="--metric-percentiles") from None
-        if not 0 <= value <= 100:
-            raise CbsimError(f"{item}: must be within [0, 100]", field="--metric-percentiles")
-        values.append(value)
-    if not values:
-        raise CbsimError("give at least one percentile", field="--metric-percentiles")
-    return tuple(dict.fromkeys(values))
-
-
-def parse_goodput(values: tuple[str, ...]) -> dict[str, float]:
-    """``--goodput``: ``KEY:MS`` pairs (ttft, tpot, e2el), space- or comma-separated, repeatable."""
-    targets: dict[str, float] = {}
-    for item in (i for v in values for i in v.replace(",", " ").split()):
-        name, sep, number = item.partition(":")
-        if not sep:
-            raise CbsimError(f"{item!r} is not KEY:VALUE (e.g. ttft:200)", field="--goodput")
-        if name not in GOODPUT_METRICS:
-            raise CbsimError(
-                f"unknown metric {name!r}; known: {', '.join(GOODPUT_METRICS)}"
-                f"{did_you_mean(name, GOODPUT_METRICS)}",
-                field="--goodput",
-            )
-        try:
-            ms = float(number)
-        except ValueError:
-            raise CbsimError(
-                f"{item!r}: {number!r} is not milliseconds", field="--goodput"
-            ) from None
-        if not ms >= 0 or math.isinf(ms):
-            raise CbsimError(f"{item!r}: must be a finite number >= 0", field="--goodput")
-        targets[name] = ms
-    return targets
-
-
-def _check_within(value: int, limit: Limit, option: str) -> None:
-    problem = limit.violation(value)
-    if problem is not None:
-        raise CbsimError(problem, field=option)
-
-
-def _check_ratio(ratio: float) -> None:
-    if not 0 <= ratio < 1:
-        raise CbsimError(f"must be within [0, 1), got {ratio}", field="--random-range-ratio")
-
-
-def _check_burstiness(burstiness: float) -> None:
-    if not burstiness > 0:
-        raise CbsimError(f"must be positive, got {burstiness}", field="--burstiness")
-
-
-@click.command("bench")
-@click.option("--model", "-m", required=True, help="Catalog model name or a config.json path.")
-@click.option("--gpu", "-g", required=True, help="Catalog GPU name, e.g. h100-sxm.")
+@click.command("bench", cls=tool_command(VARIADIC))
+@click.option("--model", "-m", required=True,
+              help="Catalog model, Hugging Face id (meta-llama/Meta-Llama-3-8B-Instruct) or "
+              "config.json path.")  # fmt: skip
+@click.option("--gpu", "-g", default=None,
+              help="The GPU the server runs on, e.g. h100-sxm or h200_sxm (required).")  # fmt: skip
 @click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel GPUs.")
-@click.option(
-    "--engine", default="vllm", show_default=True,
-    help="Serving engine: vllm, sglang, tensorrt-llm, none, or an engine profile JSON.",
-)  # fmt: skip
+@click.option("--engine", default=None,
+              help="Serving engine: vllm (default), sglang, tensorrt-llm (trtllm), none, or an "
+              "engine profile JSON.")  # fmt: skip
+@click.option("--backend", default=None,
+              help="vLLM's endpoint type; an engine's name (sglang, tensorrt-llm, vllm) sets the "
+              "engine when --engine is not given.")  # fmt: skip
 @click.option(
     "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4"]), default="bf16",
     show_default=True, help="Weight precision.",
 )  # fmt: skip
-@click.option("--input-len", type=int, default=1024, show_default=True, help="Prompt tokens.")
-@click.option("--output-len", type=int, default=128, show_default=True, help="Output tokens.")
+@click.option("--dataset-name", default="random", show_default=True,
+              help="random, prefix_repetition, sonnet or timed_trace (simulated); vLLM's others "
+              f"run as random ({', '.join(VLLM_DATASETS)}).")  # fmt: skip
+@click.option("--dataset-path", "--dataset", "dataset_path", default=None,
+              help="timed_trace: the trace file (or a shipped trace's name).")  # fmt: skip
+@click.option("--input-len", type=int, default=None,
+              help="Prompt tokens (vLLM: maps to --random-input-len, --sonnet-input-len).")  # fmt: skip
+@click.option("--output-len", type=int, default=None,
+              help="Output tokens (vLLM: maps to each dataset's output length).")  # fmt: skip
+@click.option("--random-input-len", type=int, default=1024, show_default=True)
+@click.option("--random-output-len", type=int, default=128, show_default=True)
+@click.option("--random-range-ratio", default="0", show_default=True,
+              help="Lengths uniform in [L(1-r), L(1+r)]; or JSON {\"input\": r, \"output\": r}.")  # fmt: skip
+@click.option("--random-prefix-len", type=int, default=0, show_default=True,
+              help="Tokens every random prompt shares before its own (prefix caching).")  # fmt: skip
+@click.option("--prefix-repetition-prefix-len", type=int, default=256, show_default=True)
+@click.option("--prefix-repetition-suffix-len", type=int, default=256, show_default=True)
+@click.option("--prefix-repetition-num-prefixes", type=int, default=10, show_default=True)
+@click.option("--prefix-repetition-output-len", type=int, default=128, show_default=True)
+@click.option("--sonnet-input-len", type=int, default=550, show_default=True)
+@click.option("--sonnet-output-len", type=int, default=150, show_default=True)
+@click.option("--sonnet-prefix-len", type=int, default=200, show_default=True)
+@click.option("--timed-trace-chunk-hash-size", type=int, default=None,
+              help="Tokens per hash id of the trace (default 512, Mooncake's).")  # fmt: skip
+@click.option("--timed-trace-sec-multiplier", type=float, default=None,
+              help="Trace timestamps times this are seconds (default: the unit read off the file).")  # fmt: skip
+@click.option("--self-timed/--no-self-timed", default=None,
+              help="timed_trace: at the trace's timestamps (default) or at --request-rate.")  # fmt: skip
 @click.option(
     "--num-prompts", type=int, default=1000, show_default=True, help="Requests to send (per point)."
 )
@@ -131,26 +84,34 @@ def _check_burstiness(burstiness: float) -> None:
 )  # fmt: skip
 @click.option(
     "--max-concurrency", "concurrencies", multiple=True, metavar="C[,C...]",
-    help="C closed-loop clients (at the default --request-rate inf). Several values sweep.",
+    help="At most C requests in flight: C clients at --request-rate inf, a cap on the open "
+    "loop at a finite rate. Several values sweep.",
 )  # fmt: skip
 @click.option(
     "--burstiness", type=float, default=1.0, show_default=True,
-    help="Gamma shape of the inter-arrival times (1: Poisson; coefficient of variation 1/sqrt(b)).",
+    help="Gamma shape of the inter-arrival times (1: Poisson; inf: constant gaps).",
 )  # fmt: skip
-@click.option(
-    "--random-range-ratio", type=float, default=0.0, show_default=True,
-    help="Lengths uniform in [L(1-r), L(1+r)] (0: fixed), as vLLM's random dataset.",
-)  # fmt: skip
+@click.option("--ramp-up-strategy", type=click.Choice(["linear", "exponential"]), default=None,
+              help="Ramp the rate from --ramp-up-start-rps to --ramp-up-end-rps over the run.")  # fmt: skip
+@click.option("--ramp-up-start-rps", type=float, default=None)
+@click.option("--ramp-up-end-rps", type=float, default=None)
 @click.option("--seed", type=int, default=0, show_default=True, help="Scenario seed.")
 @click.option(
-    "--save-result", "save", type=click.Path(dir_okay=False, path_type=Path), default=None,
-    metavar="FILE.json",
-    help="Write vLLM's result JSON (a sweep: FILE-<load>.json per point, e.g. FILE-2qps.json).",
+    "--save-result", "save", is_flag=False, flag_value=VLLM_NAME, default=None,
+    metavar="[FILE.json]",
+    help="Write vLLM's result JSON: to FILE, or as vLLM names it ({label}-{rate}qps-{model}-"
+    "{date}.json in --result-dir). A sweep without --append-result: FILE-<load>.json per point.",
 )  # fmt: skip
+@click.option("--result-dir", default=None, help="Folder of the result file.")
+@click.option("--result-filename", default=None, help="The result file's name.")
+@click.option("--append-result", is_flag=True,
+              help="Append the result to the file as a JSON line (a sweep: every point).")  # fmt: skip
 @click.option(
     "--save-detailed", is_flag=True,
     help="Keep the per-request lists (input_lens, ttfts, itls, ...) in the result JSON.",
 )  # fmt: skip
+@click.option("--metadata", multiple=True, metavar="KEY=VALUE",
+              help="Keys recorded in the result JSON, e.g. --metadata version=0.3.3 tp=1.")  # fmt: skip
 @click.option("--label", default=None, help="vLLM's result label (recorded as is).")
 @click.option(
     "--percentile-metrics", default=DEFAULT_PERCENTILE_METRICS, show_default=True,
@@ -165,6 +126,11 @@ def _check_burstiness(burstiness: float) -> None:
     help="SLO targets for request_goodput, e.g. 'ttft:200 tpot:50' (ttft, tpot, e2el in ms).",
 )  # fmt: skip
 @click.option(
+    "--slo", "slo_texts", multiple=True, metavar="METRIC=VALUE",
+    help="SLO targets in cbsim's syntax: ttft=300ms (goodput, as --goodput) or ttft_p99=1s "
+    "(said met or not).",
+)  # fmt: skip
+@click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",
     help="Any other scenario field, e.g. --set scheduler.kind=sarathi (repeatable).",
 )  # fmt: skip
@@ -172,87 +138,53 @@ def _check_burstiness(burstiness: float) -> None:
     "--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Also write cbsim's results: a run folder (one point) or a sweep folder (several).",
 )  # fmt: skip
-def bench_command(
-    model: str,
-    gpu: str,
-    tp: int,
-    engine: str,
-    dtype: str,
-    input_len: int,
-    output_len: int,
-    num_prompts: int,
-    rates: tuple[str, ...],
-    concurrencies: tuple[str, ...],
-    burstiness: float,
-    random_range_ratio: float,
-    seed: int,
-    save: Path | None,
-    save_detailed: bool,
-    label: str | None,
-    percentile_metrics: str,
-    metric_percentiles: str,
-    goodput: tuple[str, ...],
-    overrides: tuple[str, ...],
-    out: Path | None,
-) -> None:
+@ignored_options
+def bench_command(out: Path | None, **flags: Any) -> None:
     """Simulate `vllm bench serve` from its flags and print (and save) its result.
 
-    A random dataset of --num-prompts prompts of --input-len tokens asking for --output-len
-    tokens, sent at --request-rate (or by --max-concurrency clients) to --model on --gpu."""
-    _check_within(input_len, TOKENS, "--input-len")
-    _check_within(output_len, TOKENS, "--output-len")
-    _check_within(num_prompts, REQUESTS, "--num-prompts")
-    _check_within(seed, SEED, "--seed")
-    _check_ratio(random_range_ratio)
-    _check_burstiness(burstiness)
-    options = BenchOptions(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        engine=engine,
-        dtype=dtype,
-        input_len=input_len,
-        output_len=output_len,
-        num_prompts=num_prompts,
-        random_range_ratio=random_range_ratio,
-        burstiness=burstiness,
-        seed=seed,
-        overrides=overrides,
-        goodput_ms=parse_goodput(goodput),
+    Prompts of --input-len tokens asking for --output-len tokens (vLLM's random dataset, or
+    --dataset-name), --num-prompts of them, sent at --request-rate (and/or by --max-concurrency
+    clients) to --model on --gpu. Every other flag of `vllm bench serve` is taken too; those
+    that mean nothing in a simulation are named on a note: line."""
+    plan = bench_plan(flags)
+    for line in plan.notes:
+        click.echo(f"note: {line}", err=True)
+    for warning in plan.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    runs = run_bench(
+        plan.options, plan.points, plan.reporting, out=out, say=lambda m: click.echo(m, err=True)
     )
-    reporting = Reporting(
-        percentile_metrics=parse_percentile_metrics(percentile_metrics),
-        percentiles=parse_percentiles(metric_percentiles),
-        label=label,
-        detailed=save_detailed,
-    )
-    points = load_points(parse_rates(rates), parse_concurrencies(concurrencies))
-    paths = save_paths(save, points) if save is not None else []
-    for each in paths:
-        check_result_file(each)
-    runs = run_bench(options, points, reporting, out=out, say=lambda m: click.echo(m, err=True))
-    targets: list[Path | None] = list(paths) if paths else [None] * len(runs)
+    targets: list[Path | None] = list(plan.paths) if plan.paths else [None] * len(runs)
     for run, target in zip(runs, targets, strict=True):
-        for line in traffic_lines(run.point, burstiness):
-            click.echo(line)
-        click.echo(
-            result_block(
-                run.benchmark,
-                run.point,
-                percentile_metrics=reporting.percentile_metrics,
-                percentiles=reporting.percentiles,
-            )
-        )
-        _print_notes(run.results.summary.get("warnings", ""), run.records.approximated)
-        _print_failures(run.records.errors)
+        _print_run(run, plan)
         if target is not None:
-            metadata = metadata_of(run.results.scenario, options)
-            written = write_result_file(target, run.result_json(options, reporting, metadata))
+            metadata = metadata_of(run.results.scenario, plan.options, plan.metadata)
+            result = run.result_json(plan.options, plan.reporting, metadata)
+            written = write_result_file(target, result, append=plan.append)
             click.echo(f"result: {written}")
     if len(runs) > 1:
-        click.echo(sweep_table(points, [r.benchmark for r in runs], reporting.percentile_metrics))
+        benchmarks = [r.benchmark for r in runs]
+        click.echo(sweep_table(plan.points, benchmarks, plan.reporting.percentile_metrics))
     if out is not None:
         click.echo(f"results: {out}")
+
+
+def _print_run(run: BenchRun, plan: BenchPlan) -> None:
+    """One point: vLLM's traffic lines and result block, the SLO verdicts, the notes."""
+    for line in traffic_lines(run.point, plan.options.burstiness):
+        click.echo(line)
+    click.echo(
+        result_block(
+            run.benchmark,
+            run.point,
+            percentile_metrics=plan.reporting.percentile_metrics,
+            percentiles=plan.reporting.percentiles,
+        )
+    )
+    for line in verdicts(plan.targets, run.results.summary):
+        click.echo(line)
+    _print_notes(run.results.summary.get("warnings", ""), run.records.approximated)
+    _print_failures(run.records.errors)
 
 
 def _print_notes(warnings: str | list[str], approximated: int) -> None:

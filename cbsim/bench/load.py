@@ -11,13 +11,23 @@ point of a sweep:
   ``1/sqrt(b)`` (``workload.arrival: {kind: gamma, rate: R, cv: 1/sqrt(b)}``).
 * ``--request-rate inf`` (vLLM's default) without a concurrency cap: every prompt sent at once
   (``kind: offline``).
+* ``--burstiness inf``: vLLM's constant gaps of 1/R (``kind: stages`` with one constant stage).
 * ``--max-concurrency C`` at the default infinite rate: vLLM queues every prompt behind a
   semaphore of C slots, which is C closed-loop clients without think time
-  (``kind: closed_loop, concurrency: C``). A *finite* rate with a cap (vLLM's open loop throttled
-  by a client-side semaphore) has no cbsim arrival process and is refused.
-* ``--random-range-ratio r``: lengths uniform over the integers in ``[floor(L(1-r)),
-  ceil(L(1+r))]`` as vLLM's random dataset draws them (the output's low end at least 1), else
-  fixed at L.
+  (``kind: closed_loop, concurrency: C``). With a *finite* rate it is the same semaphore in front
+  of the open loop: ``max_concurrency: C`` on the poisson or gamma arrival (with ``--burstiness
+  inf``, gamma gaps of the smallest coefficient of variation cbsim draws, 0.01).
+* ``--ramp-up-strategy linear|exponential`` from ``--ramp-up-start-rps`` to ``--ramp-up-end-rps``:
+  vLLM raises the rate request by request; cbsim draws the same ramp as a Poisson rate curve over
+  time (``kind: rate_curve``) through the expected send time of each request.
+* ``--random-range-ratio r`` (vLLM's JSON ``{"input": r1, "output": r2}`` too): lengths uniform
+  over the integers in ``[floor(L(1-r)), ceil(L(1+r))]`` as vLLM's random dataset draws them (the
+  output's low end at least 1), else fixed at L.
+
+The prompts are vLLM's ``--dataset-name`` (:class:`Dataset`): random lengths; a shared prefix
+before each (``--random-prefix-len``, the ``prefix_repetition`` and ``sonnet`` datasets) as a
+``workload.prompt_pool`` whose cached prefixes the engine reuses; or a replayed trace
+(``timed_trace``: ``workload.trace``, its timestamps unless ``--no-self-timed``).
 """
 
 from __future__ import annotations
@@ -25,14 +35,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from cbsim.errors import CbsimError
 from cbsim.limits import GAMMA_CV, RATE, TOKENS
 
 __all__ = [
     "BenchOptions",
+    "Dataset",
     "LoadPoint",
+    "RampUp",
     "load_points",
     "option_of_field",
     "parse_rates",
@@ -50,17 +62,65 @@ _OPTION_OF_FIELD: dict[str, str] = {
     "cluster.dtype": "--dtype",
     "workload.num_requests": "--num-prompts",
     "workload.prompt_tokens": "--input-len",
+    "workload.prompt_pool.system_tokens": "--random-prefix-len",
+    "workload.prompt_pool.question_tokens": "--input-len",
+    "workload.prompt_pool": "--dataset-name",
     "workload.output_tokens": "--output-len",
+    "workload.trace": "--dataset-path",
     "workload.arrival.rate": "--request-rate",
     "workload.arrival.cv": "--burstiness",
     "workload.arrival.concurrency": "--max-concurrency",
+    "workload.arrival.max_concurrency": "--max-concurrency",
+    "workload.arrival.points": "--ramp-up-start-rps",
+    "workload.arrival.stages": "--request-rate",
     "seed": "--seed",
 }
 
 
 @dataclass(frozen=True)
+class Dataset:
+    """The prompts (vLLM's ``--dataset-name``): ``name``, a shared prefix of ``prefix_tokens``
+    tokens (one of ``prefixes`` different ones) before each prompt's own ``--input-len`` tokens,
+    or a replayed ``trace`` (a file: its lengths, its prefix blocks of ``block_tokens`` tokens and,
+    ``self_timed``, its timestamps scaled by ``time_scale``)."""
+
+    name: str = "random"
+    prefix_tokens: int = 0
+    prefixes: int = 1
+    trace: str | None = None
+    self_timed: bool = True
+    block_tokens: int | None = None
+    time_scale: float | None = None
+
+
+@dataclass(frozen=True)
+class RampUp:
+    """vLLM's ``--ramp-up-strategy``: the rate goes from ``start_rps`` (first request) to
+    ``end_rps`` (last), linearly or exponentially in the request's index."""
+
+    strategy: Literal["linear", "exponential"]
+    start_rps: float
+    end_rps: float
+
+    @property
+    def label(self) -> str:
+        """vLLM's name for it in a result file: ``ramp-up-linear-1qps-10qps``."""
+        start, end = _number_text(self.start_rps), _number_text(self.end_rps)
+        return f"ramp-up-{self.strategy}-{start}qps-{end}qps"
+
+    def rate_of(self, index: int, count: int) -> float:
+        """The rate request ``index`` of ``count`` is sent at (vLLM's
+        ``_get_current_request_rate``)."""
+        progress = index / max(count - 1, 1)
+        if self.strategy == "linear":
+            return self.start_rps + (self.end_rps - self.start_rps) * progress
+        return float(self.start_rps * (self.end_rps / self.start_rps) ** progress)
+
+
+@dataclass(frozen=True)
 class BenchOptions:
-    """The flags of one ``cbsim bench`` call that every load point shares."""
+    """The flags of one ``cbsim bench`` call that every load point shares
+    (``output_range_ratio``: the outputs' own ``--random-range-ratio``, when it differs)."""
 
     model: str
     gpu: str
@@ -75,21 +135,30 @@ class BenchOptions:
     seed: int = 0
     overrides: tuple[str, ...] = ()
     goodput_ms: dict[str, float] = field(default_factory=dict)
+    output_range_ratio: float | None = None
+    dataset: Dataset = Dataset()
 
 
 @dataclass(frozen=True)
 class LoadPoint:
-    """One load of a sweep: a request rate (``inf``: all at once) and an optional concurrency cap."""
+    """One load of a sweep: a request rate (``inf``: all at once) or a ramp of rates, and an
+    optional concurrency cap."""
 
     request_rate: float = math.inf
     max_concurrency: int | None = None
+    ramp_up: RampUp | None = None
 
     @property
     def label(self) -> str:
-        """How a sweep names this point: ``2qps``, ``infqps``, ``concurrency16``."""
-        if self.max_concurrency is not None:
-            return f"concurrency{self.max_concurrency}"
-        return f"{_number_text(self.request_rate)}qps"
+        """How a sweep names this point: ``2qps``, ``infqps``, ``concurrency16``,
+        ``2qps-concurrency16``, ``ramp-up-linear-1qps-10qps``."""
+        cap = f"concurrency{self.max_concurrency}" if self.max_concurrency is not None else ""
+        if self.ramp_up is not None:
+            return f"{self.ramp_up.label}-{cap}" if cap else self.ramp_up.label
+        if cap and math.isinf(self.request_rate):
+            return cap
+        rate = f"{_number_text(self.request_rate)}qps"
+        return f"{rate}-{cap}" if cap else rate
 
 
 def _number_text(value: float) -> str:
@@ -142,22 +211,36 @@ def _distinct(values: Sequence[Any]) -> list[Any]:
     return list(dict.fromkeys(values))
 
 
-def load_points(rates: Sequence[float], concurrencies: Sequence[int]) -> list[LoadPoint]:
-    """The sweep's load points: one per rate, or one per concurrency (repeats dropped).
+def load_points(
+    rates: Sequence[float], concurrencies: Sequence[int], ramp_up: RampUp | None = None
+) -> list[LoadPoint]:
+    """The sweep's load points (repeats dropped): one per rate, each behind the concurrency cap
+    when one is given, or one per cap at one rate (a ramp, with ``ramp_up``).
 
-    Several values of both, or a finite rate with a concurrency cap, are refused."""
+    Several rates with several caps are refused (a sweep varies one of them), as is a finite
+    rate with a ramp (vLLM refuses it too)."""
     rates, concurrencies = _distinct(rates), _distinct(concurrencies)
-    if not concurrencies:
-        return [LoadPoint(request_rate=r) for r in rates or [math.inf]]
-    finite = [r for r in rates if not math.isinf(r)]
-    if finite:
+    if ramp_up is not None:
+        finite = [r for r in rates if not math.isinf(r)]
+        if finite:
+            raise CbsimError(
+                f"a ramp-up sets the rate: leave out --request-rate {_number_text(finite[0])} "
+                "(vLLM refuses both too)",
+                field="--request-rate",
+            )
+        caps: list[int | None] = list(concurrencies) or [None]
+        return [LoadPoint(max_concurrency=c, ramp_up=ramp_up) for c in caps]
+    if len(rates) > 1 and len(concurrencies) > 1:
         raise CbsimError(
-            f"a finite rate ({_number_text(finite[0])}) with --max-concurrency: cbsim simulates "
-            "an open loop at a rate or C closed-loop clients (vLLM's default --request-rate inf "
-            "with --max-concurrency), not a rate throttled by a client-side cap; give one of them",
-            field="--request-rate",
+            "several rates and several concurrency caps: a sweep varies one of them (give one "
+            "value of the other)",
+            field="--max-concurrency",
         )
-    return [LoadPoint(max_concurrency=c) for c in concurrencies]
+    if len(concurrencies) > 1:
+        rate = rates[0] if rates else math.inf
+        return [LoadPoint(request_rate=rate, max_concurrency=c) for c in concurrencies]
+    cap = concurrencies[0] if concurrencies else None
+    return [LoadPoint(request_rate=r, max_concurrency=cap) for r in rates or [math.inf]]
 
 
 def length_spec(length: int, ratio: float, *, option: str, floor_one: bool) -> dict[str, Any]:
@@ -204,15 +287,52 @@ def gamma_cv(burstiness: float) -> float:
     return cv
 
 
-def arrival_spec(point: LoadPoint, burstiness: float) -> dict[str, Any]:
-    """The scenario's ``workload.arrival`` for one load point."""
-    if point.max_concurrency is not None:
-        return {"kind": "closed_loop", "concurrency": point.max_concurrency}
+RAMP_POINTS = 200
+"""Points of the rate curve a ramp-up is drawn through."""
+
+
+def ramp_curve(ramp: RampUp, count: int) -> list[list[float]]:
+    """A ramp over ``count`` requests as a rate curve's (t_s, rate) points: the rate of request
+    i at its expected send time (the sum of 1/rate over the requests up to it, the first gap
+    included, as vLLM draws them), then held at the end rate well past the last request."""
+    rates = [ramp.rate_of(i, count) for i in range(count)]
+    expected, times = 0.0, []
+    for rate in rates:
+        expected += 1.0 / rate
+        times.append(expected)
+    step = max(1, count // RAMP_POINTS)
+    picks = sorted({*range(0, count, step), count - 1})
+    points = [[0.0, rates[0]]] + [[times[i], rates[i]] for i in picks]
+    points = [p for j, p in enumerate(points) if j == 0 or p[0] > points[j - 1][0]]
+    points.append([times[-1] * 2 + 10.0 / ramp.end_rps, ramp.end_rps])
+    return points
+
+
+def arrival_spec(point: LoadPoint, burstiness: float, num_prompts: int = 0) -> dict[str, Any]:
+    """The scenario's ``workload.arrival`` for one load point (``num_prompts``: what a ramp-up
+    ramps over)."""
+    cap = point.max_concurrency
+    capped = {"max_concurrency": cap} if cap is not None else {}
+    if point.ramp_up is not None:
+        return {"kind": "rate_curve", "points": ramp_curve(point.ramp_up, num_prompts), **capped}
     if math.isinf(point.request_rate):
+        if cap is not None:
+            return {"kind": "closed_loop", "concurrency": cap}
         return {"kind": "offline"}
+    rate = point.request_rate
+    if math.isinf(burstiness):
+        if cap is None:
+            return {"kind": "stages", "process": "constant", "stages": [constant_stage(rate, num_prompts)]}  # fmt: skip
+        return {"kind": "gamma", "rate": rate, "cv": GAMMA_CV.low, **capped}
     if burstiness == 1.0:
-        return {"kind": "poisson", "rate": point.request_rate}
-    return {"kind": "gamma", "rate": point.request_rate, "cv": gamma_cv(burstiness)}
+        return {"kind": "poisson", "rate": rate, **capped}
+    return {"kind": "gamma", "rate": rate, "cv": gamma_cv(burstiness), **capped}
+
+
+def constant_stage(rate: float, count: int) -> dict[str, float]:
+    """One stage sending ``count`` requests every 1/``rate`` s from 0 (vLLM's ``--burstiness
+    inf``): a duration of (count - 1/2)/rate holds exactly ``count`` sends."""
+    return {"rate": rate, "duration_s": (count - 0.5) / rate}
 
 
 def slo_of(goodput_ms: dict[str, float]) -> dict[str, float]:
@@ -221,22 +341,64 @@ def slo_of(goodput_ms: dict[str, float]) -> dict[str, float]:
     return {names[k]: v / 1000.0 for k, v in goodput_ms.items()}
 
 
+MAX_POOL_PROMPTS = 1_000_000
+"""Prompts a shared-prefix pool draws at most (see :func:`pool_spec`)."""
+
+
+def pool_spec(dataset: Dataset, own: dict[str, Any], num_prompts: int) -> dict[str, Any]:
+    """A shared-prefix dataset as a ``workload.prompt_pool``: ``prefixes`` prefixes of
+    ``prefix_tokens`` tokens, each followed by a prompt's own tokens (``own``). vLLM sends every
+    prompt once; the pool draws its prompts with replacement from a hundred times as many as are
+    sent per prefix, so a whole prompt recurs rarely (under 1% of requests)."""
+    per_prefix = math.ceil(num_prompts / dataset.prefixes)
+    questions = max(1, min(100 * per_prefix, MAX_POOL_PROMPTS // dataset.prefixes))
+    return {
+        "system_prompts": dataset.prefixes,
+        "system_tokens": dataset.prefix_tokens,
+        "questions": questions,
+        "question_tokens": own,
+    }
+
+
+def _trace_spec(dataset: Dataset) -> dict[str, Any]:
+    trace: dict[str, Any] = {"path": dataset.trace}
+    if dataset.block_tokens is not None:
+        trace["prefix_block_tokens"] = dataset.block_tokens
+    if dataset.time_scale is not None and dataset.self_timed:
+        trace["time_scale"] = dataset.time_scale
+    return trace
+
+
+def workload_data(options: BenchOptions, point: LoadPoint) -> dict[str, Any]:
+    """The scenario's ``workload`` of one load point: its prompts (:class:`Dataset`) and load."""
+    dataset = options.dataset
+    workload: dict[str, Any] = {"num_requests": options.num_prompts}
+    if dataset.trace is None or not dataset.self_timed:
+        workload["arrival"] = arrival_spec(point, options.burstiness, options.num_prompts)
+    if workload.get("arrival", {}).get("kind") == "stages":
+        del workload["num_requests"]  # the stage says how many
+    if dataset.trace is not None:
+        workload["trace"] = _trace_spec(dataset)
+        return workload
+    input_ratio = options.random_range_ratio
+    output_ratio = input_ratio if options.output_range_ratio is None else options.output_range_ratio
+    prompts = length_spec(options.input_len, input_ratio, option="--input-len", floor_one=False)
+    if dataset.prefix_tokens > 0:
+        workload["prompt_pool"] = pool_spec(dataset, prompts, options.num_prompts)
+    else:
+        workload["prompt_tokens"] = prompts
+    workload["output_tokens"] = length_spec(
+        options.output_len, output_ratio, option="--output-len", floor_one=True
+    )
+    return workload
+
+
 def scenario_data(options: BenchOptions, point: LoadPoint) -> dict[str, Any]:
     """The scenario mapping of one load point (``--set`` overrides not yet applied)."""
-    ratio = options.random_range_ratio
     data: dict[str, Any] = {
         "name": SCENARIO_NAME,
         "seed": options.seed,
-        "workload": {
-            "num_requests": options.num_prompts,
-            "arrival": arrival_spec(point, options.burstiness),
-            "prompt_tokens": length_spec(
-                options.input_len, ratio, option="--input-len", floor_one=False
-            ),
-            "output_tokens": length_spec(
-                options.output_len, ratio, option="--output-len", floor_one=True
-            ),
-        },
+        "workload": workload_data(options, point),
         "cluster": {
             "model": options.model,
             "gpu": options.gpu,

@@ -27,10 +27,20 @@ def _line(label: str, value: Any, spec: str = "") -> str:
 
 
 def traffic_lines(point: LoadPoint, burstiness: float) -> list[str]:
-    """vLLM's lines before a run: the rate, the burstiness and the concurrency cap."""
+    """vLLM's lines before a run: the rate (or its ramp), the burstiness and the concurrency
+    cap."""
     distribution = "Poisson process" if burstiness == 1.0 else "Gamma distribution"
+    ramp = point.ramp_up
+    if ramp is None:
+        rate = [f"Traffic request rate: {point.request_rate}"]
+    else:
+        rate = [
+            f"Traffic ramp-up strategy: {ramp.strategy}.",
+            f"Will increase RPS from {ramp.start_rps:g} to {ramp.end_rps:g} RPS over the "
+            "duration of the benchmark.",
+        ]
     return [
-        f"Traffic request rate: {point.request_rate}",
+        *rate,
         f"Burstiness factor: {burstiness} ({distribution})",
         f"Maximum request concurrency: {point.max_concurrency}",
     ]
@@ -95,11 +105,17 @@ _SWEEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
 
 
 def _sweep_header(points: Sequence[LoadPoint]) -> str:
-    return "max_concurrency" if points and points[0].max_concurrency is not None else "request_rate"
+    """The axis the sweep varies: the concurrency cap, else the rate."""
+    caps = {p.max_concurrency for p in points}
+    if len(caps) > 1:
+        return "max_concurrency"
+    if len({p.request_rate for p in points}) > 1:
+        return "request_rate"
+    return "request_rate" if None in caps else "max_concurrency"
 
 
-def _load_text(point: LoadPoint) -> str:
-    if point.max_concurrency is not None:
+def _load_text(point: LoadPoint, header: str) -> str:
+    if header == "max_concurrency":
         return str(point.max_concurrency)
     return "inf" if math.isinf(point.request_rate) else f"{point.request_rate:g}"
 
@@ -119,9 +135,10 @@ def sweep_table(
         columns.append((f"mean {name} ms", f"mean_{metric}_ms", ".2f"))
         if all(f"p99_{metric}_ms" in r for r in results):
             columns.append((f"P99 {name} ms", f"p99_{metric}_ms", ".2f"))
-    header = [_sweep_header(points), *(title for title, _, _ in columns)]
+    axis = _sweep_header(points)
+    header = [axis, *(title for title, _, _ in columns)]
     rows = [
-        [_load_text(point), *(format(result[key], spec) for _, key, spec in columns)]
+        [_load_text(point, axis), *(format(result[key], spec) for _, key, spec in columns)]
         for point, result in zip(points, results, strict=True)
     ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]

@@ -23,8 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from cbsim import __version__, outputs
-from cbsim.bench.load import BenchOptions, LoadPoint, option_of_field, scenario_data
+from cbsim.bench.load import (
+    BenchOptions,
+    LoadPoint,
+    arrival_spec,
+    option_of_field,
+    scenario_data,
+)
 from cbsim.bench.vllm_result import (
     RequestRecords,
     benchmark_result,
@@ -40,8 +48,10 @@ __all__ = [
     "BenchRun",
     "Reporting",
     "build_scenario",
+    "ready_times",
     "run_bench",
     "save_paths",
+    "vllm_file_name",
     "write_result_file",
 ]
 
@@ -114,11 +124,15 @@ def _from_override(err: CbsimError, overrides: Sequence[str]) -> CbsimError:
     return err
 
 
-def metadata_of(scenario: Scenario, options: BenchOptions) -> dict[str, Any]:
-    """The ``--metadata`` keys a simulated result carries: what simulated it and the deployment
-    vLLM's file cannot record (``cbsim calibrate e2e`` reads them back)."""
+def metadata_of(
+    scenario: Scenario, options: BenchOptions, given: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The ``--metadata`` keys a simulated result carries: the user's (``given``), then what
+    simulated it and the deployment vLLM's file cannot record (``cbsim calibrate e2e`` reads them
+    back; they win over a user key of the same name)."""
     cluster = scenario.cluster
     return {
+        **(given or {}),
         SIMULATOR_KEY: f"cbsim {__version__}",
         "model": cluster.model,
         "gpu": cluster.gpu,
@@ -132,20 +146,51 @@ def metadata_of(scenario: Scenario, options: BenchOptions) -> dict[str, Any]:
 # --------------------------------------------------------------------------- output paths
 
 
-def save_paths(save: Path, points: Sequence[LoadPoint]) -> list[Path]:
-    """The ``--save-result`` file of each point (see the module docstring)."""
-    if len(points) == 1:
-        return [save]
+def save_paths(save: Path, points: Sequence[LoadPoint], *, append: bool = False) -> list[Path]:
+    """The ``--save-result`` file of each point (see the module docstring); ``append``: every
+    point's result appended to the one file."""
+    if len(points) == 1 or append:
+        return [save] * len(points)
     return [save.with_name(f"{save.stem}-{p.label}{save.suffix or '.json'}") for p in points]
 
 
-def _is_bench_file(path: Path) -> bool:
-    """Whether ``path`` holds a result ``cbsim bench`` wrote (so it may be replaced)."""
+def vllm_file_name(point: LoadPoint, *, label: str, model_id: str, date: str) -> str:
+    """The name vLLM gives a result file without ``--result-filename``
+    (``compute_result_filename``): ``{label}-{rate}qps[-concurrency{C}]-{model}-{date}.json``,
+    the rate as Python prints the float (``2.0``, ``inf``), or the ramp
+    (``{label}-ramp-up-linear-1qps-10qps...``)."""
+    cap = f"-concurrency{point.max_concurrency}" if point.max_concurrency is not None else ""
+    model = model_id.split("/")[-1]
+    if point.ramp_up is not None:
+        return f"{label}-{point.ramp_up.label}{cap}-{model}-{date}.json"
+    return f"{label}-{float(point.request_rate)}qps{cap}-{model}-{date}.json"
+
+
+def _results_in(path: Path) -> list[Any] | None:
+    """The JSON results a file holds (one, or one per line as ``--append-result`` writes them),
+    or None when it is not such a file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return False
-    return isinstance(data, dict) and str(data.get(SIMULATOR_KEY, "")).startswith("cbsim")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        pass
+    try:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError:
+        return None
+
+
+def _is_bench_file(path: Path) -> bool:
+    """Whether ``path`` holds results ``cbsim bench`` wrote (so it may be replaced or appended
+    to)."""
+    results = _results_in(path)
+    return bool(results) and all(
+        isinstance(data, dict) and str(data.get(SIMULATOR_KEY, "")).startswith("cbsim")
+        for data in results or []
+    )
 
 
 _DESCRIPTION = "a result cbsim bench wrote"
@@ -176,9 +221,13 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_result_file(path: Path, result: Mapping[str, Any]) -> Path:
-    """Write one result JSON atomically (one line, as vLLM writes it)."""
+def write_result_file(path: Path, result: Mapping[str, Any], *, append: bool = False) -> Path:
+    """Write one result JSON atomically (one line, as vLLM writes it); ``append``: after the
+    results the file holds, on a line of its own (vLLM's ``--append-result``)."""
     text = json.dumps({k: _json_safe(v) for k, v in result.items()}, allow_nan=False)
+    if append and path.is_file() and _is_bench_file(path):
+        held = path.read_text(encoding="utf-8").rstrip("\n")
+        text = f"{held}\n{text}" if held else text
     try:
         return outputs.write_bytes(
             path, text.encode("utf-8"), replaceable=_is_bench_file, description=_DESCRIPTION
@@ -207,10 +256,23 @@ def check_out(out: Path, points: Sequence[LoadPoint]) -> None:
 # --------------------------------------------------------------------------- running
 
 
+def ready_times(results: Results, point: LoadPoint) -> np.ndarray | None:
+    """When each request of a capped open loop became ready (None: not one), for vLLM's
+    ``queue_times``: the run's arrivals drawn again from its scenario."""
+    if point.max_concurrency is None:
+        return None
+    if point.ramp_up is None and math.isinf(point.request_rate):
+        return None  # every prompt ready at 0
+    from cbsim.workload import ClosedLoopWorkload, build_workload
+
+    workload = build_workload(results.scenario)
+    return workload.ready_s if isinstance(workload, ClosedLoopWorkload) else None
+
+
 def _bench_run(
     results: Results, point: LoadPoint, reporting: Reporting, options: BenchOptions
 ) -> BenchRun:
-    records = request_records(results, point)
+    records = request_records(results, point, ready_times(results, point))
     benchmark = benchmark_result(
         records,
         point,
@@ -221,24 +283,32 @@ def _bench_run(
     return BenchRun(point, results, records, benchmark)
 
 
-def _sweep_axis(point: LoadPoint, options: BenchOptions) -> dict[str, Any]:
-    """A point's override in the sweep file: its rate or concurrency (an infinite rate: the
-    whole arrival, all at once)."""
-    if point.max_concurrency is not None:
-        return {"workload.arrival.concurrency": point.max_concurrency}
-    if math.isinf(point.request_rate):
-        return {"workload.arrival": {"kind": "offline"}}
-    return {"workload.arrival.rate": point.request_rate}
+SWEEP_AXES = ("rate", "concurrency", "max_concurrency")
+"""The arrival keys a sweep's points set (and its table's columns name)."""
+
+
+def _sweep_axis(
+    point: LoadPoint, base_arrival: dict[str, Any], options: BenchOptions
+) -> dict[str, Any]:
+    """A point's override in the sweep file: its rate, concurrency and cap (the sweep's columns),
+    or its whole arrival when that differs in anything else (an infinite rate: all at once; a
+    ramp; constant gaps)."""
+    arrival = arrival_spec(point, options.burstiness, options.num_prompts)
+    others = {k: v for k, v in arrival.items() if k not in SWEEP_AXES}
+    if others != {k: v for k, v in base_arrival.items() if k not in SWEEP_AXES}:
+        return {"workload.arrival": arrival}
+    return {f"workload.arrival.{k}": v for k, v in arrival.items() if k in SWEEP_AXES}
 
 
 def _sweep_spec(options: BenchOptions, points: Sequence[LoadPoint]) -> dict[str, Any]:
     """The sweep (``cbsim sweep`` file as a mapping) of a multi-point bench."""
     finite = [p for p in points if not math.isinf(p.request_rate) or p.max_concurrency]
     base = _with_overrides(scenario_data(options, (finite or list(points))[0]), options.overrides)
+    base_arrival = base["workload"].get("arrival", {})
     return {
         "name": "bench",
         "base": base,
-        "points": [_sweep_axis(p, options) for p in points],
+        "points": [_sweep_axis(p, base_arrival, options) for p in points],
         "seeds": [options.seed],
     }
 

@@ -183,8 +183,13 @@ def _request_gaps(
     return itls, approximated
 
 
-def request_records(results: Results, point: LoadPoint) -> RequestRecords:
-    """vLLM's per-request outputs rebuilt from a run's requests and iterations."""
+def request_records(
+    results: Results, point: LoadPoint, ready_s: np.ndarray | None = None
+) -> RequestRecords:
+    """vLLM's per-request outputs rebuilt from a run's requests and iterations. A request's
+    queue time is how long it waited for a concurrency slot: from time 0 (vLLM creates every
+    prompt at the start when the rate is infinite), or from ``ready_s`` (when each became ready,
+    behind a cap on an open loop)."""
     requests = results.requests.sort_values("request_id", kind="stable")
     success = (requests["status"] == "finished").to_numpy()
     sent = requests["arrival_s"].to_numpy(dtype=float)
@@ -192,6 +197,13 @@ def request_records(results: Results, point: LoadPoint) -> RequestRecords:
         requests, _decoding_deliveries(results.load_iterations()), success
     )
     zero = np.zeros(len(requests))
+    queue = zero.copy()
+    if point.max_concurrency is not None:
+        if ready_s is None:
+            queue = sent.copy()
+        else:
+            ids = requests["request_id"].to_numpy(dtype=np.int64)
+            queue = np.maximum(sent - ready_s[ids], 0.0)
     return RequestRecords(
         success=success,
         input_lens=requests["prompt_tokens"].to_numpy(dtype=np.int64),
@@ -199,7 +211,7 @@ def request_records(results: Results, point: LoadPoint) -> RequestRecords:
         ttfts=np.where(success, requests["ttft_s"].to_numpy(dtype=float), zero),
         latencies=np.where(success, requests["e2e_s"].to_numpy(dtype=float), zero),
         start_times=sent,
-        queue_times=sent.copy() if point.max_concurrency is not None else zero.copy(),
+        queue_times=queue,
         itls=itls,
         errors=_failure_texts(requests),
         approximated=approximated,
@@ -236,7 +248,7 @@ def _metric_values(records: RequestRecords, point: LoadPoint) -> dict[str, np.nd
     )
     gaps = [g for g, good in zip(records.itls, ok, strict=True) if good]
     capped = point.max_concurrency is not None
-    finite = not math.isinf(point.request_rate)
+    finite = not math.isinf(point.request_rate) or point.ramp_up is not None
     return {
         "ttft": records.ttfts[ok],
         "tpot": tpots,
@@ -381,5 +393,14 @@ def result_json(
         "burstiness": burstiness,
         "max_concurrency": point.max_concurrency,
     }
+    if point.ramp_up is not None:  # vLLM's keys, as its ints
+        head["ramp_up_strategy"] = point.ramp_up.strategy
+        head["ramp_up_start_rps"] = _whole(point.ramp_up.start_rps)
+        head["ramp_up_end_rps"] = _whole(point.ramp_up.end_rps)
     body = {k: v for k, v in benchmark.items() if detailed or k not in DETAILED_KEYS}
     return {**head, **body}
+
+
+def _whole(value: float) -> int | float:
+    """``2`` for 2.0 (vLLM's ramp rates are whole numbers)."""
+    return int(value) if value == int(value) else value

@@ -25,6 +25,8 @@ from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.scenario import load_scenario, parse_override
 from cbsim.schema.scenario import Scenario
+from cbsim.slo_syntax import parse_slo as parse_slo_items
+from cbsim.slo_syntax import statistic_targets
 
 #: Exit status of ``cbsim capacity`` when nothing meets the SLO (bad input is 2).
 EXIT_INFEASIBLE = 3
@@ -41,20 +43,10 @@ def _parse_number(text: str, what: str, option: str) -> float:
 
 
 def parse_slo(texts: str | Sequence[str]) -> dict[str, float]:
-    """``"ttft_p99_s=2,tpot_p99_s=0.1"`` (one string or several) as ``{metric: threshold}``."""
-    items = [texts] if isinstance(texts, str) else list(texts)
-    slo: dict[str, float] = {}
-    for text in items:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            key, sep, raw = part.partition("=")
-            key = key.strip()
-            if not sep or not key:
-                raise CbsimError(f"{part!r} is not METRIC=THRESHOLD", field="--slo")
-            slo[key] = _parse_number(raw.strip(), key, "--slo")
-    return slo
+    """``"ttft_p99_s=2,tpot_p99_s=0.1"`` (one string or several) as ``{metric: threshold}``, in
+    the syntax every command reads (:mod:`cbsim.slo_syntax`: ``ttft_p99=300ms``, vLLM's
+    ``p99_ttft_ms=300``; a bare ``ttft=2s`` is checked at p99, as a scenario's ``slo`` is)."""
+    return statistic_targets(parse_slo_items(texts, field="--slo"), "p99")
 
 
 def parse_prices(texts: str | Sequence[str]) -> dict[str, float]:
@@ -230,8 +222,9 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     "slo_texts",
     multiple=True,
     metavar="METRIC=X,...",
-    help="SLO as summary metrics and thresholds, e.g. ttft_p99_s=2,tpot_p99_s=0.1 (at most X; "
-    "slo_attainment/goodput_ratio: at least X). Default: p99 of the scenario's slo.",
+    help="SLO as summary metrics and thresholds, e.g. ttft_p99=300ms,tpot_p99=50ms or "
+    "ttft_p99_s=2 (at most X; slo_attainment/goodput_ratio: at least X; units ms/s, a bare "
+    "number in seconds; vLLM's p99_ttft_ms=300 too). Default: p99 of the scenario's slo.",
 )
 @click.option(
     "--vary",

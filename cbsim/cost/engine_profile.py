@@ -478,17 +478,39 @@ def is_profile_path(engine: str) -> bool:
     return engine.endswith(".json") or Path(engine).is_file()
 
 
+ENGINE_ALIASES: dict[str, str] = {
+    "trtllm": "tensorrt-llm",  # AI Configurator's --backend, TensorRT-LLM's own trtllm-serve
+    "trt-llm": "tensorrt-llm",
+    "tensorrt_llm": "tensorrt-llm",  # the Python package
+    "tensorrtllm": "tensorrt-llm",
+    "llamacpp": "llama.cpp",
+    "llama-cpp": "llama.cpp",
+    "deepspeed_mii": "deepspeed-mii",
+    "mii": "deepspeed-mii",
+}
+"""Other names of shipped engines (compared without case), as other tools spell them."""
+
+
+def _engine_name(name: str) -> str | None:
+    """The shipped engine ``name`` names (its own name or an alias, any case), or None."""
+    known = canonical_name(name, engine_names())
+    if known is not None:
+        return known
+    alias = canonical_name(name, ENGINE_ALIASES)
+    return ENGINE_ALIASES[alias] if alias is not None else None
+
+
 def canonical_engine(engine: str) -> str:
     """A shipped engine's name in its own spelling (names compare without case: ``vLLM`` is
-    ``vllm``, ``vLLM@0.8.5`` is ``vllm@0.8.5``); anything else (a profile path, an unknown name)
-    unchanged."""
+    ``vllm``, ``vLLM@0.8.5`` is ``vllm@0.8.5``; :data:`ENGINE_ALIASES` too: ``trtllm`` is
+    ``tensorrt-llm``); anything else (a profile path, an unknown name) unchanged."""
     if engine in (BARE, *engine_names()) or is_profile_path(engine):
         return engine
     name, release = split_engine(engine)
     if release is not None and not is_profile_path(name):
-        known = canonical_name(name, engine_names())
+        known = _engine_name(name)
         return f"{known}@{release.strip()}" if known else engine
-    return canonical_name(engine, engine_names()) or engine
+    return _engine_name(engine) or engine
 
 
 @lru_cache(maxsize=32)

@@ -29,11 +29,13 @@ from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.limits import TOKENS
 from cbsim.models import get_model
+from cbsim.plan.aic_flags import aic_options, plan_vocabulary
 from cbsim.plan.layouts import SearchSpace
 from cbsim.plan.planner import PlanSettings, described, plan_deployment
 from cbsim.plan.render import pareto_png, render, wide_console
 from cbsim.scenario import load_scenario
 from cbsim.setting_warnings import implausible_slo
+from cbsim.tool_flags import ToolCommand
 
 PLAN_OUTPUT = outputs.OutputKind(
     name="plan",
@@ -142,8 +144,10 @@ def _flag_base(
     dtype: str | None,
     ttft: float | None,
     tpot: float | None,
+    extra: bool = False,
 ) -> dict[str, Any]:
-    """The scenario the flags describe: fixed lengths, Poisson arrivals (the rate is searched)."""
+    """The scenario the flags describe: fixed lengths, Poisson arrivals (the rate is searched);
+    ``extra``: targets beyond TTFT and TPOT were given."""
     for value, option in ((model, "--model"), (isl, "--isl"), (osl, "--osl")):
         if value is None:
             raise CbsimError("required (or give --scenario FILE)", field=option)
@@ -160,7 +164,7 @@ def _flag_base(
             f"{isl:,} prompt + {osl:,} output tokens exceed {model}'s {context:,}-token context",
             field="--isl",
         )
-    if ttft is None and tpot is None:
+    if ttft is None and tpot is None and not extra:
         raise CbsimError("give a TTFT and/or a TPOT target (seconds)", field="--ttft")
     return {
         "name": f"plan-{Path(model).stem}",
@@ -197,11 +201,16 @@ def _scenario_base(
 
 
 def _slo(
-    base: dict[str, Any], ttft: float | None, tpot: float | None, pct: str
+    base: dict[str, Any],
+    ttft: float | None,
+    tpot: float | None,
+    pct: str,
+    extra: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """The targets: the flags, else the scenario's ``slo`` (its defaults included)."""
+    """The targets: the flags (``extra``: ``--slo``'s others), else the scenario's ``slo`` (its
+    defaults included)."""
     scenario_slo = described(base).slo
-    targets = {}
+    targets = dict(extra or {})
     for name, flag in (("ttft", ttft), ("tpot", tpot)):
         value = flag if flag is not None else getattr(scenario_slo, f"{name}_s")
         if value is not None:
@@ -267,7 +276,7 @@ def _base_and_gpus(options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         gpus = _gpu_list(options["gpus"], DEFAULT_GPU)
         base = _flag_base(
             options["model"], options["isl"], options["osl"], gpus[0], options["engine"],
-            options["dtype"], options["ttft"], options["tpot"],
+            options["dtype"], options["ttft"], options["tpot"], bool(options.get("slo_extra")),
         )  # fmt: skip
     else:
         for option in ("isl", "osl"):
@@ -316,9 +325,10 @@ class PlanRequest:
 def build_request(options: dict[str, Any]) -> PlanRequest:
     """The options checked (bad input: a :class:`CbsimError` naming the option)."""
     workers = cli_workers(options.get("workers"))
+    extra: dict[str, float] = options.get("slo_extra") or {}
     _check_numbers(options)
     base, gpus = _base_and_gpus(options)
-    slo = _slo(base, options["ttft"], options["tpot"], options["percentile"])
+    slo = _slo(base, options["ttft"], options["tpot"], options["percentile"], extra)
     settings = PlanSettings(
         window_s=options["window_s"],
         tolerance=options["tolerance"],
@@ -333,12 +343,19 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
     return PlanRequest(base, slo, _space(options, gpus), settings, prices, workers)
 
 
-@click.command(name="plan", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--model", default=None, help="Model name from the catalog, or a config.json path.")
+@click.command(
+    name="plan", cls=ToolCommand, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.option("--model", "--model-path", "model", default=None,
+              help="Catalog model, Hugging Face id or config.json path.")  # fmt: skip
 @click.option("--isl", type=int, default=None, help="Input (prompt) tokens per request.")
 @click.option("--osl", type=int, default=None, help="Output tokens per request.")
-@click.option("--ttft", type=float, default=None, help="TTFT target in seconds (at --percentile).")
-@click.option("--tpot", type=float, default=None, help="TPOT target in seconds (at --percentile).")
+@click.option("--ttft", default=None,
+              help="TTFT target at --percentile: seconds, or with its unit (300ms).")  # fmt: skip
+@click.option("--tpot", default=None,
+              help="TPOT target at --percentile: seconds, or with its unit (20ms).")  # fmt: skip
+@click.option("--slo", "slo_texts", multiple=True, metavar="METRIC=VALUE",
+              help="More targets, e.g. e2e=10s or ttft_p90=500ms (vLLM's p99_ttft_ms=300 too).")  # fmt: skip
 @click.option(
     "--scenario",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -346,7 +363,8 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
     help="Take the workload (and seed, engine, precision, SLO) from this scenario instead of "
     "--isl/--osl.",
 )
-@click.option("--gpus", default=None, help="GPU kinds to compare, e.g. h100-sxm,a100-80gb.")
+@click.option("--gpus", "--system", "gpus", default=None,
+              help="GPU kinds to compare, e.g. h100-sxm,a100-80gb (or h200_sxm).")  # fmt: skip
 @click.option(
     "--total-gpus",
     type=int,
@@ -354,7 +372,8 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
     help="GPU budget: the most GPUs one layout may take, and the fleet the plan fills "
     "(default: one replica or unit within a node).",
 )
-@click.option("--engine", default=None, help="Serving engine: vllm, sglang, tensorrt-llm, ...")
+@click.option("--engine", "--backend", "engine", default=None,
+              help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), ...")  # fmt: skip
 @click.option("--dtype", default=None, help="Weight precision: bf16, fp16, fp8, fp4.")
 @click.option("--headroom", type=float, default=0.8, show_default=True,
               help="Plan at this fraction of the highest passing rate.")  # fmt: skip
@@ -383,7 +402,9 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
               help="Processes searching layouts at once (default: one per CPU; 1: one after the "
               "other in this process). The plan is the same.")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), required=True,
+@aic_options
+@click.option("--out", "-o", "--save-dir", "out", type=click.Path(file_okay=False, path_type=Path),
+              required=True,
               help="Folder for plan.json and pareto.png (created; replaced only if it holds a plan).")  # fmt: skip
 def plan_command(as_json: bool, out: Path, **options: Any) -> None:
     """Search every layout (GPU, TP, PP, EP/DP, aggregated or disaggregated xPyD, batch cap and
@@ -393,6 +414,11 @@ def plan_command(as_json: bool, out: Path, **options: Any) -> None:
     input."""
     stop: Callable[[], None] = lambda: None  # noqa: E731
     try:
+        notes, warnings = plan_vocabulary(options)
+        for line in notes:
+            click.echo(f"note: {line}", err=True)
+        for warning in warnings:
+            click.echo(f"warning: {warning}", err=True)
         request = build_request(options)
         for warning in implausible_slo({"ttft": options["ttft"], "tpot": options["tpot"]}, "--{}"):
             click.echo(f"warning: {warning}", err=True)

@@ -5,9 +5,9 @@ holds).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from cbsim.limits import Seconds, Seed, WindowSeconds
 from cbsim.schema.base import StrictModel
@@ -18,12 +18,30 @@ from cbsim.schema.speculative import Speculative, TraceAcceptance
 from cbsim.schema.workload import Workload
 
 
-class Slo(StrictModel):
-    """Latency targets a request must meet to count towards goodput."""
+def _duration_text(value: Any) -> Any:
+    """A target written with its unit (``"300ms"``, ``"0.3s"``: :mod:`cbsim.slo_syntax`) as
+    seconds; anything else as it is."""
+    if not isinstance(value, str):
+        return value
+    from cbsim.errors import CbsimError
+    from cbsim.slo_syntax import parse_duration
 
-    ttft_s: Seconds | None = 2.0
-    tpot_s: Seconds | None = 0.1
-    e2e_s: Seconds | None = None
+    try:
+        return parse_duration(value, default_unit="s", field="slo")
+    except CbsimError as err:
+        raise ValueError(err.message) from None
+
+
+TargetSeconds = Annotated[Seconds, BeforeValidator(_duration_text)]
+
+
+class Slo(StrictModel):
+    """Latency targets a request must meet to count towards goodput: seconds, or a duration with
+    its unit (``ttft_s: 300ms``)."""
+
+    ttft_s: TargetSeconds | None = 2.0
+    tpot_s: TargetSeconds | None = 0.1
+    e2e_s: TargetSeconds | None = None
 
 
 class Output(StrictModel):

@@ -31,18 +31,31 @@ from cbsim.schema.base import StrictModel, default_kind
 
 
 class PoissonArrival(StrictModel):
-    """Exponential inter-arrival times at ``rate`` requests per second."""
+    """Exponential inter-arrival times at ``rate`` requests per second. With ``max_concurrency``
+    C the client holds each request until fewer than C of its own are in flight (see
+    :data:`MAX_CONCURRENCY_DOC`)."""
 
     kind: Literal["poisson"] = "poisson"
     rate: Rate
+    max_concurrency: ClientCount | None = None
 
 
 class GammaArrival(StrictModel):
-    """Gamma inter-arrival times: ``rate`` per second, coefficient of variation ``cv`` (1 = Poisson)."""
+    """Gamma inter-arrival times: ``rate`` per second, coefficient of variation ``cv`` (1 = Poisson);
+    ``max_concurrency`` as for :class:`PoissonArrival`."""
 
     kind: Literal["gamma"]
     rate: Rate
     cv: GammaCv = 1.0
+    max_concurrency: ClientCount | None = None
+
+
+MAX_CONCURRENCY_DOC = """``max_concurrency: C`` on an open-loop arrival (poisson, gamma, rate_curve) is vLLM's
+``bench serve --request-rate R --max-concurrency C``: requests become ready at the drawn times,
+but the client sends one only while fewer than C of its requests are in flight; the others wait,
+first come first served, for a slot. A request's times (``arrival_s``, TTFT, E2E) count from when
+it is sent, as vLLM's do; the wait is not the server's. Requests gain a ``client`` column (the slot
+that sent it)."""
 
 
 class OfflineArrival(StrictModel):
@@ -157,11 +170,13 @@ class RateCurveArrival(StrictModel):
     ``workload.duration_s`` or after ``workload.num_requests`` requests (both optional here). The
     draw is exact: unit-rate exponential gaps (the scenario's ``arrivals`` stream) mapped through
     the inverse of the integrated rate, so the expected count in a window is the rate's integral
-    over it (:func:`cbsim.arrivals.rate_curve_arrivals`)."""
+    over it (:func:`cbsim.arrivals.rate_curve_arrivals`). ``max_concurrency`` as for
+    :class:`PoissonArrival`."""
 
     kind: Literal["rate_curve"]
     points: list[CurvePoint] | None = None
     csv: str | None = None
+    max_concurrency: ClientCount | None = None
 
     @field_validator("points")
     @classmethod
@@ -407,6 +422,11 @@ class Workload(StrictModel):
 
     def _sessions_complete(self) -> Workload:
         assert self.sessions is not None
+        if getattr(self.arrival, "max_concurrency", None) is not None:
+            raise ValueError(
+                "arrival.max_concurrency caps requests in flight, and sessions' arrival starts "
+                "sessions: leave it out (a session sends its next turn once answered)"
+            )
         if not isinstance(self.arrival, PoissonArrival | GammaArrival):
             raise ValueError(
                 "sessions start by workload.arrival: give it (kind poisson or gamma; its rate "
@@ -441,3 +461,9 @@ class Workload(StrictModel):
     def closed_loop(self) -> ClosedLoopArrival | None:
         """The closed-loop client population, when the load is closed-loop."""
         return self.arrival if isinstance(self.arrival, ClosedLoopArrival) else None
+
+    @property
+    def concurrency_cap(self) -> int | None:
+        """An open-loop arrival's ``max_concurrency`` (None: uncapped, or not open-loop)."""
+        cap: int | None = getattr(self.arrival, "max_concurrency", None)
+        return cap

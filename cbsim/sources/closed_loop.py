@@ -6,6 +6,11 @@ reached it, or it was rejected or timed out, plus its think time (fixed, or expo
 its mean). So a finish makes the next send, and the server's speed sets the load. The loop stops
 sending at ``max_requests``, after ``duration_s`` or at the horizon.
 
+The slots of a cap on an open loop (an open-loop arrival's ``max_concurrency``) are clients too:
+each sends the next request once its last one is done, but never before that request is ready
+(its drawn arrival time), so the first free slot takes the next ready request, as a semaphore of
+C slots in front of an open loop does.
+
 Three guards stop a loop that would never end: every request rejected at once (sends with no
 time passing), every request rejected for ever (none finishing), and a pace that would send far
 more than a run's request limit over ``duration_s``.
@@ -89,6 +94,8 @@ class ClosedLoop(RequestSource):
         index = sim.sent
         if closed.max_requests is not None and index >= closed.max_requests:
             return
+        if closed.ready_s is not None:  # a capped open loop: not before the request is ready
+            sent = max(sent, float(closed.ready_s[index]))
         if closed.duration_s is not None and sent > closed.duration_s:
             return
         horizon = sim.scenario.horizon_s

@@ -52,6 +52,7 @@ from cbsim.models import get_model
 from cbsim.outputs import check_path, check_replaceable, new_temporary_file
 from cbsim.prefix_cache import prefix_caching_on
 from cbsim.preflight import preflight
+from cbsim.progress import CountLines
 from cbsim.results import RUN_RESULT, Results
 from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
@@ -208,10 +209,12 @@ def progress_enabled(quiet: bool) -> bool:
 
 
 @contextmanager
-def progress_display(enabled: bool) -> Iterator[ProgressCallback | None]:
-    """A rich progress bar on stderr (requests done / total, simulated time), or nothing."""
+def progress_display(enabled: bool, quiet: bool = True) -> Iterator[ProgressCallback | None]:
+    """A rich progress bar on stderr (requests done / total, simulated time) when ``enabled``
+    (a terminal); else, unless ``quiet``, plain lines once the run has taken ten seconds (one
+    per tenth of its requests, :class:`cbsim.progress.CountLines`)."""
     if not enabled:
-        yield None
+        yield None if quiet else CountLines("run", "requests")
         return
     progress = Progress(
         TextColumn("[bold]simulating"),
@@ -419,7 +422,7 @@ def run(
     if _should_stream(stream, loaded, out, str(scenario)):
         stream_to = _stream_file(out, loaded.name)
     try:
-        with progress_display(progress_enabled(quiet)) as callback:
+        with progress_display(progress_enabled(quiet), quiet) as callback:
             results = simulate(loaded, progress=callback, source=str(scenario), stream_to=stream_to)
         if compare_no_spec:
             compare_speculation(results, source=str(scenario))

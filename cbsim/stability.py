@@ -24,7 +24,9 @@ stopped sending before the queue grew long: 800 requests at 24 req/s on a servic
 * **timeouts** — requests the client gave up on (``client.timeout_s``) are load not served;
 * **latency growth** — the median end-to-end latency of the requests of the third and of the last
   quarter of the arrivals against the first quarter's (unfinished requests count as slower than
-  any; both later quarters slower, so a closing burst is not a trend: ``latency_growth``);
+  any; both later quarters slower, so a closing burst is not a trend: ``latency_growth``), its
+  pace per output token grown as much too (a replayed trace whose later requests ask for longer
+  answers takes longer to answer them without any queue);
 * **rejections** — a run that rejects every request (prompts beyond the context, or larger than a
   replica's cache) served nothing.
 
@@ -148,7 +150,9 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
             "of the arrivals"
         )
     first, later = figures["latency_first_s"], figures["latency_later_s"]
-    if later >= LATENCY_GROWTH * first and later - first >= LATENCY_GROWTH_S:
+    pace = figures.get("pace_growth", math.inf)  # longer answers later are no queue
+    grew = later >= LATENCY_GROWTH * first and later - first >= LATENCY_GROWTH_S
+    if grew and not (math.isfinite(pace) and pace < LATENCY_GROWTH):
         late = "requests that did not finish" if math.isinf(later) else f"at least {later:.3g} s"
         reasons.append(
             f"latency grew through the run: median end-to-end {first:.3g} s for the first "
@@ -195,6 +199,7 @@ def stability_summary(
     figures["in_system_growth"] = growth
     first_q, later_q = _quarter_latencies(requests)
     figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
+    first_pace, later_pace = _quarter_latencies(requests, per_output_token=True)
     timed_out = int((requests["status"] == "timed_out").sum()) if len(requests) else 0
     reasons = _reasons(
         {
@@ -202,6 +207,7 @@ def stability_summary(
             "in_system_growth_3q": by_3q,
             "latency_first_s": first_q,
             "latency_later_s": later_q,
+            "pace_growth": later_pace / first_pace if first_pace > 0 else math.nan,
         },
         len(arrival),
         timed_out,
@@ -255,11 +261,15 @@ def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
     return _in_system(requests, last) - at_mid, _in_system(requests, q3) - at_mid
 
 
-def _quarter_latencies(requests: pd.DataFrame) -> tuple[float, float]:
+def _quarter_latencies(
+    requests: pd.DataFrame, per_output_token: bool = False
+) -> tuple[float, float]:
     """Median end-to-end latency of the requests of the first quarter of the arrivals, and the
     smaller of the third and the last quarter's (admitted requests; those not finished count as
-    infinitely slow); NaN without enough requests."""
-    if not len(requests):
+    infinitely slow); NaN without enough requests. ``per_output_token``: each request's latency
+    over its output tokens, so that a trace whose later requests ask for longer answers does not
+    read as a queue growing."""
+    if not len(requests) or (per_output_token and "output_tokens" not in requests):
         return math.nan, math.nan
     admitted = requests[requests["status"] != "rejected"]
     arrival = admitted["arrival_s"].to_numpy(dtype=float)
@@ -268,6 +278,8 @@ def _quarter_latencies(requests: pd.DataFrame) -> tuple[float, float]:
     e2e = admitted["e2e_s"].to_numpy(dtype=float)
     e2e = np.where(admitted["status"].to_numpy() == "finished", e2e, math.inf)
     e2e = np.where(np.isnan(e2e), math.inf, e2e)
+    if per_output_token:
+        e2e = e2e / np.maximum(admitted["output_tokens"].to_numpy(dtype=float), 1.0)
     q1, q2, q3 = np.quantile(arrival, [0.25, 0.5, 0.75])
     third = float(np.median(e2e[(arrival >= q2) & (arrival < q3)]))
     last = float(np.median(e2e[arrival >= q3]))

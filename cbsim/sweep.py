@@ -294,10 +294,18 @@ def _progress_enabled(quiet: bool) -> bool:
 
 
 @contextlib.contextmanager
-def _progress_display(enabled: bool) -> Iterator[SweepProgress | None]:
-    """A rich progress bar on stderr: points done / total, elapsed time and ETA."""
+def _progress_display(enabled: bool, quiet: bool = True) -> Iterator[SweepProgress | None]:
+    """A rich progress bar on stderr (points done / total, elapsed time and ETA) when
+    ``enabled`` (a terminal); else, unless ``quiet``, a plain line per point finished
+    (``sweep: 3 of 8 points done · about 1m05s left``)."""
     if not enabled:
-        yield None
+        if quiet:
+            yield None
+            return
+        from cbsim.progress import StepReporter
+
+        reporter = StepReporter("sweep", interactive=False)
+        yield lambda done, total: reporter.counted(done, total, "points")
         return
     from rich.console import Console
     from rich.progress import (
@@ -364,12 +372,13 @@ def sweep_command(
 ) -> None:
     """Run every point of SWEEP.yaml (a base scenario × grid × seeds) and collect one table.
 
-    Completed points are skipped on a re-run. Exit status: 0 when at least one point succeeded
+    Completed points are skipped on a re-run. Progress goes to stderr: a bar on a terminal, a
+    line per point elsewhere (--quiet: none). Exit status: 0 when at least one point succeeded
     (failed points are listed on stderr), 1 when none did or a point hit an internal error,
     2 for a bad sweep file or option.
     """
     try:
-        with _progress_display(_progress_enabled(quiet)) as progress:
+        with _progress_display(_progress_enabled(quiet), quiet) as progress:
             report = execute_sweep(
                 sweep_file,
                 backend=backend,

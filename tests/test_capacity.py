@@ -198,8 +198,13 @@ def test_fleet_for_a_target_is_verified_and_costed_by_hand() -> None:
     assert result["feasible"], result["reason"]
     replicas, max_rate = result["replicas"], result["max_rate_rps"]
     assert replicas * max_rate >= target
-    assert replicas >= math.ceil(target / max_rate)
+    # every replica planned at 80% of its knee (cbsim plan's headroom), verified on three seeds
+    assert result["initial_replicas"] == math.ceil(target / (0.8 * max_rate)) <= replicas
+    assert result["planning_rate_rps"] == pytest.approx(0.8 * max_rate)
+    assert result["fleet_headroom"] == pytest.approx(replicas * max_rate / target - 1)
+    assert result["fleet_seeds"] == [1, 2, 3] and result["seeds"] == [1]
     assert result["fleet"][-1]["passed"] and result["fleet"][-1]["replicas"] == replicas
+    assert result["fleet"][-1]["simulations"] == 3
     assert all(not f["passed"] for f in result["fleet"][:-1])
     assert result["gpus"] == replicas * 2
     assert result["price_per_gpu_hour"] == 2.0
@@ -212,7 +217,11 @@ def test_fleet_for_a_target_is_verified_and_costed_by_hand() -> None:
         result["cost_per_hour"] / tokens_per_hour * 1e6
     )
     search = len(result["evaluations"])
-    assert result["simulations"] == search + len(result["fleet"])
+    assert result["simulations"] == search + sum(f["simulations"] for f in result["fleet"])
+    assert result["headline"] == (
+        f"buy {replicas} × h100-sxm TP2 ({replicas * 2} GPUs), ${replicas * 4:.2f}/h: every SLO "
+        f"met at 70 req/s with {replicas * max_rate / target - 1:.0%} headroom"
+    )
 
 
 def test_a_pipelined_replica_costs_all_its_gpus() -> None:
@@ -345,7 +354,7 @@ def test_cli_json_has_the_contract_keys(scenario_file: Path) -> None:
     ]
     result = CliRunner().invoke(capacity_command, args)
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
+    data = json.loads(result.stdout, parse_constant=lambda c: pytest.fail(f"{c} in JSON"))
     no_nan(data)
     for key in (
         "max_rate_rps",
@@ -372,7 +381,7 @@ def test_cli_json_has_the_contract_keys(scenario_file: Path) -> None:
 
 
 def test_cli_infeasible_exits_3_with_the_reason_after_the_plan(scenario_file: Path) -> None:
-    args = [str(scenario_file), "--slo", "ttft_p99_s=0.0001", "--window-s", "60"]
+    args = [str(scenario_file), "--slo", "ttft_p99_s=0.0001", "--window-s", "60", "--quiet"]
     as_json = CliRunner().invoke(capacity_command, [*args, "--json"])
     assert as_json.exit_code == EXIT_INFEASIBLE == 3, as_json.output
     data = json.loads(as_json.stdout)  # the plan is still printed, to be reported on

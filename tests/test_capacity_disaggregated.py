@@ -104,7 +104,7 @@ def test_the_command_plans_pools_and_prints_the_verdict(scenario_file: Path) -> 
     args += ["--slo", "ttft_p99_s=2,tpot_p99_s=0.03", "--window-s", "60", "--json"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    plan = json.loads(result.output)
+    plan = json.loads(result.stdout)
     assert plan["best"]["name"].endswith("(h100-sxm tp 1 | h100-sxm tp 1)")
     assert plan["aggregated"]["feasible"] and plan["verdict"]
     table = CliRunner().invoke(cli, args[:-1])

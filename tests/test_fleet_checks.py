@@ -101,6 +101,8 @@ def test_a_plan_of_one_layout_is_the_same_with_checks_ahead(workers: int) -> Non
         "target_rps": 60.0,
         "window_s": 20.0,
         "tolerance": 0.2,
+        "headroom": 1.0,  # sized at the knee, verified on one seed: fleets that fail
+        "verify_seeds": 1,
     }
     serial = plan(SCENARIO, workers=1, **settings)
     ahead = plan(SCENARIO, workers=workers, **settings)
@@ -127,6 +129,8 @@ def test_the_fleet_checks_price_with_the_searchs_cost_model(monkeypatch: Any) ->
         target_rps=60.0,
         window_s=20.0,
         tolerance=0.2,
+        headroom=1.0,
+        verify_seeds=1,
     )
     assert len(out["fleet"]) >= 2  # fleets were checked
     assert built == [1]  # one cost model, built by the search, served every fleet check

@@ -40,7 +40,7 @@ def test_disaggregated_capacity_table_shows_latencies_in_ms() -> None:
     console = Console(width=200, record=True)
     render_disaggregated(result, console)
     text = console.export_text()
-    assert "TPOT p99 ms" in text and "15.7" in text and "512.3" in text
+    assert "TPOT p99 ms" in text and "15.69" in text and "512.3" in text
     assert "0.0157" not in text
 
 

@@ -98,8 +98,19 @@ def check_plan(plan: dict[str, Any]) -> None:
         assert best is None and plan["reason"]
         return
     point = best["operating_point"]
-    assert point["on_front"] and point in plan["pareto"]
     assert meets(point["slo_metrics"], slo)
+    confirmations = plan["confirmations"]
+    if confirmations:  # screened over a short window, the best layouts searched again
+        [again] = [c for c in confirmations if c["layout"] == best["id"]]
+        assert again["operating_point"] == point and again["max_rate_rps"] == best["max_rate_rps"]
+        assert best["screened_max_rate_rps"] == layouts[best["id"]]["max_rate_rps"]
+        if plan["settings"]["target_rps"] is None:  # the cheapest screened per output token
+            passing = [r for r in layouts if r["verdict"] == "meets SLO"]
+            passing.sort(key=lambda r: objective(r["operating_point"], budget))
+            assert [c["layout"] for c in confirmations] == [r["id"] for r in passing[:3]]
+        assert [v["layout"] for v in plan["verifications"]][-1] == best["id"]
+    else:
+        assert point["on_front"] and point in plan["pareto"]
     planned = best["planned"]
     assert planned["passed"] and 0 < planned["fraction"] <= planned["headroom"]
     assert math.isclose(planned["rate_rps"], planned["fraction"] * point["rate_rps"])

@@ -447,9 +447,11 @@ def test_capacity_report(plan_html: Path, capacity_plan: dict[str, Any]) -> None
     assert best is not None
     assert f"${capacity_plan['cost_per_million_output_tokens']:.4f}" in text
     assert f"${capacity_plan['cost_per_hour']:.2f}" in text
-    assert "cluster.gpu=" + best["overrides"]["cluster.gpu"] in text
+    assert "gpu=" + best["overrides"]["cluster.gpu"] in text
     assert f"{format_value(capacity_plan['max_rate_rps'])} req/s" in text
-    assert "ttft_p99_s ≤ 2, tpot_p99_s ≤ 0.1" in text
+    # metrics named for people, not by their keys (issue 37)
+    assert "TTFT p99 ≤ 2 s, TPOT p99 ≤ 100 ms" in text and "TTFT p99 achieved (ms)" in text
+    assert "ttft_p99_s" not in text and "tpot_p99_s" not in text
     assert '<tr class="highlight">' in text
     for alt in capacity_plan["alternatives"]:
         assert format_value(alt["max_rate_rps"]) in text

@@ -4,25 +4,34 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import click
-from rich.console import Console
 
 from cbsim import outputs
+from cbsim.capacity.defaults import HEADROOM, check_headroom
 from cbsim.capacity.disaggregated import Candidate, plan_disaggregated
 from cbsim.capacity.fields import CONTROLLED_KEYS, _check_key
+from cbsim.capacity.options import (
+    headroom_option,
+    prices_option,
+    quiet_option,
+    target_option,
+    tolerance_option,
+    verify_seeds_option,
+    window_option,
+)
 from cbsim.capacity.planning import _check_prices, plan
 from cbsim.capacity.rendering import render, render_disaggregated
-from cbsim.capacity.search import DEFAULT_START_RPS, DEFAULT_TOLERANCE, DEFAULT_WINDOW_S, Progress
+from cbsim.capacity.search import DEFAULT_START_RPS, Progress
 from cbsim.capacity.workers import cli_workers
 from cbsim.console import wide_console
 from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
+from cbsim.progress import step_reporter
 from cbsim.scenario import load_scenario, parse_override
 from cbsim.schema.scenario import Scenario
 from cbsim.slo_syntax import parse_slo as parse_slo_items
@@ -202,19 +211,6 @@ class Infeasible(click.ClickException):
         click.echo(f"infeasible: {message}", file=file, err=file is None)
 
 
-def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
-    try:
-        interactive = sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        interactive = False
-    if not interactive:
-        return None, lambda: None
-    console = Console(stderr=True)
-    status = console.status("capacity search")
-    status.start()
-    return (lambda text: status.update(f"capacity search: {text}")), status.stop
-
-
 @click.command(name="capacity", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenario", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
@@ -233,29 +229,18 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     metavar="KEY=V1,V2",
     help="Compare alternatives, e.g. --vary cluster.gpu=h100-sxm,h200 (repeatable: the product).",
 )
-@click.option("--target-rps", type=float, default=None, help="Size a fleet for this load.")
-@click.option("--seeds", default=None, help="Seeds every rate must pass, e.g. 1,2,3.")
+@target_option
+@headroom_option
 @click.option(
-    "--window-s",
-    type=float,
-    default=DEFAULT_WINDOW_S,
-    show_default=True,
-    help="Seconds of arrivals simulated per rate.",
+    "--seeds",
+    default=None,
+    help="Seeds every rate (and the fleet) must pass, e.g. 1,2,3. Default: the search on the "
+    "scenario's seed, the fleet on --verify-seeds seeds.",
 )
-@click.option(
-    "--prices",
-    "price_texts",
-    multiple=True,
-    metavar="GPU=USD,...",
-    help="USD per GPU-hour, overriding the catalog defaults, e.g. h100-sxm=2.5.",
-)
-@click.option(
-    "--tolerance",
-    type=float,
-    default=DEFAULT_TOLERANCE,
-    show_default=True,
-    help="Relative width at which the bisection stops.",
-)
+@verify_seeds_option
+@window_option
+@prices_option
+@tolerance_option
 @click.option(
     "--start-rps",
     type=float,
@@ -292,6 +277,7 @@ def _progress_printer() -> tuple[Progress | None, Callable[[], None]]:
     "1: one after the other in this process). The plan is the same.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@quiet_option
 @click.option(
     "--out",
     "-o",
@@ -312,7 +298,9 @@ def capacity_command(
     slo_texts: tuple[str, ...],
     vary_texts: tuple[str, ...],
     target_rps: float | None,
+    headroom: float,
     seeds: str | None,
+    verify_seeds: int | None,
     window_s: float,
     price_texts: tuple[str, ...],
     tolerance: float,
@@ -322,13 +310,55 @@ def capacity_command(
     decode_texts: tuple[str, ...],
     workers: int | None,
     as_json: bool,
+    quiet: bool,
     out: Path | None,
     overrides: tuple[str, ...],
 ) -> None:
-    """Find the highest rate one replica of SCENARIO sustains within an SLO; size and cost a fleet
-    for --target-rps; compare --vary alternatives. Exits with status 3 (after printing the plan)
-    when nothing meets the SLO, 2 on bad input."""
-    stop: Callable[[], None] = lambda: None  # noqa: E731
+    """Find the highest rate one replica of SCENARIO sustains within an SLO (its knee); size,
+    verify and cost a fleet for --target-rps with each replica at --headroom of its knee; compare
+    --vary alternatives. The first line is the one to buy on. Progress goes to stderr (a line per
+    simulation when it is not a terminal; --quiet: none). Exits with status 3 (after printing the
+    plan) when nothing meets the SLO, 2 on bad input."""
+    with step_reporter("capacity", quiet=quiet) as progress:
+        result = _search(
+            scenario, slo_texts, vary_texts, target_rps, headroom, seeds, verify_seeds, window_s,
+            price_texts, tolerance, start_rps, disaggregated, prefill_texts, decode_texts,
+            workers, out, overrides, progress,
+        )  # fmt: skip
+    text = json.dumps(result, indent=2, allow_nan=False)
+    if out is not None:
+        _write_plan(out, text)
+    if as_json:
+        click.echo(text)
+    elif "layouts" in result:
+        render_disaggregated(result, wide_console())
+    else:
+        render(result, wide_console())
+    if not result.get("feasible"):
+        raise Infeasible(f"nothing meets the SLO: {result.get('reason') or 'no reason recorded'}")
+
+
+def _search(
+    scenario: Path,
+    slo_texts: tuple[str, ...],
+    vary_texts: tuple[str, ...],
+    target_rps: float | None,
+    headroom: float,
+    seeds: str | None,
+    verify_seeds: int | None,
+    window_s: float,
+    price_texts: tuple[str, ...],
+    tolerance: float,
+    start_rps: float,
+    disaggregated: bool,
+    prefill_texts: tuple[str, ...],
+    decode_texts: tuple[str, ...],
+    workers: int | None,
+    out: Path | None,
+    overrides: tuple[str, ...],
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """The options checked and the plan searched (bad input: a :class:`UserError`)."""
     try:
         workers = cli_workers(workers)
         for text in overrides:
@@ -350,6 +380,12 @@ def capacity_command(
         if out is not None:
             _check_plan_file(out)
         if split:
+            if headroom != HEADROOM or verify_seeds is not None:
+                raise CbsimError(
+                    "a disaggregated plan sizes its pools at their knees and verifies them on "
+                    "--seeds; --headroom and --verify-seeds are not taken",
+                    field="--headroom" if headroom != HEADROOM else "--verify-seeds",
+                )
             if vary_texts:
                 raise CbsimError(
                     "a disaggregated plan compares the --prefill and --decode candidates "
@@ -364,6 +400,7 @@ def capacity_command(
         slo = parse_slo(slo_texts) or None  # parsed in the order the options were always read
         prices = parse_prices(price_texts)
         vary = None if split else parse_vary(vary_texts)
+        check_headroom(headroom)
         settings: dict[str, Any] = {
             "target_rps": target_rps,
             "prices": prices,
@@ -373,28 +410,16 @@ def capacity_command(
             "tolerance": tolerance,
             "workers": workers,
         }
-        progress, stop = _progress_printer()
         if split:
-            result = plan_disaggregated(
+            return plan_disaggregated(
                 loaded, slo, prefill=candidates[0], decode=candidates[1], progress=progress,
                 **settings,
             )  # fmt: skip
-        else:
-            result = plan(loaded, slo, vary=vary, progress=progress, **settings)
+        return plan(
+            loaded, slo, vary=vary, progress=progress, headroom=headroom,
+            verify_seeds=verify_seeds, **settings,
+        )  # fmt: skip
     except CbsimError as err:
-        stop()
         if err.source is None and err.field is not None and not err.field.startswith("-"):
             err = CbsimError(err.message, source=str(scenario), field=err.field)
         raise UserError(str(err)) from None
-    stop()
-    text = json.dumps(result, indent=2, allow_nan=False)
-    if out is not None:
-        _write_plan(out, text)
-    if as_json:
-        click.echo(text)
-    elif "layouts" in result:
-        render_disaggregated(result, wide_console())
-    else:
-        render(result, wide_console())
-    if not result.get("feasible"):
-        raise Infeasible(f"nothing meets the SLO: {result.get('reason') or 'no reason recorded'}")

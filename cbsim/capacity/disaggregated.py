@@ -300,6 +300,7 @@ def plan_disaggregated(
             min_requests=min_requests,
             progress=progress,
             workers=pool,
+            headroom=1.0,  # at its knee, as the pools above are sized: the same basis
         )
         simulations += int(aggregated.get("simulations") or 0)
     aggregated_best = aggregated.get("best") if vary else aggregated

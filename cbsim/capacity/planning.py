@@ -15,8 +15,11 @@ from typing import Any
 import numpy as np
 
 from cbsim.capacity.checks import _direction
+from cbsim.capacity.defaults import HEADROOM, check_headroom, fleet_size
+from cbsim.capacity.defaults import verify_seeds as default_verify_seeds
 from cbsim.capacity.fields import _check_key, _set_keys
 from cbsim.capacity.fleet_checks import fleet_evaluations
+from cbsim.capacity.headline import capacity_headline, layout_label
 from cbsim.capacity.search import (
     DEFAULT_MIN_REQUESTS,
     DEFAULT_START_RPS,
@@ -77,6 +80,8 @@ def _plan_one(
     max_extra_replicas: int | None,
     progress: Progress | None,
     label: str,
+    headroom: float = HEADROOM,
+    verify: list[int] | None = None,
     fleet_workers: int = 1,
 ) -> dict[str, Any]:
     cluster = scenario.cluster
@@ -106,6 +111,7 @@ def _plan_one(
             "model": cluster.model,
             "gpu": cluster.gpu,
             "tp": cluster.tp,
+            "layout": layout_label(cluster.tp, cluster.pp, cluster.dp, cluster.ep),
             "gpus_per_replica": cluster.gpus_per_replica,
             "price_per_gpu_hour": price,
             "target_rps": target_rps,
@@ -116,8 +122,13 @@ def _plan_one(
             "cost_per_million_output_tokens": None,
             "cost_basis": None,
             "replica_cost_per_hour": cluster.gpus_per_replica * price,
+            "headroom": headroom,
+            "planning_rate_rps": None,
+            "fleet_headroom": None,
         }
     )
+    if found.max_rate_rps is not None:
+        out["planning_rate_rps"] = headroom * found.max_rate_rps
     simulations = found.simulations
     if found.max_rate_rps is None:
         out["simulations"] = simulations
@@ -134,11 +145,12 @@ def _plan_one(
     # fleet for the target load, verified by simulation
     axis = _load_axis(scenario)
     fleet_base = copy.deepcopy(base)
+    fleet_seeds = list(verify) if verify else list(seeds)
     runner = _Runner(
         fleet_base,
         axis,
         slo,
-        seeds,
+        fleet_seeds,
         window_s,
         min_requests,
         progress,
@@ -146,7 +158,8 @@ def _plan_one(
         "--target-rps",
         cost_models=cost_models,
     )
-    first = max(1, math.ceil(target_rps / found.max_rate_rps * (1 - 1e-12)))
+    runner.fleet = True
+    first = fleet_size(target_rps, found.max_rate_rps, headroom)
     extra = max_extra_replicas if max_extra_replicas is not None else max(8, first)
     fleet: list[dict[str, Any]] = []
     verified: Evaluation | None = None
@@ -162,6 +175,7 @@ def _plan_one(
     simulations += runner.simulations
     out["simulations"] = simulations
     out["fleet"] = fleet
+    out["fleet_seeds"] = fleet_seeds
     out["initial_replicas"] = first
     if verified is None:
         out["feasible"] = False
@@ -183,6 +197,7 @@ def _plan_one(
             "output_tokens_per_hour": per_hour,
             "cost_per_million_output_tokens": _per_million(cost_per_hour, per_hour),
             "cost_basis": f"fleet of {replicas} at {_rate(target_rps)} req/s",
+            "fleet_headroom": replicas * found.max_rate_rps / target_rps - 1,
         }
     )
     return out
@@ -214,15 +229,25 @@ def plan(
     max_extra_replicas: int | None = None,
     progress: Progress | None = None,
     workers: int | JobPool | None = None,
+    headroom: float = HEADROOM,
+    verify_seeds: Sequence[int] | int | None = None,
 ) -> dict[str, Any]:
     """Plan capacity for ``scenario`` (steps 1–3 of the module docstring) as one JSON-ready dict.
 
-    Keys: ``max_rate_rps`` (per replica), ``feasible``, ``reason``, ``slo``, ``simulations`` (all
-    runs), ``evaluations``; with ``target_rps``: ``replicas``, ``gpus``, ``cost_per_hour``,
-    ``cost_per_million_output_tokens`` and the ``fleet`` runs; with ``vary``: ``alternatives``
-    (one such object per combination, with its ``overrides``) and ``best`` (the cheapest that
-    meets the SLO, or None), whose figures are also the top level's. Floats that are not finite
-    are None.
+    Keys: ``max_rate_rps`` (per replica: the knee), ``planning_rate_rps`` (``headroom`` × the
+    knee), ``feasible``, ``reason``, ``slo``, ``simulations`` (all runs), ``evaluations``; with
+    ``target_rps``: ``replicas`` (at first ``ceil(target / planning rate)``, grown one at a time
+    until the fleet passes at the target on every seed of ``fleet_seeds``), ``gpus``,
+    ``cost_per_hour``, ``cost_per_million_output_tokens``, ``fleet_headroom`` (replicas × knee /
+    target − 1) and the ``fleet`` runs; with ``vary``: ``alternatives`` (one such object per
+    combination, with its ``overrides``) and ``best`` (the cheapest that meets the SLO, or None),
+    whose figures are also the top level's; ``headline``: the one line to buy on
+    (:func:`~cbsim.capacity.headline.capacity_headline`). Floats that are not finite are None.
+
+    ``seeds`` are the seeds every rate of the search must pass on (default: the scenario's);
+    the fleet is verified on them too when given, else on ``verify_seeds`` (a count from the
+    scenario's seed, or a list; default :data:`~cbsim.capacity.defaults.VERIFY_SEEDS`). The
+    defaults are :mod:`cbsim.capacity.defaults`', shared with ``cbsim plan``.
 
     The alternatives are searched on ``workers`` processes at once (None or 1: one
     after the other in this process; see :mod:`cbsim.capacity.workers`), with the same result.
@@ -234,7 +259,9 @@ def plan(
     price_table = dict(prices or {})
     _check_prices(price_table)
     seed_list = list(seeds) if seeds else [loaded.seed]
+    fleet_seeds = seed_list if seeds else _verify_seeds(loaded.seed, verify_seeds)
     _check_search(window_s, tolerance, start_rps, min_requests)
+    check_headroom(headroom)
     worker_count(workers)
     if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
         raise CbsimError(f"must be > 0, got {target_rps!r}", field="--target-rps")
@@ -261,6 +288,7 @@ def plan(
         "window_s": window_s,
         "tolerance": tolerance,
         "target_rps": target_rps,
+        "headroom": headroom,
     }
     prepared = [_alternative(loaded, base, overrides) for overrides in combos]
     if vary_map:
@@ -271,9 +299,10 @@ def plan(
         "target_rps": target_rps, "prices": price_table, "seeds": seed_list,
         "window_s": window_s, "start_rps": start_rps, "tolerance": tolerance,
         "min_requests": min_requests, "max_extra_replicas": max_extra_replicas,
+        "headroom": headroom, "verify": fleet_seeds,
     }  # fmt: skip
     jobs = [
-        Job(_plan_one, (*ready, targets), {**settings, "label": _label(i, len(combos))})
+        Job(_plan_one, (*ready, targets), {**settings, "label": _label(i, combos)})
         for i, ready in enumerate(prepared)
         if not isinstance(ready, CbsimError)
     ]
@@ -301,7 +330,8 @@ def plan(
             alternatives.append({"overrides": overrides, "error": None, **next(searched)})
     total = sum(int(a.get("simulations") or 0) for a in alternatives)
     if not vary_map:
-        return _json_object({**alternatives[0], **common, "simulations": total})
+        single = {**alternatives[0], **common, "simulations": total}
+        return _json_object({**single, "headline": capacity_headline(single)})
     candidates = [a for a in alternatives if a.get("feasible") and a.get("max_rate_rps")]
     best = min(candidates, key=_cost_key) if candidates else None
     top: dict[str, Any]
@@ -322,21 +352,36 @@ def plan(
             "cost_per_million_output_tokens": None,
             "best_index": None,
         }
-    return _json_object(
-        {
-            **top,
-            **common,
-            "simulations": total,
-            "vary": vary_map,
-            "alternatives": alternatives,
-            "best": best,
-        }
-    )
+    result = {
+        **top,
+        **common,
+        "simulations": total,
+        "vary": vary_map,
+        "alternatives": alternatives,
+        "best": best,
+    }
+    return _json_object({**result, "headline": capacity_headline(result)})
 
 
-def _label(i: int, count: int) -> str:
-    """The progress lines' prefix of alternative ``i`` of ``count``."""
-    return f"[{i + 1}/{count}] " if count > 1 else ""
+def _verify_seeds(seed: int, verify: Sequence[int] | int | None) -> list[int]:
+    """The seeds the fleet is verified on: a list as given, else a count from ``seed``."""
+    if verify is None:
+        return default_verify_seeds(seed)
+    if isinstance(verify, int):
+        if isinstance(verify, bool) or verify < 1:
+            raise CbsimError(f"must be >= 1, got {verify!r}", field="--verify-seeds")
+        return default_verify_seeds(seed, verify)
+    seeds = [int(s) for s in verify]
+    if not seeds:
+        raise CbsimError("give at least one seed", field="--verify-seeds")
+    return seeds
+
+
+def _label(i: int, combos: Sequence[Mapping[str, Any]]) -> str:
+    """The progress lines' prefix of alternative ``i`` of ``combos``."""
+    if len(combos) <= 1:
+        return ""
+    return f"alternative {i + 1} of {len(combos)} ({_describe_overrides(combos[i])}): "
 
 
 def _alternative(

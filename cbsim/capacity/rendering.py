@@ -9,28 +9,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cbsim.capacity.headroom import headroom_facts
 from cbsim.capacity.planning import _describe_overrides
+from cbsim.metric_names import slo_text
+from cbsim.numbers import figure
 
 
-def _money(value: Any, spec: str = ".2f") -> str:
+def _money(value: Any, spec: str = ",.2f") -> str:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return f"${value:{spec}}"
     return "—"
 
 
-def _number(value: Any, spec: str) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return f"{value:{spec}}"
-    return "—"
+def _number(value: Any, spec: str = "") -> str:
+    """A number in the one format of :func:`cbsim.numbers.figure` (``spec`` ``d``: a count)."""
+    if spec == "d" and isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,d}"
+    return figure(value)
 
 
 def _ms(seconds: Any) -> str:
     """A latency in seconds shown in ms, as every serving tool shows it."""
     if isinstance(seconds, int | float) and not isinstance(seconds, bool):
-        return _number(seconds * 1e3, ",.1f")
+        return figure(seconds * 1e3)
     return "—"
 
 
@@ -43,26 +47,30 @@ def _status(alt: Mapping[str, Any]) -> str:
 
 
 def render(result: Mapping[str, Any], console: Console) -> None:
-    """Print a :func:`plan` result as a rich table with the verdict below it."""
-    slo_text = ", ".join(
-        f"{k} {result['slo_directions'].get(k, '≤')} {v:g}" for k, v in result["slo"].items()
-    )
+    """Print a :func:`plan` result: the headline to buy on, the table, the knee and margin."""
+    headline = result.get("headline")
+    if headline:
+        console.print(f"[bold]{escape(str(headline))}[/bold]", highlight=False)
+    slo = slo_text(result["slo"], result.get("slo_directions"))
     seeds = ",".join(str(s) for s in result["seeds"])
     console.print(
-        f"SLO: {slo_text} · seeds {seeds} · window {result['window_s']:g} s", highlight=False
+        f"SLO: {slo} · seeds {seeds} · window {figure(result['window_s'])} s",
+        highlight=False,
+        markup=False,
     )
     varied = "alternatives" in result
     alternatives = result["alternatives"] if varied else [result]
     keys = list(result.get("vary") or {}) if varied else []
     target = result.get("target_rps")
-    title = "capacity" + (f" for {target:g} req/s" if target else " of one replica")
+    title = "capacity" + (f" for {figure(target)} req/s" if target else " of one replica")
     table = Table(title=title)
     for key in keys:
         table.add_column(key)
     if not keys:
         table.add_column("scenario")
-    table.add_column("req/s per replica", justify="right")
-    table.add_column("sims", justify="right")
+    table.add_column("knee req/s per replica", justify="right")
+    table.add_column("planned req/s per replica", justify="right")
+    table.add_column("simulations", justify="right")
     if target:
         table.add_column("replicas", justify="right")
         table.add_column("GPUs", justify="right")
@@ -82,7 +90,12 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         if status in ("invalid", "fails SLO") or (alt.get("feasible") and alt.get("reason")):
             label = _describe_overrides(overrides) if keys else str(alt.get("scenario"))
             notes.append(f"{label}: {alt.get('reason')}")
-        row = [*names, _number(alt.get("max_rate_rps"), ".4g"), str(alt.get("simulations"))]
+        row = [
+            *names,
+            _number(alt.get("max_rate_rps")),
+            _number(alt.get("planning_rate_rps")),
+            _number(alt.get("simulations"), "d"),
+        ]
         if target:
             row += [
                 _number(alt.get("replicas"), "d"),
@@ -91,7 +104,7 @@ def render(result: Mapping[str, Any], console: Console) -> None:
             ]
         else:
             row.append(_money(alt.get("replica_cost_per_hour")))
-        row += [_money(alt.get("cost_per_million_output_tokens"), ".3f"), status]
+        row += [_money(alt.get("cost_per_million_output_tokens"), ",.3f"), status]
         table.add_row(*row)
     console.print(table)
     for note in notes:
@@ -101,7 +114,7 @@ def render(result: Mapping[str, Any], console: Console) -> None:
         if best is not None:
             console.print(
                 f"best: {_describe_overrides(best['overrides'])} "
-                f"({_money(best.get('cost_per_million_output_tokens'), '.3f')} per million "
+                f"({_money(best.get('cost_per_million_output_tokens'), ',.3f')} per million "
                 "output tokens)",
                 highlight=False,
                 markup=False,
@@ -110,22 +123,25 @@ def render(result: Mapping[str, Any], console: Console) -> None:
             console.print("no alternative meets the SLO", highlight=False)
     for label, text in headroom_facts(result):
         console.print(f"{label}: {text}", highlight=False, markup=False)
-    console.print(f"simulations: {result['simulations']}", highlight=False)
+    console.print(f"simulations: {_number(result['simulations'], 'd')}", highlight=False)
 
 
 def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
     """Print a disaggregated plan (:func:`~cbsim.capacity.disaggregated.plan_disaggregated`):
     each pool's candidates, every xPyD layout checked at the target, the aggregated fleet, the
     verdict."""
-    slo_text = ", ".join(f"{k} ≤ {v:g}" for k, v in result["slo"].items())
-    console.print(f"SLO: {slo_text} · target {result['target_rps']:g} req/s", highlight=False)
+    console.print(
+        f"SLO: {slo_text(result['slo'])} · target {figure(result['target_rps'])} req/s",
+        highlight=False,
+        markup=False,
+    )
     for pool in ("prefill", "decode"):
         rates = ", ".join(
-            f"{c['gpu']} tp {c['tp']}: {_number(c['max_rate_rps'], '.3g')} req/s"
+            f"{c['gpu']} tp {c['tp']}: {_number(c['max_rate_rps'])} req/s"
             for c in result[f"{pool}_candidates"]
         )
         console.print(f"one {pool} instance sustains: {rates}", highlight=False)
-    table = Table(title=f"layouts for {result['target_rps']:g} req/s")
+    table = Table(title=f"layouts for {figure(result['target_rps'])} req/s")
     for name, justify in (
         ("layout", "left"), ("GPUs", "right"), ("$/hour", "right"), ("$/M output tokens", "right"),
         ("tok/s per GPU", "right"), ("tok/s per user", "right"), ("TTFT p99 ms", "right"),
@@ -145,9 +161,9 @@ def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
             str(row.get("name")),
             _number(row.get("gpus"), "d"),
             _money(row.get("cost_per_hour")),
-            _money(row.get("cost_per_million_output_tokens"), ".3f"),
-            _number(row.get("tokens_per_s_per_gpu"), ".1f"),
-            _number(row.get("tokens_per_s_per_user"), ".1f"),
+            _money(row.get("cost_per_million_output_tokens"), ",.3f"),
+            _number(row.get("tokens_per_s_per_gpu")),
+            _number(row.get("tokens_per_s_per_user")),
             _ms(metrics.get("ttft_p99_s")),
             _ms(metrics.get("tpot_p99_s")),
             mark if feasible else "fails the SLO",

@@ -17,19 +17,22 @@ from typing import Any
 import numpy as np
 
 from cbsim.capacity.checks import TIMESERIES_WINDOWS, _check_run, _combine, _slo_from_scenario
+from cbsim.capacity.defaults import START_RPS, TOLERANCE, WINDOW_S
 from cbsim.capacity.diagnosis import diagnose
 from cbsim.cost_models import CostModelCache
 from cbsim.errors import CbsimError
 from cbsim.limits import DURATION, RATE
+from cbsim.numbers import figure
+from cbsim.progress import tell
 from cbsim.scenario import load_scenario
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.workload import GammaArrival, PoissonArrival
 from cbsim.simulate import simulate
 from cbsim.traces import load_trace
 
-DEFAULT_WINDOW_S = 300.0
-DEFAULT_START_RPS = 1.0
-DEFAULT_TOLERANCE = 0.02
+DEFAULT_WINDOW_S = WINDOW_S  # the shared defaults (cbsim.capacity.defaults), by their old names
+DEFAULT_START_RPS = START_RPS
+DEFAULT_TOLERANCE = TOLERANCE
 DEFAULT_MIN_REQUESTS = 200
 MAX_HALVINGS = 6  # the lowest rate tried is start / 2**6
 MAX_DOUBLINGS = 20
@@ -236,6 +239,8 @@ class _Runner:
         self.cost_models = CostModelCache() if cost_models is None else cost_models
         self.kv_wait_p99_s = 0.0  # disaggregated points: the last one's worst decode wait
         self.diagnosis: str | None = None  # the last failing run's tail, when not the rate
+        self.fleet = False  # whether its runs are fleets at a target (the progress says so)
+        self.step: tuple[int, int] | None = None  # (step, estimated steps) of a search
 
     def evaluate(
         self, rate: float, replicas: int = 1, pools: tuple[int, int] | None = None
@@ -249,10 +254,7 @@ class _Runner:
         self.kv_wait_p99_s = 0.0
         for seed in self.seeds:
             if self.progress is not None:
-                fleet = f", {replicas} replicas" if replicas > 1 else ""
-                if pools is not None:
-                    fleet = f", {pools[0]}P{pools[1]}D"
-                self.progress(f"{self.label}{rate:.4g} req/s{fleet}, seed {seed}")
+                self._tell(rate, replicas, pools, seed)
             data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window, pools)
             results = simulate(self._load_point(data, rate), cost_models=self.cost_models)
             sims += 1
@@ -268,6 +270,24 @@ class _Runner:
                 break
         self.simulations += sims
         return Evaluation(rate, not reasons, _combine(runs, self.slo), "; ".join(reasons), sims)
+
+    def _tell(self, rate: float, replicas: int, pools: tuple[int, int] | None, seed: int) -> None:
+        """Report the simulation about to run: what, at which step of the search, which seed."""
+        if pools is not None:
+            what = f"{pools[0]}P{pools[1]}D at {_rate(rate)} req/s"
+        elif self.fleet or replicas > 1:
+            what = (
+                f"fleet of {replicas} replica{'s' if replicas != 1 else ''} at {_rate(rate)} req/s"
+            )
+        else:
+            what = f"rate {_rate(rate)} req/s"
+        step = ""
+        done = total = None
+        if self.step is not None:
+            number, total = self.step
+            done = number - 1
+            step = f" (step {number} of ~{total})"
+        tell(self.progress, f"{self.label}{what}{step}, seed {seed}", done, total)
 
     def check(self, rate: float, pools: tuple[int, int] | None = None) -> None:
         """Whether the search's run at ``rate`` is a valid scenario (an error now, not after
@@ -413,8 +433,11 @@ def _find_max_rate(
         base, axis, slo, seeds, window_s, min_requests, progress, label, cost_models=cost_models
     )
     evaluations: list[Evaluation] = []
+    bracketing = _steps_left(1.0, 2.0, tolerance) + 1  # one more doubling, then the bisection
 
-    def evaluate(rate: float) -> Evaluation:
+    def evaluate(rate: float, left: int) -> Evaluation:
+        number = len(evaluations) + 1
+        runner.step = (number, number + left - 1)
         ev = runner.evaluate(rate, pools=None if pools_for is None else pools_for(rate))
         evaluations.append(ev)
         return ev
@@ -440,14 +463,14 @@ def _find_max_rate(
         )
 
     # bracket: lo passes, hi fails
-    first = evaluate(start_rps)
+    first = evaluate(start_rps, bracketing + 1)
     lo: Evaluation | None = first if first.passed else None
     hi: Evaluation | None = None if first.passed else first
     if lo is None:
         rate = start_rps
         for _ in range(MAX_HALVINGS):
             rate /= 2
-            ev = evaluate(rate)
+            ev = evaluate(rate, bracketing)
             if ev.passed:
                 lo = ev
                 break
@@ -460,7 +483,7 @@ def _find_max_rate(
             return result(None, False, reason, rate)
     else:
         for _ in range(MAX_DOUBLINGS):
-            ev = evaluate(lo.rate_rps * 2)
+            ev = evaluate(lo.rate_rps * 2, bracketing)
             if not ev.passed:
                 hi = ev
                 break
@@ -471,7 +494,8 @@ def _find_max_rate(
     # bisect
     assert hi is not None
     while hi.rate_rps - lo.rate_rps > tolerance * lo.rate_rps:
-        ev = evaluate((lo.rate_rps + hi.rate_rps) / 2)
+        left = _steps_left(lo.rate_rps, hi.rate_rps, tolerance)
+        ev = evaluate((lo.rate_rps + hi.rate_rps) / 2, left)
         if ev.passed:
             lo = ev
         else:
@@ -480,5 +504,12 @@ def _find_max_rate(
     return result(lo, True, None, lowest)
 
 
+def _steps_left(lo: float, hi: float, tolerance: float) -> int:
+    """Bisection steps until ``[lo, hi]`` is within ``tolerance`` of ``lo`` (each halves it)."""
+    if hi - lo <= tolerance * lo:
+        return 0
+    return max(1, math.ceil(math.log2((hi - lo) / (tolerance * lo))))
+
+
 def _rate(rate: float) -> str:
-    return f"{rate:.4g}"
+    return figure(rate)

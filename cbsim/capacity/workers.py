@@ -21,7 +21,8 @@ and holds its exception (a user error pickles with its message, source and field
 carries the worker's traceback); no job after it starts, and workers still computing one are
 ended. Ctrl-C ends the workers at once (they ignore SIGINT themselves, so that one key press does
 not print a traceback per worker) and reaches the caller as usual. The workers' progress lines
-come back through a queue and go to ``progress`` with how many jobs of the stage are done.
+come back through a queue and go to ``progress`` with how many jobs of the stage are done (a
+:class:`~cbsim.progress.StepReporter` shows the count and the time the stage has left).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from typing import Any, Generic, TypeVar, cast
 
 from cbsim.errors import CbsimError
 from cbsim.parent_watch import exit_with_parent
+from cbsim.progress import tell
 
 __all__ = ["Job", "JobPool", "Outcome", "cli_workers", "run_jobs", "worker_count"]
 
@@ -199,7 +201,7 @@ class JobPool:
             outcome: Outcome[T] = Outcome([None] * len(jobs))
             for i, job in enumerate(jobs):
                 try:
-                    outcome.values[i] = job(self.progress)
+                    outcome.values[i] = job(self._serial_progress(i, len(jobs)))
                 except Exception as err:
                     outcome.failed(i, err)
                     break
@@ -237,10 +239,18 @@ class JobPool:
 
     def show(self, done: int, total: int) -> None:
         if self.progress is not None and self._text:
-            self.progress(f"{self._text} ({done}/{total} searches done)")
+            tell(self.progress, self._text, done, total, "searches")
 
     def say(self, text: str) -> None:
         self._text = text
+
+    def _serial_progress(self, index: int, count: int) -> Progress | None:
+        """Where job ``index`` of ``count`` run here reports: the caller's progress itself for a
+        job alone (its steps are the count), else each step with the searches done."""
+        progress = self.progress
+        if progress is None or count <= 1:
+            return progress
+        return lambda text: tell(progress, text, index, count, "searches")
 
     def _stop(self) -> None:
         """End the workers: idle ones hold nothing, busy ones compute what nobody needs."""
@@ -288,6 +298,7 @@ class _Stage(Generic[T]):
 
     def run(self) -> Outcome[T]:
         outcome = self.outcome
+        self.pool.say("")  # the last stage's step is not this one's
         self.pool.executor()
         while True:
             self.feed()

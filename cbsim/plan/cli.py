@@ -4,16 +4,20 @@ A plan starts from a workload and an SLO given as aiconfigurator takes them (``-
 --osl --ttft --tpot``: fixed prompt and output lengths, Poisson arrivals) or from a scenario file
 (``--scenario``: its workload, seed, engine and precision; its layout is what the plan replaces).
 Every option is checked before the search, and a bad one is one ``error:`` line naming it (exit
-status 2). The plan is written to ``--out DIR`` as ``plan.json`` (and ``pareto.png``), replacing
-the folder atomically (:func:`cbsim.outputs.replace_folder`) only if it is empty or an earlier
-plan; a plan that nothing meets is written and printed, then exits with status 3.
+status 2). The defaults that decide the answer (window, tolerance, headroom, verification seeds,
+prices) are ``cbsim capacity``'s (:mod:`cbsim.capacity.defaults`, :mod:`cbsim.capacity.options`),
+so the same traffic and ``--target-rps`` buy the same fleet from both. The plan is printed (its
+headline first; ``--json``: the JSON on stdout) and, with ``--out DIR``, written as ``plan.json``
+(and ``pareto.png``), replacing the folder atomically (:func:`cbsim.outputs.replace_folder`)
+only if it is empty or an earlier plan; a plan that nothing meets is written and printed, then
+exits with status 3. Progress goes to stderr (:mod:`cbsim.progress`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,18 +25,28 @@ from typing import Any
 import click
 
 from cbsim import outputs
-from cbsim.capacity.cli import Infeasible, _progress_printer, parse_prices
-from cbsim.capacity.search import _check_search, _load_axis, _scenario_data
+from cbsim.capacity.cli import Infeasible, parse_prices
+from cbsim.capacity.defaults import SCREEN_WINDOW_S, VERIFY_SEEDS, check_headroom
+from cbsim.capacity.options import (
+    headroom_option,
+    prices_option,
+    quiet_option,
+    target_option,
+    tolerance_option,
+    window_option,
+)
+from cbsim.capacity.search import Progress, _check_search, _load_axis, _scenario_data
 from cbsim.capacity.workers import cli_workers
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
-from cbsim.limits import TOKENS
+from cbsim.limits import RATE, TOKENS
 from cbsim.models import get_model
 from cbsim.plan.aic_flags import aic_options, plan_vocabulary
 from cbsim.plan.layouts import SearchSpace
 from cbsim.plan.planner import PlanSettings, described, plan_deployment
 from cbsim.plan.render import pareto_png, render, wide_console
+from cbsim.progress import step_reporter
 from cbsim.scenario import load_scenario
 from cbsim.setting_warnings import implausible_slo
 from cbsim.tool_flags import ToolCommand
@@ -246,14 +260,15 @@ def write_plan(out: Path, plan: dict[str, Any]) -> Path:
 
 
 def _check_numbers(options: dict[str, Any]) -> None:
-    """The targets, window, headroom, seeds, budget and engine of the options."""
+    """The targets, windows, headroom, seeds, budget, target load and engine of the options."""
     for value, option in (
         (options["ttft"], "--ttft"), (options["tpot"], "--tpot"), (options["window_s"], "--window-s"),
+        (options["screen_window_s"], "--screen-window-s"), (options["target_rps"], "--target-rps"),
     ):  # fmt: skip
         _positive(value, option)
-    headroom = options["headroom"]
-    if not (math.isfinite(headroom) and 0 < headroom <= 1):
-        raise CbsimError(f"must be in (0, 1], got {headroom!r}", field="--headroom")
+    if options["target_rps"] is not None and not RATE.contains(options["target_rps"]):
+        raise CbsimError(RATE.violation(options["target_rps"]) or "", field="--target-rps")
+    check_headroom(options["headroom"])
     if not 1 <= options["seeds"] <= MAX_VERIFY_SEEDS:
         raise CbsimError(
             f"must be 1 to {MAX_VERIFY_SEEDS}, got {options['seeds']}", field="--seeds"
@@ -267,6 +282,10 @@ def _check_numbers(options: dict[str, Any]) -> None:
         except CbsimError as err:
             raise CbsimError(err.message, field="--engine") from None
     _check_search(options["window_s"], options["tolerance"], 1.0, 1)
+    try:
+        _check_search(options["screen_window_s"], options["tolerance"], 1.0, 1)
+    except CbsimError as err:
+        raise CbsimError(err.message, field="--screen-window-s") from None
 
 
 def _base_and_gpus(options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -335,11 +354,10 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
         refine=_refine(options["refine"]),
         headroom=options["headroom"],
         verify_seeds=options["seeds"],
+        screen_window_s=options["screen_window_s"],
+        target_rps=options["target_rps"],
     )
-    try:
-        prices = parse_prices(list(options["prices"]))
-    except CbsimError as err:
-        raise CbsimError(err.message, field="--price") from None
+    prices = parse_prices(list(options["price_texts"]))
     return PlanRequest(base, slo, _space(options, gpus), settings, prices, workers)
 
 
@@ -375,10 +393,10 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
 @click.option("--engine", "--backend", "engine", default=None,
               help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), ...")  # fmt: skip
 @click.option("--dtype", default=None, help="Weight precision: bf16, fp16, fp8, fp4.")
-@click.option("--headroom", type=float, default=0.8, show_default=True,
-              help="Plan at this fraction of the highest passing rate.")  # fmt: skip
-@click.option("--seeds", type=int, default=3, show_default=True,
-              help="Seeds the planned load is verified on.")  # fmt: skip
+@target_option
+@headroom_option
+@click.option("--seeds", "--verify-seeds", "seeds", type=int, default=VERIFY_SEEDS,
+              show_default=True, help="Seeds the planned load (or fleet) is verified on.")  # fmt: skip
 @click.option("--percentile", type=click.Choice(PERCENTILES), default="p99", show_default=True,
               help="Percentile the TTFT and TPOT targets apply to.")  # fmt: skip
 @click.option("--tp", default=None, help="Tensor-parallel degrees (default 1,2,4,8).")
@@ -392,27 +410,41 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
               help="Also search disaggregated xP1D units.")  # fmt: skip
 @click.option("--refine", default="3", show_default=True,
               help="Parallel layouts whose batch caps and budgets are searched ('all': every one).")  # fmt: skip
-@click.option("--window-s", type=float, default=60.0, show_default=True,
-              help="Seconds of arrivals simulated per rate.")  # fmt: skip
-@click.option("--tolerance", type=float, default=0.05, show_default=True,
-              help="Relative width at which each rate search stops.")  # fmt: skip
-@click.option("--price", "prices", multiple=True, metavar="GPU=USD",
-              help="USD per GPU-hour over the catalog's list prices, e.g. h100-sxm=2.5.")  # fmt: skip
+@window_option
+@tolerance_option
+@click.option("--screen-window-s", type=float, default=SCREEN_WINDOW_S, show_default=True,
+              help="Seconds of arrivals each layout is screened over (fast, a little optimistic); "
+              "the best are searched again over --window-s.")  # fmt: skip
+@prices_option
 @click.option("--workers", type=int, default=None,
               help="Processes searching layouts at once (default: one per CPU; 1: one after the "
               "other in this process). The plan is the same.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (on stdout).")
+@quiet_option
 @aic_options
 @click.option("--out", "-o", "--save-dir", "out", type=click.Path(file_okay=False, path_type=Path),
-              required=True,
-              help="Folder for plan.json and pareto.png (created; replaced only if it holds a plan).")  # fmt: skip
-def plan_command(as_json: bool, out: Path, **options: Any) -> None:
+              default=None,
+              help="Folder for plan.json and pareto.png (created; replaced only if it holds a "
+              "plan), e.g. for cbsim report. Default: printed only.")  # fmt: skip
+def plan_command(as_json: bool, quiet: bool, out: Path | None, **options: Any) -> None:
     """Search every layout (GPU, TP, PP, EP/DP, aggregated or disaggregated xPyD, batch cap and
-    token budget) for the workload and SLO; print the layouts, the Pareto front of tokens/s per
-    GPU against tokens/s per user, and the winner at --headroom of its rate, verified on --seeds
-    seeds, with its engine's launch command. Exit status 3 when nothing meets the SLO, 2 on bad
-    input."""
-    stop: Callable[[], None] = lambda: None  # noqa: E731
+    token budget) for the workload and SLO; print the line to buy on, the layouts, the Pareto
+    front of tokens/s per GPU against tokens/s per user, and the winner at --headroom of its knee
+    (with --target-rps: its fleet for that load), verified on --seeds seeds, with its engine's
+    launch command. Exit status 3 when nothing meets the SLO, 2 on bad input."""
+    with step_reporter("plan", quiet=quiet) as progress:
+        plan = _plan(options, out, progress)
+    written = write_plan(out, plan) if out is not None else None
+    if as_json:
+        click.echo(json.dumps(plan, indent=2, allow_nan=False))
+    else:
+        render(plan, wide_console(), None if written is None else str(written))
+    if not plan["feasible"]:
+        raise Infeasible(f"no plan: {plan.get('reason')}")
+
+
+def _plan(options: dict[str, Any], out: Path | None, progress: Progress | None) -> dict[str, Any]:
+    """The options checked and the plan searched (bad input: a :class:`UserError`)."""
     try:
         notes, warnings = plan_vocabulary(options)
         for line in notes:
@@ -422,20 +454,11 @@ def plan_command(as_json: bool, out: Path, **options: Any) -> None:
         request = build_request(options)
         for warning in implausible_slo({"ttft": options["ttft"], "tpot": options["tpot"]}, "--{}"):
             click.echo(f"warning: {warning}", err=True)
-        _check_out(out)
-        progress, stop = _progress_printer()
-        plan = plan_deployment(
+        if out is not None:
+            _check_out(out)
+        return plan_deployment(
             request.base, request.slo, space=request.space, prices=request.prices,
             settings=request.settings, progress=progress, workers=request.workers,
         )  # fmt: skip
     except CbsimError as err:
-        stop()
         raise UserError(str(err)) from None
-    stop()
-    written = write_plan(out, plan)
-    if as_json:
-        click.echo(json.dumps(plan, indent=2, allow_nan=False))
-    else:
-        render(plan, wide_console(), str(written))
-    if not plan["feasible"]:
-        raise Infeasible(f"no plan: {plan.get('reason')}")

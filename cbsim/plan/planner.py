@@ -9,11 +9,15 @@
 2. **Batching.** The ``refine`` best parallel layouts (all with ``refine=None``) are searched again
    at every batch cap × token budget of the space, each starting from its parent's rate; the
    others' variants are listed as not searched, with why.
-3. **The winner.** Of every passing point (:mod:`cbsim.plan.pareto`) the cheapest per output
-   token, or the most tokens on a GPU budget, is planned at ``headroom`` × its rate and
-   re-simulated there for every verification seed; if that fails the fraction drops (see
-   :func:`~cbsim.plan.search.verify`), and after that the next layout is tried. The winner gets its
-   engine's launch command (:mod:`cbsim.plan.launch`).
+3. **The answer** (:mod:`cbsim.plan.answer`). Passes 1 and 2 screen the layouts over a short
+   window (``screen_window_s``, 60 s; at a 5 % tolerance), which reads every knee a little high.
+   The best screened layouts (the cheapest per output token, or with ``target_rps`` the cheapest
+   fleet for it) are searched again over the shared window and tolerance (``cbsim capacity``'s:
+   300 s, 2 %), then the best of them is verified: one replica planned at ``headroom`` × its
+   knee, re-simulated there for every verification seed (if that fails the fraction drops, see
+   :func:`~cbsim.plan.search.verify`), or, with ``target_rps``, the fleet ``cbsim capacity`` would
+   buy, simulated at the target; after that the next layout is tried. The winner gets its
+   engine's launch command (:mod:`cbsim.plan.launch`) and a headline to buy on.
 """
 
 from __future__ import annotations
@@ -27,11 +31,21 @@ import numpy as np
 from pydantic import ValidationError
 
 from cbsim.capacity.checks import _direction
+from cbsim.capacity.defaults import (
+    HEADROOM,
+    SCREEN_TOLERANCE,
+    SCREEN_WINDOW_S,
+    TOLERANCE,
+    VERIFY_SEEDS,
+    WINDOW_S,
+    check_headroom,
+)
 from cbsim.capacity.planning import _json_object
 from cbsim.capacity.search import Progress
 from cbsim.capacity.workers import Job, JobPool, run_jobs, worker_count
 from cbsim.errors import CbsimError
 from cbsim.models import get_model
+from cbsim.plan.answer import choose, confirm, fleet_entry, headline
 from cbsim.plan.launch import launch_commands
 from cbsim.plan.layouts import (
     Instance,
@@ -50,7 +64,6 @@ from cbsim.plan.search import (
     search_aggregated,
     search_disaggregated,
     search_prefill,
-    verify,
 )
 from cbsim.scenario import load_scenario
 from cbsim.schema.pools import pool_plans
@@ -58,23 +71,40 @@ from cbsim.schema.problems import validation_problem
 from cbsim.schema.scenario import Scenario
 from cbsim.workload import RequestSpecs, build_workload
 
-VERIFY_CANDIDATES = 3
-"""Layouts tried in turn when the best one fails its verification."""
 REQUEST_QUANTILE = 99
 """A KV cache must hold one request of this percentile of prompt + output tokens."""
 
 
 @dataclass(frozen=True)
 class PlanSettings:
-    """How hard to search: the rate search's window and tolerance, how many parallel layouts
-    get their batching refined (None: all), the headroom and the verification seeds."""
+    """How hard to search: the window and tolerance of the answer's knee (``cbsim capacity``'s
+    defaults), the screening window, how many parallel layouts get their batching refined
+    (None: all), the headroom, the verification seeds and the target load (None: one replica)."""
 
-    window_s: float = 60.0
-    tolerance: float = 0.05
+    window_s: float = WINDOW_S
+    tolerance: float = TOLERANCE
     min_requests: int = 200
     refine: int | None = 3
-    headroom: float = 0.8
-    verify_seeds: int = 3
+    headroom: float = HEADROOM
+    verify_seeds: int = VERIFY_SEEDS
+    screen_window_s: float = SCREEN_WINDOW_S
+    target_rps: float | None = None
+
+    @property
+    def screen_window(self) -> float:
+        """The window every layout is screened over (at most the answer's)."""
+        return min(self.screen_window_s, self.window_s)
+
+    @property
+    def screen_tolerance(self) -> float:
+        """The tolerance every layout is screened at (at least the answer's)."""
+        return max(SCREEN_TOLERANCE, self.tolerance)
+
+    @property
+    def screens(self) -> bool:
+        """Whether the screening differs from the answer's search (the candidates are then
+        searched again)."""
+        return (self.screen_window, self.screen_tolerance) != (self.window_s, self.tolerance)
 
 
 def described(base: Mapping[str, Any]) -> Scenario:
@@ -145,10 +175,16 @@ def _search_parallel(
     layouts = parallel_layouts(space, model)
     split = bool(space.disaggregated and settings.ttft_key and settings.tpot_key)
     instances = {gpu: single_instances(space, gpu) for gpu in (space.gpus if split else ())}
+    count = len(layouts) + sum(len(found) for found in instances.values())
     jobs: list[Job[LayoutResult | PrefillResult]] = [
-        Job(_aggregated_job, (plain, layout, "parallel", None)) for layout in layouts
+        Job(_aggregated_job, (_tagged(plain, "layout", i, count), layout, "parallel", None))
+        for i, layout in enumerate(layouts)
     ]
-    jobs += [Job(_prefill_job, (plain, inst)) for found in instances.values() for inst in found]
+    prefill_instances = [inst for found in instances.values() for inst in found]
+    jobs += [
+        Job(_prefill_job, (_tagged(plain, "layout", len(layouts) + i, count), inst))
+        for i, inst in enumerate(prefill_instances)
+    ]
     first = run_jobs(jobs, workers)
     if first.error_index is not None and first.error_index < len(layouts):
         first.results()  # raises
@@ -170,12 +206,20 @@ def _search_parallel(
         assert best.rate_rps is not None
         for inst in gpu_instances:
             layout = Layout(inst, prefill=best.instance)
-            units.append(Job(_unit_job, (plain, layout, best.rate_rps, "parallel", None)))
+            unit = replace(plain)  # its own copy: tagged once the units are counted
+            units.append(Job(_unit_job, (unit, layout, best.rate_rps, "parallel", None)))
+    for i, job in enumerate(units):
+        job.args[0].tag = f"xPyD unit {i + 1} of {len(units)}: "
     results.extend(run_jobs(units, workers).results())
     first.results()  # a prefill search's error, if one failed
     if space.disaggregated and not split:
         notes.append("disaggregated units need a TTFT and a TPOT target: not searched")
     return results, prefills, notes
+
+
+def _tagged(settings: Settings, noun: str, index: int, count: int) -> Settings:
+    """``settings`` whose progress lines name the search ``noun index+1 of count``."""
+    return replace(settings, tag=f"{noun} {index + 1} of {count}: ")
 
 
 def _unsearched(parent: LayoutResult, rank: int, ranked: int, refine: int | None) -> str:
@@ -216,13 +260,15 @@ def _refine(
                 out.append(LayoutResult(variant, "batching", "not searched", reason))
             elif variant.prefill is None:
                 start = (parent.best or {})["rate_rps"]
-                out.append(Job(_aggregated_job, (plain, variant, "batching", start)))
+                out.append(Job(_aggregated_job, (replace(plain), variant, "batching", start)))
             else:
                 assert parent.prefill_rate_rps is not None
                 start = (parent.best or {})["rate_rps"]
                 rate = parent.prefill_rate_rps
-                out.append(Job(_unit_job, (plain, variant, rate, "batching", start)))
+                out.append(Job(_unit_job, (replace(plain), variant, rate, "batching", start)))
     jobs = [entry for entry in out if isinstance(entry, Job)]
+    for i, job in enumerate(jobs):
+        job.args[0].tag = f"batching {i + 1} of {len(jobs)}: "
     searched = iter(run_jobs(jobs, workers).results())
     return [next(searched) if isinstance(entry, Job) else entry for entry in out]
 
@@ -242,25 +288,6 @@ def _launch(settings: Settings, result: LayoutResult, engine: str, model: str) -
     )
 
 
-def _choose(
-    settings: Settings, results: list[LayoutResult], plan: PlanSettings
-) -> tuple[LayoutResult | None, dict[str, Any] | None, list[dict[str, Any]]]:
-    """The best passing layout whose headroom verification passes, with that verification and
-    every verification tried."""
-    ranked = sorted(
-        (r for r in results if r.best is not None),
-        key=lambda r: objective(r.best or {}, settings.budget),
-    )
-    seeds = [settings.seed + i for i in range(plan.verify_seeds)]
-    tried: list[dict[str, Any]] = []
-    for result in ranked[:VERIFY_CANDIDATES]:
-        check = verify(settings, result, plan.headroom, seeds)
-        tried.append({"layout": results.index(result), **check})
-        if check["passed"]:
-            return result, check, tried
-    return None, None, tried
-
-
 def _layout_entry(index: int, result: LayoutResult) -> dict[str, Any]:
     prefill = (result.best or {}).get("prefill_instances")
     found = result.found
@@ -273,6 +300,20 @@ def _layout_entry(index: int, result: LayoutResult) -> dict[str, Any]:
         "reason": result.reason,
         "max_rate_rps": found.max_rate_rps if found is not None else None,
         "prefill_rate_rps": result.prefill_rate_rps,
+        "simulations": result.simulations,
+        "operating_point": result.best,
+        "evaluations": [ev.to_dict() for ev in found.evaluations] if found is not None else [],
+    }
+
+
+def _confirmation(index: int, result: LayoutResult) -> dict[str, Any]:
+    """A candidate searched again at the answer's window: its knee, verdict and evaluations."""
+    found = result.found
+    return {
+        "layout": index,
+        "verdict": result.verdict,
+        "reason": result.reason,
+        "max_rate_rps": found.max_rate_rps if found is not None else None,
         "simulations": result.simulations,
         "operating_point": result.best,
         "evaluations": [ev.to_dict() for ev in found.evaluations] if found is not None else [],
@@ -338,6 +379,9 @@ def _settings_entry(settings: Settings, plan: PlanSettings, gpus: Sequence[str])
     return {
         "window_s": plan.window_s,
         "tolerance": plan.tolerance,
+        "screen_window_s": plan.screen_window,
+        "screen_tolerance": plan.screen_tolerance,
+        "target_rps": plan.target_rps,
         "min_requests": plan.min_requests,
         "refine": plan.refine,
         "headroom": plan.headroom,
@@ -371,28 +415,43 @@ def plan_deployment(
     started = time.perf_counter()
     scenario = described(base)
     prompt, output, request = workload_figures(scenario)
+    check_headroom(plan.headroom)
     shared = Settings(
         base=dict(base), slo=dict(slo),
         ttft_key=next((k for k in slo if k.startswith("ttft_")), None),
         tpot_key=next((k for k in slo if k.startswith("tpot_")), None),
-        seed=scenario.seed, window_s=plan.window_s, tolerance=plan.tolerance,
+        seed=scenario.seed, window_s=plan.screen_window, tolerance=plan.screen_tolerance,
         min_requests=plan.min_requests, prompt_tokens=prompt, output_tokens=output,
         request_tokens=request, budget=space.max_gpus, prices=dict(prices or {}),
         progress=progress,
     )  # fmt: skip
     model = scenario.cluster.model
     get_model(model)
-    with JobPool(workers, progress) as pool:  # one pool for both passes
+    final = replace(shared, window_s=plan.window_s, tolerance=plan.tolerance)
+    target, headroom = plan.target_rps, plan.headroom
+    with JobPool(workers, progress) as pool:  # one pool for every pass
         results, prefills, notes = _search_all(shared, space, model, plan.refine, pool)
+        confirmed = confirm(
+            shared, final, results, target=target, headroom=headroom, again=plan.screens,
+            workers=pool,
+        )  # fmt: skip
+        index, best, check, tried = choose(
+            final, confirmed, target=target, headroom=headroom, seeds=plan.verify_seeds,
+            workers=pool.workers,
+        )  # fmt: skip
     points, front = _collect_points(results)
-    best, check, tried = _choose(shared, results, plan)
     best_entry: dict[str, Any] | None = None
-    if best is not None and check is not None:
+    if index is not None and best is not None and check is not None:
+        screened = results[index].found
         best_entry = {
-            **_layout_entry(results.index(best), best),
-            "planned": _planned(shared, best, check),
-            "launch": _launch(shared, best, scenario.cluster.engine, model),
+            **_layout_entry(index, best),
+            "screened_max_rate_rps": screened.max_rate_rps if screened is not None else None,
+            "launch": _launch(final, best, scenario.cluster.engine, model),
         }
+        if target is None:
+            best_entry["planned"] = _planned(final, best, check)
+        else:
+            best_entry["fleet"] = fleet_entry(final, best, check)
         best_entry.pop("evaluations")
     reason = None
     if best is None:
@@ -422,12 +481,15 @@ def plan_deployment(
             "points": points,
             "pareto": front,
             "best": best_entry,
+            "headline": headline(best_entry),
+            "confirmations": [_confirmation(i, r) for i, r in confirmed] if plan.screens else [],
             "verifications": tried,
             "feasible": best_entry is not None,
             "reason": reason,
             "notes": notes,
             "simulations": sum(r.simulations for r in results)
             + sum(p.simulations for p in prefills)
+            + (sum(r.simulations for _, r in confirmed) if plan.screens else 0)
             + sum(int(t["simulations"]) for t in tried),
             "wall_s": time.perf_counter() - started,
         }

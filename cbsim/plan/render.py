@@ -14,8 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from cbsim.metric_names import metric_name, metric_value, slo_text
+from cbsim.numbers import figure
 from cbsim.plan.pareto import objective
 
 WIDE = 170
@@ -33,15 +36,14 @@ def wide_console() -> Console:
     return console if console.is_terminal else Console(width=max(console.width, WIDE))
 
 
-def _num(value: Any, spec: str) -> str:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return f"{value:{spec}}"
-    return "—"
+def _num(value: Any) -> str:
+    """A number in the one format of every table (:func:`cbsim.numbers.figure`)."""
+    return figure(value)
 
 
 def _ms(value: Any) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return f"{value * 1000:,.0f}" if value >= 0.1 else f"{value * 1000:,.1f}"
+        return figure(value * 1000)
     return "—"
 
 
@@ -53,9 +55,10 @@ def _gpus(count: int) -> str:
     return _count(count, "GPU")
 
 
-def _money(value: Any, spec: str = ".3f") -> str:
-    text = _num(value, spec)
-    return text if text == "—" else f"${text}"
+def _money(value: Any, spec: str = ",.3f") -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return f"${value:{spec}}"
+    return "—"
 
 
 def _batching(layout: Mapping[str, Any]) -> str:
@@ -69,14 +72,7 @@ def _batching(layout: Mapping[str, Any]) -> str:
 
 
 def _slo_text(plan: Mapping[str, Any]) -> str:
-    parts = []
-    for metric, value in plan["slo"].items():
-        name, _, rest = metric.partition("_")
-        pct = rest.removesuffix("_s")
-        sign = plan.get("slo_directions", {}).get(metric, "≤")
-        shown = f"{value * 1000:g} ms" if metric.endswith("_s") else f"{value:g}"
-        parts.append(f"{name.upper()} {pct} {sign} {shown}")
-    return ", ".join(parts)
+    return slo_text(plan["slo"], plan.get("slo_directions"))
 
 
 def _header(plan: Mapping[str, Any], console: Console) -> None:
@@ -94,8 +90,7 @@ def _header(plan: Mapping[str, Any], console: Console) -> None:
 
 def _metric_header(metric: str) -> str:
     """``ttft_p99_s`` as ``TTFT p99``."""
-    name, _, rest = metric.removesuffix("_s").partition("_")
-    return f"{name.upper()} {rest}".strip()
+    return metric_name(metric)
 
 
 def _layout_table(plan: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> Table:
@@ -119,9 +114,9 @@ def _layout_table(plan: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) ->
         # the best point is on the front (see cbsim.plan.pareto)
         mark = "best" if row["id"] == best.get("id") else "front" if point.get("on_front") else ""
         cells = [
-            row["name"], _batching(row), str(point["gpus"]), _num(point["rate_rps"], ".3g"),
-            *(_ms(metrics.get(m)) if m.endswith("_s") else _num(metrics.get(m), ".3g") for m in slo),
-            _num(point["tokens_per_s_per_gpu"], ",.1f"), _num(point["tokens_per_s_per_user"], ".1f"),
+            row["name"], _batching(row), str(point["gpus"]), _num(point["rate_rps"]),
+            *(_ms(metrics.get(m)) if m.endswith("_s") else _num(metrics.get(m)) for m in slo),
+            _num(point["tokens_per_s_per_gpu"]), _num(point["tokens_per_s_per_user"]),
             _money(point["cost_per_hour"], ",.2f"), _money(point["cost_per_million_output_tokens"]),
             _money(point["cost_per_million_tokens"]), mark,
         ]  # fmt: skip
@@ -140,16 +135,16 @@ def _front_table(plan: Mapping[str, Any]) -> Table:
     for point in plan["pareto"]:
         key = (
             point["gpu"],
-            _num(point["tokens_per_s_per_user"], ".1f"),
-            _num(point["tokens_per_s_per_gpu"], ",.1f"),
+            _num(point["tokens_per_s_per_user"]),
+            _num(point["tokens_per_s_per_gpu"]),
         )
         if key in shown:  # the same figures from another batching of the same layout
             continue
         shown.add(key)
         layout = layouts[point["layout"]]
         table.add_row(
-            point["name"], _batching(layout), _num(point["rate_rps"], ".3g"),
-            _num(point["tokens_per_s_per_user"], ".1f"), _num(point["tokens_per_s_per_gpu"], ",.1f"),
+            point["name"], _batching(layout), _num(point["rate_rps"]),
+            _num(point["tokens_per_s_per_user"]), _num(point["tokens_per_s_per_gpu"]),
         )  # fmt: skip
     return table
 
@@ -176,19 +171,67 @@ def _others(plan: Mapping[str, Any], console: Console) -> None:
             )
     skipped = [r for r in layouts if r["verdict"] == "not searched"]
     if skipped:
-        refine = plan["settings"].get("refine")
-        below = sum("ranks" in (r["reason"] or "") for r in skipped)
-        parts = []
-        if below:
-            parts.append(f"{below} of layouts ranked below the top {refine} (--refine all)")
-        if len(skipped) > below:
-            parts.append(f"{len(skipped) - below} of layouts pruned or failing by default")
-        console.print(
-            f"{_count(len(skipped), 'batching variant')} not searched: {'; '.join(parts)}",
-            highlight=False,
-        )
+        console.print(_skipped_text(skipped, plan["settings"].get("refine")), highlight=False)
     for note in plan.get("notes") or []:
         console.print(note, highlight=False, markup=False)
+
+
+def _skipped_text(skipped: Sequence[Mapping[str, Any]], refine: Any) -> str:
+    """Why batching variants were not searched: their layout ranked below the ``--refine``
+    best, or was pruned or failed at the default batching."""
+    below = sum("ranks" in (r["reason"] or "") for r in skipped)
+    parts = []
+    if below:
+        if refine == 0:
+            why = "--refine 0 searches no layout's batching"
+        else:
+            why = f"their layout ranks below the best {_count(refine, 'layout')}"
+        parts.append(f"{below} because {why} (--refine all searches every one)")
+    if len(skipped) > below:
+        parts.append(
+            f"{len(skipped) - below} because their layout was pruned or failed the SLO at the "
+            "default batching"
+        )
+    return f"{_count(len(skipped), 'batching variant')} not searched: {'; '.join(parts)}"
+
+
+def _knee_line(plan: Mapping[str, Any], best: Mapping[str, Any]) -> str:
+    """The winner's knee, the window it was found over, and its screened value."""
+    settings = plan["settings"]
+    unit = "unit" if best["mode"] == "disaggregated" else "replica"
+    text = (
+        f"knee: {figure(best.get('max_rate_rps'))} req/s per {unit}, the highest rate that passed "
+        f"over {figure(settings['window_s'])} s of arrivals"
+    )
+    screen = settings.get("screen_window_s")
+    if plan.get("confirmations") and screen is not None:
+        text += (
+            f" (screened at {figure(best.get('screened_max_rate_rps'))} over {figure(screen)} s)"
+        )
+    return text
+
+
+def _fleet_lines(plan: Mapping[str, Any], best: Mapping[str, Any]) -> list[str]:
+    """The knee, the fleet for the target and its margin (with ``--target-rps``)."""
+    fleet = best["fleet"]
+    metrics = fleet["metrics"]
+    seeds = ",".join(str(s) for s in fleet["seeds"])
+    slo = ", ".join(f"{metric_name(m)} {metric_value(m, metrics.get(m))}" for m in plan["slo"])
+    knee = fleet["knee_rps"]
+    share = fleet["headroom"]
+    unit = "unit" if best["mode"] == "disaggregated" else "replica"
+    return [
+        _knee_line(plan, best),
+        f"planning load: {figure(share * knee)} req/s per {unit} ({share:.0%} of the knee, "
+        f"{1 / share - 1:.0%} headroom)",
+        f"fleet: {fleet['replicas']} × {best['name']} serve up to "
+        f"{figure(fleet['replicas'] * knee)} req/s for a target of "
+        f"{figure(fleet['target_rps'])}: {fleet['fleet_headroom']:.0%} headroom; verified at the "
+        f"target on seeds {seeds}: {slo}",
+        f"cost: {_gpus(fleet['gpus_used'])}, {_money(fleet['cost_per_hour'], ',.2f')}/h, "
+        f"{_money(fleet['cost_per_million_output_tokens'])} per million output tokens, "
+        f"{_money(fleet['cost_per_million_tokens'])} per million input+output tokens",
+    ]
 
 
 def _best(plan: Mapping[str, Any], console: Console) -> None:
@@ -197,20 +240,32 @@ def _best(plan: Mapping[str, Any], console: Console) -> None:
         console.print(f"no plan: {plan.get('reason')}", highlight=False, markup=False)
         return
     point = best["operating_point"]
+    if best.get("fleet") is not None:
+        lines = [
+            f"best: {best['name']} (batch {_batching(best)}): "
+            f"{_num(point['tokens_per_s_per_gpu'])} tok/s/GPU at "
+            f"{_num(point['tokens_per_s_per_user'])} tok/s/user at its knee",
+            *_fleet_lines(plan, best),
+        ]
+        for line in lines:
+            console.print(line, highlight=False, markup=False)
+        _launch(best, console)
+        return
     planned = best["planned"]
     metrics = planned["metrics"]
     seeds = ",".join(str(s) for s in planned["seeds"])
     slo = ", ".join(
         f"{_metric_header(m)} {_ms(metrics.get(m))} ms"
         if m.endswith("_s")
-        else f"{m} {_num(metrics.get(m), '.3g')}"
+        else f"{m} {_num(metrics.get(m))}"
         for m in plan["slo"]
     )
     lines = [
-        f"best: {best['name']} (batch {_batching(best)}): up to {_num(point['rate_rps'], '.4g')} "
+        f"best: {best['name']} (batch {_batching(best)}): up to {_num(point['rate_rps'])} "
         f"req/s per {'unit' if best['mode'] == 'disaggregated' else 'replica'}, "
-        f"{_num(point['tokens_per_s_per_gpu'], ',.1f')} tok/s/GPU at {_num(point['tokens_per_s_per_user'], '.1f')} tok/s/user",
-        f"planned at {planned['fraction']:.0%} of it: {_num(planned['rate_rps'], '.4g')} req/s, verified on seeds "
+        f"{_num(point['tokens_per_s_per_gpu'])} tok/s/GPU at {_num(point['tokens_per_s_per_user'])} tok/s/user",
+        _knee_line(plan, best),
+        f"planned at {planned['fraction']:.0%} of it: {_num(planned['rate_rps'])} req/s, verified on seeds "
         f"{seeds}: {slo}; {_gpus(planned['gpus_used'])}, {_money(planned['cost_per_hour'], ',.2f')}/h, "
         f"{_money(planned['cost_per_million_output_tokens'])} per million output tokens, "
         f"{_money(planned['cost_per_million_tokens'])} per million input+output tokens",
@@ -223,11 +278,15 @@ def _best(plan: Mapping[str, Any], console: Console) -> None:
     if plan["space"].get("total_gpus"):
         lines.append(
             f"on {plan['space']['total_gpus']} GPUs: {planned['replicas']} × this layout, "
-            f"{_num(planned['fleet_rate_rps'], '.4g')} req/s, "
-            f"{_num(planned['output_tokens_per_s'], ',.0f')} output tokens/s"
+            f"{_num(planned['fleet_rate_rps'])} req/s, "
+            f"{_num(planned['output_tokens_per_s'])} output tokens/s"
         )
     for line in lines:
         console.print(line, highlight=False, markup=False)
+    _launch(best, console)
+
+
+def _launch(best: Mapping[str, Any], console: Console) -> None:
     launch = best["launch"]
     console.print(f"launch ({launch['engine']}):", highlight=False)
     for command in launch["commands"]:
@@ -240,7 +299,9 @@ def _best(plan: Mapping[str, Any], console: Console) -> None:
 
 
 def render(plan: Mapping[str, Any], console: Console, out: str | None = None) -> None:
-    """Print a plan (:func:`~cbsim.plan.planner.plan_deployment`)."""
+    """Print a plan (:func:`~cbsim.plan.planner.plan_deployment`): its headline first."""
+    if plan.get("headline"):
+        console.print(f"[bold]{escape(str(plan['headline']))}[/bold]", highlight=False)
     _header(plan, console)
     budget = plan["space"].get("total_gpus")
     passing = [r for r in plan["layouts"] if r["verdict"] == "meets SLO"]
@@ -253,7 +314,7 @@ def render(plan: Mapping[str, Any], console: Console, out: str | None = None) ->
     counts = ", ".join(f"{n} {verdict}" for verdict, n in plan["counts"].items())
     where = f" · written to {out}" if out else ""
     console.print(
-        f"{len(plan['layouts'])} layouts ({counts}) · {plan['simulations']} simulations in "
+        f"{len(plan['layouts'])} layouts ({counts}) · {plan['simulations']:,} simulations in "
         f"{plan['wall_s']:.1f} s{where}",
         highlight=False,
         markup=False,

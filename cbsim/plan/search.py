@@ -3,7 +3,10 @@
 Every layout is searched as ``cbsim capacity`` searches a replica
 (:func:`cbsim.capacity.search.find_max_rate`: the same checks of a stable queue and every SLO
 percentile, the same bracketing and bisection), starting from the cost model's guess
-(:mod:`cbsim.plan.estimate`) instead of 1 request/s. A layout that cannot run is not simulated:
+(:mod:`cbsim.plan.estimate`) instead of 1 request/s — at the power of two next below it
+(:func:`cbsim.capacity.defaults.snapped_start`), whence doubling or halving meets the bracket a
+search from 1 request/s meets: at the same window, tolerance and seed, a layout's knee is the
+one ``cbsim capacity`` finds for that replica. A layout that cannot run is not simulated:
 :func:`~cbsim.plan.layouts.infeasible_reason` says why.
 
 A disaggregated unit is searched the way ``cbsim capacity --disaggregated`` sizes pools: first the
@@ -12,15 +15,19 @@ then the unit's rate with one decode instance fed by as many prefill instances a
 (``ceil(rate / prefill rate)``, within the GPU budget). Each passing rate is an operating point
 (:mod:`cbsim.plan.pareto`); the layout's own is its best one.
 
-:func:`verify` re-simulates a layout at a fraction of its rate (the headroom) for several seeds.
+:func:`verify` re-simulates a layout at a fraction of its rate (the headroom) for several seeds;
+:func:`verify_fleet` sizes and verifies a fleet of it for a target load, as ``cbsim capacity`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cbsim.capacity.defaults import fleet_size, snapped_start
+from cbsim.capacity.fleet_checks import fleet_evaluations
 from cbsim.capacity.planning import _price
 from cbsim.capacity.search import (
     CapacityResult,
@@ -49,6 +56,8 @@ HEADROOM_STEP = 0.1
 """How far the planned fraction drops when the verification at the headroom fails."""
 HEADROOM_TRIES = 3
 """Fractions tried at most per layout (the headroom, then lower by :data:`HEADROOM_STEP`)."""
+MAX_EXTRA = 8
+"""Replicas a fleet check adds at most (or as many as it started with), as ``cbsim capacity``."""
 
 
 @dataclass
@@ -69,6 +78,7 @@ class Settings:
     budget: int | None
     prices: Mapping[str, float]
     progress: Progress | None = None
+    tag: str = ""  # what the progress lines call the search (``layout 3 of 12: ``)
 
     def gpu_limit(self, gpu: str) -> int:
         """The most GPUs one replica or disaggregated unit may take: the budget, else a node."""
@@ -145,11 +155,11 @@ def _search(
         dict(slo),
         seeds=[settings.seed],
         window_s=settings.window_s,
-        start_rps=start_rps,
+        start_rps=snapped_start(start_rps),
         tolerance=settings.tolerance,
         min_requests=settings.min_requests,
         progress=settings.progress,
-        label=label,
+        label=f"{settings.tag}{label}",
         pools_for=pools_for,
     )
 
@@ -292,7 +302,7 @@ def verify(
     data = layout_data(settings.base, layout)
     runner = _Runner(
         data, _load_axis(load_scenario(data)), settings.slo, seeds, settings.window_s,
-        settings.min_requests, settings.progress, f"verify {layout.name()}: ",
+        settings.min_requests, settings.progress, f"{settings.tag}verify {layout.name()}: ",
     )  # fmt: skip
     pools = None
     if layout.prefill is not None:
@@ -318,5 +328,62 @@ def verify(
         "reason": last["reason"],
         "metrics": last["metrics"],
         "tries": tries,
+        "simulations": runner.simulations,
+    }
+
+
+def verify_fleet(
+    settings: Settings,
+    result: LayoutResult,
+    target_rps: float,
+    headroom: float,
+    seeds: list[int],
+    workers: int = 1,
+) -> dict[str, Any]:
+    """The fleet of ``result``'s layout for ``target_rps``, sized and verified as ``cbsim
+    capacity`` sizes one: ``ceil(target / (headroom × knee))`` replicas (or ``xP1D`` units, each
+    keeping its prefill instances), simulated together at the target for every seed and grown
+    one at a time until they pass (:data:`MAX_EXTRA` at most, or as many as the first size)."""
+    assert result.found is not None and result.found.max_rate_rps is not None
+    knee = result.found.max_rate_rps
+    layout = result.layout
+    data = layout_data(settings.base, layout)
+    runner = _Runner(
+        data, _load_axis(load_scenario(data)), settings.slo, seeds, settings.window_s,
+        settings.min_requests, settings.progress, f"{settings.tag}{layout.name()}: ",
+        "--target-rps",
+    )  # fmt: skip
+    runner.fleet = True
+    first = fleet_size(target_rps, knee, headroom)
+    sizes = range(first, first + max(MAX_EXTRA, first) + 1)
+    prefill = result.prefill_instances(knee) if layout.prefill is not None else 0
+    checks: Iterator[tuple[int, Evaluation]]
+    if layout.prefill is None:
+        checks = fleet_evaluations(runner, target_rps, sizes, workers)
+    else:
+        checks = ((n, runner.evaluate(target_rps, pools=(n * prefill, n))) for n in sizes)
+    runs: list[dict[str, Any]] = []
+    passed: Evaluation | None = None
+    replicas = first
+    with contextlib.closing(checks):
+        for replicas, ev in checks:
+            runs.append({"replicas": replicas, **ev.to_dict()})
+            if ev.passed:
+                passed = ev
+                break
+    return {
+        "target_rps": target_rps,
+        "headroom": headroom,
+        "knee_rps": knee,
+        "initial_replicas": first,
+        "replicas": replicas,
+        "prefill_instances": prefill or None,
+        "gpus": replicas * gpus_of(layout, prefill or 1),
+        "fleet_headroom": replicas * knee / target_rps - 1,
+        "seeds": list(seeds),
+        "passed": passed is not None,
+        "reason": None if passed is not None else runs[-1]["reason"],
+        "metrics": passed.metrics if passed is not None else runs[-1]["metrics"],
+        "runs": runs,
         "simulations": runner.simulations,
     }

@@ -1,6 +1,6 @@
 """Reports: one self-contained HTML page (or Markdown for pasting) from a run, a sweep or a plan.
 
-``cbsim report SOURCE --out report.html [--format html|md] [--title T]`` reads one of three kinds
+``cbsim report SOURCE --out report.html [--format html|md] [--title T]`` reads one of four kinds
 of cbsim output, detected from what ``SOURCE`` holds:
 
 * **run** — a result directory written by :meth:`cbsim.results.Results.write` (it holds
@@ -18,6 +18,9 @@ of cbsim output, detected from what ``SOURCE`` holds:
   tokens, the SLO), a table of alternatives with the SLO metrics each achieved, the cost-vs-latency
   Pareto frontier per SLO metric and latency against offered load from the search's evaluations
   (failed rates marked, the SLO as a line), and the fleet verification runs.
+* **plan** — the folder ``cbsim plan --out`` writes (or its ``plan.json``): the line to buy on
+  and the winner with its launch command, what was searched, the layouts that meet the SLO, the
+  Pareto front, the others with why, and the verifications (:mod:`~cbsim.report.deployment_plan`).
 
 HTML embeds every figure as a base64 PNG ``data:`` URI and its CSS inline: the file makes no
 request to anything outside itself, so it can be mailed or attached as is. Markdown writes the
@@ -30,7 +33,7 @@ The pieces are usable from Python: :func:`build_report` (or :func:`run_report`,
 :func:`sweep_report`, :func:`capacity_report` for objects in memory) gives a :class:`Report`,
 :func:`render_html` / :func:`render_markdown` turn it into text and :func:`write_report` does
 everything. :data:`report_command` is the click command (``cbsim report``). A path that does not
-exist, or is not one of the three kinds, raises :class:`~cbsim.errors.CbsimError` naming it.
+exist, or is not one of the four kinds, raises :class:`~cbsim.errors.CbsimError` naming it.
 
 The package: :mod:`~cbsim.report.document` (the document model), :mod:`~cbsim.report.formatting`
 (shared formatting), :mod:`~cbsim.report.sources` (detection), one module per report

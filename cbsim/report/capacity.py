@@ -10,19 +10,19 @@ import numpy as np
 import pandas as pd
 
 from cbsim import plots
+from cbsim.capacity.headline import capacity_headline
 from cbsim.capacity.headroom import headroom_facts
 from cbsim.errors import CbsimError
+from cbsim.metric_names import metric_name, slo_text
+from cbsim.numbers import figure
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table, _slug
 from cbsim.report.formatting import (
-    _describe_overrides,
     _figure_image,
     _finite,
     _money,
     _plain_log_ticks,
     _slo_in_view,
     _slo_note,
-    _with_unit,
-    format_value,
 )
 from cbsim.report.sources import _is_capacity
 
@@ -122,10 +122,33 @@ def _status(alt: Mapping[str, Any]) -> str:
 
 
 def _slo_text(slo: Mapping[str, Any], directions: Mapping[str, Any]) -> str:
-    return ", ".join(
-        f"{metric} {directions.get(metric, '≤')} {format_value(value)}"
-        for metric, value in slo.items()
-    )
+    return slo_text(slo, directions)
+
+
+def _is_latency(metric: str) -> bool:
+    return metric.endswith("_s") and not metric.endswith("_per_s")
+
+
+def _metric_header(metric: str, what: str = "") -> str:
+    """``TTFT p99 achieved (ms)``: a metric's name, ``what`` of it, the unit of its cells."""
+    name = f"{metric_name(metric)}{what}"
+    return f"{name} (ms)" if _is_latency(metric) else name
+
+
+def _metric_cell(metric: str, value: Any) -> str:
+    """A metric's value in the unit of its header: a latency in ms."""
+    number = _finite(value)
+    if number is None:
+        return "—"
+    return figure(number * 1e3) if _is_latency(metric) else figure(number)
+
+
+def _number(value: Any) -> str:
+    """A cell in the one number format of the capacity output (:func:`cbsim.numbers.figure`);
+    text as it is."""
+    if isinstance(value, str):
+        return value
+    return figure(value)
 
 
 def capacity_report(
@@ -152,22 +175,25 @@ def capacity_report(
     best = alternatives[best_index] if isinstance(best_index, int) else None
     if best is not None and plan.get("max_rate_rps") is not None:
         items = [
+            ("headline", str(plan.get("headline") or capacity_headline(plan) or "—")),
             (
                 "recommendation",
-                _describe_overrides(best.get("overrides")) if varied else str(scenario_name),
+                plots.point_label(best.get("overrides") or {}, keys)
+                if varied
+                else str(scenario_name),
             ),
             (
                 "hardware",
-                f"{best.get('model')} on {best.get('gpu')}, tp={format_value(best.get('tp'))}",
+                f"{best.get('model')} on {best.get('gpu')}, tp={_number(best.get('tp'))}",
             ),
-            ("max rate per replica", _with_unit(plan.get("max_rate_rps"), "req/s")),
+            ("knee per replica", f"{_number(plan.get('max_rate_rps'))} req/s"),
         ]
         if target is not None:
             items += [
-                ("target load", _with_unit(target, "req/s")),
-                ("replicas", format_value(plan.get("replicas"))),
-                ("GPUs", format_value(plan.get("gpus"))),
-                ("cost per hour", _money(plan.get("cost_per_hour"))),
+                ("target load", f"{_number(target)} req/s"),
+                ("replicas", _number(plan.get("replicas"))),
+                ("GPUs", _number(plan.get("gpus"))),
+                ("cost per hour", _money(plan.get("cost_per_hour"), ",.2f")),
             ]
         else:
             items.append(("cost per hour (one replica)", _money(plan.get("replica_cost_per_hour"))))
@@ -203,9 +229,9 @@ def capacity_report(
                     [
                         ("SLO", _slo_text(slo, directions)),
                         ("seeds", seeds),
-                        ("window", _with_unit(plan.get("window_s"), "s of arrivals per rate")),
-                        ("tolerance", format_value(plan.get("tolerance"))),
-                        ("simulations", format_value(plan.get("simulations"))),
+                        ("window", f"{_number(plan.get('window_s'))} s of arrivals per rate"),
+                        ("tolerance", _number(plan.get("tolerance"))),
+                        ("simulations", _number(plan.get("simulations"))),
                         *([("varied", ", ".join(keys))] if keys else []),
                     ]
                 )
@@ -217,11 +243,12 @@ def capacity_report(
     metric_names = list(slo)
     show_gpu = "cluster.gpu" not in keys
     show_tp = "cluster.tp" not in keys
+    short = plots.short_keys(keys)
     columns = [
-        *(keys or ["scenario"]),
+        *([short[k] for k in keys] or ["scenario"]),
         *(["GPU"] if show_gpu else []),
         *(["tp"] if show_tp else []),
-        "max req/s per replica",
+        "knee req/s per replica",
     ]
     if target is not None:
         columns += ["replicas", "GPUs", "$/hour"]
@@ -229,7 +256,7 @@ def capacity_report(
         columns += ["$/hour per replica"]
     columns += [
         "$/M output tokens",
-        *(f"{m} achieved" for m in metric_names),
+        *(_metric_header(m, " achieved") for m in metric_names),
         "output tok/s per GPU",
         "output tok/s per user",
         "sims",
@@ -249,27 +276,27 @@ def capacity_report(
         status = "best" if i == best_index else _status(alt)
         row = [
             *(
-                [format_value((alt.get("overrides") or {}).get(k)) for k in keys]
+                [_number((alt.get("overrides") or {}).get(k)) for k in keys]
                 or [str(alt.get("scenario") or "scenario")]
             ),
-            *([format_value(alt.get("gpu"))] if show_gpu else []),
-            *([format_value(alt.get("tp"))] if show_tp else []),
-            format_value(alt.get("max_rate_rps")),
+            *([_number(alt.get("gpu"))] if show_gpu else []),
+            *([_number(alt.get("tp"))] if show_tp else []),
+            _number(alt.get("max_rate_rps")),
         ]
         if target is not None:
             row += [
-                format_value(alt.get("replicas")),
-                format_value(alt.get("gpus")),
-                _money(alt.get("cost_per_hour")),
+                _number(alt.get("replicas")),
+                _number(alt.get("gpus")),
+                _money(alt.get("cost_per_hour"), ",.2f"),
             ]
         else:
-            row.append(_money(alt.get("replica_cost_per_hour")))
+            row.append(_money(alt.get("replica_cost_per_hour"), ",.2f"))
         row += [
-            _money(alt.get("cost_per_million_output_tokens"), ".4f"),
-            *(format_value(metrics.get(m)) for m in metric_names),
-            format_value(per_gpu),
-            format_value(per_user),
-            format_value(alt.get("simulations")),
+            _money(alt.get("cost_per_million_output_tokens"), ",.4f"),
+            *(_metric_cell(m, metrics.get(m)) for m in metric_names),
+            _number(per_gpu),
+            _number(per_user),
+            _number(alt.get("simulations")),
             status,
         ]
         rows.append(row)
@@ -326,10 +353,10 @@ def capacity_report(
             _figure_image(
                 fig,
                 f"frontier-{_slug(metric)}",
-                f"Cost per million output tokens against achieved {metric}",
-                f"Each alternative's cost per million output tokens against the {metric} it "
-                "achieves at its cost basis; lower-left is better"
-                + _slo_note(f"{metric} ≤", threshold, drawn)
+                f"Cost per million output tokens against achieved {metric_name(metric)}",
+                f"Each alternative's cost per million output tokens against the "
+                f"{metric_name(metric)} it achieves at its cost basis; lower-left is better"
+                + _slo_note(f"{metric_name(metric)} ≤", threshold, drawn)
                 + ".",
             )
         )
@@ -368,11 +395,11 @@ def capacity_report(
                 _figure_image(
                     _load_figure(evals, metric, slo, directions, len(alternatives) > 1),
                     f"load-{_slug(metric)}",
-                    f"{metric} against offered load per replica",
-                    f"{metric} at every rate the search simulated (one replica; worst over seeds); "
-                    "crosses mark rates that failed a check"
+                    f"{metric_name(metric)} against offered load per replica",
+                    f"{metric_name(metric)} at every rate the search simulated (one replica; "
+                    "worst over seeds); crosses mark rates that failed a check"
                     + _slo_note(
-                        f"{metric} {directions.get(metric, '≤')}",
+                        f"{metric_name(metric)} {directions.get(metric, '≤')}",
                         _finite(slo.get(metric)),
                         _slo_in_view(_finite(slo.get(metric)), evals[metric]),
                     )
@@ -396,9 +423,9 @@ def capacity_report(
             fleet_rows.append(
                 [
                     label,
-                    format_value(run.get("replicas")),
-                    format_value(run.get("rate_rps")),
-                    *(format_value(metrics.get(m)) for m in metric_names),
+                    _number(run.get("replicas")),
+                    _number(run.get("rate_rps")),
+                    *(_metric_cell(m, metrics.get(m)) for m in metric_names),
                     "pass" if run.get("passed") else "fail",
                     str(run.get("reason") or ""),
                 ]
@@ -409,10 +436,18 @@ def capacity_report(
                 "Fleet verification",
                 [
                     Table(
-                        ["alternative", "replicas", "req/s", *metric_names, "result", "reason"],
+                        [
+                            "alternative",
+                            "replicas",
+                            "req/s",
+                            *(_metric_header(m) for m in metric_names),
+                            "result",
+                            "reason",
+                        ],
                         fleet_rows,
-                        caption="The fleet simulated at the target load, grown one replica at a "
-                        "time until it passes.",
+                        caption="The fleet simulated at the target load (each replica at most "
+                        "its headroom × its knee at first), grown one replica at a time until it "
+                        "passes on every seed.",
                     )
                 ],
             )

@@ -39,8 +39,9 @@ def _user_errors() -> Iterator[None]:
 )
 @click.option("--title", default=None, help="Report title. Default: from the source.")
 def report_command(source: Path, out: Path, fmt: str | None, title: str | None) -> None:
-    """Write a report of RESULTS_DIR_OR_SWEEP: a run directory, a sweep directory, or a capacity
-    plan (the JSON of cbsim capacity --json, or a directory holding capacity.json / plan.json)."""
+    """Write a report of RESULTS_DIR_OR_SWEEP: a run directory, a sweep directory, a capacity
+    plan (the JSON of cbsim capacity --json, or a directory holding capacity.json / plan.json),
+    or a deployment plan (the folder of cbsim plan --out, or its plan.json)."""
     with _user_errors():
         written = write_report(source, out, fmt=fmt, title=title)
     click.echo(str(written))

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-ReportKind = Literal["run", "sweep", "capacity"]
+ReportKind = Literal["run", "sweep", "capacity", "plan"]
 Format = Literal["html", "md"]
 FORMATS: tuple[str, ...] = ("html", "md")
 

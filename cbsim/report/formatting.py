@@ -123,4 +123,10 @@ _NUMERIC = re.compile(r"^[-+$]?[\d.,]+(e[-+]?\d+)?( ?[%x])?$|^—$")
 
 
 def _kind_name(kind: ReportKind) -> str:
-    return {"run": "simulation run", "sweep": "sweep", "capacity": "capacity plan"}[kind]
+    names = {
+        "run": "simulation run",
+        "sweep": "sweep",
+        "capacity": "capacity plan",
+        "plan": "deployment plan",
+    }
+    return names[kind]

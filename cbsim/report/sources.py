@@ -1,5 +1,5 @@
-"""Which kind of cbsim output a report source holds: a run, a sweep or a capacity plan
-(:func:`detect`).
+"""Which kind of cbsim output a report source holds: a run, a sweep, a capacity plan or a
+deployment plan (:func:`detect`).
 """
 
 from __future__ import annotations
@@ -39,16 +39,33 @@ def _is_capacity(data: Any) -> bool:
     )
 
 
+def _is_deployment_plan(data: Any) -> bool:
+    from cbsim.report.deployment_plan import is_deployment_plan
+
+    return is_deployment_plan(data)
+
+
+def _plan_kind(path: Path) -> ReportKind | None:
+    """``capacity`` or ``plan`` for a JSON file holding one, else None."""
+    data = _read_json(path)
+    if _is_deployment_plan(data):
+        return "plan"
+    if _is_capacity(data):
+        return "capacity"
+    return None
+
+
 _NOT_RECOGNISED = (
     "not a cbsim result: expected a run directory (summary.json), a sweep directory "
-    "(sweep.parquet) or a capacity plan (the JSON of cbsim capacity --json, or a directory "
-    f"holding {' or '.join(CAPACITY_FILES)})"
+    "(sweep.parquet), a capacity plan (the JSON of cbsim capacity --json, or a directory "
+    f"holding {' or '.join(CAPACITY_FILES)}) or a deployment plan (the folder of cbsim plan "
+    "--out, or its plan.json)"
 )
 
 
 def detect(source: str | Path) -> tuple[ReportKind, Path]:
     """What ``source`` is and the path to read it from: a run or sweep directory, or the capacity
-    JSON file. ``summary.json`` or ``sweep.parquet`` given as files stand for their directory.
+    or deployment plan's JSON file. ``summary.json`` or ``sweep.parquet`` given as files stand for their directory.
 
     Raises :class:`CbsimError` naming ``source`` when it is missing or not recognised.
     """
@@ -65,17 +82,21 @@ def detect(source: str | Path) -> tuple[ReportKind, Path]:
         for name in CAPACITY_FILES:
             candidate = path / name
             if candidate.is_file():
-                if not _is_capacity(_read_json(candidate)):
+                kind = _plan_kind(candidate)
+                if kind is None:
                     raise CbsimError(
-                        "not a capacity plan (the JSON of cbsim capacity --json)",
+                        "not a capacity plan (the JSON of cbsim capacity --json) nor a "
+                        "deployment plan (the plan.json of cbsim plan)",
                         source=str(candidate),
                     )
-                return "capacity", candidate
+                return kind, candidate
         raise CbsimError(_NOT_RECOGNISED, source=str(source))
     if path.name == "summary.json":
         return "run", path.parent
     if path.name == "sweep.parquet":
         return "sweep", path.parent
-    if path.suffix.lower() == ".json" and _is_capacity(_read_json(path)):
-        return "capacity", path
+    if path.suffix.lower() == ".json":
+        kind = _plan_kind(path)
+        if kind is not None:
+            return kind, path
     raise CbsimError(_NOT_RECOGNISED, source=str(source))

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 from cbsim import outputs
 from cbsim.errors import CbsimError
 from cbsim.report.capacity import capacity_report
+from cbsim.report.deployment_plan import deployment_report
 from cbsim.report.disaggregated_plan import disaggregated_report, is_disaggregated_plan
 from cbsim.report.document import FORMATS, Format, Report
 from cbsim.report.html_page import render_html
@@ -29,6 +30,8 @@ def build_report(source: str | Path, *, title: str | None = None) -> Report:
     if kind == "sweep":
         return _sweep_report_from_dir(path, title)
     plan = _read_json(path)
+    if kind == "plan":
+        return deployment_report(plan, title=title, source=str(path))
     if is_disaggregated_plan(plan):
         return disaggregated_report(plan, title=title, source=str(path))
     return capacity_report(plan, title=title, source=str(path))

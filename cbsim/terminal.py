@@ -117,12 +117,15 @@ def _autoscale(scenario: Scenario) -> list[tuple[str, str]]:
     """The autoscaler's settings: what it reads and aims at, its bounds, how a replica starts."""
     auto = scenario.cluster.autoscale
     assert auto is not None
+    windows = f"scale-down window {auto.stabilization_s or 0:g} s"
+    if auto.scale_up_stabilization_s:
+        windows += f", scale-up window {auto.scale_up_stabilization_s:g} s"
     return [
         (
             "autoscale",
             f"{auto.metric} target {auto.target:g}, {auto.min_replicas}-{auto.max_replicas} "
             f"replicas ({auto.start_replicas} at first), every {auto.interval_s:g} s, "
-            f"cooldown {auto.cooldown_s:g} s",
+            f"cooldown {auto.cooldown_s:g} s, {windows}",
         ),
         (
             "replica start-up",

@@ -151,7 +151,13 @@ def capacity_report(
     # recommendation
     best = alternatives[best_index] if isinstance(best_index, int) else None
     if best is not None and plan.get("max_rate_rps") is not None:
+        load = (
+            f"{format_value(target)} req/s on {format_value(plan.get('replicas'))} replicas"
+            if target is not None
+            else f"up to {format_value(plan.get('max_rate_rps'))} req/s per replica"
+        )
         items = [
+            ("verdict", f"every SLO target met ({_slo_text(slo, directions)}) at {load}"),
             (
                 "recommendation",
                 _describe_overrides(best.get("overrides")) if varied else str(scenario_name),
@@ -186,6 +192,7 @@ def capacity_report(
     else:
         recommendation = Facts(
             [
+                ("verdict", "SLO not met by any alternative searched"),
                 ("recommendation", "none: the SLO cannot be met"),
                 ("why", str(plan.get("reason") or "—")),
                 ("SLO", _slo_text(slo, directions)),

@@ -3,7 +3,8 @@
 Simulates ``scenarios/diurnal-autoscale-llama3-70b.yaml`` (24 h, a rate curve from 0.25 req/s at
 night to 4 req/s in the afternoon, Llama-3-70B TP 4 on H100s) twice, in two processes at once:
 
-* **autoscaled**: as shipped (``cluster.autoscale``: queue metric, 1 to 8 replicas);
+* **autoscaled**: as shipped (``cluster.autoscale``: the request rate per replica counted over a
+  minute, target 1.2 req/s, 1 to 6 replicas, the HPA's default 300 s scale-down window);
 * **fixed**: without the autoscaler, with the replicas a capacity planner buys for the peak
   rate: ``cbsim.capacity.plan`` of the same traffic as Poisson arrivals at the peak rate under
   the scenario's SLO read at p99 (TTFT p99 and TPOT p99 within ``slo``), or ``--fixed-replicas``.
@@ -15,7 +16,7 @@ attainment; a one-token answer has no TPOT and meets it) and that meet both (the
 ``slo_attainment``); a request not finished meets neither.
 
 Usage: python benchmarks/autoscale_day.py [--fixed-replicas N] [--duration-s S]
-       [--metric M --target T] [--json]
+       [--metric M --target T] [--set cluster.autoscale.KEY=VALUE ...] [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 import cbsim
 from cbsim.capacity import plan
@@ -129,6 +131,13 @@ def main() -> None:
         "--metric", help="autoscale on this metric instead (queue, kv_utilization, rps)"
     )
     parser.add_argument("--target", type=float, help="the metric's target instead")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any scenario key (cluster.autoscale.stabilization_s=0, ...), repeatable",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     overrides: dict[str, Any] = {}
@@ -136,6 +145,9 @@ def main() -> None:
         overrides["cluster.autoscale.metric"] = args.metric
     if args.target:
         overrides["cluster.autoscale.target"] = args.target
+    for pair in args.set:
+        key, _, value = pair.partition("=")
+        overrides[key] = yaml.safe_load(value)
     data = cbsim.load_scenario(SCENARIO, overrides).to_dict()
     if args.duration_s:
         data["workload"]["duration_s"] = args.duration_s

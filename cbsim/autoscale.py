@@ -13,18 +13,24 @@ does to a serving Deployment (the HPA algorithm, ``kube-controller-manager``'s d
 - ``current`` counts the replicas serving or starting; ``desired = ceil(current x metric /
   target)`` clamped to ``[min_replicas, max_replicas]``, unchanged while ``|metric / target - 1|
   <= 0.1`` (the HPA's tolerance).
-- Scale up: ``desired - current`` off replicas start at once (the lowest-numbered first); each
-  serves (the router sees it) after ``scale_up_delay_s`` (provisioning: a node, a pod, the
-  container) plus its weights per GPU over ``weight_load_gbps`` GB/s (loading the checkpoint), as
-  a pod turns Ready only once the engine has loaded the model.
-- Scale down: only when no scale event happened within ``cooldown_s`` (the HPA's scale-down
-  delay, 300 s by default) and, with ``stabilization_s``, to no fewer than the most replicas
-  asked for within that window (the HPA's scale-down stabilization window), down to ``desired`` at once or by at most ``scale_down_step`` replicas
-  (an HPA ``behavior.scaleDown`` policy of ``type: Pods``). Starting replicas are cancelled first (an HPA deletes
-  pods that are not Ready first), then the serving replicas with the fewest outstanding tokens
-  (ties: the highest-numbered): each stops receiving requests at once, drains what it holds
-  (waiting, running and in its front end), then is released: a pod's ``preStop`` drain, as
-  serving engines shut down gracefully. A replica still draining is not started again.
+- Stabilization (:func:`stabilized_replicas`, the HPA's ``behavior`` windows): the fleet shrinks
+  only to the most replicas asked for within the last ``stabilization_s`` (300 s by default, as
+  ``behavior.scaleDown.stabilizationWindowSeconds``) and grows only to the fewest asked for
+  within the last ``scale_up_stabilization_s`` (0 by default: at once, as
+  ``behavior.scaleUp.stabilizationWindowSeconds``). One evaluation that finds the queues empty
+  does not remove a replica the load still needs: that is what keeps a fleet from flapping.
+- Scale up: the off replicas needed start at once (the lowest-numbered first); each serves (the
+  router sees it) after ``scale_up_delay_s`` (provisioning: a node, a pod, the container) plus
+  its weights per GPU over ``weight_load_gbps`` GB/s (loading the checkpoint), as a pod turns
+  Ready only once the engine has loaded the model.
+- Scale down: only when no scale event happened within ``cooldown_s`` (the HPA's older
+  scale-down delay, 300 s by default), to the stabilized count at once or by at most
+  ``scale_down_step`` replicas (an HPA ``behavior.scaleDown`` policy of ``type: Pods``).
+  Starting replicas are cancelled first (an HPA deletes pods that are not Ready first), then the
+  serving replicas with the fewest outstanding tokens (ties: the highest-numbered): each stops
+  receiving requests at once, drains what it holds (waiting, running and in its front end), then
+  is released: a pod's ``preStop`` drain, as serving engines shut down gracefully. A replica
+  still draining is not started again.
 
 Every replica's time is recorded (:class:`FleetLog`): when it was acquired (the scale-up
 decision, or 0) and released (the end of its drain, or the end of the run), and when it served.
@@ -38,7 +44,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +67,7 @@ __all__ = [
     "FleetLog",
     "desired_replicas",
     "load_time_s",
+    "stabilized_replicas",
     "windows_from_events",
 ]
 
@@ -74,6 +81,24 @@ def desired_replicas(current: int, metric: float, target: float, low: int, high:
     ratio = metric / target
     desired = current if abs(ratio - 1.0) <= TOLERANCE else math.ceil(current * ratio)
     return min(max(desired, low), high)
+
+
+def stabilized_replicas(
+    current: int,
+    desired: int,
+    recent: Iterable[tuple[float, int]],
+    now: float,
+    up_window_s: float,
+    down_window_s: float,
+) -> int:
+    """The HPA's stabilization (``behavior.scaleUp`` / ``scaleDown.stabilizationWindowSeconds``):
+    the count to scale to given this evaluation's ``desired`` and the earlier ones ``recent``
+    (``(time, desired)``). The fleet grows only to the fewest replicas asked for within the last
+    ``up_window_s`` and shrinks only to the most asked for within the last ``down_window_s`` (each
+    window includes ``desired`` itself, so a window of 0 takes ``desired`` as it is)."""
+    up = min([desired, *(n for at, n in recent if at >= now - up_window_s)])
+    down = max([desired, *(n for at, n in recent if at >= now - down_window_s)])
+    return min(max(current, up), down)
 
 
 def load_time_s(pool: ReplicaPool, gbps: float) -> float:
@@ -231,7 +256,9 @@ class Autoscaler:
         self.draining: list[tuple[Replica, float]] = []  # (replica, when its drain began)
         self.off: list[Replica] = list(replicas[first:])
         self._last_event_s = -math.inf
-        self._asked: deque[tuple[float, int]] = deque()  # (when, desired): the stabilization window
+        # (when, desired), the stabilization windows' history: the fleet at t = 0 is what the
+        # autoscaler, running before the simulated span, last asked for
+        self._asked: deque[tuple[float, int]] = deque([(0.0, first)])
         self._last_routed = 0
         self._generation = [0] * len(replicas)
         self.closed = False
@@ -271,19 +298,18 @@ class Autoscaler:
         desired = desired_replicas(
             current, self.metric(), config.target, config.min_replicas, config.max_replicas
         )
-        lowest = desired
-        window = config.stabilization_s
-        if window is not None:  # shrink only to the most asked for within the window
-            asked = self._asked
-            asked.append((now, desired))
-            while asked[0][0] < now - window:
-                asked.popleft()
-            lowest = max(count for _, count in asked)
-        if desired > current and self.off:
-            self._scale_up(now, desired - current)
-        elif lowest < current and now - self._last_event_s >= config.cooldown_s:
+        up_window = config.scale_up_stabilization_s
+        down_window = config.stabilization_s or 0.0
+        asked = self._asked
+        while asked and asked[0][0] < now - max(up_window, down_window):
+            asked.popleft()
+        count = stabilized_replicas(current, desired, asked, now, up_window, down_window)
+        asked.append((now, desired))
+        if count > current and self.off:
+            self._scale_up(now, count - current)
+        elif count < current and now - self._last_event_s >= config.cooldown_s:
             step = config.scale_down_step
-            self._scale_down(now, current - lowest if step is None else min(step, current - lowest))
+            self._scale_down(now, current - count if step is None else min(step, current - count))
 
     def _event(self, now: float, event: str, replica: Replica) -> None:
         self.log.events.append(

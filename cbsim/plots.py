@@ -20,8 +20,10 @@ so importing this module does not pick a backend (headless runs fall back to Agg
 * :func:`save` writes a PNG atomically; :func:`to_png_bytes` returns PNG bytes (for HTML reports).
 
 Time series are drawn as steps: a window's value holds from its start ``t_s`` to the next window
-(the last one to the end of the run, ``span_s``). Points of a sweep or a plan are labelled
-``key=value`` with short keys (:func:`short_keys`, :func:`point_label`): ``gpu=h200, tp=4``.
+(the last one to the end of the run, ``span_s``), against seconds, or hours for a run of three
+hours or more (:mod:`cbsim.time_axis`: a day reads 0 to 24). Points of a sweep or a plan are
+labelled ``key=value`` with short keys (:func:`short_keys`, :func:`point_label`): ``gpu=h200,
+tp=4``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ import numpy as np
 import pandas as pd
 
 from cbsim import outputs
+from cbsim.plot_legends import columns_that_fit, legend_outside
 from cbsim.results import Results
+from cbsim.time_axis import TimeAxis, time_axis
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -219,6 +223,13 @@ def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
     return frame[name].to_numpy(dtype=float)
 
 
+def _clock(t: np.ndarray, end: float | None) -> tuple[np.ndarray, float | None, TimeAxis]:
+    """Window starts and the run's end in the unit the run's length calls for (seconds, or
+    hours for a long run: :func:`cbsim.time_axis.time_axis`), and that axis."""
+    clock = time_axis(end if end is not None else (float(t[-1]) if len(t) else None))
+    return t / clock.seconds_per_unit, None if end is None else clock.scale(end), clock
+
+
 def _time_limits(ax: Axes, t: np.ndarray, end: float | None) -> None:
     if len(t):
         ax.set_xlim(float(t[0]), float(end if end is not None else t[-1]) or 1.0)
@@ -238,10 +249,10 @@ def throughput_and_queue(
     ts, end = _timeseries(results)
     (left,) = _axes(ax, (1, 1), (8.0, 4.0))
     right = left.twinx()
-    t = _column(ts, "t_s")
+    t, end, clock = _clock(_column(ts, "t_s"), end)
     _step(left, t, _column(ts, "output_tokens_per_s"), end, color="C0", label="output tokens/s")
     _step(right, t, _column(ts, "waiting"), end, color="C3", label="waiting requests")
-    left.set_xlabel("time (s)")
+    clock.apply(left)
     left.set_ylabel("output throughput (tokens/s)", color="C0")
     right.set_ylabel("waiting requests (time average)", color="C3")
     left.set_ylim(bottom=0)
@@ -261,12 +272,12 @@ def prefix_hit_rate_over_time(
     when ``results`` is a :class:`Results` (else its ``timeseries`` frame)."""
     ts, end = _timeseries(results)
     (axis,) = _axes(ax, (1, 1), (8.0, 3.2))
-    t = _column(ts, "t_s")
+    t, end, clock = _clock(_column(ts, "t_s"), end)
     _step(axis, t, _column(ts, "prefix_hit_rate"), end, color="C2", label="per window")
     if isinstance(results, Results):
         overall = float(results.summary.get("prefix_hit_rate", math.nan))
         axis.axhline(overall, color="C2", linestyle="--", linewidth=1, label="whole run")
-    axis.set_xlabel("time (s)")
+    clock.apply(axis)
     axis.set_ylabel("prefix cache hit rate")
     axis.set_ylim(0, 1)
     _time_limits(axis, t, end)
@@ -298,7 +309,7 @@ def batch_kv_k_over_time(
             axes = given[:2]
     rows = 3 if speculated else 2
     panels = _axes(axes, (rows, 1), (8.0, 2.5 * rows), sharex=True)
-    t = _column(ts, "t_s")
+    t, end, clock = _clock(_column(ts, "t_s"), end)
     batch_ax, kv_ax = panels[0], panels[1]
     _step(batch_ax, t, _column(ts, "batch_size"), end, color="C0")
     batch_ax.set_ylabel("batch size (requests)")
@@ -319,7 +330,7 @@ def batch_kv_k_over_time(
         k_ax.set_ylim(bottom=0)
     for panel in panels:
         _time_limits(panel, t, end)
-    panels[-1].set_xlabel("time (s)")
+    clock.apply(panels[-1])
     fig = _figure_of(batch_ax)
     if title:
         fig.suptitle(title)
@@ -471,9 +482,18 @@ def latency_cdfs(
         panel.set_title(f"{name} CDF")
         panel.grid(True, which="major", alpha=0.3)
         labels = panel.get_legend_handles_labels()[1]
-        if len(runs) > 1 or any(text.startswith("SLO") for text in labels):
+        shared = len(runs) > 1 and axes is None  # the runs' names: once, below the panels
+        if shared and any(text.startswith("SLO") for text in labels):
+            slo_lines = [h for h in panel.get_lines() if str(h.get_label()).startswith("SLO")]
+            panel.legend(slo_lines, [str(h.get_label()) for h in slo_lines], fontsize=8)
+        elif not shared and (len(runs) > 1 or any(text.startswith("SLO") for text in labels)):
             panel.legend(loc="lower right", fontsize=8)
     fig = _figure_of(panels[0])
+    if len(runs) > 1 and axes is None:
+        lines = [h for h in panels[0].get_lines() if not str(h.get_label()).startswith("SLO")]
+        names = [str(h.get_label()) for h in lines]
+        fig.legend(lines, names, loc="outside lower center", fontsize=8, frameon=False,
+                   ncols=columns_that_fit(float(fig.get_figwidth()), names))  # fmt: skip
     if title:
         fig.suptitle(title)
     return fig
@@ -629,7 +649,7 @@ def latency_vs_load(
     axis.set_title(title or f"{name} vs load (mean over seeds, band min–max)")
     axis.grid(True, alpha=0.3)
     if hue_col is not None or slo is not None:
-        axis.legend(fontsize=8)
+        legend_outside(axis, own_figure=ax is None)
     return _figure_of(axis)
 
 
@@ -844,7 +864,7 @@ def tokens_per_gpu_vs_per_user(
     axis.set_title(title or "Tokens/s per GPU vs tokens/s per user (upper right is better)")
     axis.grid(True, alpha=0.3)
     if len(names) > 1 or passed:
-        axis.legend(fontsize=8)
+        legend_outside(axis, own_figure=ax is None)
     return _figure_of(axis)
 
 

@@ -7,8 +7,9 @@ states:
 * **the set-up** — model and precisions, GPUs (``gpu, tp T x R replicas = N GPUs in total``), the
   scheduler with its token budget, the serving engine, and speculation (proposer and k policy)
   when it is on;
-* **the figures** — throughput, goodput, latency percentiles, acceptance when speculating,
-  autoscaled, the autoscaler's settings, the replicas it served with (mean and most), its scale
+* **the figures** — throughput, goodput, latency percentiles (with speculation, ITL per streamed
+  chunk — what ``vllm bench serve`` calls ITL — before ITL per token, whose median reads 0 when
+  drafts are accepted together), acceptance when speculating, autoscaled, the autoscaler's settings, the replicas it served with (mean and most), its scale
   events and the GPU-hours held with their cost;
 * **the SLO** — each target of the scenario's ``slo`` against the p99 it is read at (TTFT p99 vs
   ``slo.ttft_s``, TPOT p99 vs ``slo.tpot_s``, E2E p99 vs ``slo.e2e_s``) with *met* or *missed*,
@@ -41,6 +42,7 @@ from cbsim.stability import is_unstable, load_note, slo_verdict
 __all__ = [
     "GOODPUT_PASS_FRACTION",
     "comparison_table",
+    "itl_rows",
     "print_run",
     "run_title",
     "setup_rows",
@@ -96,6 +98,19 @@ def _fmt_latencies(summary: Mapping[str, Any], metric: str) -> str:
     return f"{' / '.join(parts)} {unit}"
 
 
+def itl_rows(summary: Mapping[str, Any], speculative: bool) -> list[tuple[str, str]]:
+    """(label, summary stem) of the ITL lines: one without speculation; with it, the gap per
+    streamed chunk first (what ``vllm bench serve`` reports as ITL: one gap per chunk of accepted
+    drafts + 1), then the gap per token (accepted drafts arrive together: a gap of 0, so its
+    median can read 0.0 ms)."""
+    if not speculative or "itl_chunk_p50_s" not in summary:
+        return [("ITL p50 / p90 / p99", "itl")]
+    return [
+        ("ITL per chunk p50 / p90 / p99 (vLLM's ITL)", "itl_chunk"),
+        ("ITL per token p50 / p90 / p99", "itl"),
+    ]
+
+
 # --------------------------------------------------------------------------- the set-up
 
 
@@ -120,12 +135,15 @@ def _autoscale(scenario: Scenario) -> list[tuple[str, str]]:
     """The autoscaler's settings: what it reads and aims at, its bounds, how a replica starts."""
     auto = scenario.cluster.autoscale
     assert auto is not None
+    windows = f"scale-down window {auto.stabilization_s or 0:g} s"
+    if auto.scale_up_stabilization_s:
+        windows += f", scale-up window {auto.scale_up_stabilization_s:g} s"
     return [
         (
             "autoscale",
             f"{auto.metric} target {auto.target:g}, {auto.min_replicas}-{auto.max_replicas} "
             f"replicas ({auto.start_replicas} at first), every {auto.interval_s:g} s, "
-            f"cooldown {auto.cooldown_s:g} s",
+            f"cooldown {auto.cooldown_s:g} s, {windows}",
         ),
         (
             "replica start-up",
@@ -263,7 +281,8 @@ def summary_table(results: Results) -> Table:
     table.add_row("TTFT p50 / p90 / p99", _fmt_latencies(s, "ttft"))
     table.add_row("TPOT p50 / p90 / p99", _fmt_latencies(s, "tpot"))
     table.add_row("E2E p50 / p90 / p99", _fmt_latencies(s, "e2e"))
-    table.add_row("ITL p50 / p90 / p99", _fmt_latencies(s, "itl"))
+    for label, metric in itl_rows(s, results.scenario.speculative.enabled):
+        table.add_row(label, _fmt_latencies(s, metric))
     for stem, label in (("kv_transfer", "KV transfer"), ("kv_wait", "KV wait")):
         if f"{stem}_p99_s" in s:  # disaggregated: prefill -> decode KV handoff
             pair = f"{_seconds(s.get(f'{stem}_p50_s'))} / {_seconds(s[f'{stem}_p99_s'])}"

@@ -16,7 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.autoscale import FleetLog, desired_replicas, windows_from_events
+from cbsim.autoscale import (
+    FleetLog,
+    desired_replicas,
+    stabilized_replicas,
+    windows_from_events,
+)
 from cbsim.cli import cli
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
@@ -43,6 +48,7 @@ def scenario(
         "scale_up_delay_s": 2.0,
         "cooldown_s": 5.0,
         "weight_load_gbps": LOAD_GBPS,
+        "stabilization_s": 0.0,  # the mechanics on a scale of seconds; the windows: their tests
     }
     config.update(autoscale)
     return {
@@ -128,6 +134,60 @@ def test_hpa_rule_with_its_tolerance() -> None:
     assert desired_replicas(4, 0.0, 2.0, 1, 8) == 1  # idle: down to min
     assert desired_replicas(4, 100.0, 2.0, 1, 8) == 8  # clamped to max
     assert desired_replicas(3, 0.1, 2.0, 2, 8) == 2
+
+
+def test_stabilization_is_the_hpas() -> None:
+    """Kubernetes' ``stabilizeRecommendationWithBehaviors``: shrink only to the most replicas
+    asked for within the scale-down window, grow only to the fewest asked for within the
+    scale-up window, each window including this evaluation's own recommendation."""
+    recent = [(0.0, 4), (100.0, 2), (250.0, 1)]
+    # at 300 s, asked 1: the window of 300 s still holds the 4 asked at 0 s
+    assert stabilized_replicas(4, 1, recent, 300.0, 0.0, 300.0) == 4
+    # at 301 s the 4 has left the window: down to the 2 asked at 100 s
+    assert stabilized_replicas(4, 1, recent, 301.0, 0.0, 300.0) == 2
+    assert stabilized_replicas(4, 1, recent, 301.0, 0.0, 0.0) == 1  # no window: at once
+    # scale-up window 0 (the default): up to what is asked at once
+    assert stabilized_replicas(1, 5, recent, 300.0, 0.0, 300.0) == 5
+    # a scale-up window of 100 s: only to the fewest asked for within it (the 1 at 250 s)
+    assert stabilized_replicas(1, 5, recent, 300.0, 100.0, 300.0) == 1
+    assert stabilized_replicas(1, 5, [(250.0, 3)], 300.0, 100.0, 300.0) == 3
+    # between the two bounds the fleet stays as it is
+    assert stabilized_replicas(3, 2, [(290.0, 4)], 300.0, 0.0, 300.0) == 3
+    assert stabilized_replicas(3, 3, [], 300.0, 0.0, 300.0) == 3
+
+
+def test_windows_default_to_the_hpas() -> None:
+    """Unset, the scale-down window is the HPA's default 300 s and the scale-up window 0."""
+    data = scenario(OVERLOAD)
+    for key in ("stabilization_s", "scale_up_stabilization_s"):
+        data["cluster"]["autoscale"].pop(key, None)
+    auto = cbsim.load_scenario(data).cluster.autoscale
+    assert auto is not None
+    assert auto.stabilization_s == 300.0
+    assert auto.scale_up_stabilization_s == 0.0
+
+
+def test_default_window_keeps_the_fleet_through_a_short_lull() -> None:
+    """By default (no window given) a fleet scaled up for a peak keeps its replicas through an
+    idle minute: every recommendation in the last 300 s counts, not the last one alone."""
+    data = scenario(PEAK_THEN_IDLE, cooldown_s=0.0)
+    del data["cluster"]["autoscale"]["stabilization_s"]
+    results = run(data)
+    check_invariants(results)
+    assert results.summary["scale_ups"] > 0
+    assert results.summary["scale_downs"] == 0
+    assert results.summary["replicas_max"] > 1
+
+
+def test_scale_up_window_ignores_a_brief_spike() -> None:
+    """A scale-up window longer than a burst keeps the fleet as it is (the fewest replicas asked
+    for within the window is the one serving); without it the burst scales up."""
+    burst = [[0, 40], [1, 40], [1.01, 0.2], [40, 0.2]]  # its queue is gone within seconds
+    eager = run(scenario(burst))
+    patient = run(scenario(burst, scale_up_stabilization_s=10.0))
+    check_invariants(patient)
+    assert eager.summary["scale_ups"] > 0
+    assert patient.summary["scale_ups"] == 0
 
 
 # --------------------------------------------------------------------------- validation

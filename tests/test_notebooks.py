@@ -10,6 +10,7 @@ development machine: 01-quick-start about 6 s, 02-speculative-decoding-under-loa
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,28 @@ EXPECTED = {
     "02-speculative-decoding-under-load.ipynb",
     "03-capacity-plan.ipynb",
     "04-prefix-caching.ipynb",
+    "05-mixture-of-experts.ipynb",
+    "06-disaggregated-prefill-decode.ipynb",
+    "07-spec-policy-advice.ipynb",
 }
+NUMBER_WORDS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+]
+#: "all six", "all 7": a count in a sentence that speaks of the notebooks
+_ALL_COUNT = re.compile(r"\ball (\d+|" + "|".join(NUMBER_WORDS) + r")\b", re.IGNORECASE)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), NOTEBOOK_DIR / "README.md"]
 CELL_TIMEOUT_S = 300
 KERNEL = "python3"
 
@@ -47,6 +69,23 @@ def _python3_kernel_or_skip() -> None:
 
 def test_the_notebooks_are_there() -> None:
     assert {p.name for p in NOTEBOOKS} >= EXPECTED
+
+
+def test_the_docs_count_the_notebooks_right() -> None:
+    """A sentence of the docs that speaks of the notebooks and says "all N" says how many
+    there are (seven, not "all six")."""
+    wrong = []
+    for doc in DOCS:
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        for sentence in re.split(r"(?<=\.)\s", text):
+            if "notebook" not in sentence.lower():
+                continue
+            for match in _ALL_COUNT.finditer(sentence):
+                word = match.group(1).lower()
+                count = int(word) if word.isdigit() else NUMBER_WORDS.index(word)
+                if count != len(NOTEBOOKS):
+                    wrong.append(f"{doc.name}: {match.group(0)!r} in {sentence[:120]!r}")
+    assert not wrong, f"there are {len(NOTEBOOKS)} notebooks: {wrong}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=_ids(NOTEBOOKS))
@@ -90,5 +129,14 @@ def test_notebook_runs(path: Path) -> None:
         if output.get("output_type") == "error"
     ]
     assert not errors, f"{path.name}: {errors}"
+    # what a reader sees under a cell: no warning (a pandas PerformanceWarning, say)
+    warned = [
+        output.get("text", "")
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.get("outputs", [])
+        if output.get("name") == "stderr" and "Warning" in output.get("text", "")
+    ]
+    assert not warned, f"{path.name}: {warned}"
     ran = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.get("execution_count") for cell in ran), f"{path.name}: a cell did not run"

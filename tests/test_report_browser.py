@@ -36,6 +36,7 @@ import pytest
 from cbsim.capacity import plan
 from cbsim.report import write_report
 from cbsim.simulate import simulate
+from cbsim.sweep import run_sweep
 from tests.conftest import find_chromium, run_chromium, small_scenario
 
 plt.switch_backend("Agg")
@@ -57,10 +58,15 @@ window.addEventListener('load', function () {
   });
   var out = document.createElement('pre');
   out.id = 'cbsim-probe';
+  var wraps = Array.prototype.slice.call(document.querySelectorAll('.table-wrap')).map(
+    function (w) { return {scroll: w.scrollWidth, client: w.clientWidth}; });
+  var first = document.querySelector('section');
   out.textContent = JSON.stringify({
     height: document.documentElement.scrollHeight,
     width: document.documentElement.scrollWidth,
-    images: images
+    images: images,
+    tables: wraps,
+    first: first ? {id: first.id, top: first.getBoundingClientRect().top} : null
   });
   document.body.appendChild(out);
 });
@@ -118,6 +124,26 @@ def capacity_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = out / "plan.json"
     path.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return write_report(path, out / "capacity-report.html")
+
+
+@pytest.fixture(scope="module")
+def sweep_html(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep of three overrides (eight points of 20 requests): a wide table of points."""
+    out = tmp_path_factory.mktemp("browser")
+    run_sweep(
+        {
+            "name": "wide",
+            "base": small_scenario(workload__num_requests=20, slo={"ttft_s": 0.5, "tpot_s": 0.05}),
+            "grid": {
+                "workload.arrival.rate": [2.0, 8.0],
+                "scheduler.max_batch_size": [8, 64],
+                "scheduler.max_batched_tokens": [2048, 8192],
+            },
+        },
+        out=out / "sweep",
+        workers=1,
+    )
+    return write_report(out / "sweep", out / "sweep-report.html")
 
 
 # --------------------------------------------------------------------------- the rendered DOM
@@ -280,6 +306,33 @@ def test_capacity_report_dom(chromium: str, capacity_html: Path, tmp_path: Path)
     fleet, _ = _table_with(dom, "result")
     assert "pass" in [row[fleet[0].index("result")] for row in fleet[1:]]
     _check_images(dom, found, least=3)
+    _check_text(dom)
+
+
+#: What a reader sees before scrolling: a laptop's window below the browser's own bars.
+FIRST_SCREEN_PX = 700
+
+
+@pytest.mark.parametrize("which", ["run", "sweep"])
+def test_the_verdict_is_on_the_first_screen(
+    which: str, chromium: str, run_html: Path, sweep_html: Path, tmp_path: Path
+) -> None:
+    page = {"run": run_html, "sweep": sweep_html}[which]
+    dom, found = _rendered(chromium, page, tmp_path)
+    assert dom.h2[0] == "Verdict", dom.h2
+    assert found["first"]["id"] == "verdict" and found["first"]["top"] < FIRST_SCREEN_PX / 2
+    assert "verdict" in " ".join(dom.text)
+
+
+def test_a_wide_sweep_table_fits_1280_px(chromium: str, sweep_html: Path, tmp_path: Path) -> None:
+    """Eight points of three overrides: every table fits the page at 1,280 px (its headers wrap
+    after dots and underscores), and the page never scrolls sideways."""
+    dom, found = _rendered(chromium, sweep_html, tmp_path)
+    points, _ = _table_with(dom, "SLO (p99)")
+    assert len(points) == 1 + 8
+    assert found["width"] <= WIDTH_PX, "the page scrolls sideways"
+    too_wide = [t for t in found["tables"] if t["scroll"] > t["client"]]
+    assert not too_wide, too_wide
     _check_text(dom)
 
 

@@ -416,4 +416,38 @@ def test_spec_advise_compares_policies_per_load(tmp_path: Path) -> None:
          "--requests", "10", "--input-len", "32", "--output-len", "16", "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "<- best" in result.output and out.is_file()
+    assert "rate 2 req/s" in result.output and "  => " in result.output and out.is_file()
+
+
+def _advice(speedups: dict[str, float]) -> pd.DataFrame:
+    from cbsim.speculative.advise import _mark_best
+
+    rows = [
+        {"rate": 5.0, "policy": name, "mean_batch_size": 8.0, "tpot_mean_s": 0.01 / speedup,
+         "output_tokens_per_s": 1000.0, "speedup_tpot": speedup}
+        for name, speedup in {"no speculation": 1.0, **speedups}.items()
+    ]  # fmt: skip
+    return _mark_best(pd.DataFrame(rows))
+
+
+def test_spec_advise_calls_no_small_lead_best() -> None:
+    """A 0.2% lead is within one seed's noise (MEANINGFUL_GAIN): no policy is called best; a
+    lead of 2% or more is."""
+    from cbsim.speculative.advise import MEANINGFUL_GAIN, rate_verdict, table_lines
+
+    assert MEANINGFUL_GAIN == 0.02
+    close = _advice({"fixed k=3": 1.400, "goodput": 1.4028, "fixed k=1": 1.2})  # 0.2% ahead
+    lines = table_lines(close)
+    assert not any("<- best" in line for line in lines)
+    assert sum("~ tied" in line for line in lines) == 2
+    verdict = rate_verdict(close)
+    assert verdict.startswith("no policy is meaningfully better: fixed k=3, goodput")
+    assert "16.7% or more ahead of fixed k=1" in verdict
+    clear = _advice({"fixed k=3": 1.40, "goodput": 1.45})  # 3.6% ahead
+    assert next(line for line in table_lines(clear) if "<- best" in line).startswith("  goodput")
+    assert rate_verdict(clear) == "best: goodput (1.450x, 3.6% ahead)"
+    flat = _advice({"fixed k=3": 1.01, "goodput": 1.005})  # speculation barely pays
+    assert rate_verdict(flat).startswith("no policy is meaningfully better than no speculation")
+    # the frame keeps ``best`` (the highest speed-up) for the CSV, beside the new columns
+    assert close.loc[close["best"], "policy"].tolist() == ["goodput"]
+    assert not close["meaningful_best"].any() and clear["meaningful_best"].sum() == 1

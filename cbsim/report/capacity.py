@@ -174,8 +174,14 @@ def capacity_report(
     # recommendation
     best = alternatives[best_index] if isinstance(best_index, int) else None
     if best is not None and plan.get("max_rate_rps") is not None:
+        load = (
+            f"{figure(target)} req/s on {figure(plan.get('replicas'))} replicas"
+            if target is not None
+            else f"up to {figure(plan.get('max_rate_rps'))} req/s per replica"
+        )
         items = [
             ("headline", str(plan.get("headline") or capacity_headline(plan) or "—")),
+            ("verdict", f"every SLO target met ({_slo_text(slo, directions)}) at {load}"),
             (
                 "recommendation",
                 plots.point_label(best.get("overrides") or {}, keys)
@@ -212,6 +218,7 @@ def capacity_report(
     else:
         recommendation = Facts(
             [
+                ("verdict", "SLO not met by any alternative searched"),
                 ("recommendation", "none: the SLO cannot be met"),
                 ("why", str(plan.get("reason") or "—")),
                 ("SLO", _slo_text(slo, directions)),

@@ -28,7 +28,8 @@ def _user_errors() -> Iterator[None]:
     "-o",
     required=True,
     type=click.Path(path_type=Path),
-    help="Report file (report.html, or report.md: its figures are written beside it).",
+    help="Report file: report.html (one self-contained page; print it to PDF from a browser) "
+    "or report.md (its figures are written beside it). A .pdf name is refused.",
 )
 @click.option(
     "--format",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Sequence
 
 from cbsim.report.document import Block, Code, Facts, Image, Paragraph, Report, Table
@@ -24,11 +25,15 @@ nav { font-size: 13px; margin: 8px 0 16px; }
 nav a { color: #2457a6; text-decoration: none; margin-right: 14px; white-space: nowrap; }
 dl.facts { display: grid; grid-template-columns: max-content 1fr; gap: 4px 18px; margin: 8px 0; }
 dl.facts dt { color: #5f6b7a; }
-dl.facts dd { margin: 0; font-weight: 500; }
+dl.facts dd { margin: 0; font-weight: 500; min-width: 0; overflow-wrap: anywhere; }
 dl.good, dl.bad { padding: 14px 18px; border-radius: 6px; }
 dl.good { background: #eef8f0; border-left: 5px solid #2e8b47; }
 dl.bad { background: #fdf0ef; border-left: 5px solid #c0392b; }
-.table-wrap { overflow-x: auto; margin: 8px 0 16px; }
+.table-wrap { overflow: auto; max-width: 100%; margin: 8px 0 16px; }
+.table-wrap.wide { max-height: 75vh; border: 1px solid #e3e6ea; }
+.table-wrap.wide th { position: sticky; top: 0; z-index: 1; }
+.table-wrap.wide table { font-size: 12.5px; }
+.table-wrap.wide th, .table-wrap.wide td { padding: 4px 6px; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e3e6ea; text-align: left; vertical-align: top; }
 th { background: #f0f2f5; font-weight: 600; }
@@ -48,10 +53,21 @@ footer { margin-top: 40px; color: #8a94a3; font-size: 12px; }
 
 #: Figures at most this wide (pixels) are laid out two to a row in HTML.
 GRID_MAX_WIDTH_PX = 900
+#: Tables with more columns than this scroll in a box of their own (at most 75% of the window
+#: high, the header row kept in view), so that their horizontal scroll bar is on screen.
+WIDE_TABLE_COLUMNS = 8
+_BREAK_AFTER = re.compile(r"([._/])(?=\w)")
 
 
 def _esc(text: str) -> str:
     return html.escape(text, quote=True)
+
+
+def _header(text: str) -> str:
+    """A column name, escaped, that may wrap after its dots, underscores and slashes
+    (``workload.<wbr>arrival.<wbr>rate``): a wide table then narrows its columns before it
+    overflows."""
+    return _BREAK_AFTER.sub(r"\1<wbr>", _esc(text))
 
 
 def _html_block(block: Block) -> str:
@@ -61,7 +77,7 @@ def _html_block(block: Block) -> str:
         items = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in block.items)
         return f'<dl class="facts {block.tone}">{items}</dl>'
     if isinstance(block, Table):
-        head = "".join(f"<th>{_esc(c)}</th>" for c in block.columns)
+        head = "".join(f"<th>{_header(c)}</th>" for c in block.columns)
         body = []
         for i, row in enumerate(block.rows):
             cells = "".join(
@@ -71,8 +87,9 @@ def _html_block(block: Block) -> str:
             attr = ' class="highlight"' if i in block.highlight else ""
             body.append(f"<tr{attr}>{cells}</tr>")
         caption = f"<caption>{_esc(block.caption)}</caption>" if block.caption else ""
+        wrap = "table-wrap wide" if len(block.columns) > WIDE_TABLE_COLUMNS else "table-wrap"
         return (
-            f'<div class="table-wrap"><table>{caption}<thead><tr>{head}</tr></thead>'
+            f'<div class="{wrap}"><table>{caption}<thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>"
         )
     if isinstance(block, Code):

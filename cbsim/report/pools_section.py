@@ -1,12 +1,12 @@
-"""The parts of a run report that depend on the cluster's pools and on the run's stability.
+"""The parts of a run report that depend on the cluster's pools.
 
 * :func:`cluster_fact` — the cluster as it ran: one line per pool for a disaggregated cluster
   (``prefill 2 × h100-sxm TP 2; decode 1 × h100-sxm TP 4; 8 GPUs``) or a mixed fleet, where the
   flat cluster keys alone would say ``tp=1, 1 replica``;
 * :func:`pools_section` — per pool: its GPUs, layout and the requests it served, and the KV
-  transfer from prefill to decode (transfer and wait percentiles in ms);
-* :func:`verdict_section` — the run's stability and each SLO target against its p99, never
-  "met" when the run was unstable (:func:`cbsim.stability.slo_verdict`).
+  transfer from prefill to decode (transfer and wait percentiles in ms).
+
+The run's verdict (stability and SLO) is :mod:`cbsim.report.verdict`.
 
 All work on the scenario as a mapping (a result directory's ``scenario.yaml``, which need not
 validate any more).
@@ -20,11 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from cbsim.report.document import Facts, Section, Table
+from cbsim.report.document import Section, Table
 from cbsim.report.formatting import format_value
-from cbsim.stability import is_unstable, slo_verdict
 
-__all__ = ["cluster_fact", "ms", "pool_rows", "pools_section", "verdict_section"]
+__all__ = ["cluster_fact", "ms", "pool_rows", "pools_section"]
 
 
 def ms(value: Any) -> str:
@@ -124,33 +123,3 @@ def pools_section(cluster: Mapping[str, Any], requests: pd.DataFrame) -> Section
         )
     title = "Pools and KV transfer" if disaggregated else "Pools"
     return Section(title, blocks)
-
-
-def verdict_section(summary: Mapping[str, Any], scenario: Mapping[str, Any]) -> Section | None:
-    """Stability (offered vs served load, the queue) and each SLO target against its p99."""
-    facts: list[tuple[str, str]] = []
-    if "stable" in summary:
-        facts.append(("stability", str(summary.get("stability", summary["stable"]))))
-    slo = scenario.get("slo") or {}
-    rows = []
-    for name, label in (("ttft", "TTFT p99"), ("tpot", "TPOT p99"), ("e2e", "E2E p99")):
-        target = slo.get(f"{name}_s") if isinstance(slo, Mapping) else None
-        if target is None:
-            continue
-        measured = summary.get(f"{name}_p99_s")
-        met = isinstance(measured, int | float) and math.isfinite(measured) and measured <= target
-        rows.append([label, f"≤ {ms(target)}", ms(measured), slo_verdict(met, summary)])
-    if not facts and not rows:
-        return None
-    blocks: list[Any] = []
-    if facts:
-        blocks.append(Facts(facts, tone="bad" if is_unstable(summary) else "plain"))
-    if rows:
-        blocks.append(
-            Table(
-                ["SLO target", "threshold (ms)", "measured (ms)", "result"],
-                rows,
-                caption="Per-request targets read at p99; an unstable run meets none of them.",
-            )
-        )
-    return Section("Stability and SLO", blocks)

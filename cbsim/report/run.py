@@ -17,12 +17,13 @@ import yaml
 from cbsim import plots
 from cbsim.errors import CbsimError
 from cbsim.metrics import prefix_hit_rates
-from cbsim.report.autoscale_section import autoscale_section
+from cbsim.report.autoscale_section import autoscale_section, fleet_fact
 from cbsim.report.document import Code, Facts, Report, Section, Table
 from cbsim.report.formatting import _figure_image, _get, _with_unit, format_value
-from cbsim.report.pools_section import cluster_fact, ms, pools_section, verdict_section
+from cbsim.report.pools_section import cluster_fact, ms, pools_section
 from cbsim.report.sources import _read_json
 from cbsim.report.speculation_section import compare_no_spec_section, read_no_spec_summary
+from cbsim.report.verdict import verdict_section
 from cbsim.results import Results
 
 
@@ -112,7 +113,9 @@ def run_report(
     return _run_report(data, title=title, source=source)
 
 
-def _scenario_facts(scenario: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _scenario_facts(
+    scenario: Mapping[str, Any], summary: Mapping[str, Any] | None = None
+) -> list[tuple[str, str]]:
     facts: list[tuple[str, str]] = []
     cluster = scenario.get("cluster") or {}
     pooled = cluster_fact(cluster) if cluster else None
@@ -120,11 +123,14 @@ def _scenario_facts(scenario: Mapping[str, Any]) -> list[tuple[str, str]]:
         facts.append(("cluster", pooled))
     elif cluster:
         replicas = cluster.get("replicas", 1)
+        # an autoscaled fleet: the replicas it served with, not the max_replicas it was built with
+        fleet = fleet_fact(summary or {}, scenario)
+        count = fleet or f"{replicas} replica{'s' if replicas != 1 else ''}"
         facts.append(
             (
                 "cluster",
                 f"{cluster.get('model')} on {cluster.get('gpu')}, tp={cluster.get('tp', 1)}, "
-                f"{cluster.get('dtype', 'bf16')}, {replicas} replica{'s' if replicas != 1 else ''}"
+                f"{cluster.get('dtype', 'bf16')}, {count}"
                 + (f", router {cluster.get('router')}" if replicas != 1 else ""),
             )
         )
@@ -177,7 +183,7 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
     seed = s.get("seed", data.scenario.get("seed"))
     report = Report(title=title or f"cbsim run: {name}", kind="run", source=source)
 
-    overview = _scenario_facts(data.scenario)
+    overview = _scenario_facts(data.scenario, s)
     overview.insert(0, ("scenario", f"{name} (seed {format_value(seed)})"))
     if data.run_info:
         overview.append(
@@ -187,6 +193,8 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
                 f"{_with_unit(data.run_info.get('wall_s'), 's')} of wall time",
             )
         )
+    # the verdict first: what a reader looks for, on the first screen
+    report.sections.append(verdict_section(s, data.scenario))
     report.sections.append(Section("Overview", [Facts(overview)]))
 
     speculated = bool(
@@ -236,11 +244,18 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
             ("share of steps speculating", format_value(s.get("spec_step_fraction")), "fraction"),
         ]
     latency_rows = []
+    # with speculation ITL per chunk (vLLM's ITL) first: per token, accepted drafts read 0
+    itl: tuple[tuple[str, str], ...] = (
+        (("itl_chunk", "ITL per chunk (vLLM's ITL)"), ("itl", "ITL per token"))
+        if speculated and "itl_chunk_p50_s" in s
+        else (("itl", "ITL"),)
+    )
     for metric, label in (
         ("ttft", "TTFT"),
         ("tpot", "TPOT"),
         ("e2e", "E2E latency"),
         ("queue", "queueing delay"),
+        *itl,
     ):
         cells = [s.get(f"{metric}_{q}_s") for q in ("p50", "p90", "p99", "mean")]
         if any(c is not None for c in cells):
@@ -261,7 +276,6 @@ def _run_report(data: _RunData, *, title: str | None, source: str) -> Report:
     report.sections += [
         section
         for section in (
-            verdict_section(s, data.scenario),
             pools_section(data.scenario.get("cluster") or {}, data.requests),
             autoscale_section(s, data.scenario, data.timeseries, data.run_info),
         )

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -90,6 +92,37 @@ def _sweep_slo(path: Path | None, keys: Sequence[str]) -> dict[str, float]:
     }
 
 
+def _verdict_section(
+    frame: pd.DataFrame, verdicts: Sequence[str], x: str | None, varying: Sequence[str]
+) -> Section:
+    """The sweep's verdict, first on the page: how many points met every SLO target at p99 and
+    the highest load that did (per the load column), or why there is no verdict."""
+    judged = [v for v in verdicts if v]
+    if not len(frame):
+        return Section("Verdict", [Facts([("verdict", "no completed points")], tone="bad")])
+    if not judged:
+        text = "no SLO targets in the points' scenarios (slo: ttft_s, tpot_s, e2e_s)"
+        return Section("Verdict", [Facts([("verdict", text)])])
+    met = [i for i, v in enumerate(verdicts) if v == "met"]
+    facts = [("verdict", f"{len(met)} of {len(judged)} points met every SLO target at p99")]
+    unstable = sum(1 for v in judged if v.startswith("not met"))
+    if unstable:
+        facts.append(("unstable points", f"{unstable} (an unstable point meets no target)"))
+    if x is not None and met:
+        rows = frame.iloc[met]
+        loads = pd.to_numeric(rows[x], errors="coerce").fillna(-math.inf).to_numpy(dtype=float)
+        best = rows.iloc[int(np.argmax(loads))]
+        others = [c for c in varying if c != x]
+        where = f" ({plots.point_label(best.to_dict(), others)})" if others else ""
+        facts.append(
+            (f"highest {plots.short_keys([x])[x]} meeting it", f"{format_value(best[x])}{where}")
+        )
+    tone: Literal["good", "bad", "plain"] = (
+        "good" if len(met) == len(judged) else "bad" if not met else "plain"
+    )
+    return Section("Verdict", [Facts(facts, tone=tone)])
+
+
 def _sweep_report_from_dir(path: Path, title: str | None) -> Report:
     table = path / "sweep.parquet"
     try:
@@ -134,6 +167,14 @@ def sweep_report(
         facts.append((f"varies: {column}", ", ".join(values)))
     for column in fixed:
         facts.append((f"fixed: {column}", format_value(frame[column].iloc[0])))
+    verdicts: list[str] = []
+    if sweep_dir is not None and "key" in frame.columns:
+        verdicts = [
+            row_verdict(row, slo_targets(sweep_dir / "points" / str(row["key"])))
+            for row in frame.to_dict("records")
+        ]
+    x = _load_column(frame, varying)
+    report.sections.append(_verdict_section(frame, verdicts, x, varying))
     report.sections.append(Section("Overview", [Facts(facts)]))
 
     shown = [c for c in SWEEP_FIELDS if c in frame.columns]
@@ -142,14 +183,14 @@ def sweep_report(
             numbers = pd.to_numeric(frame[optional], errors="coerce")
             if not bool((numbers.fillna(0) > 0).any()):
                 shown.remove(optional)
-    columns = [*overrides, *(["seed"] if "seed" in frame.columns else [])]
+    # one seed: named in the overview, not in a column of its own (a narrower table)
+    columns = [*overrides, *(["seed"] if len(seeds) > 1 else [])]
     columns += [*(["key"] if "key" in frame.columns else []), *shown]
     rows = [[format_value(row[c]) for c in columns] for row in frame.to_dict("records")]
-    if sweep_dir is not None and "key" in frame.columns:  # never "met" when unstable
+    if verdicts:  # never "met" when unstable
         columns.append("SLO (p99)")
-        for cells, row in zip(rows, frame.to_dict("records"), strict=True):
-            targets = slo_targets(sweep_dir / "points" / str(row["key"]))
-            cells.append(row_verdict(row, targets) or "—")
+        for cells, verdict in zip(rows, verdicts, strict=True):
+            cells.append(verdict or "—")
     report.sections.append(
         Section(
             "Points",
@@ -169,7 +210,6 @@ def sweep_report(
         return report
 
     slo = _sweep_slo(sweep_dir, keys)
-    x = _load_column(frame, varying)
     load_blocks: list[Block] = []
     if x is None:
         load_blocks.append(

@@ -80,7 +80,23 @@ def _write_atomic(path: Path, data: bytes) -> None:
     outputs.write_bytes(path, data)
 
 
+#: File name suffixes of formats a report is not written in: refused, never filled with HTML.
+OTHER_FORMATS: dict[str, str] = {
+    ".pdf": "PDF", ".ps": "PostScript", ".eps": "PostScript", ".png": "PNG", ".jpg": "JPEG",
+    ".jpeg": "JPEG", ".svg": "SVG", ".docx": "Word", ".odt": "OpenDocument", ".rtf": "RTF",
+}  # fmt: skip
+
+
 def _format_for(out: Path, fmt: str | None) -> Format:
+    other = OTHER_FORMATS.get(out.suffix.lower())
+    if other is not None:
+        stem = out.stem or "report"
+        raise CbsimError(
+            f"cbsim report writes HTML or Markdown, not {other}: give --out {stem}.html (one "
+            f"self-contained page; a browser's Print > Save as PDF turns it into a PDF, figures "
+            f"and tables included) or --out {stem}.md",
+            source=str(out),
+        )
     if fmt is None:
         return "md" if out.suffix.lower() in (".md", ".markdown") else "html"
     if fmt not in FORMATS:

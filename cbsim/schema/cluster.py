@@ -102,10 +102,12 @@ class Autoscale(StrictModel):
     over ``weight_load_gbps`` GB/s (10^9 bytes/s); replicas are removed only when no scale event
     happened within ``cooldown_s``, drain what they hold, then are released; at most
     ``scale_down_step`` at a time when given (a Kubernetes ``scaleDown`` policy of that many pods
-    per period), else down to the desired count at once. With ``stabilization_s`` (the HPA's
-    ``behavior.scaleDown.stabilizationWindowSeconds``) the fleet shrinks only to the largest
-    count asked for within that many seconds, so a moment of empty queues does not remove a
-    replica the next burst needs."""
+    per period), else down to the desired count at once. As the HPA's ``behavior`` stabilization
+    windows do, the fleet shrinks only to the largest count asked for within the last
+    ``stabilization_s`` seconds (``scaleDown.stabilizationWindowSeconds``, 300 by default; 0 or
+    null: no window) and grows only to the smallest asked for within the last
+    ``scale_up_stabilization_s`` (``scaleUp.stabilizationWindowSeconds``, 0 by default), so a
+    moment of empty queues does not remove a replica the next burst needs."""
 
     min_replicas: ReplicaCount = 1
     max_replicas: ReplicaCount
@@ -117,7 +119,8 @@ class Autoscale(StrictModel):
     weight_load_gbps: Annotated[float, NotBool, Field(gt=0.0, le=100_000.0)] = 2.0
     initial_replicas: ReplicaCount | None = None
     scale_down_step: ReplicaCount | None = None
-    stabilization_s: TimeOffset | None = None
+    stabilization_s: TimeOffset | None = 300.0  # None (files before the default): 0
+    scale_up_stabilization_s: TimeOffset = 0.0
 
     @field_validator("metric")
     @classmethod

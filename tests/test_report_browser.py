@@ -298,7 +298,7 @@ def test_capacity_report_dom(chromium: str, capacity_html: Path, tmp_path: Path)
     assert "facts good" in dom.dl_classes  # the green recommendation box
     text = " ".join(dom.text)
     assert "recommendation" in text and "cost per hour" in text and "$" in text
-    alternatives, classes = _table_with(dom, "cluster.gpu")
+    alternatives, classes = _table_with(dom, "gpu")  # the key named for people
     assert sorted(row[0] for row in alternatives[1:]) == ["a100-80gb", "h100-sxm"]
     assert classes.count("highlight") == 1  # the cheapest alternative is marked
     cheapest = alternatives[classes.index("highlight")]

@@ -14,7 +14,7 @@ from cbsim.capacity import parse_slo as capacity_slo
 from cbsim.cli import cli
 from cbsim.errors import CbsimError
 from cbsim.plan.aic_flags import plan_vocabulary
-from cbsim.plan.cli import build_request
+from cbsim.plan.cli import build_request, plan_command
 from cbsim.slo_syntax import parse_duration, parse_slo, per_request_targets, statistic_targets
 from tests.conftest import small_scenario
 
@@ -126,7 +126,10 @@ def test_run_refuses_a_statistic_its_summary_lacks_before_running(tmp_path: Path
 
 
 def _plan_options(**given: object) -> dict[str, object]:
-    options: dict[str, object] = {
+    options: dict[str, object] = dict(
+        plan_command.make_context("plan", [], resilient_parsing=True).params
+    )
+    options |= {
         "model": "llama-3-8b", "isl": 500, "osl": 50, "ttft": None, "tpot": None,
         "scenario": None, "gpus": None, "total_gpus": None, "engine": None, "dtype": None,
         "headroom": 0.8, "seeds": 1, "percentile": "p99", "tp": "1", "pp": "1", "dp": None,

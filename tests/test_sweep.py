@@ -406,7 +406,8 @@ def test_cli_runs_resumes_and_reports_failures(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "sweep cli: 2 points: 1 succeeded (0 resumed), 1 failed (1 invalid)" in result.stdout
     assert f"results: {out / 'sweep.parquet'} (1 rows)" in result.stdout
-    assert result.stderr.startswith('failed: {"scheduler.kind": "nope"} seed 3: ')
+    failures = [line for line in result.stderr.splitlines() if line.startswith("failed: ")]
+    assert failures[0].startswith('failed: {"scheduler.kind": "nope"} seed 3: ')
     assert "base.yaml: scheduler.kind: unknown kind 'nope'" in result.stderr
     assert len(pd.read_parquet(out / "sweep.parquet")) == 1
 

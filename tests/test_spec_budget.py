@@ -100,3 +100,36 @@ def test_draft_room() -> None:
     assert draft_room(64, 20) == 44
     assert draft_room(64, 80) == 0  # a lone prompt over the budget leaves no room
     assert draft_room(None, 10**6) == UNBUDGETED
+
+
+# --------------------------------------------------------------------------- memory left by a head
+
+SCENARIO = "scenarios/spec-eagle-goodput.yaml"
+
+
+def test_validate_refuses_a_head_that_leaves_no_kv_cache() -> None:
+    """At ``gpu_memory_utilization`` 0.228 the EAGLE head's weights leave no KV block: validate
+    passed it (its fit check left the head out) and the run rejected every request; both now
+    refuse it with one message that names the proposer."""
+    from click.testing import CliRunner
+
+    from cbsim.cli import cli
+
+    args = [SCENARIO, "--set", "cluster.gpu_memory_utilization=0.228"]
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["validate", *args])
+    ran = runner.invoke(cli, ["run", *args, "--set", "workload.num_requests=3"])
+    assert checked.exit_code == ran.exit_code == 2, checked.output
+    assert "eagle proposer's weights and KV included" in checked.output
+    assert checked.output.splitlines()[-1] == ran.output.splitlines()[-1]
+
+
+def test_validate_warns_of_requests_beyond_the_kv_cache() -> None:
+    """A cache of 384 tokens beside the head: validate names the requests the run rejects."""
+    from cbsim.preflight import preflight
+
+    overrides = ["cluster.gpu_memory_utilization=0.233", "workload.num_requests=60"]
+    scenario = cbsim.load_scenario(SCENARIO, overrides)
+    warned = [w for w in preflight(scenario).warnings if "whole KV cache" in w]
+    assert warned and warned[0].startswith("39 of 60 requests are larger")
+    assert cbsim.simulate(scenario).summary["rejected"] == 39

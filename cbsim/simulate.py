@@ -304,7 +304,7 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
     data = results.scenario.to_dict()
-    data["speculative"]["enabled"] = False
+    data["speculative"] = {"enabled": False}  # (its settings would warn, unread)
     if results.iterations_path is None:
         baseline = simulate(load_scenario(data), source=source)
     else:

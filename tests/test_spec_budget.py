@@ -10,6 +10,7 @@ batch order to the room the scheduled tokens leave.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -133,3 +134,54 @@ def test_validate_warns_of_requests_beyond_the_kv_cache() -> None:
     warned = [w for w in preflight(scenario).warnings if "whole KV cache" in w]
     assert warned and warned[0].startswith("39 of 60 requests are larger")
     assert cbsim.simulate(scenario).summary["rejected"] == 39
+
+
+# --------------------------------------------------------------------------- inert settings
+
+
+def test_spec_advise_warns_of_an_mtp_proposer_as_run_does() -> None:
+    """``spec-advise --proposer mtp`` on a model without MTP layers said nothing where ``cbsim
+    run`` warns; it now gives the run's warning."""
+    from cbsim.setting_warnings import ignored_settings
+    from cbsim.speculative.advise import AdviseSetup, advise_warnings, scenario
+
+    setup = AdviseSetup("llama-3-8b", "h100-sxm", proposer="mtp")
+    run = ignored_settings(
+        cbsim.load_scenario(scenario(setup, 1.0, {"kind": "fixed", "k": 3})), False
+    )
+    assert [w for w in run if "ships no multi-token-prediction" in w]
+    assert advise_warnings(setup) == run
+    assert advise_warnings(AdviseSetup("llama-3-8b", "h100-sxm")) == []
+
+
+def test_a_stale_drafter_with_speculation_off_is_warned(tmp_path: Path) -> None:
+    """``speculative.enabled: false`` beside a stale drafter and a proposer ran silently; now
+    validate and the run warn (by value: the written scenario, which gives every key, warns
+    alike, and a plain run's does not), and ``--compare-no-spec``'s baseline does not."""
+    from cbsim.preflight import preflight
+
+    data = _spec_scenario("sarathi", POLICIES["fixed"])
+    data["workload"]["num_requests"] = 4
+    off = {**data, "speculative": {**data["speculative"], "enabled": False}}
+    off["speculative"]["drafter_state_at_k0"] = "stale"
+    scenario = cbsim.load_scenario(off)
+    warned = [w for w in preflight(scenario).warnings if "speculative.enabled is false" in w]
+    assert warned == [
+        "speculative.proposer, speculative.acceptance, speculative.policy, "
+        "speculative.drafter_state_at_k0 are ignored: speculative.enabled is false, so nothing "
+        "drafts (set speculative.enabled: true to speculate, or remove them)"
+    ]
+    results = cbsim.simulate(scenario)
+    assert warned[0] in results.summary["warnings"]
+    written = results.write(tmp_path / "off")
+    again = cbsim.simulate(cbsim.load_scenario(written / "scenario.yaml", written=True))
+    assert again.summary["warnings"] == results.summary["warnings"]
+    plain = cbsim.simulate(cbsim.load_scenario({**data, "speculative": {"enabled": False}}))
+    assert "speculative" not in plain.summary["warnings"]
+    plain_written = plain.write(tmp_path / "plain")
+    reread = cbsim.load_scenario(plain_written / "scenario.yaml", written=True)
+    assert not [w for w in preflight(reread).warnings if "speculative" in w]
+    speculating = cbsim.simulate(cbsim.load_scenario(data))
+    cbsim.compare_no_spec(speculating)
+    assert speculating.no_spec_summary is not None
+    assert "speculative" not in speculating.no_spec_summary["warnings"]

@@ -114,14 +114,20 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        return self.kv_bytes > 0
+        """Whether the KV cache holds at least one block (no request can run without one)."""
+        return self.blocks > 0
+
+    @property
+    def block_bytes(self) -> float:
+        """One KV block's bytes per GPU."""
+        return self.block_size * self.kv_bytes_per_token
 
     @property
     def blocks(self) -> int:
         """KV blocks of one attention rank."""
         if self.kv_bytes <= 0:
             return 0
-        return int(self.kv_bytes // (self.block_size * self.kv_bytes_per_token))
+        return int(self.kv_bytes // self.block_bytes)
 
     @property
     def rank_tokens(self) -> int:

@@ -110,26 +110,29 @@ def replica_memory_plan(pool: ReplicaPool) -> MemoryPlan:
 def scenario_memory_plans(scenario: Scenario) -> list[tuple[PoolPlan, MemoryPlan]]:
     """Each pool's replica memory as its engine lays it out, before anything runs (a draft
     model's weights and KV beside the target's, as :func:`replica_memory_plan`)."""
-    from cbsim.cost.engine_profile import load_engine_profile
     from cbsim.schema.pools import pool_plans
+
+    return [(plan, pool_memory(plan.scenario)) for plan in pool_plans(scenario)]
+
+
+def pool_memory(resolved: Scenario) -> MemoryPlan:
+    """The replica memory of one pool (its resolved scenario) as its engine lays it out, the
+    proposer's weights and KV beside the target's when it speculates: what its replicas get,
+    and what ``cbsim validate`` checks they fit."""
+    from cbsim.cost.engine_profile import load_engine_profile
     from cbsim.speculative.proposers import make_proposer
 
-    plans = []
-    for plan in pool_plans(scenario):
-        resolved = plan.scenario
-        extra_weights = extra_kv = 0.0
-        if resolved.speculative.enabled:
-            proposer = make_proposer(resolved.speculative.proposer, cost_model_for(resolved))
-            extra_weights = proposer.weight_bytes_per_gpu()
-            extra_kv = proposer.kv_bytes_per_token_per_gpu()
-        memory = replica_memory(
-            resolved,
-            load_engine_profile(resolved.cluster.engine).memory,
-            extra_weight_bytes=extra_weights,
-            extra_kv_bytes_per_token=extra_kv,
-        )
-        plans.append((plan, memory))
-    return plans
+    extra_weights = extra_kv = 0.0
+    if resolved.speculative.enabled:
+        proposer = make_proposer(resolved.speculative.proposer, cost_model_for(resolved))
+        extra_weights = proposer.weight_bytes_per_gpu()
+        extra_kv = proposer.kv_bytes_per_token_per_gpu()
+    return replica_memory(
+        resolved,
+        load_engine_profile(resolved.cluster.engine).memory,
+        extra_weight_bytes=extra_weights,
+        extra_kv_bytes_per_token=extra_kv,
+    )
 
 
 def new_kv_cache(model: ModelShape, pool: ReplicaPool) -> KVCache:

@@ -450,8 +450,7 @@ def _check_heads_split(cluster: Cluster, source: str | None, field: str) -> None
 def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> None:
     """One pool's layout (its resolved scenario) fits its GPUs' nodes and memory (``prefix``:
     where its keys are)."""
-    from cbsim.cost.engine_profile import load_engine_profile
-    from cbsim.engine_memory import replica_memory
+    from cbsim.fleet import pool_memory
     from cbsim.hardware import get_gpu
     from cbsim.models import get_model
 
@@ -474,14 +473,26 @@ def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> 
             source=source,
             field=f"{prefix}.dp",
         )
-    memory = replica_memory(scenario, load_engine_profile(cluster.engine).memory)
+    memory = pool_memory(scenario)
     if not memory.fits:
+        if memory.kv_bytes > 0:
+            short = (
+                f"leave {memory.kv_bytes / 2**20:.1f} MiB per GPU for the KV cache, less than "
+                f"one block of {memory.block_size} tokens ({memory.block_bytes / 2**20:.1f} MiB)"
+            )
+        else:
+            more = -memory.kv_bytes
+            amount = f"{more / 2**30:.1f} GiB" if more >= 2**30 / 10 else f"{more / 2**20:.0f} MiB"
+            short = f"need {amount} more per GPU"
+        spec = scenario.speculative
+        drafter = ""
+        if spec.enabled:
+            drafter = f" (the {spec.proposer.kind} proposer's weights and KV included)"
         raise CbsimError(
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
             f"with {memory.fraction_flag}={memory.fraction:.3g}: the weights and what the engine "
-            f"keeps beside them need {-memory.kv_bytes / 2**30:.1f} GiB more per GPU "
-            f"({memory.breakdown_line()}); raise cluster.tp or cluster.pp"
-            f"{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
+            f"keeps beside them{drafter} {short} ({memory.breakdown_line()}); raise cluster.tp "
+            f"or cluster.pp{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
             source=source,
             field=f"{prefix}.tp",
         )

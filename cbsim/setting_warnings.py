@@ -5,7 +5,8 @@ nothing in the company of others, and a run that silently ignores one looks as i
 it: prefix caching or a CPU tier on a disaggregated cluster's decode pool (its instances receive
 their prompts' KV computed and cache none of them), ``prefix_block_tokens`` for a replayed trace
 whose requests carry no prefix block ids, a multi-token-prediction proposer for a model that
-ships no MTP module. Each gives one warning naming the key; the command line prints them and the
+ships no MTP module, a proposer, acceptance, k policy or drafter state set while speculation is
+off. Each gives one warning naming the key; the command line prints them and the
 run's summary carries them (``warnings``), as :mod:`cbsim.scheduler.warnings` does for
 scheduler settings.
 """
@@ -18,6 +19,7 @@ from cbsim.models import get_model
 from cbsim.schema.cluster import Pool
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.scheduler import Scheduler
+from cbsim.schema.speculative import Speculative
 from cbsim.schema.workload import TraceReplay
 from cbsim.slo_syntax import SloTarget
 
@@ -31,6 +33,7 @@ def ignored_settings(scenario: Scenario, trace_ids: bool) -> list[str]:
         *_decode_pool_caching(scenario),
         *_prefix_block_tokens(scenario, trace_ids),
         *_mtp_without_module(scenario),
+        *_speculation_off(scenario),
     ]
 
 
@@ -84,6 +87,32 @@ def _mtp_without_module(scenario: Scenario) -> list[str]:
         "module (no num_nextn_predict_layers in its config): the run prices one made of its "
         "own layers, and its acceptance is whatever speculative.acceptance says; an eagle or "
         "draft_model proposer is one that exists"
+    ]
+
+
+SPECULATION_KEYS = (
+    "proposer", "acceptance", "policy", "drafter_state_at_k0", "stale_acceptance_scale",
+)  # fmt: skip
+"""What a speculating run reads of the ``speculative`` section besides ``enabled``."""
+
+
+def _speculation_off(scenario: Scenario) -> list[str]:
+    """Speculation settings other than the defaults (a stale drafter, a proposer, a k policy)
+    while ``speculative.enabled`` is false: nothing drafts, so none of them is used. By value,
+    not by the keys given: a written scenario gives every key."""
+    spec = scenario.speculative
+    if spec.enabled:
+        return []
+    default = Speculative()
+    changed = [
+        f"speculative.{k}" for k in SPECULATION_KEYS if getattr(spec, k) != getattr(default, k)
+    ]
+    if not changed:
+        return []
+    verb, them = ("is", "it") if len(changed) == 1 else ("are", "them")
+    return [
+        f"{', '.join(changed)} {verb} ignored: speculative.enabled is false, so nothing drafts "
+        f"(set speculative.enabled: true to speculate, or remove {them})"
     ]
 
 

@@ -242,12 +242,14 @@ def scenario_warnings(
         return [
             *scheduler_warnings(scenario.scheduler, prompts),
             *_too_long(pairs[:, 0] + pairs[:, 1], scenario, sample=True),
+            *_beyond_kv_cache(pairs[:, 0] + pairs[:, 1], scenario, sample=True),
             *notes,
         ]
     return [
         *workload.warnings,
         *scheduler_warnings(scenario.scheduler, admissible(workload.prompt_tokens, scenario)),
         *_too_long(workload.prompt_tokens + workload.output_tokens, scenario),
+        *_beyond_kv_cache(workload.prompt_tokens + workload.output_tokens, scenario),
         *notes,
     ]
 
@@ -267,6 +269,26 @@ def _too_long(lengths: np.ndarray, scenario: Scenario, *, sample: bool = False) 
     ]
 
 
+def _beyond_kv_cache(lengths: np.ndarray, scenario: Scenario, *, sample: bool = False) -> list[str]:
+    """A warning, before the run, when some requests (prompt + output, within the context) hold
+    more KV than a replica's whole cache (the smallest pool's): the router will reject them, as
+    the run's rejection warning then counts."""
+    from cbsim.fleet import scenario_memory_plans
+
+    lengths = np.asarray(lengths)
+    lengths = lengths[lengths <= context_length(scenario)]  # (those: _too_long)
+    tokens = min(memory.tokens for _, memory in scenario_memory_plans(scenario))
+    over = int((lengths > tokens).sum())
+    if not over:
+        return []
+    total = len(lengths)
+    share = f"{over:,} of the first {total:,}" if sample else f"{over:,} of {total:,}"
+    return [
+        f"{share} requests are larger than a replica's whole KV cache ({tokens:,} tokens): they "
+        "will be rejected (add tensor parallelism or GPU memory, or shorten the prompts)"
+    ]
+
+
 def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str, float]:
     """Speedup of a speculative run over the same scenario (same seed) with speculation off.
 
@@ -282,7 +304,7 @@ def compare_no_spec(results: Results, *, source: str | None = None) -> dict[str,
     if not results.scenario.speculative.enabled:
         raise ValueError("the scenario does not speculate: nothing to compare")
     data = results.scenario.to_dict()
-    data["speculative"]["enabled"] = False
+    data["speculative"] = {"enabled": False}  # (its settings would warn, unread)
     if results.iterations_path is None:
         baseline = simulate(load_scenario(data), source=source)
     else:

@@ -20,6 +20,10 @@ around one *feature* and mixed with others at random:
 - ``engine_profile``: the other shipped engine profiles, by name and by path, and a profile
   JSON of changed overheads and defaults.
 
+Any case may also speculate under a tight token budget (drawn from a stream of its own, as the
+autoscale block is): a small ``max_batched_tokens`` beside a large ``max_batch_size`` and draft
+length, under every scheduler kind, so that k × batch exceeds the budget.
+
 Any case of a plain cluster may also be autoscaled (``cluster.autoscale``, drawn from a stream of
 its own so that the other draws stay what they were): each metric, bounds, an initial count,
 quick evaluation intervals, start-up delays and cooldowns.
@@ -38,6 +42,12 @@ invariants of :mod:`tests.test_fuzz_valid_scenarios` (its checks are reused: ``r
   to (nor iteration run on) a replica outside its serve windows (held spans);
 - ``prefix``: no request reuses more than its prompt, more from the CPU tier than it reuses,
   nor (prompts with prefix block ids) more than it shares with an earlier prompt;
+- ``budget``: every iteration's scheduled tokens (prefill chunks, plain decodes and verify
+  tokens, k + 1 per speculating request, as the engines count them) within its replica's
+  ``max_batched_tokens`` where the scheduler budgets decodes (``sarathi``, ``orca``; a prompt
+  alone on an idle replica excepted, as ``orca`` without chunked prefill admits it whole), and
+  in every iteration that batches prompts (``prefill_first``, ``static``, whose decode steps
+  are not budgeted);
 - ``memory``: the timeseries has no more windows than the run is long, and (every
   :data:`MEMORY_EVERY`-th case) the run's peak of traced allocations stays within
   :data:`MEMORY_BASE_BYTES` plus :data:`MEMORY_PER_ROW_BYTES` per request and iteration row.
@@ -70,6 +80,8 @@ import yaml
 import cbsim
 from cbsim.autoscale import windows_from_events
 from cbsim.errors import CbsimError
+from cbsim.fleet import rank_limits
+from cbsim.pools import pool_plans
 from cbsim.preflight import preflight
 from cbsim.workload import RequestSpecs, build_workload
 from tests.test_fuzz_valid_scenarios import (
@@ -103,7 +115,7 @@ FEATURES = (
 )  # fmt: skip
 INVARIANTS = (
     "runs", "conservation", "summary", "time", "kv", "determinism", "fast_forward", "round_trip",
-    "busy", "prefix", "memory", "autoscale",
+    "busy", "prefix", "memory", "autoscale", "budget",
 )  # fmt: skip
 
 # Violations found and left to other work, counted apart (``known``) rather than as failures:
@@ -394,6 +406,9 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
         data["horizon_s"] = round(10 ** rng.uniform(-1.5, 0.7), 4)
     if _maybe(rng, 0.1):
         data["workload"]["client"] = {"timeout_s": round(10 ** rng.uniform(-1, 1), 3)}
+    tight = random.Random(f"spec-budget/{name}/{data['seed']}")  # the other draws unchanged
+    if _maybe(tight, SPEC_BUDGET_SHARE):
+        _tight_speculation(tight, data)
     scaling = random.Random(f"autoscale/{name}/{data['seed']}")  # the other draws unchanged
     if "replicas" in cluster and _maybe(scaling, AUTOSCALE_SHARE):
         del cluster["replicas"]
@@ -403,6 +418,34 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
 
 AUTOSCALE_SHARE = 0.3
 """The share of plain-cluster cases that are autoscaled."""
+SPEC_BUDGET_SHARE = 0.15
+"""The share of cases that speculate under a token budget below k × batch."""
+
+
+def _tight_speculation(rng: random.Random, data: Draw) -> None:
+    """Speculation (the case's own proposer where it has one) under a small token budget, a
+    large batch and long drafts, with any scheduler kind."""
+    spec = data.get("speculative") or {"enabled": True}
+    if "proposer" not in spec or spec["proposer"]["kind"] != "mtp":
+        spec["proposer"] = {"kind": rng.choice(["eagle", "ngram"])}
+    spec["policy"] = rng.choice(
+        [
+            {"kind": "fixed", "k": rng.randint(3, 8)},
+            {"kind": "goodput", "k_max": 8},
+            {"kind": "batch_table", "preset": "vllm-dsd-example"},
+            {"kind": "adaptive_hysteresis"},
+        ]
+    )
+    data["speculative"] = spec
+    kind = rng.choice(["sarathi", "sarathi", "orca", "prefill_first", "static"])
+    scheduler: Draw = {
+        "kind": kind,
+        "max_batched_tokens": rng.randint(2, 64),
+        "max_batch_size": rng.randint(16, 256),
+    }
+    if kind == "orca" and _maybe(rng, 0.5):
+        scheduler["chunked_prefill"] = True
+    data["scheduler"] = scheduler
 
 
 def _autoscale(rng: random.Random) -> Draw:
@@ -616,6 +659,48 @@ def check_autoscale(results: cbsim.Results, fail: Fail) -> None:
             return
 
 
+BUDGETED_DECODES = ("sarathi", "orca")
+"""Schedulers whose every iteration, decodes and verify tokens included, keeps the budget."""
+
+
+def _replica_schedulers(scenario: cbsim.Scenario) -> list[Any]:
+    """Each replica's scheduler settings (data-parallel ranks' and micro-batches' limits
+    summed, as the replica takes them), in replica order (an autoscaled pool's replicas all its
+    own)."""
+    schedulers = []
+    for plan in pool_plans(scenario):
+        schedulers += [rank_limits(plan.scenario)] * plan.replicas
+    return schedulers
+
+
+def check_budget(results: cbsim.Results, fail: Fail) -> None:
+    """Every iteration's scheduled tokens within its replica's token budget (see the module
+    docstring for which iterations each kind budgets)."""
+    it = results.iterations
+    if not len(it):
+        return
+    schedulers = _replica_schedulers(results.scenario)
+    verify = it.get("verify_tokens", 0)
+    tokens = (it["prefill_tokens"] + it["decode_tokens"] + verify).to_numpy()
+    replicas = it["replica"].to_numpy() if "replica" in it else np.zeros(len(it), dtype=int)
+    sizes = it["batch_size"].to_numpy()
+    prefills = it["prefill_tokens"].to_numpy()
+    for row in range(len(it)):
+        config = schedulers[min(int(replicas[row]), len(schedulers) - 1)]
+        lone = sizes[row] == 1 and tokens[row] == prefills[row]
+        if config.kind in BUDGETED_DECODES:
+            budgeted = not (config.kind == "orca" and lone)
+        else:
+            budgeted = prefills[row] > 0 and sizes[row] > 1
+        if budgeted and tokens[row] > config.max_batched_tokens:
+            fail(
+                "budget",
+                f"{config.kind} iteration {row} scheduled {tokens[row]} tokens "
+                f"over max_batched_tokens {config.max_batched_tokens}",
+            )
+            return
+
+
 def known_issue(invariant: str, what: str) -> str | None:
     """The known, unfixed defect a violation is, or None."""
     for (known_invariant, start), defect in KNOWN_ISSUES.items():
@@ -649,6 +734,7 @@ BASIC_CHECKS: tuple[Callable[[cbsim.Results, Fail], None], ...] = (
     check_prefix,
     check_memory_frames,
     check_autoscale,
+    check_budget,
 )
 
 

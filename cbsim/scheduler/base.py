@@ -255,6 +255,12 @@ class SchedulerPolicy(ABC):
     def forget_running_tokens(self) -> None:
         self._running_tokens = None
 
+    def step_budget(self) -> int | None:
+        """The tokens one iteration may schedule in all, decodes' verify tokens counted (k + 1
+        per speculating request, as vLLM V1 and TensorRT-LLM count drafts in the budget), or
+        None when this policy's decode iterations are not budgeted."""
+        return None
+
     @abstractmethod
     def next_batch(self, now: float) -> Batch:
         """The batch of the iteration starting at ``now`` (empty when nothing can run)."""

@@ -23,6 +23,9 @@ from cbsim.scheduler.base import Batch, SchedulerPolicy, register
 class OrcaScheduler(SchedulerPolicy):
     reserves_full_length = True
 
+    def step_budget(self) -> int | None:
+        return self.config.max_batched_tokens
+
     def _chunk(self, tokens: int, budget: int, alone: bool) -> int:
         """The prefill tokens a prompt with ``tokens`` left to compute gets from ``budget``
         (``alone``: nothing else is in the batch). All of them if they fit; else none, or with

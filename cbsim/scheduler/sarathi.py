@@ -23,6 +23,9 @@ class SarathiScheduler(SchedulerPolicy):
     forms_cohorts = True
     mixes_decodes = True
 
+    def step_budget(self) -> int | None:
+        return self.config.max_batched_tokens
+
     def decode_run_mode(self) -> bool | None:
         if len(self.running) > self.config.max_batched_tokens:
             return None  # the budget leaves some decodes out

@@ -31,6 +31,7 @@ import pandas as pd
 
 import cbsim
 from cbsim.errors import CbsimError
+from cbsim.setting_warnings import ignored_settings
 
 DEFAULT_RATES = (1.0, 5.0, 15.0, 30.0, 60.0)
 
@@ -102,6 +103,13 @@ def scenario(setup: AdviseSetup, rate: float, policy: dict[str, Any] | None) -> 
             "policy": policy,
         }
     return data
+
+
+def advise_warnings(setup: AdviseSetup) -> list[str]:
+    """What ``cbsim run`` warns of a speculating point of the sweep's settings (an ``mtp``
+    proposer for a model without MTP layers, ...): the settings every point shares."""
+    speculating = cbsim.load_scenario(scenario(setup, DEFAULT_RATES[0], {"kind": "fixed", "k": 1}))
+    return ignored_settings(speculating, trace_ids=False)
 
 
 def advise(
@@ -222,6 +230,8 @@ def spec_advise_command(
         raise CbsimError(f"--rates: not numbers: {rates!r}") from None
     setup = AdviseSetup(model, gpu, tp, proposer, acceptance_profile, input_len, output_len,
                         requests, seed)  # fmt: skip
+    for warning in advise_warnings(setup):
+        click.echo(f"warning: {warning}", err=True)
     frame = advise(setup, parsed)
     for line in table_lines(frame):
         click.echo(line)
@@ -235,6 +245,7 @@ __all__ = [
     "POLICIES",
     "AdviseSetup",
     "advise",
+    "advise_warnings",
     "rate_verdict",
     "scenario",
     "spec_advise_command",

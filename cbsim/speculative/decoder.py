@@ -260,16 +260,21 @@ class SpeculativeDecoding:
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
         chosen_ks = chosen.tolist()
-        # reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short) and add
-        # its verify entry to the prefill chunks' stats: the same sums as the batch's entries in
-        # order, since every term is a multiple of 1/2 far below 2**53
+        # within the step's token budget (drafts cut in batch order to what the scheduled tokens
+        # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
+        # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
+        # entries in order, since every term is a multiple of 1/2 far below 2**53
         block_size = sched.kv.block_size
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
         for j, req in enumerate(reqs):
             k = chosen_ks[j]
+            if k > spare:
+                k = spare
             if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
                 while k > 0 and not sched._try_grow(req, k + 1):
                     k -= 1
-                chosen_ks[j] = k
+            chosen_ks[j] = k
+            spare -= k
             ks_all[entries[j]] = k
             new_tokens[entries[j]] = k + 1
         chosen = np.array(chosen_ks, dtype=np.int64)
@@ -343,6 +348,24 @@ class SpeculativeDecoding:
             req.drafted_tokens += k
             req.accepted_tokens += a
         self.replica_alpha(replica).observe_counts(accepted_sum, rejected_sum)
+
+
+UNBUDGETED = 1 << 62
+"""The draft room of a step whose scheduler puts no budget on decodes."""
+
+
+def draft_room(budget: int | None, scheduled: int) -> int:
+    """Drafts a step may add to its ``scheduled`` tokens (prefill chunks and one per decode)
+    within the scheduler's token ``budget`` (None: unbudgeted).
+
+    vLLM V1 schedules a running request's ``num_tokens_with_spec - num_computed_tokens`` tokens
+    capped by what is left of the token budget and trims its draft tokens to what was scheduled
+    (``vllm/v1/core/sched/scheduler.py``); TensorRT-LLM's ``MicroBatchScheduler`` counts a
+    generation request as ``beamWidth + numDraftTokens`` against ``maxNumTokens``. cbsim forms the
+    batch first and cuts the drafts, request by request in batch order, to the room it leaves."""
+    if budget is None:
+        return UNBUDGETED
+    return max(0, budget - scheduled)
 
 
 def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) -> None:

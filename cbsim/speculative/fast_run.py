@@ -40,7 +40,7 @@ from cbsim.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.request import Request, Status
 from cbsim.speculative.acceptance import IidModel, PerRequestModel, PositionalModel, level_scale
 from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
-from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, SpecState
+from cbsim.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, UNBUDGETED, SpecState
 from cbsim.speculative.goodput_kernel import (
     NGRAM,
     SWEPT_COST,
@@ -256,10 +256,13 @@ def spec_run_kernel(
     next_arrival_s: float,
     horizon_s: float,
     max_iterations: int,
+    step_budget: int,
 ) -> tuple[Any, ...]:
     """Advance the running requests (arrays in running order, updated in place) through
     speculative decode iterations until a stop rule fires; returns the iterations' rows, the
-    per-request counters and where each request finished (see the module docstring)."""
+    per-request counters and where each request finished (see the module docstring).
+    ``step_budget``: the tokens a step may schedule, drafts cut to it in running order as
+    :func:`~cbsim.speculative.decoder.draft_room` does (:data:`UNBUDGETED`: none)."""
     count = len(kv)
     size = 0
     for i in range(count):
@@ -319,7 +322,9 @@ def spec_run_kernel(
             for a in range(n):
                 if chosen[a] == 0:
                     stale[active[a]] = 1
-        # clamp to the outputs left, then reserve KV for k + 1 tokens (shorter k when short)
+        # clamp to the outputs left and the step's budget, then reserve KV for k + 1 tokens
+        # (shorter k when short)
+        spare = step_budget - n if step_budget > n else 0
         tokens = 0
         kv_tokens = 0
         pairs = 0.0
@@ -333,6 +338,8 @@ def spec_run_kernel(
                 k = remaining[a] - 1
             if k < 0:
                 k = 0
+            if k > spare:
+                k = spare
             while k > 0:
                 need = -(-(kv[i] + k + 1) // block_size) - new_blocks[a]
                 if need <= 0:
@@ -343,6 +350,7 @@ def spec_run_kernel(
                     break
                 k -= 1
             chosen[a] = k
+            spare -= k
             q = k + 1
             tokens += q
             kv_tokens += kv[i] + q
@@ -666,6 +674,8 @@ def plan_spec_run(
         stale=stale,
         stale_rng_state=stale_rng_state,
     )
+    budget = sched.step_budget()
+    step_budget = UNBUDGETED if budget is None else budget
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
     n, end, used_after, real_rows, int_rows, counters = call(
@@ -677,7 +687,7 @@ def plan_spec_run(
         settings.rates, settings.drift, rng, stale, spec.stale_drafter, spec.stale_scale, stale_rng,
         start_s, kv_cache.block_size, kv_cache.used_blocks,
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
-        horizon_s, MAX_RUN_ITERATIONS,
+        horizon_s, MAX_RUN_ITERATIONS, step_budget,
     )  # fmt: skip
     if n <= 0:
         return None

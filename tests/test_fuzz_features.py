@@ -443,22 +443,31 @@ def _timed_client(rng: random.Random, data: Draw) -> None:
         timeout = prefill_s + DECODE_STEP_S * output * rng.uniform(0.05, 1.0)
     workload["client"] = {"timeout_s": round(max(timeout, 1e-4), 6)}
     if during == "preempted":
-        _tight_kv(rng, data["cluster"])
+        _tight_kv(rng, data)
 
 
-def _tight_kv(rng: random.Random, cluster: Draw) -> None:
-    """A plain dense cluster's memory flag set just above its weights: a KV cache of a few GiB,
-    which the campaign's bursts fill (preemption)."""
-    from cbsim.hardware import get_gpu
-    from cbsim.kvcache import model_weight_bytes
-    from cbsim.models import get_model
+def _tight_kv(rng: random.Random, data: Draw) -> None:
+    """A plain cluster's memory flag set for a KV cache of a few thousand tokens (the engine's
+    sizing probed at two settings: it is linear in the flag), which the campaign's bursts fill:
+    preemption."""
+    from cbsim.plan.layouts import kv_tokens
 
-    if "pools" in cluster or "disaggregation" in cluster or cluster["model"] not in DENSE_MODELS:
+    cluster = data["cluster"]
+    if "pools" in cluster or "disaggregation" in cluster:
         return
-    weights = model_weight_bytes(get_model(cluster["model"]), cluster.get("dtype", "bf16"))
-    memory = get_gpu(cluster["gpu"]).memory_bytes
-    share = weights / cluster.get("tp", 1) / memory + rng.uniform(0.02, 0.08)
-    cluster["gpu_memory_utilization"] = round(min(share, 0.95), 4)
+    sized = []
+    for flag in (0.5, 0.9):
+        try:
+            sized.append(kv_tokens(cbsim.load_scenario({**data, "cluster": {**cluster,
+                         "gpu_memory_utilization": flag}})))  # fmt: skip
+        except CbsimError:
+            return
+    per_flag = (sized[1] - sized[0]) / 0.4
+    if per_flag <= 0:
+        return
+    flag = 0.5 + (rng.uniform(2500, 10000) - sized[0]) / per_flag
+    if 0.05 <= flag <= 0.95:
+        cluster["gpu_memory_utilization"] = round(flag, 4)
 
 
 AUTOSCALE_SHARE = 0.3

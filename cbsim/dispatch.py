@@ -81,7 +81,7 @@ class Dispatcher:
             self.dispatch(req)
             return
         heapq.heappush(self.pending, sent)
-        event = env.timeout(sent - env.now)
+        event = env.timeout(exact_delay(env.now, sent))
         event.callbacks.append(lambda _: self._dispatch_pending(req))
 
     def _dispatch_pending(self, req: Request) -> None:
@@ -110,7 +110,7 @@ class Dispatcher:
         req.arrival_s = arrival
         replica.inbound_tokens += req.outstanding_tokens
         heapq.heappush(self.pending, arrival)
-        event = self.env.timeout(arrival - now)
+        event = self.env.timeout(exact_delay(now, arrival))
         event.callbacks.append(lambda _: self._release_held(replica, req, self._arrive))
 
     def _arrive(self, replica: Replica, req: Request) -> None:

@@ -40,6 +40,15 @@ def owe_outputs(req: Request) -> None:
     req.deferred_outputs = 0
 
 
+def unsent(req: Request) -> None:
+    """``req``'s prefill instance has computed its prompt: the token it sampled is never sent
+    (its iteration emits none; the decode instance computes the first output token), so the
+    request has generated nothing yet."""
+    req.generated = 0
+    req.first_token_s = math.nan
+    req.first_row = req.last_row = -1
+
+
 def placement(replicas: list[Replica]) -> list[int]:
     """The node of every replica, packed in order (see :mod:`cbsim.kv_transfer`)."""
     gpus, kinds, per_node = [], [], []
@@ -86,6 +95,7 @@ class Handoff:
         decode instance, where it waits for blocks."""
         if req.abandoned:  # its client gave up meanwhile: nothing to hand over
             assert self.load is not None
+            unsent(req)
             self.load.drop(req)
             return
         source = self.replicas[req.replica]
@@ -99,13 +109,12 @@ class Handoff:
         req.prefill_replica = req.replica
         req.prefill_done_s = req.finish_s
         owe_outputs(req)
+        unsent(req)
         req.status = Status.WAITING
-        req.generated = 0
         req.kv_tokens = req.prompt_tokens - 1
         req.prefill_target = req.prompt_tokens
         req.blocks = 0
-        req.first_token_s = req.finish_s = math.nan
-        req.first_row = req.last_row = -1
+        req.finish_s = math.nan
         decode = self.pools[1].replicas
         target = decode[self.decode_router.route(decode, req)]
         req.replica = target.index

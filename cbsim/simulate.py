@@ -204,6 +204,8 @@ def run_warnings(scenario: Scenario, simulation: Simulation, max_batch: int) -> 
         *slo_warnings(scenario),
         *deprecated_names(scenario),
     ]
+    if simulation.source.stopped:  # a closed loop that served nothing for long
+        warnings.append(simulation.source.stopped)
     outside = simulation.cost.engine.outside_fitted_range(max_batch)
     if outside:
         warnings.append(outside)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import cbsim
 from cbsim.cost.engine_profile import Frontend, StepOverhead, load_engine_profile
-from cbsim.errors import CbsimError
 from cbsim.request import Request
+from cbsim.sources.closed_loop import give_up_after
 from tests.conftest import small_scenario, summaries_equal
 
 
@@ -134,13 +134,17 @@ def test_least_loaded_sees_mid_run_progress_in_a_closed_loop() -> None:
     assert in_flight(results.requests) <= 16
 
 
-def test_rejecting_everything_is_an_error_not_a_hang() -> None:
+def test_rejecting_everything_stops_the_loop_not_a_hang() -> None:
+    """Every request rejected as it is sent: the loop stops sending (it would send for ever at
+    t = 0) and the run reports the rejected requests, saying why it stopped."""
     data = closed(2, 10)
     del data["workload"]["num_requests"]
     data["workload"]["duration_s"] = 5.0
     data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 9000}  # > llama-3-8b's 8192
-    with pytest.raises(CbsimError, match="without time passing"):
-        run(data)
+    results = run(data)
+    assert len(results.requests) == give_up_after(2)
+    assert (results.requests["rejected_reason"] == "context_length").all()
+    assert "the closed loop stopped sending at t = 0 s" in results.summary["warnings"]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

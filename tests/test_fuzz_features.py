@@ -26,7 +26,10 @@ length, under every scheduler kind, so that k × batch exceeds the budget.
 
 Any case of a plain cluster may also be autoscaled (``cluster.autoscale``, drawn from a stream of
 its own so that the other draws stay what they were): each metric, bounds, an initial count,
-quick evaluation intervals, start-up delays and cooldowns.
+quick evaluation intervals, start-up delays and cooldowns. A share (:data:`TIMEOUT_SHARE`) of the
+cases without a client timeout get one, from a stream of its own too, drawn against the
+requests' expected service time so that it fires while a request is prefilled, while it decodes,
+or (a plain dense cluster's KV cache cut to a few GiB) while it waits preempted.
 
 A draw that ``cbsim validate`` refuses is drawn again (counted). Each scenario is checked for the
 invariants of :mod:`tests.test_fuzz_valid_scenarios` (its checks are reused: ``runs``,
@@ -48,6 +51,7 @@ invariants of :mod:`tests.test_fuzz_valid_scenarios` (its checks are reused: ``r
   alone on an idle replica excepted, as ``orca`` without chunked prefill admits it whole), and
   in every iteration that batches prompts (``prefill_first``, ``static``, whose decode steps
   are not budgeted);
+- ``time`` also: no float column of the requests, iterations or timeseries below zero;
 - ``memory``: the timeseries has no more windows than the run is long, and (every
   :data:`MEMORY_EVERY`-th case) the run's peak of traced allocations stays within
   :data:`MEMORY_BASE_BYTES` plus :data:`MEMORY_PER_ROW_BYTES` per request and iteration row.
@@ -413,7 +417,72 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
     if "replicas" in cluster and _maybe(scaling, AUTOSCALE_SHARE):
         del cluster["replicas"]
         cluster["autoscale"] = _autoscale(scaling)
+    timing = random.Random(f"timeouts/{name}/{data['seed']}")  # the other draws unchanged
+    if "client" not in data["workload"] and _maybe(timing, TIMEOUT_SHARE):
+        _timed_client(timing, data)
     return data
+
+
+TIMEOUT_SHARE = 0.25
+"""The share of cases (without a drawn client timeout) whose timeouts fire mid-request."""
+PREFILL_S_PER_TOKEN = 2e-5
+"""About what a prompt token costs a dense 8B model on an H100 (a scale to draw timeouts on)."""
+DECODE_STEP_S = 0.01
+"""About what a decode step costs (the same scale)."""
+
+
+def _mean_tokens(length: Draw | None, default: float) -> float:
+    """A length distribution's rough mean (``default`` where the draw does not say)."""
+    if not isinstance(length, dict):
+        return default
+    if "value" in length:
+        return float(length["value"])
+    if "low" in length and "high" in length:
+        return (length["low"] + length["high"]) / 2
+    return float(length.get("mean", default))
+
+
+def _timed_client(rng: random.Random, data: Draw) -> None:
+    """A client timeout drawn against the requests' expected service time, to fire while a
+    request is prefilled, while it decodes, or (a KV cache of a few GiB: preemption) while it
+    waits preempted."""
+    workload = data["workload"]
+    lengths = workload.get("sessions") or workload
+    prompt = _mean_tokens(lengths.get("prompt_tokens") or lengths.get("user_tokens"), 1000.0)
+    output = _mean_tokens(lengths.get("output_tokens") or lengths.get("answer_tokens"), 60.0)
+    prefill_s = prompt * PREFILL_S_PER_TOKEN
+    during = rng.choice(["prefill", "decode", "preempted"])
+    if during == "prefill":
+        timeout = prefill_s * rng.uniform(0.1, 1.2)
+    else:
+        timeout = prefill_s + DECODE_STEP_S * output * rng.uniform(0.05, 1.0)
+    workload["client"] = {"timeout_s": round(max(timeout, 1e-4), 6)}
+    if during == "preempted":
+        _tight_kv(rng, data)
+
+
+def _tight_kv(rng: random.Random, data: Draw) -> None:
+    """A plain cluster's memory flag set for a KV cache of a few thousand tokens (the engine's
+    sizing probed at two settings: it is linear in the flag), which the campaign's bursts fill:
+    preemption."""
+    from cbsim.plan.layouts import kv_tokens
+
+    cluster = data["cluster"]
+    if "pools" in cluster or "disaggregation" in cluster:
+        return
+    sized = []
+    for flag in (0.5, 0.9):
+        try:
+            sized.append(kv_tokens(cbsim.load_scenario({**data, "cluster": {**cluster,
+                         "gpu_memory_utilization": flag}})))  # fmt: skip
+        except CbsimError:
+            return
+    per_flag = (sized[1] - sized[0]) / 0.4
+    if per_flag <= 0:
+        return
+    flag = 0.5 + (rng.uniform(2500, 10000) - sized[0]) / per_flag
+    if 0.05 <= flag <= 0.95:
+        cluster["gpu_memory_utilization"] = round(flag, 4)
 
 
 AUTOSCALE_SHARE = 0.3
@@ -701,6 +770,17 @@ def check_budget(results: cbsim.Results, fail: Fail) -> None:
             return
 
 
+def check_no_negative_times(results: cbsim.Results, fail: Fail) -> None:
+    """No float column of the requests, the iterations or the timeseries below zero (a time, a
+    wait, a latency, a rate: a float subtraction written as a negative wait was one)."""
+    frames = (results.requests, results.iterations, results.timeseries)
+    for name, frame in zip(("requests", "iterations", "timeseries"), frames, strict=True):
+        for column in frame.columns:
+            values = frame[column]
+            if values.dtype.kind == "f" and (values < 0).any():
+                fail("time", f"negative {name}.{column}: {float(values.min())!r}")
+
+
 def known_issue(invariant: str, what: str) -> str | None:
     """The known, unfixed defect a violation is, or None."""
     for (known_invariant, start), defect in KNOWN_ISSUES.items():
@@ -735,6 +815,7 @@ BASIC_CHECKS: tuple[Callable[[cbsim.Results, Fail], None], ...] = (
     check_memory_frames,
     check_autoscale,
     check_budget,
+    check_no_negative_times,
 )
 
 

@@ -69,6 +69,9 @@ class RequestSource:
     closes_loop = False
     """Whether a finish may make the next send (closed-loop clients, sessions)."""
 
+    stopped = ""
+    """Why the source stopped sending before its workload said (empty: it did not)."""
+
     def start(self) -> None:
         """Begin sending."""
         raise NotImplementedError

@@ -11,9 +11,11 @@ each sends the next request once its last one is done, but never before that req
 (its drawn arrival time), so the first free slot takes the next ready request, as a semaphore of
 C slots in front of an open loop does.
 
-Three guards stop a loop that would never end: every request rejected at once (sends with no
-time passing), every request rejected for ever (none finishing), and a pace that would send far
-more than a run's request limit over ``duration_s``.
+Guards stop a loop that would never end. One stops its sending: every request rejected (at once
+or not) or given up (client timeouts), :func:`give_up_after` of them in a row with none finishing;
+the run then reports what was sent, the rejected requests with their reasons as an open loop's
+are, and a warning in the summary says why it stopped. Two are errors, the limits a run is held
+to: the request limit, and a pace that would send far more than it over ``duration_s``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,16 @@ from cbsim.rng import stream
 from cbsim.sources.base import RequestSource, Sender
 from cbsim.workload import ClosedLoopWorkload
 
-__all__ = ["PROJECTION_SENDS", "ClosedLoop"]
+__all__ = ["PROJECTION_SENDS", "ClosedLoop", "give_up_after"]
 
 PROJECTION_SENDS = 1_000
 """Sends after which a closed loop's pace is projected over its duration (``_check_projection``)."""
+
+
+def give_up_after(concurrency: int) -> int:
+    """Requests of a closed loop of ``concurrency`` clients rejected or timed out in a row, with
+    none finishing, after which it stops sending."""
+    return 100 * concurrency + 1000
 
 
 class ClosedLoop(RequestSource):
@@ -44,8 +52,9 @@ class ClosedLoop(RequestSource):
         self.sim = sim
         self.closed = closed
         self._clients = stream(sim.scenario.seed, "clients")
-        self._sends_now = (-1.0, 0)  # (time, sends at that time): catches a loop of rejections
-        self._rejected_run = (0, 0)  # (finished then, rejections since): a loop of rejections
+        # requests rejected or timed out since the last finish, and how each of them ended
+        self._unserved = 0
+        self._unserved_ends: set[str] = set()
         self._outbox: deque[tuple[int, float]] = deque()
         self._sending = False
 
@@ -62,13 +71,18 @@ class ClosedLoop(RequestSource):
         return self.sim.idle()
 
     def finished(self, req: Request, delivered_s: float) -> None:
+        self._unserved = 0
+        self._unserved_ends.clear()
         self._send(req.client, delivered_s + self._think_time())
 
     def rejected(self, req: Request, reason: str) -> None:
-        self._check_rejections(reason)
+        self._count_unserved(f"were rejected ({reason})")
         self._send(req.client, self.sim.env.now + self._think_time())
 
     def gave_up(self, req: Request, now: float) -> None:
+        client = self.sim.scenario.workload.client
+        assert client is not None
+        self._count_unserved(f"timed out (workload.client.timeout_s: {client.timeout_s:g} s)")
         self._send(req.client, now + self._think_time())
 
     def prompt_lengths(self) -> np.ndarray:
@@ -92,6 +106,8 @@ class ClosedLoop(RequestSource):
         closed = self.closed
         sim = self.sim
         index = sim.sent
+        if self.stopped:
+            return
         if closed.max_requests is not None and index >= closed.max_requests:
             return
         if closed.ready_s is not None:  # a capped open loop: not before the request is ready
@@ -108,7 +124,6 @@ class ClosedLoop(RequestSource):
                 "duration_s",
                 field="workload.duration_s",
             )
-        self._check_progress(sent)
         if index == max(PROJECTION_SENDS, 10 * closed.concurrency):
             self._check_projection(index, sent)
         prompt, output = closed.lengths[index]
@@ -124,32 +139,24 @@ class ClosedLoop(RequestSource):
             return float(self._clients.exponential(closed.think_time_s))
         return closed.think_time_s
 
-    def _check_progress(self, sent: float) -> None:
-        """A closed loop whose every request is rejected at once would send forever at one time."""
-        when, count = self._sends_now
-        count = count + 1 if when == sent else 1
-        self._sends_now = (sent, count)
-        if count > 100 * self.closed.concurrency + 1000:
-            raise CbsimError(
-                f"closed loop: {count} requests sent at t = {sent:.6g} s without time passing "
-                "(each one rejected at once?); check the lengths against the model's context "
-                "and KV capacity, or set think_time_s",
-                field="workload.arrival",
-            )
-
-    def _check_rejections(self, reason: str) -> None:
-        """A closed loop whose every request is rejected (longer than the context, or than the
-        KV cache holds) would send until the request limit, think time or not: stop it once
-        many in a row have been rejected with none finishing meanwhile."""
-        done, count = self._rejected_run
-        count = count + 1 if done == self.sim.done else 1
-        self._rejected_run = (self.sim.done, count)
-        if count > 100 * self.closed.concurrency + 1000:
-            raise CbsimError(
-                f"closed loop: {count:,} requests in a row were rejected ({reason}) and none "
-                "finished; check the lengths against the model's context and KV capacity",
-                field="workload.arrival",
-            )
+    def _count_unserved(self, end: str) -> None:
+        """A request rejected or given up: a closed loop whose every request is rejected (longer
+        than the context, or than the KV cache holds) or times out would send until the request
+        limit, think time or not, serving nothing; it stops sending once
+        :func:`give_up_after` in a row have, with none finishing meanwhile."""
+        self._unserved += 1
+        self._unserved_ends.add(end)
+        if self.stopped or self._unserved < give_up_after(self.closed.concurrency):
+            return
+        ends = " or ".join(sorted(self._unserved_ends))
+        if any(e.startswith("timed out") for e in self._unserved_ends):
+            advice = "check the timeout against the time a request takes"
+        else:
+            advice = "check the lengths against the model's context and KV capacity"
+        self.stopped = (
+            f"the closed loop stopped sending at t = {self.sim.env.now:.6g} s: "
+            f"{self._unserved:,} requests in a row {ends} and none finished ({advice})"
+        )
 
     def _check_projection(self, index: int, sent: float) -> None:
         """A closed loop sending for ``duration_s`` at the pace of its first ``index`` requests:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cbsim.event_time import exact_delay
 from cbsim.prefix_cache import Segments
 from cbsim.request import Request
 from cbsim.sources.base import RequestSource, Sender
@@ -71,7 +72,7 @@ class OpenLoop(RequestSource):
                 picks = specs.pool_picks[chunk:end].tolist()
             for j, sent in enumerate(arrival_s):
                 if sent > env.now:
-                    yield env.timeout(sent - env.now)
+                    yield env.timeout(exact_delay(env.now, sent))
                 i = chunk + j
                 self.next_arrival = i + 1
                 req = Request(i, sent, prompts[j], outputs[j], sent_s=sent)

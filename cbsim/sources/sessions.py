@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from cbsim.event_time import exact_delay
 from cbsim.request import Request
 from cbsim.rng import stream
 from cbsim.sessions import SessionWorkload
@@ -67,7 +68,7 @@ class Sessions(RequestSource):
         env = self.sim.env
         for session, start in enumerate(self.sessions.starts.tolist()):
             if start > env.now:
-                yield env.timeout(start - env.now)
+                yield env.timeout(exact_delay(env.now, start))
             self._next_session = session + 1
             self._send_turn(session, 0, start)
 

@@ -65,6 +65,7 @@ __all__ = [
     "TOLERANCE",
     "Autoscaler",
     "FleetLog",
+    "WindowExtreme",
     "desired_replicas",
     "load_time_s",
     "stabilized_replicas",
@@ -107,6 +108,40 @@ def stabilized_replicas(
     up = min([desired, *(n for at, n in recent if at >= now - up_window_s)])
     down = max([desired, *(n for at, n in recent if at >= now - down_window_s)])
     return min(max(current, up), down)
+
+
+class WindowExtreme:
+    """The largest (``largest``) or smallest of the counts asked for within the last
+    ``window_s``, as :func:`stabilized_replicas` takes them, kept in a monotonic deque: each
+    evaluation costs O(1) amortized however many evaluations the window holds (a 300 s window
+    evaluated every millisecond holds 300,000; scanning them all made each evaluation slower
+    than the last)."""
+
+    def __init__(self, window_s: float, largest: bool) -> None:
+        self.window_s = window_s
+        self.largest = largest
+        self.kept: deque[tuple[float, int]] = deque()  # (when, asked), values monotonic
+
+    def with_(self, now: float, desired: int) -> int:
+        """The extreme of ``desired`` and the counts asked for within the window before now."""
+        kept = self.kept
+        while kept and kept[0][0] < now - self.window_s:
+            kept.popleft()
+        if not kept:
+            return desired
+        first = kept[0][1]
+        return max(first, desired) if self.largest else min(first, desired)
+
+    def add(self, now: float, asked: int) -> None:
+        """Keep ``asked``, dropping the counts it outlasts and outdoes."""
+        kept = self.kept
+        if self.largest:
+            while kept and kept[-1][1] <= asked:
+                kept.pop()
+        else:
+            while kept and kept[-1][1] >= asked:
+                kept.pop()
+        kept.append((now, asked))
 
 
 def load_time_s(pool: ReplicaPool, gbps: float) -> float:
@@ -286,9 +321,12 @@ class Autoscaler:
         self.draining: list[tuple[Replica, float]] = []  # (replica, when its drain began)
         self.off: list[Replica] = list(replicas[first:])
         self._last_event_s = -math.inf
-        # (when, desired), the stabilization windows' history: the fleet at t = 0 is what the
-        # autoscaler, running before the simulated span, last asked for
-        self._asked: deque[tuple[float, int]] = deque([(0.0, first)])
+        # the stabilization windows' history: the fleet at t = 0 is what the autoscaler,
+        # running before the simulated span, last asked for
+        self._fewest = WindowExtreme(config.scale_up_stabilization_s, largest=False)
+        self._most = WindowExtreme(config.stabilization_s or 0.0, largest=True)
+        for window in (self._fewest, self._most):
+            window.add(0.0, first)
         self._last_routed = 0
         self._generation = [0] * len(replicas)
         self.closed = False
@@ -328,13 +366,11 @@ class Autoscaler:
         desired = desired_replicas(
             current, self.metric(), config.target, config.min_replicas, config.max_replicas
         )
-        up_window = config.scale_up_stabilization_s
-        down_window = config.stabilization_s or 0.0
-        asked = self._asked
-        while asked and asked[0][0] < now - max(up_window, down_window):
-            asked.popleft()
-        count = stabilized_replicas(current, desired, asked, now, up_window, down_window)
-        asked.append((now, desired))
+        # stabilized_replicas, over the windows' extremes
+        up, down = self._fewest.with_(now, desired), self._most.with_(now, desired)
+        count = min(max(current, up), down)
+        self._fewest.add(now, desired)
+        self._most.add(now, desired)
         if count > current and self.off:
             self._scale_up(now, count - current)
         elif count < current and now - self._last_event_s >= config.cooldown_s:

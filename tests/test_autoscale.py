@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import cbsim
 from cbsim.autoscale import (
     FleetLog,
+    WindowExtreme,
     desired_replicas,
     stabilized_replicas,
     windows_from_events,
@@ -547,3 +548,43 @@ def test_tiny_valid_settings_run_in_bounded_time(key: str) -> None:
     with alarm(60):
         results = run(data)
     check_invariants(results)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    asks=st.lists(st.integers(1, 8), min_size=1, max_size=40),
+    gap=st.floats(0.001, 5.0),
+    up=st.floats(0.0, 20.0),
+    down=st.floats(0.0, 20.0),
+    current=st.integers(1, 8),
+)
+def test_window_extremes_are_the_hpas_stabilization(
+    asks: list[int], gap: float, up: float, down: float, current: int
+) -> None:
+    """The monotonic windows the autoscaler keeps give what :func:`stabilized_replicas` gives
+    over the whole history."""
+    fewest, most = WindowExtreme(up, largest=False), WindowExtreme(down, largest=True)
+    history: list[tuple[float, int]] = []
+    for i, desired in enumerate(asks):
+        now = i * gap
+        expected = stabilized_replicas(current, desired, history, now, up, down)
+        got = min(max(current, fewest.with_(now, desired)), most.with_(now, desired))
+        assert got == expected
+        for window in (fewest, most):
+            window.add(now, desired)
+        history.append((now, desired))
+
+
+def test_a_long_window_of_quick_evaluations_keeps_little() -> None:
+    """Every evaluation scanned every count asked for within the 300 s window: evaluated every
+    10 ms over a quiet spell, each scan grew by one (10,000 evaluations: 50 million reads). A
+    steady fleet keeps one count per window now."""
+    from cbsim.engine import Simulation
+
+    quiet = [[0, 2.0], [1, 2.0], [1.001, 0.0], [60, 0.0], [60.001, 2.0], [61, 2.0]]
+    data = scenario(quiet, metric="rps", target=1.0, interval_s=0.01, stabilization_s=300.0)
+    simulation = Simulation(cbsim.load_scenario(data))
+    simulation.run()
+    autoscaler = simulation.autoscaler
+    assert autoscaler is not None
+    assert len(autoscaler._most.kept) + len(autoscaler._fewest.kept) <= 4

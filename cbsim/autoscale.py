@@ -65,6 +65,7 @@ __all__ = [
     "TOLERANCE",
     "Autoscaler",
     "FleetLog",
+    "WindowExtreme",
     "desired_replicas",
     "load_time_s",
     "stabilized_replicas",
@@ -74,12 +75,20 @@ __all__ = [
 TOLERANCE = 0.1
 """The HPA's tolerance: no change while the metric is within 10% of its target."""
 
+_REMOVALS = ("drain", "cancel")
+"""The scale events of a scale-down decision."""
+
 
 def desired_replicas(current: int, metric: float, target: float, low: int, high: int) -> int:
     """The Kubernetes HPA rule: ``ceil(current x metric / target)`` within ``[low, high]``,
     ``current`` itself (clamped) while ``metric / target`` is within :data:`TOLERANCE` of 1."""
     ratio = metric / target
-    desired = current if abs(ratio - 1.0) <= TOLERANCE else math.ceil(current * ratio)
+    if abs(ratio - 1.0) <= TOLERANCE:
+        desired = current
+    elif current * ratio >= high:  # also a ratio too large for an integer (a tiny target)
+        desired = high
+    else:
+        desired = math.ceil(current * ratio)
     return min(max(desired, low), high)
 
 
@@ -99,6 +108,40 @@ def stabilized_replicas(
     up = min([desired, *(n for at, n in recent if at >= now - up_window_s)])
     down = max([desired, *(n for at, n in recent if at >= now - down_window_s)])
     return min(max(current, up), down)
+
+
+class WindowExtreme:
+    """The largest (``largest``) or smallest of the counts asked for within the last
+    ``window_s``, as :func:`stabilized_replicas` takes them, kept in a monotonic deque: each
+    evaluation costs O(1) amortized however many evaluations the window holds (a 300 s window
+    evaluated every millisecond holds 300,000; scanning them all made each evaluation slower
+    than the last)."""
+
+    def __init__(self, window_s: float, largest: bool) -> None:
+        self.window_s = window_s
+        self.largest = largest
+        self.kept: deque[tuple[float, int]] = deque()  # (when, asked), values monotonic
+
+    def with_(self, now: float, desired: int) -> int:
+        """The extreme of ``desired`` and the counts asked for within the window before now."""
+        kept = self.kept
+        while kept and kept[0][0] < now - self.window_s:
+            kept.popleft()
+        if not kept:
+            return desired
+        first = kept[0][1]
+        return max(first, desired) if self.largest else min(first, desired)
+
+    def add(self, now: float, asked: int) -> None:
+        """Keep ``asked``, dropping the counts it outlasts and outdoes."""
+        kept = self.kept
+        if self.largest:
+            while kept and kept[-1][1] <= asked:
+                kept.pop()
+        else:
+            while kept and kept[-1][1] >= asked:
+                kept.pop()
+        kept.append((now, asked))
 
 
 def load_time_s(pool: ReplicaPool, gbps: float) -> float:
@@ -147,24 +190,43 @@ class FleetLog:
         return cls(gpus, prices, held, served, drained, autoscaled=serving is not None)
 
     def close(self, end_s: float) -> None:
-        """End every open span at ``end_s`` (the end of the run); spans starting later go."""
+        """End every open span at ``end_s`` (the end of the run); spans starting later go, and
+        so do the scale events after it (a replica whose start-up ends after the last request
+        has finished never served in the run) and the decisions they made."""
         self.end_s = end_s
         for spans in (*self.held, *self.served, *self.drained):
             for span in spans:
                 span[0] = min(span[0], end_s)
                 span[1] = min(span[1], end_s)
             spans[:] = [s for s in spans if s[1] > s[0] or (s[0] == s[1] == 0.0 == end_s)]
+        late = [e for e in self.events if e["time_s"] > end_s]
+        if late:
+            self.events = [e for e in self.events if e["time_s"] <= end_s]
+            # each decision is one evaluation's: its events share its time
+            self.scale_ups -= len({e["time_s"] for e in late if e["event"] == "start"})
+            self.scale_downs -= len({e["time_s"] for e in late if e["event"] in _REMOVALS})
 
     def _serving_steps(self) -> tuple[np.ndarray, np.ndarray]:
-        """The serving count as a step function: change times and the count from each on."""
-        changes: dict[float, int] = {}
+        """The serving count as a step function over the run and past its end: change times
+        (the first 0) and the count from each on. The spans' closing at the end of the run is
+        no change: the fleet serves on as it was."""
+        changes: dict[float, int] = {0.0: 0}
         for spans in self.served:
             for start, end in spans:
                 changes[start] = changes.get(start, 0) + 1
-                changes[end] = changes.get(end, 0) - 1
+                if end < self.end_s:
+                    changes[end] = changes.get(end, 0) - 1
         times = np.array(sorted(changes), dtype=float)
-        counts = np.cumsum([changes[t] for t in times]) if len(times) else np.zeros(0)
+        counts = np.cumsum([changes[t] for t in times])
         return times, np.asarray(counts, dtype=float)
+
+    def _serving_seconds(self, at: np.ndarray) -> np.ndarray:
+        """Replica-seconds served from 0 to each of the times ``at``."""
+        times, counts = self._serving_steps()
+        before = np.concatenate([[0.0], np.cumsum(counts[:-1] * np.diff(times))])
+        step = np.searchsorted(times, at, side="right") - 1
+        seconds: np.ndarray = before[step] + counts[step] * (at - times[step])
+        return seconds
 
     def summary(self) -> dict[str, float | int]:
         """``gpu_hours``, ``cost_usd``, ``replicas_mean``, ``replicas_max``, ``scale_ups``,
@@ -178,13 +240,13 @@ class FleetLog:
         if not self.autoscaled:  # exactly the count, not an integral's rounding
             mean = float(sum(1 for spans in self.served if spans))
             top = int(mean)
-        else:
+        else:  # a run that ended at 0 (nothing arrived): the fleet it started with
             times, counts = self._serving_steps()
-            if len(times) > 1 and self.end_s > 0:
-                mean = float(np.sum(counts[:-1] * np.diff(times)) / self.end_s)
+            if self.end_s > 0:
+                mean = float(self._serving_seconds(np.array([self.end_s]))[0] / self.end_s)
             else:
-                mean = float(counts[0]) if len(counts) else 0.0
-            top = int(counts.max()) if len(counts) else 0
+                mean = float(counts[0])
+            top = int(counts[times <= self.end_s].max())
         return {
             "gpu_hours": gpu_hours,
             "cost_usd": cost,
@@ -196,10 +258,13 @@ class FleetLog:
 
     def replicas_per_window(self, window_s: float, spans: np.ndarray) -> np.ndarray:
         """The time-average number of serving replicas in each timeseries window (``spans``:
-        the seconds each covers)."""
+        the seconds each covers, from ``window_s`` times its index; a window past the end of
+        the run sees the fleet as it was at the end)."""
         if not self.autoscaled:
             return np.full(len(spans), float(sum(1 for s in self.served if s)))
-        per_window: np.ndarray = _seconds_per_window(self.served, window_s, len(spans)) / spans
+        starts = np.arange(len(spans)) * window_s
+        served = self._serving_seconds(starts + spans) - self._serving_seconds(starts)
+        per_window: np.ndarray = served / spans
         return per_window
 
     def holding_per_window(self, window_s: float, spans: np.ndarray) -> np.ndarray:
@@ -256,9 +321,12 @@ class Autoscaler:
         self.draining: list[tuple[Replica, float]] = []  # (replica, when its drain began)
         self.off: list[Replica] = list(replicas[first:])
         self._last_event_s = -math.inf
-        # (when, desired), the stabilization windows' history: the fleet at t = 0 is what the
-        # autoscaler, running before the simulated span, last asked for
-        self._asked: deque[tuple[float, int]] = deque([(0.0, first)])
+        # the stabilization windows' history: the fleet at t = 0 is what the autoscaler,
+        # running before the simulated span, last asked for
+        self._fewest = WindowExtreme(config.scale_up_stabilization_s, largest=False)
+        self._most = WindowExtreme(config.stabilization_s or 0.0, largest=True)
+        for window in (self._fewest, self._most):
+            window.add(0.0, first)
         self._last_routed = 0
         self._generation = [0] * len(replicas)
         self.closed = False
@@ -298,13 +366,11 @@ class Autoscaler:
         desired = desired_replicas(
             current, self.metric(), config.target, config.min_replicas, config.max_replicas
         )
-        up_window = config.scale_up_stabilization_s
-        down_window = config.stabilization_s or 0.0
-        asked = self._asked
-        while asked and asked[0][0] < now - max(up_window, down_window):
-            asked.popleft()
-        count = stabilized_replicas(current, desired, asked, now, up_window, down_window)
-        asked.append((now, desired))
+        # stabilized_replicas, over the windows' extremes
+        up, down = self._fewest.with_(now, desired), self._most.with_(now, desired)
+        count = min(max(current, up), down)
+        self._fewest.add(now, desired)
+        self._most.add(now, desired)
         if count > current and self.off:
             self._scale_up(now, count - current)
         elif count < current and now - self._last_event_s >= config.cooldown_s:

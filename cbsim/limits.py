@@ -191,6 +191,21 @@ WINDOW = Limit(
     "s",
     "iterations last milliseconds: a shorter window only adds empty rows",
 )
+AUTOSCALE_INTERVAL = Limit(
+    "autoscaler evaluation interval (autoscale.interval_s)",
+    1e-3,
+    DAY_S,
+    "s",
+    "Kubernetes evaluates every 15 s and iterations last milliseconds: evaluating more often "
+    "sees nothing new, and each evaluation is simulated (1e-300 s would never let the clock move)",
+)
+WEIGHT_LOAD = Limit(
+    "weight loading bandwidth per GPU (autoscale.weight_load_gbps)",
+    1e-3,
+    100_000.0,
+    "GB/s",
+    "at 1 MB/s a 16 GB checkpoint takes 4.4 hours to load; NVLink moves 900 GB/s",
+)
 WINDOWS = Limit(
     "timeseries windows in one run",
     1,
@@ -324,6 +339,8 @@ ALL_LIMITS: tuple[Limit, ...] = (
     BATCH_SIZE,
     CLIENTS,
     WINDOW,
+    AUTOSCALE_INTERVAL,
+    WEIGHT_LOAD,
     WINDOWS,
     SEED,
     SWEEP_POINTS,
@@ -379,6 +396,8 @@ BlockSize = Annotated[int, NotBool, Positive, AfterValidator(BLOCK_SIZE.check)]
 BatchSize = Annotated[int, NotBool, Positive, AfterValidator(BATCH_SIZE.check)]
 ClientCount = Annotated[int, NotBool, Field(ge=1), AfterValidator(CLIENTS.check)]
 WindowSeconds = Annotated[float, NotBool, Positive, AfterValidator(WINDOW.check)]
+IntervalSeconds = Annotated[float, NotBool, Positive, AfterValidator(AUTOSCALE_INTERVAL.check)]
+LoadBandwidth = Annotated[float, NotBool, Positive, AfterValidator(WEIGHT_LOAD.check)]
 Seed = Annotated[int, NotBool, NonNegative, AfterValidator(SEED.check)]
 Concentration = Annotated[float, NotBool, Positive, AfterValidator(CONCENTRATION.check)]
 Divergence = Annotated[float, NotBool, NonNegative, AfterValidator(DIVERGENCE.check)]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import cbsim
 from cbsim.autoscale import (
     FleetLog,
+    WindowExtreme,
     desired_replicas,
     stabilized_replicas,
     windows_from_events,
@@ -442,3 +443,148 @@ def test_stabilization_keeps_the_fleet_through_a_lull() -> None:
     assert plain.summary["scale_ups"] > 0 and plain.summary["scale_downs"] > 0
     assert held.summary["scale_downs"] == 0
     assert short.summary["scale_downs"] > 0
+
+
+# --------------------------------------------------------------------------- defects found
+
+
+def test_a_tiny_target_asks_for_max_replicas() -> None:
+    """``ceil(current x metric / target)`` of a tiny target overflowed a float: OverflowError
+    (cannot convert float infinity to integer) instead of ``max_replicas``."""
+    assert desired_replicas(20, 1e7, 1e-300, 1, 30) == 30
+    assert desired_replicas(2, 0.0, 1e-300, 1, 30) == 1
+
+
+def test_a_run_ending_at_once_reports_the_fleet_it_started_with() -> None:
+    """Nothing arrives before the horizon: the run ends at 0 and its fleet served 0 replicas
+    (``replicas_mean``, ``replicas_max`` and the timeseries' ``replicas`` were 0 of 3 serving)."""
+    data = scenario([[0, 0.0], [20, 0.0], [20.001, 5.0], [25, 5.0]], min_replicas=3, max_replicas=6)
+    data["horizon_s"] = 2.0
+    results = run(data)
+    assert len(results.requests) == 0
+    assert results.summary["replicas_mean"] == 3.0
+    assert results.summary["replicas_max"] == 3
+    assert results.timeseries["replicas"].tolist() == [3.0]
+
+
+def test_no_scale_event_after_the_run_has_ended() -> None:
+    """A burst scales the fleet up, then a quiet tail: the replicas started were ready only
+    after the last request had finished, and their ``serve`` events came after the end of the
+    run (which the autoscaler's clock, kept running by their start-up, had passed)."""
+    burst = [[0, 40.0], [1, 40.0], [1.001, 0.0], [40, 0.0]]
+    results = run(scenario(burst, interval_s=0.5, scale_up_delay_s=20.0))
+    end = results.run_info["simulated_s"]
+    events = results.run_info["scale_events"]
+    assert end < 20.0
+    assert [e["event"] for e in events if e["event"] == "start"]  # it scaled up
+    assert all(e["time_s"] <= end for e in events)
+    assert results.summary["scale_ups"] == len(
+        {e["time_s"] for e in events if e["event"] == "start"}
+    )
+    assert results.summary["replicas_max"] == 1
+    check_invariants(results)
+
+
+def test_a_closed_log_drops_the_decisions_after_the_end() -> None:
+    """A scale-down decided after the end of the run removed nothing within it: not counted."""
+    log = FleetLog(
+        gpus=[1, 1],
+        prices=[3.0, 3.0],
+        held=[[[0.0, math.inf]], [[0.0, math.inf]]],
+        served=[[[0.0, math.inf]], [[0.0, 12.0]]],
+        drained=[[], [[12.0, math.inf]]],
+        autoscaled=True,
+        scale_downs=1,
+        events=[{"time_s": 12.0, "event": "drain", "replica": 1, "serving": 1}],
+    )
+    log.close(10.0)
+    assert log.events == []
+    assert log.summary()["scale_downs"] == 0
+    assert log.summary()["replicas_mean"] == 2.0
+
+
+def test_replicas_per_window_stay_within_the_fleet() -> None:
+    """Windows are the timeseries': a run whose fleet log ends after the timeseries' last
+    window (a front end still streaming) put the extra seconds into that short window (4
+    replicas of 2), and a run that ended at 0 put none in its one window (0 of 2)."""
+    log = FleetLog.of([], 0)
+    log.gpus, log.prices = [1, 1], [3.0, 3.0]
+    log.held = [[[0.0, math.inf]], [[0.0, math.inf]]]
+    log.served = [[[0.0, math.inf]], [[0.0, math.inf]]]
+    log.drained = [[], []]
+    log.close(10.0)
+    assert log.replicas_per_window(4.0, np.array([4.0, 4.0, 1.0])).tolist() == [2.0, 2.0, 2.0]
+    log.served = [[[0.0, 0.0]], [[0.0, 0.0]]]
+    log.close(0.0)
+    assert log.replicas_per_window(10.0, np.array([10.0])).tolist() == [2.0]
+    assert log.summary()["replicas_mean"] == 2.0 and log.summary()["replicas_max"] == 2
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [
+        ("interval_s", 1e-300, "0.001"),
+        ("interval_s", 1e-9, "0.001"),
+        ("weight_load_gbps", 5e-324, "0.001"),
+    ],
+)
+def test_extreme_intervals_and_bandwidths_are_refused(key: str, value: float, bound: str) -> None:
+    """``interval_s: 1e-300`` never let the clock move (no answer); a bandwidth of 5e-324 GB/s
+    made a start-up of infinite seconds (no answer either)."""
+    with pytest.raises(CbsimError, match=rf"autoscale\.{key}.*{bound}"):
+        cbsim.load_scenario(scenario(OVERLOAD, **{key: value}))
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["scale_up_delay_s", "cooldown_s", "stabilization_s", "scale_up_stabilization_s", "target"],
+)
+def test_tiny_valid_settings_run_in_bounded_time(key: str) -> None:
+    """Valid but extreme: a delay, window or target of 1e-300 runs (briefly) and keeps the
+    invariants."""
+    from tests.test_fuzz_valid_scenarios import alarm
+
+    data = scenario([[0, 40.0], [2, 40.0]], interval_s=0.25, **{key: 1e-300})
+    with alarm(60):
+        results = run(data)
+    check_invariants(results)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    asks=st.lists(st.integers(1, 8), min_size=1, max_size=40),
+    gap=st.floats(0.001, 5.0),
+    up=st.floats(0.0, 20.0),
+    down=st.floats(0.0, 20.0),
+    current=st.integers(1, 8),
+)
+def test_window_extremes_are_the_hpas_stabilization(
+    asks: list[int], gap: float, up: float, down: float, current: int
+) -> None:
+    """The monotonic windows the autoscaler keeps give what :func:`stabilized_replicas` gives
+    over the whole history."""
+    fewest, most = WindowExtreme(up, largest=False), WindowExtreme(down, largest=True)
+    history: list[tuple[float, int]] = []
+    for i, desired in enumerate(asks):
+        now = i * gap
+        expected = stabilized_replicas(current, desired, history, now, up, down)
+        got = min(max(current, fewest.with_(now, desired)), most.with_(now, desired))
+        assert got == expected
+        for window in (fewest, most):
+            window.add(now, desired)
+        history.append((now, desired))
+
+
+def test_a_long_window_of_quick_evaluations_keeps_little() -> None:
+    """Every evaluation scanned every count asked for within the 300 s window: evaluated every
+    10 ms over a quiet spell, each scan grew by one (10,000 evaluations: 50 million reads). A
+    steady fleet keeps one count per window now."""
+    from cbsim.engine import Simulation
+
+    quiet = [[0, 2.0], [1, 2.0], [1.001, 0.0], [60, 0.0], [60.001, 2.0], [61, 2.0]]
+    data = scenario(quiet, metric="rps", target=1.0, interval_s=0.01, stabilization_s=300.0)
+    simulation = Simulation(cbsim.load_scenario(data))
+    simulation.run()
+    autoscaler = simulation.autoscaler
+    assert autoscaler is not None
+    assert len(autoscaler._most.kept) + len(autoscaler._fewest.kept) <= 4

@@ -1285,18 +1285,8 @@ GUARDED: tuple[tuple[str, dict[str, Any], tuple[str, ...], tuple[str, ...]], ...
         ("run", "--quiet", "--out", "{tmp}/out"),
         ("{tmp}/scenario.yaml", "workload.duration_s"),
     ),
-    (
-        "closed loop whose every request is rejected",
-        _workload(
-            **{
-                **_closed(4, think_time_s=0.5),
-                "prompt_tokens": {"kind": "fixed", "value": 200_000},
-                "duration_s": 2_000_000,  # 16 million sends: under twice the limit
-            }
-        ),
-        ("run", "--quiet", "--out", "{tmp}/out"),
-        ("{tmp}/scenario.yaml", "workload.arrival", "rejected"),
-    ),
+    # A closed loop whose every request is rejected is no bad input: the loop stops sending,
+    # reports what it sent and exits 1 (tests/test_closed_loop.py, tests/test_verdicts.py).
     (
         "capacity of a closed loop",
         _workload(**{**_closed(4), "num_requests": 100}),
@@ -1446,6 +1436,44 @@ def option_cases(rng: random.Random) -> Iterator[BadInput]:
         yield BadInput("option", label, args, (name,))
 
 
+# --- autoscale: extreme numbers ------------------------------------------------------------
+
+AUTOSCALE_EXTREMES: dict[str, tuple[Any, ...]] = {
+    # below the interval's millisecond the clock would never move (1e-300 s hung)
+    "interval_s": (1e-300, 5e-324, 1e-9, 1e300, float("inf"), float("nan")),
+    "weight_load_gbps": (1e-300, 5e-324, 1e300, float("inf"), float("nan")),
+    "target": (1e300, float("inf"), float("-inf"), float("nan")),
+    "scale_up_delay_s": (-1e-300, 1e300, float("inf"), float("nan")),
+    "cooldown_s": (-1e-300, 1e300, float("inf"), float("nan")),
+    "stabilization_s": (-1e-300, 1e300, float("inf"), float("nan")),
+    "scale_up_stabilization_s": (-1e-300, 1e300, float("inf"), float("nan")),
+    "max_replicas": (1e300, float("inf"), float("nan")),
+    "scale_down_step": (1e300, float("inf"), float("nan")),
+}
+"""Numbers of ``cluster.autoscale`` that must be refused: tiny, huge, infinite and NaN."""
+
+
+def autoscale_cases(rng: random.Random) -> Iterator[BadInput]:
+    """Each autoscale number at its extremes, on the shipped autoscaled day (a value let through
+    would simulate the whole day: a hang) or on another base scenario autoscaled."""
+    for key, values in AUTOSCALE_EXTREMES.items():
+        for value in values:
+            base_name = rng.choice(["diurnal-autoscale-llama3-70b", *sorted(BASES)])
+            data = BASES[base_name]
+            if "autoscale" not in data.get("cluster", {}):
+                data = _set(data, "cluster.autoscale", dict(AUTOSCALE))
+                for pooled in ("pools", "disaggregation", "replicas"):
+                    data["cluster"].pop(pooled, None)
+            path = f"cluster.autoscale.{key}"
+            yield BadInput(
+                "autoscale",
+                f"{path}={value!r:.40} on {base_name}",
+                _validate_or_run(rng, "{tmp}/scenario.yaml"),
+                ("{tmp}/scenario.yaml", path),
+                {"scenario.yaml": _dump(_set(data, path, value))},
+            )
+
+
 # --------------------------------------------------------------------------- the campaign
 
 GENERATORS: tuple[Callable[[random.Random], Iterator[BadInput]], ...] = (
@@ -1461,6 +1489,7 @@ GENERATORS: tuple[Callable[[random.Random], Iterator[BadInput]], ...] = (
     benchmark_cases,
     trace_id_cases,
     guard_cases,
+    autoscale_cases,
 )
 
 
@@ -1582,7 +1611,7 @@ def test_campaign_is_big_and_varied():
     assert len(cases) >= 300
     assert {c.category for c in cases} == {
         "number", "combination", "name", "file", "trace", "config", "sweep", "option",
-        *NEW_FILE_KINDS,
+        "autoscale", *NEW_FILE_KINDS,
     }  # fmt: skip
     assert campaign() == cases  # seeded: the same campaign every time
 

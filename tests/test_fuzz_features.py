@@ -417,6 +417,7 @@ def draw_scenario(rng: random.Random, feature: str, name: str) -> Draw:
     if "replicas" in cluster and _maybe(scaling, AUTOSCALE_SHARE):
         del cluster["replicas"]
         cluster["autoscale"] = _autoscale(scaling)
+        _quiet_spells(scaling, data["workload"])
     timing = random.Random(f"timeouts/{name}/{data['seed']}")  # the other draws unchanged
     if "client" not in data["workload"] and _maybe(timing, TIMEOUT_SHARE):
         _timed_client(timing, data)
@@ -540,7 +541,40 @@ def _autoscale(rng: random.Random) -> Draw:
         block["initial_replicas"] = rng.randint(low, block["max_replicas"])
     if _maybe(rng, 0.3):
         block["stabilization_s"] = round(rng.uniform(0.0, 2.0), 3)
+    if _maybe(rng, 0.25):  # a run that may end before the first decision, or the first start
+        block["interval_s"] = round(10 ** rng.uniform(-0.3, 2), 3)
+        block["scale_up_delay_s"] = round(10 ** rng.uniform(-1, 1.5), 3)
+    if _maybe(rng, 0.3):
+        block["scale_up_stabilization_s"] = round(rng.uniform(0.0, 1.0), 3)
+    if _maybe(rng, 0.3):
+        block["scale_down_step"] = rng.randint(1, 2)
     return block
+
+
+def _quiet_spells(rng: random.Random, workload: Draw) -> None:
+    """Open-loop arrivals of an autoscaled case replaced, sometimes, by a rate curve with
+    spells of zero rate (at its start, between bursts, at its end): the autoscaler evaluates
+    while nothing arrives, and a run may end long before the curve does."""
+    arrival = workload.get("arrival") or {}
+    if arrival.get("kind") not in ("poisson", "gamma") or "sessions" in workload:
+        return
+    if not _maybe(rng, 0.6):
+        return
+    rate = float(arrival["rate"])
+    points: list[list[float]] = []
+    at = 0.0
+    for _ in range(rng.randint(1, 3)):
+        quiet, burst = round(10 ** rng.uniform(-2, 0.5), 3), round(10 ** rng.uniform(-2, 0), 3)
+        points += [[at, 0.0], [at + quiet, 0.0], [at + quiet + 0.001, rate]]
+        at = round(at + quiet + 0.001 + burst, 3)
+        points.append([at, rate])
+        at = round(at + 0.001, 3)
+    if _maybe(rng, 0.5):  # a quiet tail
+        points += [[at, 0.0], [round(at + 10 ** rng.uniform(-1, 1.5), 3), 0.0]]
+    workload["arrival"] = {"kind": "rate_curve", "points": points}
+    if _maybe(rng, 0.5):
+        workload.pop("num_requests", None)
+        workload.pop("duration_s", None)
 
 
 @dataclass(frozen=True)
@@ -715,6 +749,7 @@ def check_autoscale(results: cbsim.Results, fail: Fail) -> None:
         ok = auto.min_replicas <= serving <= auto.max_replicas
         _check(fail, "autoscale", ok, f"{serving} serving at {event['time_s']}")
     end = results.run_info["simulated_s"]
+    check_fleet_figures(results, fail)
     served, held = windows_from_events(events, auto.start_replicas, auto.max_replicas, end)
     requests = results.requests
     for replica, sent in zip(requests["replica"], requests["arrival_s"], strict=True):
@@ -779,6 +814,35 @@ def check_no_negative_times(results: cbsim.Results, fail: Fail) -> None:
             values = frame[column]
             if values.dtype.kind == "f" and (values < 0).any():
                 fail("time", f"negative {name}.{column}: {float(values.min())!r}")
+
+
+def check_fleet_figures(results: cbsim.Results, fail: Fail) -> None:
+    """Autoscaled: the replicas of the timeseries and the summary within ``[min_replicas,
+    max_replicas]``, no scale event after the run's end, ``scale_ups`` and ``scale_downs`` the
+    decisions its events show (starts; drains or cancels)."""
+    auto = results.scenario.cluster.autoscale
+    assert auto is not None
+    low, high = auto.min_replicas, auto.max_replicas
+    within = lambda value: low - 1e-9 <= value <= high + 1e-9  # noqa: E731
+    replicas = results.timeseries["replicas"].to_numpy(dtype=float)
+    outside = [float(v) for v in replicas if not within(v)]
+    _check(fail, "autoscale", not outside, f"timeseries replicas {outside[:3]} outside bounds")
+    summary = results.summary
+    for key in ("replicas_mean", "replicas_max"):
+        _check(fail, "autoscale", within(summary[key]), f"{key} {summary[key]} outside bounds")
+    end = results.run_info["simulated_s"]
+    events = results.run_info["scale_events"]
+    late = [e for e in events if e["time_s"] > end]
+    _check(fail, "autoscale", not late, f"{len(late)} scale events after the end {end}")
+    ups = len({e["time_s"] for e in events if e["event"] == "start"})
+    downs = len({e["time_s"] for e in events if e["event"] in ("drain", "cancel")})
+    counted = (summary["scale_ups"], summary["scale_downs"])
+    _check(
+        fail,
+        "autoscale",
+        counted == (ups, downs),
+        f"scale ups/downs {counted}, events show {(ups, downs)}",
+    )
 
 
 def known_issue(invariant: str, what: str) -> str | None:

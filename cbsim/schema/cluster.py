@@ -12,7 +12,15 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from cbsim.errors import CbsimError, unknown_name
-from cbsim.limits import REPLICAS, NotBool, ReplicaCount, TimeOffset, TokenCount
+from cbsim.limits import (
+    REPLICAS,
+    IntervalSeconds,
+    LoadBandwidth,
+    NotBool,
+    ReplicaCount,
+    TimeOffset,
+    TokenCount,
+)
 from cbsim.schema.base import StrictModel
 
 DType = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
@@ -115,8 +123,8 @@ class Autoscale(StrictModel):
     target: Annotated[float, NotBool, Field(gt=0.0, le=1e9)]
     scale_up_delay_s: TimeOffset = 0.0
     cooldown_s: TimeOffset = 300.0
-    interval_s: Annotated[float, NotBool, Field(gt=0.0, le=86_400.0)] = 15.0
-    weight_load_gbps: Annotated[float, NotBool, Field(gt=0.0, le=100_000.0)] = 2.0
+    interval_s: IntervalSeconds = 15.0
+    weight_load_gbps: LoadBandwidth = 2.0
     initial_replicas: ReplicaCount | None = None
     scale_down_step: ReplicaCount | None = None
     stabilization_s: TimeOffset | None = 300.0  # None (files before the default): 0

@@ -132,6 +132,24 @@ class CbsimGroup(click.Group):
             raise UserError(str(err)) from None
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except Exception as err:
+            if _caused_by_interrupt(err):
+                raise Interrupted() from None
+            raise
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` stands for a Ctrl-C: a compiled (numba) kernel interrupted while it runs
+    returns with the KeyboardInterrupt set, which Python reports as a ``SystemError`` caused by
+    it (as any C extension would)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 # --------------------------------------------------------------------------- formatting
@@ -874,6 +892,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
+    except Exception as err:
+        if not _caused_by_interrupt(err):
+            raise
+        Interrupted().show()
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

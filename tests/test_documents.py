@@ -109,3 +109,10 @@ def test_json_nesting_is_bounded():
             parse_json("[" * depth + "]" * depth, "f.json")
     with pytest.raises(CbsimError, match="invalid JSON at line 1 column 2"):
         parse_json("{x", "f.json")
+
+
+def test_a_large_document_without_aliases_is_not_taken_for_a_bomb():
+    """100,001 values written out (a rate curve of 50,000 points is 150,001): bounded by the
+    curve's own point limit, not by the alias bound."""
+    text = "a: [" + ", ".join(["1"] * (MAX_YAML_NODES + 1)) + "]\n"
+    assert len(parse_yaml(text, None)["a"]) == MAX_YAML_NODES + 1

@@ -1360,6 +1360,8 @@ FLOW_BOMB = (
     + ", ".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 6))
     + "}"
 )
+SPEC_ADVISE = ("spec-advise", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "4")
+BENCH_FLAGS = ("bench", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "4")
 OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("--decode 1e9", (*COST, "--decode", "1e9", "--context", "10"), "--decode"),
     ("--decode 10^9", (*COST, "--decode", "1000000000", "--context", "10"), "--decode"),
@@ -1451,6 +1453,19 @@ OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "--vary",
     ),
     ("catalog unknown section", ("catalog", "gpuz"), "gpuz"),
+    ("spec-advise --rates ''", (*SPEC_ADVISE, "--rates", ""), "--rates"),
+    ("spec-advise --rates nan", (*SPEC_ADVISE, "--rates", "1,nan"), "--rates"),
+    ("spec-advise --rates -1", (*SPEC_ADVISE, "--rates", "-1"), "--rates"),
+    (
+        "bench --set rate -1",
+        (*BENCH_FLAGS, "--request-rate", "3", "--set", "workload.arrival.rate=-1"),
+        "--set workload.arrival.rate",
+    ),
+    (
+        "timeout_ms for timeout_s",
+        ("validate", str(SCENARIOS[0]), "--set", "workload.client.timeout_ms=3000"),
+        "did you mean 'timeout_s'",
+    ),
 )
 
 

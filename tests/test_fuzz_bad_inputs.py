@@ -42,6 +42,7 @@ import yaml
 from click.testing import CliRunner
 
 from cbsim.cli import cli
+from cbsim.errors import CbsimError
 from cbsim.limits import (
     BATCH_SIZE,
     BLOCK_SIZE,
@@ -63,6 +64,7 @@ from cbsim.limits import (
     WINDOW,
     Limit,
 )
+from cbsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -1485,12 +1487,7 @@ def extreme_number_cases() -> Iterator[BadInput]:
     rng = random.Random("extreme-numbers")
     for spec in NUMBER_FIELDS:
         for value in EXTREMES:
-            base_name = rng.choice(sorted(BASES))
-            data = BASES[base_name]
-            if spec.template is not None:
-                data = _set(data, spec.section(), dict(spec.template))
-            for key, extra in (spec.spec or {}).items():
-                data = _set(data, key, extra)
+            base_name, data = _valid_base(spec, rng)
             data = _set(data, spec.path, value)
             yield BadInput(
                 "extreme number",
@@ -1500,6 +1497,41 @@ def extreme_number_cases() -> Iterator[BadInput]:
                 {"scenario.yaml": _dump(data)},
                 may_pass=True,
             )
+
+
+def _with_template(spec: NumberField, base: str) -> dict[str, Any]:
+    data = BASES[base]
+    if spec.template is not None:
+        data = _set(data, spec.section(), dict(spec.template))
+    for key, extra in (spec.spec or {}).items():
+        data = _set(data, key, extra)
+    if spec.section() == "workload.prompt_pool":
+        data["workload"].pop("prompt_tokens", None)  # the pool gives the prompt lengths
+    return data
+
+
+_VALID_BASES: dict[int, tuple[str, ...]] = {}  # a NumberField's (by identity): drawn once
+
+
+def _valid_bases(spec: NumberField) -> tuple[str, ...]:
+    """The shipped scenarios that stay valid with ``spec``'s section set (so that an extreme
+    value that is fine in itself meets no other problem)."""
+    valid = []
+    for base in sorted(BASES):
+        try:
+            load_scenario(_with_template(spec, base))
+        except CbsimError:
+            continue
+        valid.append(base)
+    return tuple(valid)
+
+
+def _valid_base(spec: NumberField, rng: random.Random) -> tuple[str, dict[str, Any]]:
+    bases = _VALID_BASES.get(id(spec))
+    if bases is None:
+        bases = _VALID_BASES[id(spec)] = _valid_bases(spec) or tuple(sorted(BASES))
+    base = rng.choice(bases)
+    return base, _with_template(spec, base)
 
 
 MAX_CURVE_POINTS = 100_000  # docs/scenarios.md: a rate curve's points

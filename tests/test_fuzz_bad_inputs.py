@@ -1829,6 +1829,7 @@ def figures(outcomes: list[Outcome]) -> dict[str, int]:
         "wrong exit codes": kinds.count("exit code"),
         "hangs": kinds.count("hang"),
         "unclear error lines": kinds.count("error line"),
+        "user's things touched": kinds.count("touched"),
     }
 
 

@@ -51,24 +51,33 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         from cbsim.cli import main as cli_main
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(EXIT_INTERRUPTED)
+        _interrupted()
     finally:
         gc.freeze()
         if collecting:
             gc.enable()
-    _skip_numba_blas_probe()
     try:
+        _skip_numba_blas_probe()  # imports numba's registries: a Ctrl-C may land here too
         cli_main(argv)
+    except KeyboardInterrupt:  # outside the command's own handling (between its steps)
+        _interrupted()
     finally:
         gc.freeze()
+
+
+def _interrupted() -> NoReturn:
+    print("interrupted", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def console() -> NoReturn:
     """The ``cbsim`` console script: :func:`main`, then the end of the process without the
     interpreter's teardown (see the module docstring); the exit status is :func:`main`'s."""
     try:
-        main()
+        try:
+            main()
+        except KeyboardInterrupt:  # after main's handler was left (its last flush, ...)
+            _interrupted()
     except SystemExit as end:
         if _other_threads():  # the interpreter's exit waits for them: let it
             raise

@@ -132,6 +132,24 @@ class CbsimGroup(click.Group):
             raise UserError(str(err)) from None
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except Exception as err:
+            if _caused_by_interrupt(err):
+                raise Interrupted() from None
+            raise
+
+
+def _caused_by_interrupt(err: BaseException) -> bool:
+    """Whether ``err`` stands for a Ctrl-C: a compiled (numba) kernel interrupted while it runs
+    returns with the KeyboardInterrupt set, which Python reports as a ``SystemError`` caused by
+    it (as any C extension would)."""
+    seen: set[int] = set()
+    cause: BaseException | None = err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 # --------------------------------------------------------------------------- formatting
@@ -742,14 +760,18 @@ def calibrate_fit(
 ) -> None:
     """Fit a calibration profile for GPU and print its held-out error per op family."""
     from cbsim.calibration.fit import DEFAULT_NAME, fit_profile, percent_table
-    from cbsim.calibration.profile import write_json
+    from cbsim.calibration.profile import CalibrationProfile, check_json_target, write_json
 
     gpu = get_gpu(gpu).name
     profile_name = name or (DEFAULT_NAME if data is None else "custom")
+    target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
+    try:
+        check_json_target(CalibrationProfile, target)  # before the fit
+    except CbsimError as err:
+        raise err.located(field="--out") from None
     profile, errors, _ = fit_profile(
         gpu, data, name=profile_name, validate=not no_validate, progress=_say
     )
-    target = out or Path("results") / "calibration" / gpu / f"{profile_name}.json"
     write_json(profile, target)
     if not errors.empty:
         wide_console().print(_error_table(percent_table(errors), f"{gpu}: held-out error"))
@@ -787,6 +809,7 @@ def calibrate_report(
         raise click.UsageError("give --gpu (or --e2e)")
     from cbsim.calibration.fit import (
         TRANSFER_SOURCE,
+        check_kernel_report,
         fit_profile,
         leave_one_gpu_out,
         percent_table,
@@ -794,6 +817,8 @@ def calibrate_report(
     )
 
     gpu = get_gpu(gpu).name
+    folder = out or Path("results") / "calibration" / gpu
+    check_kernel_report(folder)  # before the fit
     if gpu in TRANSFER_SOURCE and data is None:
         raise CbsimError(
             f"{gpu} has no measurements to report on (its profile is transferred from "
@@ -806,7 +831,6 @@ def calibrate_report(
         _say("h200: predicting from h100-sxm's fit (leave-one-GPU-out)")
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
     table = percent_table(pd.concat(frames, ignore_index=True))
-    folder = out or Path("results") / "calibration" / gpu
     write_kernel_report(folder, gpu, table, points)
     wide_console().print(_error_table(table, f"{gpu}: held-out error"))
     click.echo(f"report: {folder}")
@@ -874,6 +898,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
+    except Exception as err:
+        if not _caused_by_interrupt(err):
+            raise
+        Interrupted().show()
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -363,8 +363,9 @@ ALL_LIMITS: tuple[Limit, ...] = (
 MAX_NESTING = 64
 """Nesting depth of a YAML/JSON document: a scenario nests five levels deep, a sweep six."""
 MAX_YAML_NODES = 100_000
-"""Values in a YAML document with its aliases expanded: a sweep of a thousand points is a few
-thousand; a "billion laughs" alias bomb is 10^9."""
+"""Values a YAML document's aliases may add to those written in it: a sweep of a thousand points
+shares a few thousand; a "billion laughs" alias bomb adds 10^9. (A document without aliases, a
+rate curve of 100,000 points, is bounded by its points' own limit.)"""
 
 
 # --------------------------------------------------------------------------- pydantic types

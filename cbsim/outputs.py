@@ -71,6 +71,7 @@ __all__ = [
     "REPLACING",
     "STALE_AFTER_S",
     "OutputKind",
+    "check_file",
     "check_files_into",
     "check_path",
     "check_replaceable",
@@ -646,6 +647,8 @@ def check_files_into(folder: Path, kind: OutputKind, names: Iterable[str]) -> se
     ``folder``; return the names its marker lists as cbsim's."""
     folder = Path(folder)
     check_path(folder, beside=False)
+    if folder.is_symlink() and not folder.exists():
+        raise _refusal(folder, kind, "is a broken symbolic link")
     if folder.exists() and not folder.is_dir():
         raise _refusal(folder, kind, "exists and is not a directory")
     marker = _read_marker(folder) if folder.is_dir() else None
@@ -683,6 +686,35 @@ def write_files_into(folder: Path, kind: OutputKind, files: Mapping[str, bytes])
 # --------------------------------------------------------------------------- single files
 
 
+def check_file(
+    path: Path,
+    *,
+    replaceable: Callable[[Path], bool] | None = None,
+    description: str = "a file cbsim wrote",
+) -> Path:
+    """Raise :class:`CbsimError` unless :func:`write_file` may write ``path`` (a command checks
+    before its work, so that a refusal does not come after it); the file it would write (a
+    symbolic link's target)."""
+    path = Path(path)
+    check_path(path)
+    if path.is_symlink():
+        if not path.exists():
+            raise CbsimError(
+                "is a broken symbolic link; give a new file name (or mend the link)",
+                source=str(path),
+            )
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise CbsimError("is a folder; give a file name", source=str(path))
+    if replaceable is not None and path.exists() and not replaceable(path):
+        raise CbsimError(
+            f"exists and is not {description}, so cbsim will not overwrite it: give a new file "
+            "name (or move the file away)",
+            source=str(path),
+        )
+    return path
+
+
 def write_file(
     path: Path,
     write: Fill,
@@ -694,18 +726,10 @@ def write_file(
     it then replaces with one rename.
 
     An existing ``path`` is replaced only if ``replaceable(path)`` says cbsim wrote it (without
-    ``replaceable``, any file is); a folder is never replaced. Parents are created.
+    ``replaceable``, any file is); a folder is never replaced. A symbolic link is the user's: the
+    file it points to is written (and checked), the link kept. Parents are created.
     """
-    path = Path(path)
-    check_path(path)
-    if path.is_dir():
-        raise CbsimError("is a folder; give a file name", source=str(path))
-    if replaceable is not None and path.exists() and not replaceable(path):
-        raise CbsimError(
-            f"exists and is not {description}, so cbsim will not overwrite it: give a new file "
-            "name (or move the file away)",
-            source=str(path),
-        )
+    path = check_file(path, replaceable=replaceable, description=description)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path.parent)
     fd, name = tempfile.mkstemp(prefix=temporary_prefix(path.name), suffix=".tmp", dir=path.parent)

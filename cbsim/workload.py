@@ -198,11 +198,15 @@ def check_workload_size(scenario: Scenario, source: str | None) -> None:
     if isinstance(arrival, RateCurveArrival):  # its CSV file read here, its problems told
         curve = rate_curve(arrival, wl.duration_s, source)
         if wl.num_requests is None and curve.expected > REQUESTS.high:
+            given = "points" if arrival.csv is None else "csv"
+            where = "" if arrival.csv is None else f" in {arrival.csv}"
             raise CbsimError(
-                f"the rate curve over {curve.end_s:.3g} s expects about {curve.expected:.3g} "
-                f"requests; a run's requests {REQUESTS.violation(curve.expected)}",
+                f"the rate curve{where} over {curve.end_s:.3g} s expects about "
+                f"{curve.expected:.3g} requests; a run's requests "
+                f"{REQUESTS.violation(curve.expected)} (give workload.num_requests or "
+                "workload.duration_s to cut it)",
                 source=source,
-                field="workload.arrival",
+                field=f"workload.arrival.{given}",
             )
     if isinstance(arrival, PoissonArrival | GammaArrival):
         if wl.num_requests is not None and wl.num_requests / arrival.rate > SIMULATED_TIME.high:

@@ -219,3 +219,10 @@ def test_jobs_run_here_while_no_worker_has_started() -> None:
     """A small stage does not wait for workers: this process runs the jobs it reaches first."""
     with JobPool(2) as pool:
         assert pool.run([Job(_pid), Job(_pid)]).results() == [os.getpid()] * 2
+
+
+def test_no_more_worker_processes_than_jobs_can_use() -> None:
+    """``--workers 12`` for two alternatives: this process and one worker, not eleven."""
+    with JobPool(12) as pool:
+        assert pool.run([Job(_pid), Job(_pid)]).results()[0] == os.getpid()
+        assert pool.executor()._max_workers == 1

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cbsim import documents
 from cbsim.documents import parse_json, parse_yaml, read_text_file
 from cbsim.errors import CbsimError
 from cbsim.limits import MAX_NESTING, MAX_YAML_NODES
@@ -109,3 +110,13 @@ def test_json_nesting_is_bounded():
             parse_json("[" * depth + "]" * depth, "f.json")
     with pytest.raises(CbsimError, match="invalid JSON at line 1 column 2"):
         parse_json("{x", "f.json")
+
+
+def test_a_large_document_without_aliases_is_not_taken_for_a_bomb(monkeypatch):
+    """More values written out than the bound (a rate curve of 50,000 points is 150,001 values,
+    bounded by the curve's own point limit): read; the same bound met through aliases: refused."""
+    monkeypatch.setattr(documents, "MAX_YAML_NODES", 1000)
+    text = "a: [" + ", ".join(["1"] * 1001) + "]\n"
+    assert len(parse_yaml(text, None)["a"]) == 1001
+    shared = "a: &a [" + ", ".join(["1"] * 100) + "]\nb: [" + ", ".join(["*a"] * 11) + "]\n"
+    assert "through its aliases" in yaml_error(shared)

@@ -42,6 +42,7 @@ import yaml
 from click.testing import CliRunner
 
 from cbsim.cli import cli
+from cbsim.errors import CbsimError
 from cbsim.limits import (
     BATCH_SIZE,
     BLOCK_SIZE,
@@ -63,6 +64,7 @@ from cbsim.limits import (
     WINDOW,
     Limit,
 )
+from cbsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -86,6 +88,7 @@ class BadInput:
     args: tuple[str, ...]
     names: tuple[str, ...]
     files: dict[str, bytes] = field(default_factory=dict)
+    may_pass: bool = False  # a value that is extreme but may be fine: exit 0 is right too
 
     def materialise(self, folder: Path) -> tuple[list[str], list[str]]:
         """Write the files under ``folder``; the files, arguments and names with ``{tmp}`` filled
@@ -1169,6 +1172,18 @@ def benchmark_cases(rng: random.Random) -> Iterator[BadInput]:
             ("{tmp}/log.csv", field_name),
             {"log.csv": _per_request_csv(column, value)},
         )
+    rows = ("0.0,0.0,100,10,0.05,0.1", "1.0,1.0,120,12,0.06,0.12")
+    for label, header, named in (
+        ("both conventions", "send_s,launch_time,prompt_tokens,output_tokens,ttft_s,generation_time_s", "launch_time"),
+        ("a column twice", "send_s,prompt_tokens,output_tokens,ttft_s,ttft_s,generation_time_s", "ttft_s"),
+    ):  # fmt: skip
+        yield BadInput(
+            "benchmark",
+            f"per-request log with {label}",
+            (*fit, "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--data", "{tmp}/log.csv"),
+            ("{tmp}/log.csv", named),
+            {"log.csv": "\n".join((header, *rows)).encode() + b"\n"},
+        )
 
 
 # --- prefix ids and dates in traces -------------------------------------------------------
@@ -1337,6 +1352,8 @@ FLOW_BOMB = (
     + ", ".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 6))
     + "}"
 )
+SPEC_ADVISE = ("spec-advise", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "4")
+BENCH_FLAGS = ("bench", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "4")
 OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("--decode 1e9", (*COST, "--decode", "1e9", "--context", "10"), "--decode"),
     ("--decode 10^9", (*COST, "--decode", "1000000000", "--context", "10"), "--decode"),
@@ -1428,6 +1445,19 @@ OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "--vary",
     ),
     ("catalog unknown section", ("catalog", "gpuz"), "gpuz"),
+    ("spec-advise --rates ''", (*SPEC_ADVISE, "--rates", ""), "--rates"),
+    ("spec-advise --rates nan", (*SPEC_ADVISE, "--rates", "1,nan"), "--rates"),
+    ("spec-advise --rates -1", (*SPEC_ADVISE, "--rates", "-1"), "--rates"),
+    (
+        "bench --set rate -1",
+        (*BENCH_FLAGS, "--request-rate", "3", "--set", "workload.arrival.rate=-1"),
+        "--set workload.arrival.rate",
+    ),
+    (
+        "timeout_ms for timeout_s",
+        ("validate", str(SCENARIOS[0]), "--set", "workload.client.timeout_ms=3000"),
+        "did you mean 'timeout_s'",
+    ),
 )
 
 
@@ -1474,6 +1504,235 @@ def autoscale_cases(rng: random.Random) -> Iterator[BadInput]:
             )
 
 
+# --- every numeric field at the extremes of a float ---------------------------------------
+
+EXTREMES: tuple[float, ...] = (1e-300, 1e300, float("inf"), float("nan"))
+
+
+def extreme_number_cases() -> Iterator[BadInput]:
+    """Every numeric scenario field at 1e-300, 1e300, inf and NaN: refused with the file and
+    the field named, or (a value that is fine there) validated. Their own random stream."""
+    rng = random.Random("extreme-numbers")
+    for spec in NUMBER_FIELDS:
+        for value in EXTREMES:
+            base_name, data = _valid_base(spec, rng)
+            data = _set(data, spec.path, value)
+            yield BadInput(
+                "extreme number",
+                f"{spec.path}={value!r} on {base_name}",
+                ("validate", "{tmp}/scenario.yaml"),
+                ("{tmp}/scenario.yaml", spec.path),
+                {"scenario.yaml": _dump(data)},
+                may_pass=True,
+            )
+
+
+def _with_template(spec: NumberField, base: str) -> dict[str, Any]:
+    data = BASES[base]
+    if spec.template is not None:
+        data = _set(data, spec.section(), dict(spec.template))
+    for key, extra in (spec.spec or {}).items():
+        data = _set(data, key, extra)
+    if spec.section() == "workload.prompt_pool":
+        data["workload"].pop("prompt_tokens", None)  # the pool gives the prompt lengths
+    return data
+
+
+_VALID_BASES: dict[int, tuple[str, ...]] = {}  # a NumberField's (by identity): drawn once
+
+
+def _valid_bases(spec: NumberField) -> tuple[str, ...]:
+    """The shipped scenarios that stay valid with ``spec``'s section set (so that an extreme
+    value that is fine in itself meets no other problem)."""
+    valid = []
+    for base in sorted(BASES):
+        try:
+            load_scenario(_with_template(spec, base))
+        except CbsimError:
+            continue
+        valid.append(base)
+    return tuple(valid)
+
+
+def _valid_base(spec: NumberField, rng: random.Random) -> tuple[str, dict[str, Any]]:
+    bases = _VALID_BASES.get(id(spec))
+    if bases is None:
+        bases = _VALID_BASES[id(spec)] = _valid_bases(spec) or tuple(sorted(BASES))
+    base = rng.choice(bases)
+    return base, _with_template(spec, base)
+
+
+MAX_CURVE_POINTS = 100_000  # docs/scenarios.md: a rate curve's points
+
+
+def _curve_csv(points: int, rate: float) -> bytes:
+    return ("t_s,rate\n" + "".join(f"{i},{rate}\n" for i in range(points))).encode()
+
+
+def rate_curve_limit_cases() -> Iterator[BadInput]:
+    """Rate-curve CSV files at and just past the documented point limit, and one whose
+    requests (the rate's integral) pass the request limit: the error names the scenario, the
+    field and the curve's file."""
+    data = _set(
+        BASES["chat-llama3-8b-h100"], "workload.arrival", {"kind": "rate_curve", "csv": "curve.csv"}
+    )
+    data["workload"].pop("num_requests", None)
+    data["workload"].pop("duration_s", None)
+    for points, may_pass in (
+        (MAX_CURVE_POINTS - 1, True),
+        (MAX_CURVE_POINTS, True),
+        (MAX_CURVE_POINTS + 1, False),
+    ):
+        yield BadInput(
+            "rate curve limit",
+            f"rate curve of {points:,} points",
+            ("validate", "{tmp}/scenario.yaml"),
+            ("{tmp}/scenario.yaml", "workload.arrival.csv", "100,000"),
+            {"scenario.yaml": _dump(data), "curve.csv": _curve_csv(points, 0.05)},
+            may_pass=may_pass,
+        )
+    yield BadInput(
+        "rate curve limit",
+        "rate curve expecting 3e9 requests",
+        ("validate", "{tmp}/scenario.yaml"),
+        ("{tmp}/scenario.yaml", "workload.arrival.csv", "curve.csv", "requests"),
+        {"scenario.yaml": _dump(data), "curve.csv": b"t_s,rate\n0,1000\n3000000,1000\n"},
+    )
+
+
+# --- outputs onto a user's file, folder or symbolic link -----------------------------------
+
+BENCH = ("bench", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "4",
+         "--input-len", "50", "--output-len", "8")  # fmt: skip
+PLAN = ("plan", "--model", "llama-3.1-8b", "--isl", "100", "--osl", "10", "--ttft", "1s",
+        "--tpot", "50ms", "--gpus", "h100-sxm", "--tp", "1", "--pp", "1", "--no-disagg")  # fmt: skip
+SMALL_SWEEP = f"base: {SCENARIOS[0]}\ngrid:\n  workload.arrival.rate: [1]\n".encode()
+OUTPUT_COMMANDS: tuple[tuple[str, tuple[str, ...], dict[str, bytes]], ...] = (
+    ("run --out", ("run", str(SCENARIOS[0]), "--quiet", "--out", "{out}"), {}),
+    ("sweep --out", ("sweep", "{tmp}/sweep.yaml", "--quiet", "--out", "{out}"),
+     {"sweep.yaml": SMALL_SWEEP}),
+    ("bench --save-result", (*BENCH, "--save-result", "{out}"), {}),
+    ("bench --result-dir --result-filename",
+     (*BENCH, "--save-result", "--result-dir", "{out_dir}", "--result-filename", "{out_name}"), {}),
+    ("bench --out", (*BENCH, "--out", "{out}"), {}),
+    ("capacity --out", ("capacity", str(ROOT / "scenarios" / "static-baseline.yaml"), "--out",
+                        "{out}"), {}),
+    ("plan --out", (*PLAN, "--out", "{out}"), {}),
+    ("report --out", ("report", "{tmp}/no-such-run", "--out", "{out}"), {}),
+    ("spec-advise --out", ("spec-advise", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                           "--rates", "1", "--requests", "4", "--out", "{out}"), {}),
+    ("calibrate fit --out", ("calibrate", "fit", "--gpu", "h100-sxm", "--no-validate", "--out",
+                             "{out}"), {}),
+    ("calibrate e2e --out", ("calibrate", "e2e", "--engine", "vllm", "--data", "{tmp}/bench.json",
+                             "--out", "{out}"), {"bench.json": json.dumps(VLLM_RESULT).encode()}),
+    ("calibrate report --out", ("calibrate", "report", "--gpu", "h100-sxm", "--out", "{out}"), {}),
+    ("calibrate measure --out", ("calibrate", "measure", "--model", "llama-3.1-8b", "--device",
+                                 "cpu", "--quick", "--out", "{out}"), {}),
+)  # fmt: skip
+USER_FILE = b"my notes, not cbsim's\n1,2,3\n"
+USER_FORMS = {  # the form of the user's thing -> where --out points (relative to {tmp})
+    "file": "user/mine.csv",
+    "folder": "user/folder",
+    "link to a file": "link-to-file",
+    "link to a folder": "link-to-folder",
+    "dangling link": "dangling-link",
+}
+
+
+@dataclass(frozen=True)
+class UserOutput:
+    """A command writing its output (``{out}`` in ``args``) onto a user's ``form``: a file, a
+    folder holding a file, or a symbolic link (to either, or dangling)."""
+
+    command: str
+    args: tuple[str, ...]
+    form: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.command} onto a user's {self.form}"
+
+    def materialise(self, folder: Path) -> tuple[list[str], Path]:
+        """The user's things and the command's files under ``folder``; the arguments, and the
+        path ``--out`` names."""
+        user = folder / "user"
+        (user / "folder").mkdir(parents=True)
+        (user / "mine.csv").write_bytes(USER_FILE)
+        (user / "folder" / "notes.txt").write_bytes(USER_FILE)
+        (folder / "link-to-file").symlink_to(user / "mine.csv")
+        (folder / "link-to-folder").symlink_to(user / "folder")
+        (folder / "dangling-link").symlink_to(folder / "elsewhere" / "gone.txt")
+        for name, content in self.files.items():
+            (folder / name).write_bytes(content)
+        out = folder / USER_FORMS[self.form]
+        fill = {"{tmp}": str(folder), "{out}": str(out), "{out_dir}": str(out.parent),
+                "{out_name}": out.name}  # fmt: skip
+        args = []
+        for arg in self.args:
+            for key, value in fill.items():
+                arg = arg.replace(key, value)
+            args.append(arg)
+        return args, out
+
+
+def user_things(folder: Path) -> dict[str, tuple[Any, ...]]:
+    """What the user had under ``folder``: each link's target, each file's bytes and mtime."""
+    things: dict[str, tuple[Any, ...]] = {}
+    for path in sorted([*(folder / "user").rglob("*"), *folder.glob("*link*")]):
+        name = str(path.relative_to(folder))
+        if path.is_symlink():
+            things[name] = ("link", str(path.readlink()))
+        elif path.is_file():
+            things[name] = ("file", path.read_bytes(), path.stat().st_mtime_ns)
+    return things
+
+
+ADDS_TO_FOLDERS = ("calibrate report --out",)
+"""Commands that write their files into a folder beside the user's (after minutes of fits):
+only their forms that are not folders are cases."""
+
+
+def user_output_cases() -> Iterator[UserOutput]:
+    """Every command's output option onto every form of a user's thing."""
+    for command, args, files in OUTPUT_COMMANDS:
+        for form in USER_FORMS:
+            if command in ADDS_TO_FOLDERS and form in ("folder", "link to a folder"):
+                continue
+            yield UserOutput(command, args, form, files)
+
+
+def run_user_output(case: UserOutput, folder: Path) -> Outcome:
+    """Run one case: the user's things untouched (else ``touched``), no traceback, no hang,
+    exit 0 (written beside them), 3 (``cbsim capacity`` found no
+    rate within the SLO) or 2 with one error line."""
+    args, out = case.materialise(folder)
+    before = user_things(folder)
+    bad = BadInput("user output", case.label, tuple(args), ())
+    started = time.perf_counter()
+    try:
+        with alarm(CASE_TIMEOUT_S):
+            result = CliRunner().invoke(cli, args, catch_exceptions=True)
+    except Hang:
+        return Outcome(bad, None, "", f"hang: over {CASE_TIMEOUT_S} s", CASE_TIMEOUT_S)
+    seconds = time.perf_counter() - started
+    output = result.output
+    if user_things(folder) != before:
+        return Outcome(bad, result.exit_code, output, "touched: the user's things changed", seconds)
+    crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
+    if crashed or "Traceback" in output:
+        return Outcome(bad, result.exit_code, output, f"traceback: {result.exception!r}", seconds)
+    if result.exit_code not in (0, 2, 3):
+        return Outcome(bad, result.exit_code, output, f"exit code: {result.exit_code}", seconds)
+    errors = [line for line in output.splitlines() if ERROR_LINE.match(line)]
+    if result.exit_code == 2 and len(errors) != 1:
+        return Outcome(bad, 2, output, f"error line: {len(errors)} error lines", seconds)
+    named = (str(out), str(out.resolve()), str(folder / "no-such-run"))
+    if result.exit_code == 2 and not any(name in errors[0] for name in named):
+        return Outcome(bad, 2, output, "error line: does not name the output", seconds)
+    return Outcome(bad, result.exit_code, output, None, seconds)
+
+
 # --------------------------------------------------------------------------- the campaign
 
 GENERATORS: tuple[Callable[[random.Random], Iterator[BadInput]], ...] = (
@@ -1492,11 +1751,19 @@ GENERATORS: tuple[Callable[[random.Random], Iterator[BadInput]], ...] = (
     autoscale_cases,
 )
 
+OWN_STREAM_GENERATORS: tuple[Callable[[], Iterator[BadInput]], ...] = (
+    extreme_number_cases,
+    rate_curve_limit_cases,
+)
+"""Generators added since the campaign's first draw, each on its own random stream (the cases
+above stay as they were drawn)."""
+
 
 def campaign(seed: int = SEED_OF_CAMPAIGN) -> list[BadInput]:
     """Every bad input of the campaign, in a fixed order for a fixed seed."""
     rng = random.Random(seed)
-    return [case for generate in GENERATORS for case in generate(rng)]
+    cases = [case for generate in GENERATORS for case in generate(rng)]
+    return cases + [case for generate in OWN_STREAM_GENERATORS for case in generate()]
 
 
 def quick_slice(cases: list[BadInput], size: int = QUICK_CASES) -> list[BadInput]:
@@ -1559,6 +1826,8 @@ def run_case(case: BadInput, folder: Path) -> Outcome:
     crashed = result.exception is not None and not isinstance(result.exception, SystemExit)
     if crashed or "Traceback" in output:
         return Outcome(case, result.exit_code, output, f"traceback: {result.exception!r}", seconds)
+    if result.exit_code == 0 and case.may_pass:
+        return Outcome(case, 0, output, None, seconds)
     if result.exit_code != 2:
         return Outcome(case, result.exit_code, output, f"exit code: {result.exit_code}", seconds)
     errors = [line for line in output.splitlines() if ERROR_LINE.match(line)]
@@ -1589,6 +1858,7 @@ def figures(outcomes: list[Outcome]) -> dict[str, int]:
         "wrong exit codes": kinds.count("exit code"),
         "hangs": kinds.count("hang"),
         "unclear error lines": kinds.count("error line"),
+        "user's things touched": kinds.count("touched"),
     }
 
 
@@ -1611,7 +1881,7 @@ def test_campaign_is_big_and_varied():
     assert len(cases) >= 300
     assert {c.category for c in cases} == {
         "number", "combination", "name", "file", "trace", "config", "sweep", "option",
-        "autoscale", *NEW_FILE_KINDS,
+        "autoscale", "extreme number", "rate curve limit", *NEW_FILE_KINDS,
     }  # fmt: skip
     assert campaign() == cases  # seeded: the same campaign every time
 
@@ -1653,6 +1923,36 @@ def test_whole_campaign_of_bad_inputs(tmp_path: Path):
     assert all(o.problem is None for o in outcomes), _report(outcomes)
 
 
+def run_user_outputs(cases: list[UserOutput], root: Path) -> list[Outcome]:
+    return [run_user_output(case, _fresh(root, i)) for i, case in enumerate(cases)]
+
+
+def quick_user_outputs() -> list[UserOutput]:
+    """One form of a user's thing per command, the forms taken in turn."""
+    cases = list(user_output_cases())
+    commands = list(dict.fromkeys(c.command for c in cases))
+    chosen = []
+    for index, command in enumerate(commands):
+        own = [c for c in cases if c.command == command]
+        chosen.append(own[index % len(own)])
+    return chosen
+
+
+def test_outputs_onto_a_user_s_things_quick(tmp_path: Path):
+    """Every command's output option, each onto one form of a user's thing: nothing of the
+    user's touched (bytes, modification time, link target), a refusal naming the path."""
+    cases = quick_user_outputs()
+    assert {c.form for c in cases} == set(USER_FORMS)
+    outcomes = run_user_outputs(cases, tmp_path)
+    assert all(o.problem is None for o in outcomes), _report(outcomes)
+
+
+@pytest.mark.slow
+def test_outputs_onto_a_user_s_things_every_form(tmp_path: Path):
+    outcomes = run_user_outputs(list(user_output_cases()), tmp_path)
+    assert all(o.problem is None for o in outcomes), _report(outcomes)
+
+
 def test_alarm_catches_a_hang():
     with pytest.raises(Hang), alarm(1):
         time.sleep(3)
@@ -1662,8 +1962,11 @@ def main() -> None:
     """Run the whole campaign and print its figures (and any failures)."""
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        outcomes = run_all(campaign(), Path(folder))
+        outcomes = run_all(campaign(), Path(folder) / "campaign")
+        outcomes += run_user_outputs(list(user_output_cases()), Path(folder) / "outputs")
         print(_report(outcomes))
+        for category in dict.fromkeys(o.case.category for o in outcomes):
+            print(f"  {category}: {figures([o for o in outcomes if o.case.category == category])}")
         slowest = max(outcomes, key=lambda o: o.seconds)
         print(
             f"{time.perf_counter() - started:.1f} s in all; slowest case "

@@ -110,7 +110,7 @@ def build_scenario(options: BenchOptions, point: LoadPoint) -> Scenario:
     try:
         return load_scenario(scenario_data(options, point), overrides=list(options.overrides))
     except CbsimError as err:
-        raise _from_override(option_of_field(err), options.overrides) from None
+        raise option_of_field(_from_override(err, options.overrides)) from None
 
 
 def _from_override(err: CbsimError, overrides: Sequence[str]) -> CbsimError:

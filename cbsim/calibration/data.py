@@ -110,11 +110,40 @@ def read_table_file(path: Any) -> pd.DataFrame:
     name = str(path)
     try:
         if name.endswith(".csv"):
+            _check_unique_columns(table_columns(path), name)
             return pd.read_csv(path)
         with path.open("rb") as handle:
-            return pd.read_parquet(handle)
+            frame = pd.read_parquet(handle)
     except (OSError, ValueError) as err:
         raise CbsimError(f"cannot read measurements: {err}", source=name) from None
+    _check_unique_columns([str(c) for c in frame.columns], name)
+    return frame
+
+
+def table_columns(path: Path) -> list[str]:
+    """The column names of a measurement file as its header gives them (a name given twice
+    listed twice); errors name the file."""
+    name = str(path)
+    try:
+        if name.endswith(".csv"):
+            header = pd.read_csv(path, header=None, nrows=1, dtype=str, keep_default_na=False)
+            return [str(c) for c in header.iloc[0]] if len(header) else []
+        with path.open("rb") as handle:
+            return [str(c) for c in pd.read_parquet(handle).columns]
+    except (OSError, ValueError) as err:
+        raise CbsimError(f"cannot read measurements: {err}", source=name) from None
+
+
+def _check_unique_columns(names: list[str], source: str) -> None:
+    """Refuse a table that names a column twice (pandas would rename the second ``NAME.1``, and
+    which one holds the data would be a guess)."""
+    seen: set[str] = set()
+    for column in names:
+        if column in seen:
+            raise CbsimError(
+                f"the column {column!r} appears twice in the header; keep one", source=source
+            )
+        seen.add(column)
 
 
 def validate(frame: pd.DataFrame, table: str, source: str) -> pd.DataFrame:

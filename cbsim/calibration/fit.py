@@ -572,6 +572,11 @@ def plot_predicted_vs_measured(points: pd.DataFrame, title: str) -> object:
     return fig
 
 
+def check_kernel_report(folder: Path) -> None:
+    """Refuse, before fitting, a folder :func:`write_kernel_report` would refuse."""
+    outputs.check_files_into(folder, CALIBRATION_REPORT, KERNEL_REPORT_FILES)
+
+
 def write_kernel_report(folder: Path, gpu: str, table: pd.DataFrame, points: pd.DataFrame) -> Path:
     """Write ``errors.csv``, ``report.md`` and ``predicted_vs_measured.png`` of a GPU's held-out
     error into ``folder``, replacing only files an earlier report wrote (see

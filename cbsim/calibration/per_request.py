@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cbsim.calibration.data import read_table_file, shipped_root
+from cbsim.calibration.data import read_table_file, shipped_root, table_columns
 from cbsim.errors import CbsimError
 from cbsim.limits import BENCHMARK_REQUESTS, MEASURED_LATENCY, SIMULATED_TIME, TOKENS, Limit
 from cbsim.scenario import load_scenario
@@ -217,6 +217,7 @@ def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
         )
     else:
         frame = read_table_file(path)
+        _check_one_convention(frame, str(path))
         names = {ours: theirs for theirs, ours in _CLIENT_COLUMNS.items() if theirs in frame}
         frame = frame.rename(columns=_CLIENT_COLUMNS)
     if "generation_time_s" not in frame and "tpot_s" in frame:
@@ -250,6 +251,19 @@ def read_run(path: Path, deployment: Deployment) -> PerRequestRun:
     return PerRequestRun(
         name=path.stem, deployment=deployment, requests=_measured(frame), source=str(path)
     )
+
+
+def _check_one_convention(frame: pd.DataFrame, source: str) -> None:
+    """Refuse a file that gives one quantity under both conventions (LMBenchmark's ``ttft`` and
+    cbsim's ``ttft_s``): which one to read would be a guess."""
+    for theirs, ours in _CLIENT_COLUMNS.items():
+        if theirs in frame and ours in frame:
+            raise CbsimError(
+                f"has both {theirs!r} (LMBenchmark's name) and {ours!r} (cbsim's) for the same "
+                "quantity; keep one",
+                source=source,
+                field=theirs,
+            )
 
 
 # column -> (range, whole numbers only, what a cell must be); send times may have any origin
@@ -470,10 +484,9 @@ def is_per_request_file(path: Path) -> bool:
     if path.suffix.lower() not in (".csv", ".parquet"):
         return False
     try:
-        frame = read_table_file(path)
+        columns = set(table_columns(path))
     except CbsimError:
         return False
-    columns = set(frame.columns)
     return bool({"launch_time", "send_s"} & columns) and bool({"ttft", "ttft_s"} & columns)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "Measured",
     "MoeFit",
     "RooflineFit",
+    "check_json_target",
     "load_profile",
     "profile_names",
     "read_profile",
@@ -59,6 +60,13 @@ def _holds_json_of(kind: type[BaseModel]) -> Callable[[Path], bool]:
         return True
 
     return check
+
+
+def check_json_target(kind: type[BaseModel], path: Path) -> None:
+    """Refuse, before fitting, a path :func:`write_json` would refuse for a ``kind``."""
+    outputs.check_file(
+        path, replaceable=_holds_json_of(kind), description=f"a cbsim {kind.__name__}"
+    )
 
 
 def write_json(model: BaseModel, path: Path) -> Path:

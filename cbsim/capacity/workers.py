@@ -208,19 +208,22 @@ class JobPool:
             return outcome
         return _Stage(self, jobs).run()
 
-    def executor(self) -> cf.ProcessPoolExecutor:
+    def executor(self, jobs: int | None = None) -> cf.ProcessPoolExecutor:
+        """The worker processes, started on the first call: as many as ``jobs`` (the first
+        stage's) can use beside this process, at most ``workers - 1``."""
         if self._pool is None:
+            processes = self.workers - 1 if jobs is None else min(self.workers, jobs) - 1
             context = multiprocessing.get_context("spawn")
             self._lines = context.Queue()
             self._ready = set()
             self._pool = cf.ProcessPoolExecutor(
-                max_workers=self.workers - 1,
+                max_workers=max(processes, 1),
                 mp_context=context,
                 initializer=_start_worker,  # as cbsim sweep's: they end when this process dies
                 initargs=(os.getpid(), self._lines),
             )
             with _sigint_ignored():  # inherited: Ctrl-C while a worker imports cbsim is ours
-                for _ in range(self.workers - 1):
+                for _ in range(max(processes, 1)):
                     self._pool.submit(_nothing)
         return self._pool
 
@@ -299,7 +302,7 @@ class _Stage(Generic[T]):
     def run(self) -> Outcome[T]:
         outcome = self.outcome
         self.pool.say("")  # the last stage's step is not this one's
-        self.pool.executor()
+        self.pool.executor(len(self.jobs))
         while True:
             self.feed()
             limit = outcome.limit()

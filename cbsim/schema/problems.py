@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -44,9 +45,21 @@ def validation_problem(err: ValidationError) -> CbsimError:
     return _error_from_validation(err, None)
 
 
+def _first_problem(err: ValidationError) -> Any:
+    """pydantic's first error, or an unknown key in the section where a key is missing."""
+    problems = err.errors()
+    missing = {tuple(p["loc"][:-1]) for p in problems if p["type"] == "missing"}
+    for problem in problems:
+        if problem["type"] == "extra_forbidden" and tuple(problem["loc"][:-1]) in missing:
+            return problem
+    return problems[0]
+
+
 def _error_from_validation(err: ValidationError, source: str | None) -> CbsimError:
-    """The first validation problem as one clear line (field path without union tags)."""
-    first = err.errors()[0]
+    """The first validation problem as one clear line (field path without union tags); an
+    unknown key is told before a missing one of the same section (``timeout_ms`` given for
+    ``timeout_s``: the unknown key's hint names the right one)."""
+    first = _first_problem(err)
     tags = _discriminator_tags()
     loc: list[int | str] = []
     previous: int | str | None = None

@@ -24,13 +24,16 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
 import pandas as pd
 
 import cbsim
+from cbsim import outputs
 from cbsim.errors import CbsimError
+from cbsim.limits import RATE
 from cbsim.setting_warnings import ignored_settings
 
 DEFAULT_RATES = (1.0, 5.0, 15.0, 30.0, 60.0)
@@ -224,10 +227,9 @@ def spec_advise_command(
     requests: int, input_len: int, output_len: int, seed: int, out: str | None,
 ) -> None:  # fmt: skip
     """Which k policy at which load: speed-up over no speculation per request rate."""
-    try:
-        parsed = [float(r) for r in rates.split(",") if r.strip()]
-    except ValueError:
-        raise CbsimError(f"--rates: not numbers: {rates!r}") from None
+    parsed = parse_rates(rates)
+    if out is not None:
+        check_rows_file(Path(out))
     setup = AdviseSetup(model, gpu, tp, proposer, acceptance_profile, input_len, output_len,
                         requests, seed)  # fmt: skip
     for warning in advise_warnings(setup):
@@ -236,8 +238,71 @@ def spec_advise_command(
     for line in table_lines(frame):
         click.echo(line)
     if out is not None:
-        frame.to_csv(out, index=False)
+        write_rows_file(frame, Path(out))
         click.echo(f"rows: {out}")
+
+
+def parse_rates(text: str) -> list[float]:
+    """``--rates``: request rates, comma-separated, each within the arrival-rate limit."""
+    try:
+        parsed = [float(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise CbsimError(f"not numbers: {text!r}", field="--rates") from None
+    if not parsed:
+        raise CbsimError("no rate given (e.g. --rates 1,5,15)", field="--rates")
+    for rate in parsed:
+        problem = RATE.violation(rate)
+        if problem is not None:
+            raise CbsimError(problem, field="--rates")
+    return parsed
+
+
+ROWS_COLUMNS = (
+    "rate", "policy", "mean_batch_size", "tpot_mean_s", "output_tokens_per_s", "speedup_tpot",
+    "best", "tied", "meaningful_best",
+)  # fmt: skip
+"""The columns of the CSV ``--out`` writes (its header: how an earlier one is recognised)."""
+_ROWS_DESCRIPTION = "a cbsim spec-advise table"
+
+
+def _is_rows_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file whose first line is spec-advise's header."""
+    if not path.is_file():
+        return False
+    try:
+        with path.open(encoding="utf-8") as handle:
+            return handle.readline().strip() == ",".join(ROWS_COLUMNS)
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def check_rows_file(path: Path) -> None:
+    """Refuse, before simulating, an ``--out`` that is a folder or a file cbsim did not write."""
+    try:
+        outputs.check_path(path)
+        if path.is_dir():
+            raise CbsimError("is a folder; give a file name", source=str(path))
+        if path.exists() and not _is_rows_file(path):
+            raise CbsimError(
+                f"exists and is not {_ROWS_DESCRIPTION}, so cbsim will not overwrite it: give a "
+                "new file name (or move the file away)",
+                source=str(path),
+            )
+    except CbsimError as err:
+        raise err.located(field="--out") from None
+
+
+def write_rows_file(frame: pd.DataFrame, path: Path) -> None:
+    """The rows as CSV, atomically; an existing file only if spec-advise wrote it."""
+    try:
+        outputs.write_file(
+            path,
+            lambda temporary: frame[list(ROWS_COLUMNS)].to_csv(temporary, index=False),
+            replaceable=_is_rows_file,
+            description=_ROWS_DESCRIPTION,
+        )
+    except CbsimError as err:
+        raise err.located(field="--out") from None
 
 
 __all__ = [

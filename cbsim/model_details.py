@@ -165,6 +165,10 @@ def render(match: CatalogMatch, tp: int = 1) -> str:
     if repos:
         lines.append("  Hugging Face ids:")
         lines.extend(repos)
+        lines.append(
+            "  quantized checkpoints: an id or name above with -AWQ, -GPTQ-Int4 or "
+            "-quantized.w4a16 (int4), or -quantized.w8a8 (int8)"
+        )
     if entry.aliases:
         lines.append(f"  aliases: {', '.join(entry.aliases)}")
     if entry.note:

@@ -335,7 +335,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=3.35 * TB,
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
-            int8_flops=1979 * TFLOPS,  # H100 datasheet: 1979 TOPS dense int8 (= fp8)
+            int8_flops=1978 * TFLOPS,  # H100 datasheet: int8 = fp8 (1979; 1978 as fp8 here)
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -419,7 +419,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=4.8 * TB,
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
-            int8_flops=1979 * TFLOPS,
+            int8_flops=1978 * TFLOPS,
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,

@@ -82,13 +82,17 @@ def weight_format_note(scenario: Scenario, profile: CalibrationProfile | None) -
         return None
     kernel = "Marlin W4A16" if dtype == "int4" else "int8 W8A8"
     note = (
-        f"{dtype} weights on {gpu.name}: no {kernel} GEMM table was measured; their GEMMs are "
+        f"{dtype} weights on {gpu.name}: no {kernel} GEMM table was measured, so their GEMMs are "
         f"priced on the roofline of their own bytes and {'bf16' if dtype == 'int4' else 'int8'} "
         f"peak with the measured {borrowed} GEMMs' efficiency"
     )
     if get_model(cluster.model).is_moe:
-        moe = "int4_wo tables where measured (H100, B200)" if dtype == "int4" else "the bf16 fit"
-        note += f"; the routed experts from {moe}"
+        moe = (
+            "the measured int4_wo MoE tables, H100's or B200's"
+            if dtype == "int4"
+            else "the bf16 fit"
+        )
+        note += f" (the routed experts from {moe})"
     return note
 
 

@@ -536,11 +536,11 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4"]),
+    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"]),
     default="bf16",
     show_default=True,
     help="Weight precision (fp4: NVFP4, Blackwell GPUs only; mxfp4: a mixture of experts' "
-    "expert weights, the rest bf16).",
+    "expert weights, the rest bf16; int8: W8A8; int4: AWQ/GPTQ/w4a16, NVIDIA only).",
 )
 @click.option(
     "--kv-dtype",

@@ -14,13 +14,20 @@ from typing import ClassVar
 
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.cost.op_pricing import calibration_profile
+from cbsim.cost.op_pricing import calibration_profile, gemm_fit_for
 from cbsim.cost.profile import DEFAULT_PROFILE, CalibrationProfile, transfer_note
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
+from cbsim.quantization import INTEGER_FORMATS
 from cbsim.schema.scenario import Scenario
 
-__all__ = ["CostModelCache", "cost_model_for", "kernel_profile_for", "transfer_warnings"]
+__all__ = [
+    "CostModelCache",
+    "cost_model_for",
+    "kernel_profile_for",
+    "transfer_warnings",
+    "weight_format_note",
+]
 
 
 def cost_model_for(scenario: Scenario) -> CostModel:
@@ -52,9 +59,41 @@ def kernel_profile_for(scenario: Scenario) -> CalibrationProfile | None:
 
 def transfer_warnings(scenarios: Iterable[Scenario]) -> list[str]:
     """One warning per GPU among the clusters (a run's pools) whose kernels are priced from
-    another GPU's fits, with the held-out error of that transfer."""
-    notes = (transfer_note(kernel_profile_for(scenario)) for scenario in scenarios)
+    another GPU's fits, with the held-out error of that transfer, and one per integer weight
+    format priced from another precision's fits (:func:`weight_format_note`)."""
+    notes = []
+    for scenario in scenarios:
+        profile = kernel_profile_for(scenario)
+        notes += [transfer_note(profile), weight_format_note(scenario, profile)]
     return list(dict.fromkeys(note for note in notes if note))
+
+
+def weight_format_note(scenario: Scenario, profile: CalibrationProfile | None) -> str | None:
+    """A line saying that the cluster's integer weights (``int4``, ``int8``) are priced on the
+    roofline of their own bytes and peak with another precision's measured GEMM efficiency (no
+    kernel table measured them), or None."""
+    cluster = scenario.cluster
+    dtype = cluster.dtype
+    if dtype not in INTEGER_FORMATS or profile is None:
+        return None
+    gpu = get_gpu(cluster.gpu)
+    _, borrowed = gemm_fit_for(profile.gemm, dtype, gpu)
+    if borrowed is None:
+        return None
+    kernel = "Marlin W4A16" if dtype == "int4" else "int8 W8A8"
+    note = (
+        f"{dtype} weights on {gpu.name}: no {kernel} GEMM table was measured, so their GEMMs are "
+        f"priced on the roofline of their own bytes and {'bf16' if dtype == 'int4' else 'int8'} "
+        f"peak with the measured {borrowed} GEMMs' efficiency"
+    )
+    if get_model(cluster.model).is_moe:
+        moe = (
+            "the measured int4_wo MoE tables, H100's or B200's"
+            if dtype == "int4"
+            else "the bf16 fit"
+        )
+        note += f" (the routed experts from {moe})"
+    return note
 
 
 class CostModelCache:

@@ -56,6 +56,8 @@ _DTYPE_ALIASES: dict[str, str] = {
     "fp4": "fp4",
     "nvfp4": "fp4",
     "mxfp4": "bf16",  # 4-bit weights only: the math runs in 16 bits on every GPU
+    "int4": "int4",  # AWQ/GPTQ/w4a16 weights: the math runs in 16 bits (Marlin)
+    "int8": "int8",
 }
 CUDA_RESERVED_TYPICAL = 0.48 * GiB
 """``nvidia-smi`` capacity minus the total CUDA reports, median over the cards with both published
@@ -90,6 +92,11 @@ class GPU:
         price_per_hour: default on-demand price in USD per GPU-hour.
         network_bandwidth: bandwidth between nodes per GPU, one direction, in bytes/s (its RDMA
             NIC's share; AI Configurator's ``inter_node_bw``).
+        int8_flops: dense int8 tensor-core peak in OP/s, what W8A8 (``int8``) GEMMs run at: the fp8
+            peak on Hopper, Ada and Blackwell, twice bf16 on Ampere, a small fraction on
+            Blackwell Ultra (B300), which cut int8 math; 0: the fp8 peak.
+        vendor: ``nvidia`` or ``amd``; vLLM's integer-quantized kernels (Marlin for ``int4``,
+            CUTLASS for ``int8``) run on NVIDIA GPUs only.
         fp4_flops: dense fp4 tensor-core peak in FLOP/s (NVFP4, Blackwell); 0 on a GPU without FP4
             tensor cores, where fp4 weights are an error rather than silently priced at another
             precision's rate (no serving engine runs NVFP4 GEMMs there).
@@ -111,6 +118,8 @@ class GPU:
     gpus_per_node: int
     price_per_hour: float
     fp4_flops: float = 0.0
+    int8_flops: float = 0.0
+    vendor: str = "nvidia"
     network_bandwidth: float = 50 * GB
     usable_memory_bytes: float = 0.0
     smi_memory_mib: float = 0.0
@@ -151,11 +160,26 @@ class GPU:
         return self.fp4_flops > 0
 
     def peak_flops(self, dtype: str) -> float:
-        """Dense tensor-core peak in FLOP/s for ``dtype`` (``bf16``, ``fp16``, ``fp8`` or ``fp4``);
-        ``fp4`` on a GPU without FP4 tensor cores is an error."""
+        """Dense tensor-core peak in FLOP/s for ``dtype`` (``bf16``, ``fp16``, ``fp8``, ``fp4``,
+        ``int8``, or ``int4``, whose 4-bit weights are multiplied on the 16-bit tensor cores);
+        ``fp4`` on a GPU without FP4 tensor cores, and ``int4`` or ``int8`` on an AMD GPU, are
+        errors."""
         kind = _DTYPE_ALIASES.get(dtype.lower())
         if kind is None:
-            raise CbsimError(f"unknown dtype {dtype!r}; known: bf16, fp16, fp8, fp4", field="dtype")
+            raise CbsimError(
+                f"unknown dtype {dtype!r}; known: bf16, fp16, fp8, fp4, int8, int4", field="dtype"
+            )
+        if kind in ("int4", "int8") and self.vendor != "nvidia":
+            raise CbsimError(
+                f"{self.name} runs no {kind} weights: vLLM's AWQ, GPTQ, Marlin and int8 W8A8 "
+                "kernels are NVIDIA-only (vLLM's quantization 'Supported Hardware' table); use "
+                "bf16 or fp8",
+                field="dtype",
+            )
+        if kind == "int8":
+            return self.int8_flops or self.fp8_flops
+        if kind == "int4":
+            return self.bf16_flops
         if kind == "fp4":
             if not self.has_fp4:
                 raise CbsimError(
@@ -185,6 +209,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=2.039 * TB,
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
+            int8_flops=624 * TFLOPS,  # A100 datasheet: 624 TOPS dense int8
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,  # aiconfigurator inter_node_bw: one 200 Gb/s CX6 per GPU
             gpus_per_node=8,
@@ -205,6 +230,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=1.555 * TB,
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
+            int8_flops=624 * TFLOPS,
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -226,6 +252,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=1.555 * TB,
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
+            int8_flops=624 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -244,6 +271,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=1.935 * TB,
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
+            int8_flops=624 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -265,6 +293,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=600 * GB,
             bf16_flops=70 * TFLOPS,
             fp8_flops=70 * TFLOPS,
+            int8_flops=140 * TFLOPS,  # 2x bf16 as on the A10 (125/250 TFLOP/s bf16/int8)
             nvlink_bandwidth=32 * GB,
             network_bandwidth=100 / 8 * GB / 8,  # g5.48xlarge: 100 Gb/s for its 8 GPUs
             gpus_per_node=8,
@@ -285,6 +314,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=936 * GB,
             bf16_flops=71 * TFLOPS,
             fp8_flops=71 * TFLOPS,
+            int8_flops=284 * TFLOPS,  # GA102 whitepaper: 284 TOPS dense int8
             nvlink_bandwidth=32 * GB,
             network_bandwidth=12.5 * GB,  # a 100 Gb/s NIC per GPU at most, assumed
             gpus_per_node=8,
@@ -305,6 +335,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=3.35 * TB,
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
+            int8_flops=1978 * TFLOPS,  # H100 datasheet: int8 = fp8 (1979; 1978 as fp8 here)
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -325,6 +356,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=2.0 * TB,
             bf16_flops=756 * TFLOPS,
             fp8_flops=1513 * TFLOPS,
+            int8_flops=1513 * TFLOPS,
             nvlink_bandwidth=64 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -346,6 +378,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=3.9 * TB,
             bf16_flops=835.5 * TFLOPS,
             fp8_flops=1670.5 * TFLOPS,
+            int8_flops=1670.5 * TFLOPS,
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=2,
@@ -366,6 +399,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=4.0 * TB,
             bf16_flops=148 * TFLOPS,
             fp8_flops=296 * TFLOPS,
+            int8_flops=296 * TFLOPS,
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,
             gpus_per_node=8,
@@ -385,6 +419,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=4.8 * TB,
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
+            int8_flops=1978 * TFLOPS,
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -405,6 +440,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=4.8 * TB,
             bf16_flops=835.5 * TFLOPS,
             fp8_flops=1670.5 * TFLOPS,
+            int8_flops=1670.5 * TFLOPS,
             nvlink_bandwidth=450 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=4,
@@ -426,6 +462,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=864 * GB,
             bf16_flops=362.05 * TFLOPS,
             fp8_flops=733 * TFLOPS,
+            int8_flops=733 * TFLOPS,  # L40S datasheet: 733 TOPS dense int8
             nvlink_bandwidth=32 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -445,6 +482,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=864 * GB,
             bf16_flops=181.05 * TFLOPS,
             fp8_flops=362 * TFLOPS,
+            int8_flops=362 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -464,6 +502,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=300 * GB,
             bf16_flops=121 * TFLOPS,
             fp8_flops=242.5 * TFLOPS,
+            int8_flops=242.5 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=100 / 8 * GB / 8,  # g6.48xlarge: 100 Gb/s for its 8 GPUs
             gpus_per_node=8,
@@ -483,6 +522,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=1008 * GB,
             bf16_flops=165.2 * TFLOPS,
             fp8_flops=330.3 * TFLOPS,
+            int8_flops=660.6 * TFLOPS,  # Ada whitepaper: 660.6 TOPS dense int8
             nvlink_bandwidth=32 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -503,6 +543,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=960 * GB,
             bf16_flops=364.25 * TFLOPS,
             fp8_flops=728.5 * TFLOPS,
+            int8_flops=728.5 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -526,6 +567,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=8 * TB,
             bf16_flops=2250 * TFLOPS,
             fp8_flops=4500 * TFLOPS,
+            int8_flops=4500 * TFLOPS,  # B200: 4.5 POPS dense int8
             nvlink_bandwidth=900 * GB,
             network_bandwidth=100 * GB,  # aiconfigurator inter_node_bw: one 800 Gb/s CX8 per GPU
             gpus_per_node=8,
@@ -547,6 +589,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=8 * TB,
             bf16_flops=2500 * TFLOPS,
             fp8_flops=5000 * TFLOPS,
+            int8_flops=5000 * TFLOPS,
             nvlink_bandwidth=900 * GB,
             network_bandwidth=50 * GB,  # one 400 Gb/s ConnectX-7 per GPU in a compute tray
             gpus_per_node=72,
@@ -567,6 +610,9 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=8 * TB,
             bf16_flops=2250 * TFLOPS,
             fp8_flops=4500 * TFLOPS,
+            # Blackwell Ultra cut int8 math: 0.15 POPS dense (Verda, "NVIDIA GB300 NVL72: GPU
+            # Architecture & Performance", per-GPU table)
+            int8_flops=150 * TFLOPS,
             nvlink_bandwidth=900 * GB,
             network_bandwidth=100 * GB,  # one 800 Gb/s ConnectX-8 per GPU
             gpus_per_node=8,
@@ -588,6 +634,7 @@ _CATALOG: dict[str, GPU] = {
             hbm_bandwidth=1792 * GB,
             bf16_flops=209.5 * TFLOPS,
             fp8_flops=419 * TFLOPS,
+            int8_flops=838 * TFLOPS,  # Blackwell GeForce whitepaper: 838 TOPS dense int8
             nvlink_bandwidth=64 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -609,10 +656,12 @@ _CATALOG: dict[str, GPU] = {
         # Frontier's nodes), 12.5 GB/s per GCD.
         GPU(
             name="mi250x",
+            vendor="amd",
             memory_bytes=64 * GiB,
             hbm_bandwidth=1.6384 * TB,
             bf16_flops=191.5 * TFLOPS,
             fp8_flops=191.5 * TFLOPS,
+            int8_flops=383 * TFLOPS,  # MI250X datasheet: 383 TOPS int8
             nvlink_bandwidth=200 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -630,10 +679,12 @@ _CATALOG: dict[str, GPU] = {
         # the full mesh can use all links, so this is the comparable figure to NVLink's.
         GPU(
             name="mi300x",
+            vendor="amd",
             memory_bytes=192 * GiB,
             hbm_bandwidth=5.3 * TB,
             bf16_flops=1307.4 * TFLOPS,
             fp8_flops=2614.9 * TFLOPS,
+            int8_flops=2614.9 * TFLOPS,  # MI300X datasheet: 2614.9 TOPS dense int8
             nvlink_bandwidth=448 * GB,
             network_bandwidth=50 * GB,  # one 400 Gb/s NIC per GPU, as MI300X platforms pair them
             gpus_per_node=8,
@@ -650,10 +701,12 @@ _CATALOG: dict[str, GPU] = {
         # mesh, 448 GB/s per direction.
         GPU(
             name="mi325x",
+            vendor="amd",
             memory_bytes=256 * GiB,
             hbm_bandwidth=6.0 * TB,
             bf16_flops=1307.4 * TFLOPS,
             fp8_flops=2614.9 * TFLOPS,
+            int8_flops=2614.9 * TFLOPS,
             nvlink_bandwidth=448 * GB,
             network_bandwidth=50 * GB,
             gpus_per_node=8,

@@ -579,3 +579,15 @@ def _load_config_file(path: Path) -> ModelShape:
         return model_from_hf_config(config, name)
     except CbsimError as err:
         raise err.located(source=source) from None
+
+
+def read_config_dict(path: Path) -> dict[str, Any] | None:
+    """The JSON object of a ``config.json`` (or of its folder's), or None when there is no such
+    readable object (the model's loading reports why)."""
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        config = parse_json(read_text_file(path, what="model config"), str(path))
+    except CbsimError:
+        return None
+    return config if isinstance(config, dict) else None

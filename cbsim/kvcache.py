@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cbsim.models import ModelShape
+from cbsim.quantization import INT4_BYTES, INT8_BYTES, INTEGER_FORMATS
 
 DTYPE_BYTES: dict[str, float] = {
     "fp32": 4.0,
@@ -33,6 +34,10 @@ DTYPE_BYTES: dict[str, float] = {
     "fp4": 0.5 + 1.0 / 16.0,
     # MXFP4 (gpt-oss's expert weights): 4-bit e2m1 values plus one e8m0 scale per block of 32
     "mxfp4": 0.5 + 1.0 / 32.0,
+    # integer checkpoints (:mod:`cbsim.quantization`): AWQ/GPTQ/w4a16 4-bit weights with a
+    # 16-bit scale and a 4-bit zero point per 128; W8A8 8-bit weights
+    "int4": INT4_BYTES,
+    "int8": INT8_BYTES,
 }
 """Bytes per element of each storage precision, block scales included."""
 
@@ -67,7 +72,12 @@ def end_param_count(model: ModelShape) -> int:
 def model_weight_bytes(model: ModelShape, dtype: str) -> float:
     """Bytes of all of ``model``'s weights as its checkpoint stores them in ``dtype``: an
     expert-only format keeps everything but the routed experts in bf16; FP8 and NVFP4 keep the
-    embedding and the LM head in bf16."""
+    embedding and the LM head in bf16; an integer format (int4, int8) quantises the decoder
+    layers' linear projections only, the rest in bf16 (:mod:`cbsim.quantization`)."""
+    if dtype in INTEGER_FORMATS:
+        linear = model.linear_param_count()
+        rest = model.param_count() - linear
+        return linear * DTYPE_BYTES[dtype] + rest * DTYPE_BYTES["bf16"]
     if dtype in EXPERT_ONLY_DTYPES:
         experts = model.num_moe_layers * model.num_experts * model.expert_param_count()
         return split_weight_bytes(experts, model.param_count() - experts, dtype)
@@ -99,9 +109,17 @@ def stage_layers(model: ModelShape, pp: int) -> int:
     return -(-model.num_layers // pp)
 
 
+def final_norm_dtype(dtype: str) -> str:
+    """The precision of the final norm in a checkpoint of ``dtype`` (16 bits in an integer one,
+    the body's otherwise)."""
+    return "bf16" if dtype in INTEGER_FORMATS else dense_weight_dtype(dtype)
+
+
 def end_dtype(dtype: str) -> str:
     """The precision of the embedding and the LM head in a checkpoint of ``dtype``."""
-    return "bf16" if dtype in EXPERT_ONLY_DTYPES | QUANTISED_BODY_DTYPES else dtype
+    return (
+        "bf16" if dtype in EXPERT_ONLY_DTYPES | QUANTISED_BODY_DTYPES | INTEGER_FORMATS else dtype
+    )
 
 
 def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1, pp: int = 1) -> float:
@@ -113,7 +131,7 @@ def weight_bytes_per_gpu(model: ModelShape, dtype: str, tp: int, dp: int = 1, pp
     if pp > 1:
         ends_bytes = DTYPE_BYTES[end_dtype(dtype)]
         embedding = model.embedding_param_count() * ends_bytes
-        norm = model.hidden_size * DTYPE_BYTES[dense_weight_dtype(dtype)]
+        norm = model.hidden_size * DTYPE_BYTES[final_norm_dtype(dtype)]
         layers = model_weight_bytes(model, dtype) - end_param_count(model) * ends_bytes - norm
         return (layers * stage_layers(model, pp) / model.num_layers + embedding) / tp
     if dp == 1:

@@ -6,7 +6,9 @@ The weights a checkpoint puts on the GPUs depend on how it stores them
 checkpoint one byte for the decoder layers' linear weights and two for the embedding, the LM
 head, norms, biases, routers and a vision encoder, which such checkpoints keep in 16 bits (their
 per-channel or per-block scales, under 0.1%, are not counted); NVFP4 (``fp4``) the same split at
-4.5 bits; MXFP4 (gpt-oss) only the routed experts in 4.25 bits. Per GPU of a tensor-parallel
+4.5 bits; ``int4`` (AWQ, GPTQ, w4a16) the same split at 4.16 bits, its group scales and zero
+points included (:mod:`cbsim.quantization`); MXFP4 (gpt-oss) only the routed experts in 4.25
+bits. Per GPU of a tensor-parallel
 group (:func:`weight_bytes_per_gpu`) every weight is split, the embedding and LM head by
 vocabulary as vLLM's vocab-parallel layers do, except the key and value projections of a model
 with fewer KV heads than GPUs, which each GPU holds for its whole KV head. The engine's rotary
@@ -21,16 +23,15 @@ from cbsim.model_shape import ModelShape
 from cbsim.models import CatalogMatch
 
 GIB = 2**30
-WEIGHT_FORMATS = ("bf16", "fp8", "int8", "fp4", "mxfp4")
+WEIGHT_FORMATS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4")
 """The formats ``cbsim catalog MODEL`` shows weights in (mxfp4 for mixtures of experts only)."""
-_ONE_BYTE = {"int8": 1.0}
 
 
 def _linear_bytes(dtype: str) -> float:
     """Bytes per weight of the linear layers (other than routed experts) in ``dtype``."""
     if dtype in EXPERT_ONLY_DTYPES:
         return DTYPE_BYTES["bf16"]
-    return _ONE_BYTE[dtype] if dtype in _ONE_BYTE else DTYPE_BYTES[dtype]
+    return DTYPE_BYTES[dtype]
 
 
 def routed_expert_params(model: ModelShape) -> int:
@@ -164,6 +165,10 @@ def render(match: CatalogMatch, tp: int = 1) -> str:
     if repos:
         lines.append("  Hugging Face ids:")
         lines.extend(repos)
+        lines.append(
+            "  quantized checkpoints: an id or name above with -AWQ, -GPTQ-Int4 or "
+            "-quantized.w4a16 (int4), or -quantized.w8a8 (int8)"
+        )
     if entry.aliases:
         lines.append(f"  aliases: {', '.join(entry.aliases)}")
     if entry.note:

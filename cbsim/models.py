@@ -63,6 +63,7 @@ from cbsim.hf_config import (
 )
 from cbsim.model_catalog import _CATALOG, CATALOG, MODEL_NAMES, CatalogModel
 from cbsim.model_shape import ModelShape, expert_parallel_problem
+from cbsim.quantization import config_weight_format, split_quantized_id
 
 __all__ = [
     "ARCHITECTURES",
@@ -77,6 +78,7 @@ __all__ = [
     "ModelShape",
     "check_architecture",
     "checkpoint_dtype",
+    "checkpoint_format",
     "expert_parallel_problem",
     "find_model",
     "get_model",
@@ -97,6 +99,7 @@ class CatalogMatch:
     entry: CatalogModel
     repo: str | None
     shape: ModelShape
+    quantized: str | None = None
 
     @property
     def spelling(self) -> str:
@@ -105,7 +108,10 @@ class CatalogMatch:
 
     @property
     def checkpoint_dtype(self) -> str:
-        """The checkpoint's weight format (the entry's main checkpoints' for a name)."""
+        """The checkpoint's weight format (the entry's main checkpoints' for a name; an integer
+        checkpoint's, ``int4`` or ``int8``, for the id of one)."""
+        if self.quantized is not None:
+            return self.quantized
         return self.entry.dtype_of(self.repo) if self.repo else self.entry.checkpoint_dtype
 
 
@@ -142,8 +148,34 @@ REPOSITORIES: tuple[str, ...] = tuple(
 
 def find_model(name: str) -> CatalogMatch | None:
     """The catalog entry ``name`` (a catalog name, alias or Hugging Face id, any case) names,
-    or None."""
-    return _INDEX.get(name.casefold())
+    or None. The id of an integer-quantized checkpoint of a catalog model (its base id or
+    repository name with a quantization suffix, ``Qwen/Qwen3-14B-AWQ``,
+    ``RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8``; see
+    :func:`cbsim.quantization.split_quantized_id`) finds that model, in its format."""
+    found = _INDEX.get(name.casefold())
+    if found is not None:
+        return found
+    split = split_quantized_id(name)
+    if split is None:
+        return None
+    base, weight_format = split
+    match = _INDEX.get(base.casefold()) or _INDEX.get(base.rsplit("/", 1)[-1].casefold())
+    if match is None:
+        return None
+    return CatalogMatch(match.entry, name, match.shape, weight_format)
+
+
+def checkpoint_format(name_or_path: str) -> str | None:
+    """The weight format of the checkpoint a model name, id or ``config.json`` path names
+    (:func:`checkpoint_dtype` for the catalog's; a config's ``quantization_config``, else None
+    for a 16-bit config or anything else)."""
+    found = checkpoint_dtype(name_or_path)
+    if found is not None:
+        return found
+    path = Path(name_or_path).expanduser()
+    if name_or_path.endswith(".json") or path.exists():
+        return config_weight_format(path)
+    return None
 
 
 NEAREST = 3

@@ -492,7 +492,7 @@ def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> 
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
             f"with {memory.fraction_flag}={memory.fraction:.3g}: the weights and what the engine "
             f"keeps beside them{drafter} {short} ({memory.breakdown_line()}); raise cluster.tp "
-            f"or cluster.pp{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4') else ', or use fp8'}",
+            f"or cluster.pp{'' if cluster.dtype in ('fp8', 'fp4', 'mxfp4', 'int8', 'int4') else ', or use fp8'}",
             source=source,
             field=f"{prefix}.tp",
         )

@@ -249,7 +249,7 @@ def test_constructor_rejects_bad_arguments():
     with pytest.raises(CbsimError):
         CostModel(tp=0)
     with pytest.raises(CbsimError):
-        CostModel(dtype="int4")
+        CostModel(dtype="int2")
     with pytest.raises(CbsimError):
         CostModel(gpu="tpu-v5")
     with pytest.raises(CbsimError):

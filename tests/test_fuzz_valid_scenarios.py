@@ -180,7 +180,13 @@ def _cluster(rng: random.Random) -> Draw:
         "model": rng.choice(BIG_MODELS if big else SMALL_MODELS),
         "gpu": gpu,
         "tp": rng.choice([2, 4, 8]) if big else rng.choice([1, 1, 1, 2, 4]),
-        "dtype": rng.choice(["bf16", "fp16", "fp8", *(["fp4"] if gpu == "b200" else [])]),
+        "dtype": rng.choice(
+            [
+                *("bf16", "fp16", "fp8"),
+                *(["fp4"] if gpu == "b200" else []),
+                *(["int8", "int4"] if gpu != "mi300x" else []),  # integer formats: NVIDIA only
+            ]
+        ),
         "replicas": rng.choice([1, 1, 2, 3]),
         "router": rng.choice(["round_robin", "least_loaded", "random"]),
         "engine": rng.choice(ENGINES),

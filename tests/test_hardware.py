@@ -76,7 +76,7 @@ def test_peak_flops_by_dtype() -> None:
     a100 = get_gpu("a100-80gb")
     assert a100.peak_flops("fp8") == a100.peak_flops("bf16") == 312e12
     with pytest.raises(CbsimError, match="dtype"):
-        h100.peak_flops("int4")
+        h100.peak_flops("int2")
 
 
 def test_fp4_peak_only_on_blackwell() -> None:

@@ -123,6 +123,13 @@ VLLM_LOADS = [
     ("meta-llama/Llama-3.2-1B-Instruct", 1, "bf16", 2.32),
     ("meta-llama/Llama-2-7b-hf", 1, "bf16", 12.55),
     ("LGAI-EXAONE/EXAONE-4.0-32B-FP8", 1, "fp8", 30.99),
+    # quantized checkpoints (kv_startup_logs.csv): Qwen3-14B-AWQ on L40S under vLLM 0.28 (v1-25,
+    # 'weights fell 27.52 -> 9.44 GiB'), Phi-4 AutoRound GPTQ 4-bit under V0 (v0-04), Qwen3-0.6B
+    # AutoRound W4A16 under 0.19.1 (v1-38), RedHat's Qwen2.5-7B W8A8 under 0.19 (v0-38)
+    ("Qwen/Qwen3-14B-AWQ", 1, "int4", 9.44),
+    ("kaitchup/Phi-4-AutoRound-GPTQ-4bit", 1, "int4", 8.51),
+    ("lvkaokao/Qwen3-0.6B-autoround-W4A16", 1, "int4", 0.52),
+    ("RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8", 1, "int8", 8.14),
 ]
 
 

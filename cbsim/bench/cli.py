@@ -43,8 +43,9 @@ __all__ = ["bench_command"]
               help="vLLM's endpoint type; an engine's name (sglang, tensorrt-llm, vllm) sets the "
               "engine when --engine is not given.")  # fmt: skip
 @click.option(
-    "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4"]), default="bf16",
-    show_default=True, help="Weight precision.",
+    "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"]),
+    default=None,
+    help="Weight precision [default: bf16, or a quantized checkpoint's own: int4 for an -AWQ id].",
 )  # fmt: skip
 @click.option("--dataset-name", default="random", show_default=True,
               help="random, prefix_repetition, sonnet or timed_trace (simulated); vLLM's others "

@@ -126,7 +126,7 @@ class BenchOptions:
     gpu: str
     tp: int = 1
     engine: str = "vllm"
-    dtype: str = "bf16"
+    dtype: str | None = None  # None: bf16, or an integer-quantized checkpoint's own format
     input_len: int = 1024
     output_len: int = 128
     num_prompts: int = 1000
@@ -403,7 +403,7 @@ def scenario_data(options: BenchOptions, point: LoadPoint) -> dict[str, Any]:
             "model": options.model,
             "gpu": options.gpu,
             "tp": options.tp,
-            "dtype": options.dtype,
+            **({"dtype": options.dtype} if options.dtype else {}),
             "engine": options.engine,
         },
     }

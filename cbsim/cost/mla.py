@@ -96,7 +96,10 @@ def fit_key(phase: str, kv_dtype: str, gemm_dtype: str) -> str:
     return f"{phase}/{kv_dtype}/{gemm_dtype}"
 
 
-_GEMM_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "bf16"}
+_GEMM_DTYPES = {
+    "bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "mxfp4": "bf16",
+    "int4": "bf16", "int8": "bf16",  # no table: the bf16 fit on their own bytes and peak
+}  # fmt: skip
 _KV_DTYPES = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 
 
@@ -114,6 +117,7 @@ class MlaPricing:
     prefill: RooflineFit | None
     params: CostParams
     source: str
+    weight_dtype: str | None = None  # an integer format priced with ``gemm_dtype``'s fits
 
     def module_time(self, requests: int, per_request: float, *, decode: bool) -> float:
         """Seconds of one layer's MLA module for ``requests`` requests of ``per_request`` cached
@@ -127,10 +131,11 @@ class MlaPricing:
             requests * one,
             per_request * one,
             decode=decode,
-            weight_bytes=DTYPE_BYTES[self.gemm_dtype],
+            weight_bytes=DTYPE_BYTES[self.weight_dtype or self.gemm_dtype],
             kv_bytes=DTYPE_BYTES[self.kv_dtype],
         )
-        peak, bandwidth = self.gpu.peak_flops(self.gemm_dtype), self.gpu.hbm_bandwidth
+        peak = self.gpu.peak_flops(self.weight_dtype or self.gemm_dtype)
+        bandwidth = self.gpu.hbm_bandwidth
         fit = self.decode if decode else self.prefill
         if fit is None:
             p = self.params
@@ -160,14 +165,19 @@ def mla_pricing(
     else the GPU's default profile's, else H100's on this GPU's spec sheet; uncalibrated, the raw
     roofline."""
     gemm_dtype, kv = _GEMM_DTYPES[dtype], _KV_DTYPES[kv_dtype]
+    weights = dtype if dtype in ("int4", "int8") else None
     heads = max(1, model.num_heads // tp)
     if calibration is None:
-        return MlaPricing(model, gpu, heads, gemm_dtype, kv, None, None, params, "roofline")
+        return MlaPricing(
+            model, gpu, heads, gemm_dtype, kv, None, None, params, "roofline", weights
+        )
     for where, profile in profiles_to_try(gpu.name, calibration):
         decode = profile.mla.get(fit_key("decode", kv, gemm_dtype))
         prefill = profile.mla.get(fit_key("prefill", kv, gemm_dtype))
         if decode is not None and prefill is not None:
-            return MlaPricing(model, gpu, heads, gemm_dtype, kv, decode, prefill, params, where)
+            return MlaPricing(
+                model, gpu, heads, gemm_dtype, kv, decode, prefill, params, where, weights
+            )
     raise CbsimError(
         f"no measured MLA module for {kv} KV and {gemm_dtype} projections on {gpu.name} or "
         f"{FALLBACK_GPU}",

@@ -14,7 +14,10 @@ Which fit. The cluster's weight dtype names the kernel's (``bf16``/``fp16`` → 
 ``fp8`` → ``fp8_block``, the 128 × 128 block-scaled checkpoints DeepSeek, Qwen and most MoE
 releases ship; ``fp4`` → ``nvfp4``), ``cluster.expert_routing`` the routing (``balanced`` →
 ``balanced``, or ``power_law_1.01`` where a GPU measured no balanced rows, as A100;
-``skewed`` → ``power_law_1.2``). The fit comes from the first profile of
+``skewed`` → ``power_law_1.2``; ``int4`` → ``int4_wo``, the 4-bit weight-only kernels SGLang and
+vLLM were measured with on H100 and B200; ``int8`` → ``int8_w8a8``, which no table measured).
+A dtype no profile measured borrows the ``bfloat16`` fit's efficiencies for its own bytes and
+peak, and says so in its ``source``. The fit comes from the first profile of
 :func:`~cbsim.cost.profile.profiles_to_try` that has it: the calibration profile in use (under
 SGLang or TensorRT-LLM on H100 and B200, the engine's kernel profile, fitted on its own MoE
 tables); H100's profile of the same engine on this GPU's spec sheet (SGLang and TensorRT-LLM on
@@ -85,7 +88,12 @@ _WEIGHT_KERNELS = {
     "fp8": "fp8_block",
     "fp4": "nvfp4",
     "mxfp4": "w4a16_mxfp4",
+    "int4": "int4_wo",
+    "int8": "int8_w8a8",
 }
+_TRANSFERRED_FIT = "bfloat16"
+"""The kernel whose fit prices a weight dtype no profile measured (int8 W8A8; int4 where its
+``int4_wo`` tables are missing): its efficiencies on the dtype's own bytes and peak."""
 
 
 def fit_key(moe_dtype: str, routing: str, expert_parallel: bool) -> str:
@@ -106,6 +114,7 @@ MOE_DTYPES: dict[str, MoeDtype] = {
     "fp8": MoeDtype(1.0, "fp8"),
     "fp8_block": MoeDtype(1.0 + 4.0 / (128 * 128), "fp8"),
     "int4_wo": MoeDtype(0.5 + 2.0 / 128, "bf16"),
+    "int8_w8a8": MoeDtype(1.0, "int8"),
     "w4a16_mxfp4": MoeDtype(0.5 + 1.0 / 32, "bf16"),
     "w4a8_mxfp4_mxfp8": MoeDtype(0.5 + 1.0 / 32, "fp8"),
     "nvfp4": MoeDtype(0.5 + 1.0 / 16, "fp4"),
@@ -259,14 +268,20 @@ def moe_pricing(
             expert_routing == "balanced",
         )  # fmt: skip
     layout = "ep" if ep > 1 else "tp"
-    for where, profile in profiles_to_try(gpu.name, calibration):
-        for routing in _ROUTING_FITS[expert_routing]:
-            fit = profile.moe.get(fit_key(moe_dtype, routing, ep > 1))
-            if fit is not None:
-                source = f"{where}: {routing}, {layout}"
-                return MoePricing(
-                    model, gpu, tp, ep, moe_dtype, fit, params, source, routing == "balanced"
-                )
+    kernels = [moe_dtype]
+    if dtype in ("int4", "int8"):
+        kernels.append(_TRANSFERRED_FIT)
+    for kernel in kernels:
+        for where, profile in profiles_to_try(gpu.name, calibration):
+            for routing in _ROUTING_FITS[expert_routing]:
+                fit = profile.moe.get(fit_key(kernel, routing, ep > 1))
+                if fit is not None:
+                    source = f"{where}: {routing}, {layout}"
+                    if kernel != moe_dtype:
+                        source += f" ({kernel} fit transferred to {moe_dtype})"
+                    return MoePricing(
+                        model, gpu, tp, ep, moe_dtype, fit, params, source, routing == "balanced"
+                    )
     raise CbsimError(
         f"no measured MoE kernel for {dtype} weights ({moe_dtype}) "
         f"{'with' if ep > 1 else 'without'} expert parallelism on {gpu.name} or "

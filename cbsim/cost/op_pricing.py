@@ -32,9 +32,16 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, dense_weight_dtype, kv_heads_per_shard, stage_layers
 from cbsim.models import ModelShape, expert_parallel_problem, get_model
+from cbsim.quantization import INTEGER_FORMATS
 
 DEFAULT_ENGINE = "vllm"
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4")
+TRANSFERRED_GEMM_FITS: dict[str, tuple[str, ...]] = {"int4": ("bf16",), "int8": ("fp8", "bf16")}
+"""The measured GEMM fits an integer format's GEMMs borrow their efficiencies from, first found
+first, where no table measured their own (:func:`gemm_fit_for`): Marlin's int4 GEMMs multiply
+on the 16-bit tensor cores; int8 W8A8 runs vLLM's ``cutlass_scaled_mm``, the kernel its fp8
+W8A8 GEMMs run, on 8-bit tensor cores of the same peak on Hopper and Ada (where the GPU has no
+fp8 tensor cores, A100, the fp8 fit is Marlin's weight-only one and bf16's is taken)."""
 NETWORK_STEP_LATENCY_S = 10e-6
 """Latency of one step of a collective between nodes over RDMA (an assumption; NCCL's
 inter-node steps take some microseconds on InfiniBand)."""
@@ -52,10 +59,16 @@ def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
     activations to NVFP4 (vLLM's ``scaled_fp4_quant``, part of every measured fp4 layer): m × k
     read at 2 bytes and written at 0.5625 before the GEMM reads them, so those bytes count too.
     (On B200 this traffic is what separates fp4 from bf16 at large m and small n: 0.15 against
-    0.09 ms at m = 32768, n = 128, k = 8192.)"""
+    0.09 ms at m = 32768, n = 128, k = 8192.)
+
+    int8 is W8A8: its activations are quantised to int8 per token the same way (read at 2
+    bytes, written at 1) before the GEMM reads them. int4 is W4A16 (Marlin): 4-bit weights with
+    their group scales (``DTYPE_BYTES["int4"]``), 16-bit activations read as they are."""
     in_bytes = DTYPE_BYTES[dtype]
+    if dtype == "int4":
+        return 2.0 * m * n * k, k * n * in_bytes + m * k * 2.0 + m * n * 2.0
     bytes_moved = (k * n + m * k) * in_bytes + m * n * 2.0
-    if dtype == "fp4":
+    if dtype in ("fp4", "int8"):
         bytes_moved += m * k * (2.0 + in_bytes)
     return 2.0 * m * n * k, bytes_moved
 
@@ -79,6 +92,25 @@ def _fit_for(fits: dict[str, RooflineFit], dtype: str) -> RooflineFit | None:
         return fits[dtype]
     twin = {"fp16": "bf16", "bf16": "fp16"}.get(dtype)
     return fits.get(twin) if twin else None
+
+
+def gemm_fit_for(
+    fits: dict[str, RooflineFit], dtype: str, gpu: GPU
+) -> tuple[RooflineFit | None, str | None]:
+    """The fit a ``dtype`` GEMM is priced with on ``gpu``, and the dtype whose fit it is when
+    another's: its own (fp16 and bf16 stand for each other), else, for an integer format no
+    table measured (``int4``, ``int8``), the fit of :data:`TRANSFERRED_GEMM_FITS` applied to
+    its own FLOPs, bytes and peak (the measured efficiency transferred)."""
+    own = _fit_for(fits, dtype)
+    if own is not None or dtype not in INTEGER_FORMATS:
+        return own, None
+    for other in TRANSFERRED_GEMM_FITS[dtype]:
+        if other == "fp8" and not gpu.fp8_flops > gpu.bf16_flops:
+            continue
+        borrowed = _fit_for(fits, other)
+        if borrowed is not None:
+            return borrowed, other
+    return None, None
 
 
 def _engine_profile(engine: EngineProfile | str | None) -> EngineProfile:
@@ -251,7 +283,9 @@ class OpPricing:
         self._mlp_n = (2 if m.gated_mlp else 1) * m.intermediate_size // tp
         self._vocab_shard = -(-m.vocab_size // tp)
         cal = self.calibration
-        self._gemm_fit = _fit_for(cal.gemm, self._gemm_dtype) if cal is not None else None
+        self._gemm_fit, self.gemm_fit_from = (
+            gemm_fit_for(cal.gemm, self._gemm_dtype, self.gpu) if cal is not None else (None, None)
+        )
         self._head_dtype = dtype if dtype in ("bf16", "fp16") else "bf16"
         self._head_fit = _fit_for(cal.gemm, self._head_dtype) if cal is not None else None
         self._head_peak = self.gpu.peak_flops(self._head_dtype)

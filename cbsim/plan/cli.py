@@ -41,12 +41,13 @@ from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
 from cbsim.limits import RATE, TOKENS
-from cbsim.models import get_model
+from cbsim.models import checkpoint_format, get_model
 from cbsim.plan.aic_flags import aic_options, plan_vocabulary
 from cbsim.plan.layouts import SearchSpace
 from cbsim.plan.planner import PlanSettings, described, plan_deployment
 from cbsim.plan.render import pareto_png, render, wide_console
 from cbsim.progress import step_reporter
+from cbsim.quantization import INTEGER_FORMATS, canonical_dtype
 from cbsim.scenario import load_scenario
 from cbsim.setting_warnings import implausible_slo
 from cbsim.tool_flags import ToolCommand
@@ -115,11 +116,21 @@ def _gpu_list(text: str | None, default: str) -> list[str]:
     return list(dict.fromkeys(gpus))
 
 
+def _checkpoint_dtype(cluster: dict[str, Any]) -> str:
+    """The weight format a cluster without ``dtype`` runs: an integer-quantized checkpoint's
+    own (:mod:`cbsim.quantization`), else bf16."""
+    try:
+        found = checkpoint_format(str(cluster.get("model", "")))
+    except CbsimError:
+        return "bf16"
+    return found if found in INTEGER_FORMATS else "bf16"
+
+
 def _check_precision(gpus: Sequence[str], dtype: str) -> None:
     """Every GPU compared runs the weights' precision (fp4 needs Blackwell)."""
     for gpu in gpus:
         try:
-            get_gpu(gpu).peak_flops(dtype)
+            get_gpu(gpu).peak_flops(canonical_dtype(dtype))
         except CbsimError as err:
             raise CbsimError(err.message, field="--dtype") from None
 
@@ -193,7 +204,7 @@ def _flag_base(
             "model": model,
             "gpu": gpu,
             "engine": engine or "vllm",
-            "dtype": dtype or "bf16",
+            **({"dtype": dtype} if dtype else {}),  # unset: bf16, or the checkpoint's int4/int8
         },
         "slo": {"ttft_s": ttft, "tpot_s": tpot},
     }
@@ -306,7 +317,7 @@ def _base_and_gpus(options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         base = _scenario_base(scenario, options["model"], options["engine"], options["dtype"])
         gpus = _gpu_list(options["gpus"], base["cluster"].get("gpu", DEFAULT_GPU))
     base["cluster"]["gpu"] = gpus[0]
-    _check_precision(gpus, base["cluster"].get("dtype", "bf16"))
+    _check_precision(gpus, base["cluster"].get("dtype") or _checkpoint_dtype(base["cluster"]))
     try:
         described(base)
     except CbsimError as err:
@@ -392,7 +403,12 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
 )
 @click.option("--engine", "--backend", "engine", default=None,
               help="Serving engine: vllm, sglang, tensorrt-llm (trtllm), ...")  # fmt: skip
-@click.option("--dtype", default=None, help="Weight precision: bf16, fp16, fp8, fp4.")
+@click.option(
+    "--dtype",
+    default=None,
+    help="Weight precision: bf16, fp16, fp8, fp4, int8 (W8A8), int4 (AWQ/GPTQ/w4a16); unset: "
+    "bf16, or a quantized checkpoint's own (an -AWQ, -GPTQ-Int4, .w8a8 id).",
+)
 @target_option
 @headroom_option
 @click.option("--seeds", "--verify-seeds", "seeds", type=int, default=VERIFY_SEEDS,

@@ -31,8 +31,9 @@ from typing import Any
 
 from cbsim.cost.engine_version import engine_family
 from cbsim.model_catalog import CATALOG
-from cbsim.models import hf_repository
+from cbsim.models import checkpoint_format, hf_repository
 from cbsim.plan.layouts import Batching, Instance, Layout
+from cbsim.quantization import INTEGER_FORMATS
 
 #: Hugging Face repositories of the catalog models (instruct variants where the family has one),
 #: from the model catalog: each entry's first checkpoint.
@@ -171,6 +172,12 @@ def launch_commands(
     notes: list[str] = []
     if family in TRTLLM_ENGINES and dtype == "fp8":
         notes.append("TensorRT-LLM: serve an FP8-quantized checkpoint (ModelOpt) for fp8 weights")
+    if dtype in INTEGER_FORMATS and checkpoint_format(model) != dtype:
+        kind = "an AWQ, GPTQ or w4a16" if dtype == "int4" else "a W8A8"
+        notes.append(
+            f"{dtype} weights: serve {kind} checkpoint of this model in place of {reference} "
+            "(engines read its quantization from its config; no flag quantizes to it at load)"
+        )
     if layout.prefill is None:
         argv = build(reference, layout.instance, layout.batching, precision)
         commands = [_command("replica", 1, argv)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from cbsim.errors import CbsimError, unknown_name
 from cbsim.limits import (
@@ -21,10 +21,31 @@ from cbsim.limits import (
     TimeOffset,
     TokenCount,
 )
+from cbsim.quantization import INTEGER_FORMATS, canonical_dtype
 from cbsim.schema.base import StrictModel
 
-DType = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
+DType = Annotated[
+    Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"],
+    BeforeValidator(canonical_dtype),
+]
+"""A weight format; its other names (``awq``, ``gptq``, ``w4a16``, ``w8a8``, ``nvfp4``...) are
+read as it (:data:`cbsim.quantization.DTYPE_ALIASES`)."""
 KvDType = Literal["bf16", "fp16", "fp8"]
+
+
+def _integer_checkpoint(model: Any) -> str | None:
+    """``int4`` or ``int8`` when ``model`` names an integer-quantized checkpoint, else None
+    (unreadable or unknown models are reported by the ``model`` field's own check; a
+    ``config.json`` quantized in a format cbsim does not model is refused here)."""
+    from cbsim.models import checkpoint_format
+
+    if not isinstance(model, str):
+        return None
+    try:
+        weight_format = checkpoint_format(model)
+    except CbsimError as err:
+        raise ValueError(f"model: {err}") from None
+    return weight_format if weight_format in INTEGER_FORMATS else None
 
 
 class KvOffload(StrictModel):
@@ -174,7 +195,10 @@ class Cluster(StrictModel):
     ``model`` is a catalog name (``llama-3.1-70b``), a Hugging Face id the catalog knows
     (``meta-llama/Llama-3.1-70B-Instruct``; no network), or a ``config.json`` path.
 
-    ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only); ``kv_dtype`` the KV
+    ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only; ``int4`` = 4-bit
+    weight-only AWQ/GPTQ/w4a16, ``int8`` = W8A8, NVIDIA only: :mod:`cbsim.quantization`); unset,
+    an integer-quantized checkpoint's own format where ``model`` names one (its Hugging Face id,
+    or a ``config.json`` whose ``quantization_config`` says so), else bf16. ``kv_dtype`` the KV
     cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
     checkpoint; TensorRT-LLM: fp8). Keys left unset here and in ``scheduler`` take the engine's
     defaults for this GPU (see :func:`apply_engine_defaults`).
@@ -308,6 +332,29 @@ class Cluster(StrictModel):
             layers = get_model(self.model).num_layers
             if self.pp > layers:
                 raise ValueError(f"pp: {self.pp} stages for {layers} layers")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _checkpoint_dtype(cls, data: Any) -> Any:
+        """Unset, ``dtype`` is an integer-quantized checkpoint's own format (``int4`` for
+        ``Qwen/Qwen3-14B-AWQ``): an engine serves such a checkpoint in no other."""
+        if isinstance(data, dict) and "dtype" not in data:
+            weight_format = _integer_checkpoint(data.get("model"))
+            if weight_format is not None:
+                data = {**data, "dtype": weight_format}
+        return data
+
+    @model_validator(mode="after")
+    def _dtype_of_checkpoint(self) -> Cluster:
+        """An integer-quantized checkpoint runs in its own format; another ``dtype`` is refused
+        (a 16-bit checkpoint may be given any format: a quantized copy of it)."""
+        weight_format = _integer_checkpoint(self.model)
+        if weight_format is not None and self.dtype != weight_format:
+            raise ValueError(
+                f"dtype: {self.model} is an {weight_format} checkpoint; engines serve it in "
+                f"{weight_format} (leave dtype out or set it to {weight_format}), not {self.dtype}"
+            )
         return self
 
     @model_validator(mode="after")

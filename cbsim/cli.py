@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 import pandas as pd
@@ -47,6 +47,7 @@ from cbsim.cost import CostModel
 from cbsim.engine import ProgressCallback
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
+from cbsim.interrupts import EXIT_INTERRUPTED, Interrupted, caused_by_interrupt
 from cbsim.limits import BATCH_SIZE, CACHED_TOKENS, TOKENS, option_within
 from cbsim.models import get_model
 from cbsim.outputs import check_path, check_replaceable, new_temporary_file
@@ -71,7 +72,6 @@ from cbsim.terminal import long_prefill_cap, print_run, scheduler_name
 from cbsim.workload import ClosedLoopWorkload, build_workload
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 LAZY_COMMANDS: dict[str, dict[str, tuple[str, str]]] = {
     "cli": {
@@ -93,18 +93,6 @@ the command's attribute there."""
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class Interrupted(click.ClickException):
-    """Ctrl-C: ``interrupted`` on stderr, exit 130."""
-
-    exit_code = EXIT_INTERRUPTED
-
-    def __init__(self) -> None:
-        super().__init__("interrupted")
-
-    def show(self, file: IO[Any] | None = None) -> None:
-        click.echo("interrupted", file=file, err=file is None)
 
 
 class CbsimGroup(click.Group):
@@ -133,23 +121,9 @@ class CbsimGroup(click.Group):
         except KeyboardInterrupt:
             raise Interrupted() from None
         except Exception as err:
-            if _caused_by_interrupt(err):
+            if caused_by_interrupt(err):
                 raise Interrupted() from None
             raise
-
-
-def _caused_by_interrupt(err: BaseException) -> bool:
-    """Whether ``err`` stands for a Ctrl-C: a compiled (numba) kernel interrupted while it runs
-    returns with the KeyboardInterrupt set, which Python reports as a ``SystemError`` caused by
-    it (as any C extension would)."""
-    seen: set[int] = set()
-    cause: BaseException | None = err
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return False
 
 
 # --------------------------------------------------------------------------- formatting
@@ -899,7 +873,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         os.dup2(devnull, sys.stdout.fileno())
         sys.exit(1)
     except Exception as err:
-        if not _caused_by_interrupt(err):
+        if not caused_by_interrupt(err):
             raise
         Interrupted().show()
         sys.exit(EXIT_INTERRUPTED)

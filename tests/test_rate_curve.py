@@ -179,4 +179,4 @@ def test_points_or_csv_exactly_one_and_too_many_requests_refused() -> None:
         cbsim.load_scenario(data)
     with pytest.raises(CbsimError) as err:
         build_workload(cbsim.load_scenario(curved([[0, 1e5], [1e5, 1e5]])))
-    assert err.value.field == "workload.arrival"
+    assert err.value.field == "workload.arrival.points"

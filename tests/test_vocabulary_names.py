@@ -83,8 +83,8 @@ def test_hugging_face_ids_name_catalog_models(spelling: str, name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "nearest"),
     [
-        ("Qwen/Qwen3-32B-AWQ", "qwen3-32b"),
-        ("meta-llama/Llama-3.1-8B-Instruct-AWQ", "llama-3.1-8b"),
+        ("Qwen/Qwen3-32B-GGUF", "qwen3-32b"),  # AWQ ids are int4 checkpoints now
+        ("meta-llama/Llama-3.1-8B-Instruct-GGUF", "llama-3.1-8b"),
         ("QWEN3_32B", "qwen3-32b"),  # AI Configurator's model names of 2025
         ("LLAMA3.1_70B", "llama-3.1-70b"),
         ("MOE_Mixtral8x7B", "mixtral-8x7b"),

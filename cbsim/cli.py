@@ -510,15 +510,16 @@ def validate(scenario: Path, overrides: tuple[str, ...]) -> None:
 )
 @click.option(
     "--dtype",
-    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"]),
+    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4", "fp32", "float32"]),
     default="bf16",
     show_default=True,
     help="Weight precision (fp4: NVFP4, Blackwell GPUs only; mxfp4: a mixture of experts' "
-    "expert weights, the rest bf16; int8: W8A8; int4: AWQ/GPTQ/w4a16, NVIDIA only).",
+    "expert weights, the rest bf16; int8: W8A8; int4: AWQ/GPTQ/w4a16, NVIDIA only; fp32: "
+    "vLLM's --dtype float32, dense models).",
 )
 @click.option(
     "--kv-dtype",
-    type=click.Choice(["bf16", "fp16", "fp8"]),
+    type=click.Choice(["bf16", "fp16", "fp8", "fp32"]),
     default=None,
     help="KV-cache precision (default: what the engine keeps for --dtype weights).",
 )
@@ -613,6 +614,9 @@ def cost(
         engine_profile = load_engine_profile(engine)
     except CbsimError as err:
         raise err.located(field="--engine") from None
+    from cbsim.quantization import canonical_dtype
+
+    dtype = canonical_dtype(dtype)
     try:
         gpu_spec.peak_flops(dtype)
     except CbsimError as err:
@@ -648,8 +652,8 @@ def cost(
             pp=pp,
         )
     except CbsimError as err:
-        if err.field in ("ep", "dp", "pp"):
-            raise CbsimError(err.message, field=f"--{err.field}") from None
+        if err.field in ("ep", "dp", "pp", "dtype", "kv_dtype"):
+            raise CbsimError(err.message, field=f"--{err.field.replace('_', '-')}") from None
         raise err.located(field="--calibration") from None
     breakdown = cost_model.breakdown(entries)
     total = cost_model.iteration_time(entries)
@@ -677,6 +681,10 @@ def cost(
     table.add_row("total", f"{total * 1e3:.4f}", "100.0")
     console.print(table)
     console.print(f"total iteration time: {total * 1e3:.4f} ms", highlight=False)
+    if dtype == "fp32" and cost_model.calibration is not None:
+        from cbsim.cost_models import fp32_note
+
+        console.print(f"note: {fp32_note(gpu_spec.name, cost_model.kv_dtype)}", highlight=False)
 
 
 # --------------------------------------------------------------------------- other commands

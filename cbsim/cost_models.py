@@ -59,8 +59,8 @@ def kernel_profile_for(scenario: Scenario) -> CalibrationProfile | None:
 
 def transfer_warnings(scenarios: Iterable[Scenario]) -> list[str]:
     """One warning per GPU among the clusters (a run's pools) whose kernels are priced from
-    another GPU's fits, with the held-out error of that transfer, and one per integer weight
-    format priced from another precision's fits (:func:`weight_format_note`)."""
+    another GPU's fits, with the held-out error of that transfer, and one per integer or fp32
+    weight format priced from another precision's fits (:func:`weight_format_note`)."""
     notes = []
     for scenario in scenarios:
         profile = kernel_profile_for(scenario)
@@ -69,11 +69,13 @@ def transfer_warnings(scenarios: Iterable[Scenario]) -> list[str]:
 
 
 def weight_format_note(scenario: Scenario, profile: CalibrationProfile | None) -> str | None:
-    """A line saying that the cluster's integer weights (``int4``, ``int8``) are priced on the
-    roofline of their own bytes and peak with another precision's measured GEMM efficiency (no
-    kernel table measured them), or None."""
+    """A line saying that the cluster's integer weights (``int4``, ``int8``) or fp32 weights are
+    priced on the roofline of their own bytes and peak with another precision's measured GEMM
+    efficiency (no kernel table measured them), or None."""
     cluster = scenario.cluster
     dtype = cluster.dtype
+    if dtype == "fp32" and profile is not None:
+        return fp32_note(cluster.gpu, cluster.effective_kv_dtype)
     if dtype not in INTEGER_FORMATS or profile is None:
         return None
     gpu = get_gpu(cluster.gpu)
@@ -94,6 +96,19 @@ def weight_format_note(scenario: Scenario, profile: CalibrationProfile | None) -
         )
         note += f" (the routed experts from {moe})"
     return note
+
+
+def fp32_note(gpu_name: str, kv_dtype: str) -> str:
+    """A line saying that fp32 weights' GEMMs (and an fp32 KV cache's attention) are priced on
+    the roofline of their own bytes and fp32 peak with the measured bf16 kernels' efficiency."""
+    gpu = get_gpu(gpu_name)
+    attention = " and attention over the fp32 KV cache" if kv_dtype == "fp32" else ""
+    return (
+        f"fp32 weights on {gpu.name}: no fp32 kernel table was measured, so their GEMMs"
+        f"{attention} are priced on the roofline of their own bytes (4 a value) and the fp32 peak "
+        f"({gpu.fp32_flops / 1e12:,.1f} TFLOP/s, no TF32) with the measured bf16 kernels' "
+        "efficiency"
+    )
 
 
 class CostModelCache:

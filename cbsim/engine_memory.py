@@ -41,6 +41,14 @@ if TYPE_CHECKING:
 GiB = 2**30
 MiB = 2**20
 ACTIVATION_BYTES = 2.0  # bf16/fp16 activations
+
+
+def activation_bytes(dtype: str) -> float:
+    """Bytes of one activation element in a ``dtype`` model: 4 in an fp32 one, else 2 (fp8,
+    fp4 and integer weights' activations are 16-bit between the GEMMs)."""
+    return 4.0 if dtype == "fp32" else ACTIVATION_BYTES
+
+
 FRACTION_FLAGS = {
     "vllm": "gpu_memory_utilization",
     "vllm-v0": "gpu_memory_utilization",
@@ -190,7 +198,9 @@ class MemoryPlan:
 # --------------------------------------------------------------------------- profiling run
 
 
-def forward_activation_bytes(model: ModelShape, tokens: int, tp: int) -> float:
+def forward_activation_bytes(
+    model: ModelShape, tokens: int, tp: int, element_bytes: float = ACTIVATION_BYTES
+) -> float:
     """The largest set of activations one forward of ``tokens`` tokens holds at once on a GPU
     (attention skipped, as the profiling run does): the residual stream and the normalised
     input, and an MLP's gate/up output and activation — a dense layer's, or each token's
@@ -202,7 +212,7 @@ def forward_activation_bytes(model: ModelShape, tokens: int, tp: int) -> float:
     else:
         widest = model.intermediate_size
     per_token = 2 * model.hidden_size + 3 * widest / tp
-    return tokens * per_token * ACTIVATION_BYTES
+    return tokens * per_token * element_bytes
 
 
 def sampler_bytes(model: ModelShape, rows: int, bytes_per_logit: float) -> float:
@@ -215,8 +225,9 @@ def vllm_activation_bytes(rule: MemoryRule, x: MemoryInputs) -> float:
     and the sampler's (with the forward's last hidden states still held)."""
     tokens = x.max_batched_tokens
     rows = min(x.max_batch_size, tokens)
-    forward = forward_activation_bytes(x.model, tokens, x.tp)
-    hidden = tokens * x.model.hidden_size * ACTIVATION_BYTES
+    element = activation_bytes(x.dtype)
+    forward = forward_activation_bytes(x.model, tokens, x.tp, element)
+    hidden = tokens * x.model.hidden_size * element
     sampler = hidden + sampler_bytes(x.model, rows, rule.sampler_bytes_per_logit)
     return max(forward, sampler)
 
@@ -317,7 +328,9 @@ def _tensorrt_llm(rule: MemoryRule, x: MemoryInputs) -> MemoryPlan:
     leaves free after weights, activations, CUDA graphs, communicators and the context."""
     fraction = x.fraction or default_fraction(rule, x)
     total = x.gpu.cuda_total_bytes
-    activations = forward_activation_bytes(x.model, x.max_batched_tokens, x.tp)
+    activations = forward_activation_bytes(
+        x.model, x.max_batched_tokens, x.tp, activation_bytes(x.dtype)
+    )
     non_torch = (rule.context_gib + rule.non_torch_gib + comm_gib(rule, x)) * GiB
     graphs = rule.cuda_graph_gib * GiB
     free = total - _weights(x) - activations - non_torch - graphs

@@ -4,7 +4,7 @@ A serving iteration is bounded either by arithmetic (tensor-core FLOP/s, for big
 large verify batches) or by memory traffic (HBM bytes/s, for reading weights and KV cache during
 decode). Tensor parallelism adds GPU-to-GPU all-reduces bounded by the interconnect. So a GPU is,
 for cbsim, a handful of spec-sheet numbers: HBM capacity (what fits: weights + KV cache), HBM
-bandwidth, dense peak FLOP/s per datatype (bf16, fp8 and, on Blackwell, fp4), per-GPU interconnect
+bandwidth, dense peak FLOP/s per datatype (bf16, fp8, int8, fp32 and, on Blackwell, fp4), per-GPU interconnect
 bandwidth, GPUs per node (the largest tensor-parallel group without going across nodes) and a price
 per GPU-hour (for cost per token and capacity planning).
 
@@ -58,6 +58,8 @@ _DTYPE_ALIASES: dict[str, str] = {
     "mxfp4": "bf16",  # 4-bit weights only: the math runs in 16 bits on every GPU
     "int4": "int4",  # AWQ/GPTQ/w4a16 weights: the math runs in 16 bits (Marlin)
     "int8": "int8",
+    "fp32": "fp32",
+    "float32": "fp32",
 }
 CUDA_RESERVED_TYPICAL = 0.48 * GiB
 """``nvidia-smi`` capacity minus the total CUDA reports, median over the cards with both published
@@ -95,6 +97,12 @@ class GPU:
         int8_flops: dense int8 tensor-core peak in OP/s, what W8A8 (``int8``) GEMMs run at: the fp8
             peak on Hopper, Ada and Blackwell, twice bf16 on Ampere, a small fraction on
             Blackwell Ultra (B300), which cut int8 math; 0: the fp8 peak.
+        fp32_flops: dense fp32 peak in FLOP/s without TF32, what fp32 (``--dtype float32``)
+            GEMMs run at: PyTorch leaves ``torch.backends.cuda.matmul.allow_tf32`` False (its
+            default since 1.12) and vLLM does not turn it on, so cuBLAS multiplies fp32 on the
+            CUDA cores (the datasheets' "FP32" line, not "TF32 Tensor Core"); on AMD's CDNA
+            GPUs rocBLAS runs fp32 GEMMs on the matrix cores, whose "FP32 matrix" rate this is.
+            0: fp32 weights are an error on this GPU.
         vendor: ``nvidia`` or ``amd``; vLLM's integer-quantized kernels (Marlin for ``int4``,
             CUTLASS for ``int8``) run on NVIDIA GPUs only.
         fp4_flops: dense fp4 tensor-core peak in FLOP/s (NVFP4, Blackwell); 0 on a GPU without FP4
@@ -119,6 +127,7 @@ class GPU:
     price_per_hour: float
     fp4_flops: float = 0.0
     int8_flops: float = 0.0
+    fp32_flops: float = 0.0
     vendor: str = "nvidia"
     network_bandwidth: float = 50 * GB
     usable_memory_bytes: float = 0.0
@@ -140,7 +149,7 @@ class GPU:
             raise CbsimError(f"must be >= 1, got {self.gpus_per_node!r}", field="gpus_per_node")
         if self.price_per_hour < 0:
             raise CbsimError(f"must be >= 0, got {self.price_per_hour!r}", field="price_per_hour")
-        for field in ("fp4_flops", "usable_memory_bytes", "smi_memory_mib"):
+        for field in ("fp4_flops", "fp32_flops", "usable_memory_bytes", "smi_memory_mib"):
             if not getattr(self, field) >= 0:
                 raise CbsimError(f"must be >= 0, got {getattr(self, field)!r}", field=field)
 
@@ -161,14 +170,20 @@ class GPU:
 
     def peak_flops(self, dtype: str) -> float:
         """Dense tensor-core peak in FLOP/s for ``dtype`` (``bf16``, ``fp16``, ``fp8``, ``fp4``,
-        ``int8``, or ``int4``, whose 4-bit weights are multiplied on the 16-bit tensor cores);
-        ``fp4`` on a GPU without FP4 tensor cores, and ``int4`` or ``int8`` on an AMD GPU, are
+        ``int8``, or ``int4``, whose 4-bit weights are multiplied on the 16-bit tensor cores;
+        ``fp32``: :attr:`fp32_flops`, no TF32); ``fp4`` on a GPU without FP4 tensor cores,
+        ``int4`` or ``int8`` on an AMD GPU, and ``fp32`` on a GPU without an fp32 peak are
         errors."""
         kind = _DTYPE_ALIASES.get(dtype.lower())
         if kind is None:
             raise CbsimError(
-                f"unknown dtype {dtype!r}; known: bf16, fp16, fp8, fp4, int8, int4", field="dtype"
+                f"unknown dtype {dtype!r}; known: bf16, fp16, fp8, fp4, int8, int4, fp32",
+                field="dtype",
             )
+        if kind == "fp32":
+            if not self.fp32_flops > 0:
+                raise CbsimError(f"{self.name} has no fp32 peak (fp32_flops)", field="dtype")
+            return self.fp32_flops
         if kind in ("int4", "int8") and self.vendor != "nvidia":
             raise CbsimError(
                 f"{self.name} runs no {kind} weights: vLLM's AWQ, GPTQ, Marlin and int8 W8A8 "
@@ -210,6 +225,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
             int8_flops=624 * TFLOPS,  # A100 datasheet: 624 TOPS dense int8
+            fp32_flops=19.5 * TFLOPS,  # A100 datasheet: FP32 19.5 TFLOP/s (no TF32: see fp32_flops)
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,  # aiconfigurator inter_node_bw: one 200 Gb/s CX6 per GPU
             gpus_per_node=8,
@@ -231,6 +247,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
             int8_flops=624 * TFLOPS,
+            fp32_flops=19.5 * TFLOPS,
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -253,6 +270,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
             int8_flops=624 * TFLOPS,
+            fp32_flops=19.5 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -272,6 +290,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=312 * TFLOPS,
             fp8_flops=312 * TFLOPS,
             int8_flops=624 * TFLOPS,
+            fp32_flops=19.5 * TFLOPS,
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -294,6 +313,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=70 * TFLOPS,
             fp8_flops=70 * TFLOPS,
             int8_flops=140 * TFLOPS,  # 2x bf16 as on the A10 (125/250 TFLOP/s bf16/int8)
+            fp32_flops=35 * TFLOPS,  # Baseten, A10 vs A10G: 35 TFLOP/s FP32 (A10: 31.2)
             nvlink_bandwidth=32 * GB,
             network_bandwidth=100 / 8 * GB / 8,  # g5.48xlarge: 100 Gb/s for its 8 GPUs
             gpus_per_node=8,
@@ -315,6 +335,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=71 * TFLOPS,
             fp8_flops=71 * TFLOPS,
             int8_flops=284 * TFLOPS,  # GA102 whitepaper: 284 TOPS dense int8
+            fp32_flops=35.6 * TFLOPS,  # GA102 whitepaper: 35.6 TFLOP/s FP32
             nvlink_bandwidth=32 * GB,
             network_bandwidth=12.5 * GB,  # a 100 Gb/s NIC per GPU at most, assumed
             gpus_per_node=8,
@@ -336,6 +357,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
             int8_flops=1978 * TFLOPS,  # H100 datasheet: int8 = fp8 (1979; 1978 as fp8 here)
+            fp32_flops=67 * TFLOPS,  # H100 datasheet: FP32 67 TFLOP/s
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -357,6 +379,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=756 * TFLOPS,
             fp8_flops=1513 * TFLOPS,
             int8_flops=1513 * TFLOPS,
+            fp32_flops=51 * TFLOPS,  # H100 PCIe datasheet: FP32 51 TFLOP/s
             nvlink_bandwidth=64 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -379,6 +402,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=835.5 * TFLOPS,
             fp8_flops=1670.5 * TFLOPS,
             int8_flops=1670.5 * TFLOPS,
+            fp32_flops=60 * TFLOPS,  # H100 NVL datasheet: FP32 60 TFLOP/s
             nvlink_bandwidth=300 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=2,
@@ -400,6 +424,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=148 * TFLOPS,
             fp8_flops=296 * TFLOPS,
             int8_flops=296 * TFLOPS,
+            fp32_flops=44 * TFLOPS,  # NVIDIA H20 figures: FP32 44 TFLOP/s
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,
             gpus_per_node=8,
@@ -420,6 +445,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=989 * TFLOPS,
             fp8_flops=1978 * TFLOPS,
             int8_flops=1978 * TFLOPS,
+            fp32_flops=67 * TFLOPS,  # H200 datasheet: FP32 67 TFLOP/s
             nvlink_bandwidth=450 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -441,6 +467,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=835.5 * TFLOPS,
             fp8_flops=1670.5 * TFLOPS,
             int8_flops=1670.5 * TFLOPS,
+            fp32_flops=60 * TFLOPS,  # H200 NVL datasheet: FP32 60 TFLOP/s
             nvlink_bandwidth=450 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=4,
@@ -463,6 +490,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=362.05 * TFLOPS,
             fp8_flops=733 * TFLOPS,
             int8_flops=733 * TFLOPS,  # L40S datasheet: 733 TOPS dense int8
+            fp32_flops=91.6 * TFLOPS,  # L40S datasheet: FP32 91.6 TFLOP/s
             nvlink_bandwidth=32 * GB,
             network_bandwidth=50 * GB,  # aiconfigurator inter_node_bw: one 400 Gb/s CX7 per GPU
             gpus_per_node=8,
@@ -483,6 +511,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=181.05 * TFLOPS,
             fp8_flops=362 * TFLOPS,
             int8_flops=362 * TFLOPS,
+            fp32_flops=90.5 * TFLOPS,  # L40 datasheet: FP32 90.5 TFLOP/s
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -503,6 +532,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=121 * TFLOPS,
             fp8_flops=242.5 * TFLOPS,
             int8_flops=242.5 * TFLOPS,
+            fp32_flops=30.3 * TFLOPS,  # L4 datasheet: FP32 30.3 TFLOP/s
             nvlink_bandwidth=32 * GB,
             network_bandwidth=100 / 8 * GB / 8,  # g6.48xlarge: 100 Gb/s for its 8 GPUs
             gpus_per_node=8,
@@ -523,6 +553,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=165.2 * TFLOPS,
             fp8_flops=330.3 * TFLOPS,
             int8_flops=660.6 * TFLOPS,  # Ada whitepaper: 660.6 TOPS dense int8
+            fp32_flops=82.6 * TFLOPS,  # Ada whitepaper: 82.6 TFLOP/s FP32
             nvlink_bandwidth=32 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -544,6 +575,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=364.25 * TFLOPS,
             fp8_flops=728.5 * TFLOPS,
             int8_flops=728.5 * TFLOPS,
+            fp32_flops=91.1 * TFLOPS,  # RTX 6000 Ada datasheet: FP32 91.1 TFLOP/s
             nvlink_bandwidth=32 * GB,
             network_bandwidth=25 * GB,
             gpus_per_node=8,
@@ -568,6 +600,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=2250 * TFLOPS,
             fp8_flops=4500 * TFLOPS,
             int8_flops=4500 * TFLOPS,  # B200: 4.5 POPS dense int8
+            fp32_flops=75 * TFLOPS,  # HGX B200 datasheet: FP32 75 TFLOP/s per GPU
             nvlink_bandwidth=900 * GB,
             network_bandwidth=100 * GB,  # aiconfigurator inter_node_bw: one 800 Gb/s CX8 per GPU
             gpus_per_node=8,
@@ -590,6 +623,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=2500 * TFLOPS,
             fp8_flops=5000 * TFLOPS,
             int8_flops=5000 * TFLOPS,
+            fp32_flops=80 * TFLOPS,  # GB200 NVL72 datasheet: FP32 80 TFLOP/s per GPU
             nvlink_bandwidth=900 * GB,
             network_bandwidth=50 * GB,  # one 400 Gb/s ConnectX-7 per GPU in a compute tray
             gpus_per_node=72,
@@ -613,6 +647,7 @@ _CATALOG: dict[str, GPU] = {
             # Blackwell Ultra cut int8 math: 0.15 POPS dense (Verda, "NVIDIA GB300 NVL72: GPU
             # Architecture & Performance", per-GPU table)
             int8_flops=150 * TFLOPS,
+            fp32_flops=75 * TFLOPS,  # HGX B300 datasheet: FP32 75 TFLOP/s per GPU
             nvlink_bandwidth=900 * GB,
             network_bandwidth=100 * GB,  # one 800 Gb/s ConnectX-8 per GPU
             gpus_per_node=8,
@@ -635,6 +670,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=209.5 * TFLOPS,
             fp8_flops=419 * TFLOPS,
             int8_flops=838 * TFLOPS,  # Blackwell GeForce whitepaper: 838 TOPS dense int8
+            fp32_flops=104.8 * TFLOPS,  # Blackwell GeForce whitepaper: 104.8 TFLOP/s FP32
             nvlink_bandwidth=64 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -662,6 +698,8 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=191.5 * TFLOPS,
             fp8_flops=191.5 * TFLOPS,
             int8_flops=383 * TFLOPS,  # MI250X datasheet: 383 TOPS int8
+            fp32_flops=47.85
+            * TFLOPS,  # MI250X datasheet: FP32 matrix 95.7 TFLOP/s per OAM, per GCD half
             nvlink_bandwidth=200 * GB,
             network_bandwidth=12.5 * GB,
             gpus_per_node=8,
@@ -685,6 +723,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=1307.4 * TFLOPS,
             fp8_flops=2614.9 * TFLOPS,
             int8_flops=2614.9 * TFLOPS,  # MI300X datasheet: 2614.9 TOPS dense int8
+            fp32_flops=163.4 * TFLOPS,  # MI300X datasheet: FP32 matrix (= vector) 163.4 TFLOP/s
             nvlink_bandwidth=448 * GB,
             network_bandwidth=50 * GB,  # one 400 Gb/s NIC per GPU, as MI300X platforms pair them
             gpus_per_node=8,
@@ -707,6 +746,7 @@ _CATALOG: dict[str, GPU] = {
             bf16_flops=1307.4 * TFLOPS,
             fp8_flops=2614.9 * TFLOPS,
             int8_flops=2614.9 * TFLOPS,
+            fp32_flops=163.4 * TFLOPS,  # MI325X datasheet: FP32 matrix 163.4 TFLOP/s
             nvlink_bandwidth=448 * GB,
             network_bandwidth=50 * GB,
             gpus_per_node=8,

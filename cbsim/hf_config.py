@@ -103,6 +103,7 @@ DENSE_ARCHITECTURES = frozenset(
         "Gemma2ForCausalLM",
         "Gemma3ForCausalLM",
         "Phi3ForCausalLM",
+        "PhiForCausalLM",
         "GraniteForCausalLM",
         "Glm4ForCausalLM",
         "Exaone4ForCausalLM",
@@ -122,6 +123,7 @@ DENSE_MODEL_TYPES = frozenset(
         "gemma2",
         "gemma3_text",
         "phi3",
+        "phi",
         "granite",
         "glm4",
         "exaone4",
@@ -132,6 +134,11 @@ DENSE_MODEL_TYPES = frozenset(
         "mistral3",
     }
 )
+# Phi-1, 1.5 and 2 (PhiForCausalLM, transformers' modeling_phi.py): biases on q, k, v and the
+# dense output, a plain GELU MLP (fc1, fc2), LayerNorms with biases and a biased LM head. Their
+# MLP biases (0.015% of Phi-2) are not counted; attention and MLP run in parallel off one norm,
+# which changes neither the weights nor the FLOPs.
+PHI_FIELDS: dict[str, Any] = {"gated_mlp": False, "norm_bias": True, "lm_head_bias": True}
 # Mixture-of-experts and latent-attention architectures read exactly, by model_type.
 MOE_MODEL_TYPES = frozenset(
     {
@@ -293,6 +300,9 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
     extra: dict[str, Any] = _local_attention_fields(config, family, layers, max_pos)
     if family in _POST_NORM_MODEL_TYPES:
         extra["post_norms"] = True
+    if family == "phi":
+        extra |= PHI_FIELDS
+        attention_bias = o_bias = True
     if family in MOE_MODEL_TYPES:
         extra |= _expert_fields(config, family, layers)
         if family in _MLA_FAMILIES:
@@ -346,6 +356,7 @@ _ARCHITECTURE_FAMILY = {
     "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text",
     "Phi3ForCausalLM": "phi3",
+    "PhiForCausalLM": "phi",
     "GraniteForCausalLM": "granite",
     "Glm4ForCausalLM": "glm4",
     "Exaone4ForCausalLM": "exaone4",

@@ -1250,6 +1250,28 @@ CATALOG: tuple[CatalogModel, ...] = (
         card="41.9B",
         source=_HUB,
     ),
+    # config: huggingface.co/microsoft/phi-2/blob/main/config.json (PhiForCausalLM: biased
+    # q/k/v/dense, a GELU fc1/fc2 MLP, one LayerNorm a layer, a biased LM head; hf_config.PHI_FIELDS)
+    _m(
+        _llama(
+            "phi-2",
+            32,
+            2560,
+            32,
+            32,
+            10240,
+            51200,
+            max_pos=2048,
+            qkv_bias=True,
+            o_bias=True,
+            gated_mlp=False,
+            norm_bias=True,
+            lm_head_bias=True,
+        ),
+        "microsoft/phi-2",
+        card="2.78B",
+        source=_HUB,
+    ),
     # config: huggingface.co/microsoft/phi-4/blob/main/config.json and Phi-4-mini-instruct
     # (tied, 200k vocabulary); Phi3ForCausalLM both
     _m(

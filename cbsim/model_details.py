@@ -23,8 +23,9 @@ from cbsim.model_shape import ModelShape
 from cbsim.models import CatalogMatch
 
 GIB = 2**30
-WEIGHT_FORMATS = ("bf16", "fp8", "int8", "int4", "fp4", "mxfp4")
-"""The formats ``cbsim catalog MODEL`` shows weights in (mxfp4 for mixtures of experts only)."""
+WEIGHT_FORMATS = ("fp32", "bf16", "fp8", "int8", "int4", "fp4", "mxfp4")
+"""The formats ``cbsim catalog MODEL`` shows weights in (mxfp4 for mixtures of experts only,
+fp32 for the models fp32 is modelled for)."""
 
 
 def _linear_bytes(dtype: str) -> float:
@@ -76,7 +77,11 @@ def rope_cache_bytes(model: ModelShape) -> float:
 
 
 def _formats(model: ModelShape) -> tuple[str, ...]:
-    return tuple(f for f in WEIGHT_FORMATS if f != "mxfp4" or model.is_moe)
+    """mxfp4 for a mixture of experts only; fp32 for the models it runs (dense, no MLA)."""
+    fp32 = not (model.is_moe or model.is_mla)
+    return tuple(
+        f for f in WEIGHT_FORMATS if (f != "mxfp4" or model.is_moe) and (f != "fp32" or fp32)
+    )
 
 
 def _count(n: float) -> str:

@@ -70,6 +70,7 @@ DTYPE_ALIASES: Mapping[str, str] = {
     "nvfp4": "fp4",
     "bfloat16": "bf16",
     "float16": "fp16",
+    "float32": "fp32",
 }
 """Other names of the weight formats, as engines' ``--quantization`` flags and quantization
 tools call them (compared without case)."""

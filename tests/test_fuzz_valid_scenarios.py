@@ -297,6 +297,17 @@ def _speculative(rng: random.Random) -> Draw:
     }
 
 
+def _fp32_weights(rng: random.Random, data: Draw) -> None:
+    """fp32 weights (vLLM's ``--dtype float32``), drawn from a stream of their own so a case's
+    other numbers stay as they were; its KV cache, when set, fp32 or fp8 (the others are no
+    option under fp32 weights)."""
+    cluster = data["cluster"]
+    if _maybe(rng, 0.1):
+        cluster["dtype"] = rng.choice(["fp32", "float32"])
+        if "kv_dtype" in cluster:
+            cluster["kv_dtype"] = rng.choice(["fp32", "fp8"])
+
+
 def _load_generators(rng: random.Random, data: Draw) -> None:
     """Benchmark load-generator features, drawn from a stream of their own (so a case's other
     numbers stay as they were): rate stages in place of Poisson or gamma arrivals, a client
@@ -432,11 +443,13 @@ def make_case(index: int, seed: int = SEED_OF_CAMPAIGN) -> Case:
     rng = random.Random(seed * 1_000_003 + index)
     extras = random.Random(f"load-generators/{seed}/{index}")
     curves = random.Random(f"rate-curve/{seed}/{index}")
+    precision = random.Random(f"fp32/{seed}/{index}")
     for draws in range(1, MAX_DRAWS + 1):
         data = draw_scenario(rng, f"fuzz-{index}")
         if index not in REGRESSION_CASES:
             _load_generators(extras, data)
             _rate_curve(curves, data)
+            _fp32_weights(precision, data)
         try:
             preflight(cbsim.load_scenario(data))  # what ``cbsim validate`` checks
         except CbsimError:
@@ -768,6 +781,7 @@ def test_quick_slice_covers_the_scenario_space():
         "sarathi",
     }
     assert {c.data["cluster"]["engine"] for c in cases} == set(ENGINES)
+    assert any(c.data["cluster"]["dtype"] in ("fp32", "float32") for c in cases)
     speculative = [c.data["speculative"] for c in cases if "speculative" in c.data]
     assert len(speculative) >= len(cases) // 4
     assert {s["proposer"]["kind"] for s in speculative} == {"draft_model", "eagle", "ngram"}

@@ -166,3 +166,24 @@ def test_catalog_refuses_an_unknown_model_with_suggestions() -> None:
     result = CliRunner().invoke(cli, ["catalog", "qwen3-8", "--tp", "2"])
     assert result.exit_code == 2
     assert "unknown model 'qwen3-8'" in result.stderr and "did you mean" in result.stderr
+
+
+PHI_2_CONFIG = {
+    "architectures": ["PhiForCausalLM"], "model_type": "phi", "hidden_size": 2560,
+    "intermediate_size": 10240, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "vocab_size": 51200, "max_position_embeddings": 2048,
+    "tie_word_embeddings": False, "partial_rotary_factor": 0.4, "hidden_act": "gelu_new",
+}  # fmt: skip
+"""huggingface.co/microsoft/phi-2/blob/main/config.json (the keys read)."""
+
+
+def test_phi_2_is_read_from_its_config_as_the_catalog_has_it() -> None:
+    """PhiForCausalLM: biased q/k/v and dense, a plain fc1/fc2 MLP, LayerNorms, biased LM head
+    (2.78B on the Hub); a start-up log of it (vLLM 0.19 on an H100) was not expressible."""
+    from cbsim.hf_config import model_from_hf_config
+
+    shape = model_from_hf_config(PHI_2_CONFIG, "phi-2")
+    catalog = get_model("microsoft/phi-2")
+    assert shape.param_count() == catalog.param_count()
+    assert not shape.gated_mlp and shape.qkv_bias and shape.o_bias and shape.lm_head_bias
+    assert abs(shape.param_count() / 2.78e9 - 1) < 0.002

@@ -43,7 +43,8 @@ __all__ = ["bench_command"]
               help="vLLM's endpoint type; an engine's name (sglang, tensorrt-llm, vllm) sets the "
               "engine when --engine is not given.")  # fmt: skip
 @click.option(
-    "--dtype", type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"]),
+    "--dtype",
+    type=click.Choice(["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4", "fp32", "float32"]),
     default=None,
     help="Weight precision [default: bf16, or a quantized checkpoint's own: int4 for an -AWQ id].",
 )  # fmt: skip

@@ -32,16 +32,25 @@ from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
 from cbsim.kvcache import DTYPE_BYTES, dense_weight_dtype, kv_heads_per_shard, stage_layers
 from cbsim.models import ModelShape, expert_parallel_problem, get_model
-from cbsim.quantization import INTEGER_FORMATS
 
 DEFAULT_ENGINE = "vllm"
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4")
-TRANSFERRED_GEMM_FITS: dict[str, tuple[str, ...]] = {"int4": ("bf16",), "int8": ("fp8", "bf16")}
-"""The measured GEMM fits an integer format's GEMMs borrow their efficiencies from, first found
-first, where no table measured their own (:func:`gemm_fit_for`): Marlin's int4 GEMMs multiply
-on the 16-bit tensor cores; int8 W8A8 runs vLLM's ``cutlass_scaled_mm``, the kernel its fp8
-W8A8 GEMMs run, on 8-bit tensor cores of the same peak on Hopper and Ada (where the GPU has no
-fp8 tensor cores, A100, the fp8 fit is Marlin's weight-only one and bf16's is taken)."""
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4", "fp32")
+KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+TRANSFERRED_GEMM_FITS: dict[str, tuple[str, ...]] = {
+    "int4": ("bf16",),
+    "int8": ("fp8", "bf16"),
+    "fp32": ("bf16",),
+}
+"""The measured GEMM fits a format's GEMMs borrow their efficiencies from, first found first,
+where no table measured their own (:func:`gemm_fit_for`): Marlin's int4 GEMMs multiply on the
+16-bit tensor cores; int8 W8A8 runs vLLM's ``cutlass_scaled_mm``, the kernel its fp8 W8A8
+GEMMs run, on 8-bit tensor cores of the same peak on Hopper and Ada (where the GPU has no fp8
+tensor cores, A100, the fp8 fit is Marlin's weight-only one and bf16's is taken); fp32 GEMMs
+are cuBLAS's SGEMM on the CUDA cores (no TF32: :attr:`cbsim.hardware.GPU.fp32_flops`), priced
+at their own bytes and fp32 peak with the bf16 GEMMs' efficiency."""
+TRANSFERRED_ATTENTION_FITS: dict[str, str] = {"fp32": "bf16"}
+"""The measured attention fit a KV-cache precision no table measured borrows (applied to its
+own FLOPs, bytes and peak): an fp32 cache's attention, bf16's."""
 NETWORK_STEP_LATENCY_S = 10e-6
 """Latency of one step of a collective between nodes over RDMA (an assumption; NCCL's
 inter-node steps take some microseconds on InfiniBand)."""
@@ -63,8 +72,11 @@ def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
 
     int8 is W8A8: its activations are quantised to int8 per token the same way (read at 2
     bytes, written at 1) before the GEMM reads them. int4 is W4A16 (Marlin): 4-bit weights with
-    their group scales (``DTYPE_BYTES["int4"]``), 16-bit activations read as they are."""
+    their group scales (``DTYPE_BYTES["int4"]``), 16-bit activations read as they are. fp32
+    reads and writes everything in 4 bytes."""
     in_bytes = DTYPE_BYTES[dtype]
+    if dtype == "fp32":  # inputs, weights and output all in 4 bytes
+        return 2.0 * m * n * k, (k * n + m * k + m * n) * in_bytes
     if dtype == "int4":
         return 2.0 * m * n * k, k * n * in_bytes + m * k * 2.0 + m * n * 2.0
     bytes_moved = (k * n + m * k) * in_bytes + m * n * 2.0
@@ -75,13 +87,14 @@ def gemm_flops_bytes(m: int, n: int, k: int, dtype: str) -> tuple[float, float]:
 
 def attention_flops_bytes(
     tokens: float, kv_tokens: float, pairs: float, q_heads: int, kv_heads: int, head_dim: int,
-    kv_bytes: float,
+    kv_bytes: float, act_bytes: float = 2.0,
 ) -> tuple[float, float]:  # fmt: skip
     """FLOPs and bytes of one layer's attention over a group of requests on one GPU: QKᵀ and PV for
-    every causal (query, key) pair; every key and value read once, queries and outputs in 16 bits."""
+    every causal (query, key) pair; every key and value read once, queries and outputs in
+    ``act_bytes`` (16 bits; 32 in an fp32 model)."""
     flops = 4.0 * pairs * q_heads * head_dim
     bytes_moved = (
-        kv_tokens * 2 * kv_heads * head_dim * kv_bytes + 2 * tokens * q_heads * head_dim * 2.0
+        kv_tokens * 2 * kv_heads * head_dim * kv_bytes + 2 * tokens * q_heads * head_dim * act_bytes
     )
     return flops, bytes_moved
 
@@ -102,7 +115,7 @@ def gemm_fit_for(
     table measured (``int4``, ``int8``), the fit of :data:`TRANSFERRED_GEMM_FITS` applied to
     its own FLOPs, bytes and peak (the measured efficiency transferred)."""
     own = _fit_for(fits, dtype)
-    if own is not None or dtype not in INTEGER_FORMATS:
+    if own is not None or dtype not in TRANSFERRED_GEMM_FITS:
         return own, None
     for other in TRANSFERRED_GEMM_FITS[dtype]:
         if other == "fp8" and not gpu.fp8_flops > gpu.bf16_flops:
@@ -193,7 +206,7 @@ def default_kv_dtype(engine: EngineProfile, gpu: str, dtype: str) -> str:
     chosen = engine.defaults_for(gpu).kv_dtype.get(dtype)
     if chosen is not None:
         return chosen
-    return dtype if dtype in ("bf16", "fp16") else "bf16"
+    return dtype if dtype in ("bf16", "fp16", "fp32") else "bf16"
 
 
 class OpPricing:
@@ -234,9 +247,21 @@ class OpPricing:
         self.dtype = dtype
         self.engine = _engine_profile(engine)
         self.kv_dtype = kv_dtype or default_kv_dtype(self.engine, self.gpu.name, dtype)
-        if self.kv_dtype not in ("bf16", "fp16", "fp8"):
+        if self.kv_dtype not in KV_DTYPES:
             raise CbsimError(
-                f"kv_dtype must be bf16, fp16 or fp8, got {self.kv_dtype!r}", field="kv_dtype"
+                f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}",
+                field="kv_dtype",
+            )
+        from cbsim.schema.cluster import kv_dtype_problem
+
+        problem = kv_dtype_problem(dtype, self.kv_dtype)
+        if problem is not None:
+            raise CbsimError(problem.removeprefix("kv_dtype: "), field="kv_dtype")
+        if dtype == "fp32" and (self.model.is_moe or self.model.is_mla):
+            raise CbsimError(
+                f"fp32 weights are not modelled for {self.model.name} (a mixture of experts or "
+                "latent attention); use bf16 or fp16",
+                field="dtype",
             )
         self.params = params or CostParams()
         self.calibration = calibration_profile(calibration, self.gpu.name, self.engine)
@@ -273,8 +298,11 @@ class OpPricing:
         # an expert-only weight format (MXFP4) leaves every other GEMM in bf16
         self._gemm_dtype = dense_weight_dtype(dtype)
         self._peak_flops = self.gpu.peak_flops(self._gemm_dtype)
-        self._attn_flops = self.gpu.peak_flops("bf16" if self.kv_dtype != "fp8" else "fp8")
-        self._act_bytes = 2.0  # activations stay in 16-bit even with fp8 weights
+        self._attn_flops = self.gpu.peak_flops(
+            self.kv_dtype if self.kv_dtype in ("fp8", "fp32") else "bf16"
+        )
+        # activations stay in 16 bits even with fp8 weights; an fp32 model's are fp32
+        self._act_bytes = DTYPE_BYTES["fp32"] if dtype == "fp32" else 2.0
         self._kv_bytes = DTYPE_BYTES[self.kv_dtype]
         m = self.model
         self._q_heads = max(1, m.num_heads // tp)
@@ -286,8 +314,10 @@ class OpPricing:
         self._gemm_fit, self.gemm_fit_from = (
             gemm_fit_for(cal.gemm, self._gemm_dtype, self.gpu) if cal is not None else (None, None)
         )
-        self._head_dtype = dtype if dtype in ("bf16", "fp16") else "bf16"
-        self._head_fit = _fit_for(cal.gemm, self._head_dtype) if cal is not None else None
+        self._head_dtype = dtype if dtype in ("bf16", "fp16", "fp32") else "bf16"
+        self._head_fit = (
+            gemm_fit_for(cal.gemm, self._head_dtype, self.gpu)[0] if cal is not None else None
+        )
         self._head_peak = self.gpu.peak_flops(self._head_dtype)
         # attention corrections may also depend on the head layout, fixed for this model and tp:
         # specialise them once to the two features that vary per batch (batch, tokens)
@@ -296,8 +326,9 @@ class OpPricing:
             "group": self._q_heads / self._kv_heads,
             "head_dim": float(m.head_dim),
         }
-        decode = _fit_for(cal.decode_attention, self.kv_dtype) if cal is not None else None
-        prefill = _fit_for(cal.prefill_attention, self.kv_dtype) if cal is not None else None
+        attention_fit = TRANSFERRED_ATTENTION_FITS.get(self.kv_dtype, self.kv_dtype)
+        decode = _fit_for(cal.decode_attention, attention_fit) if cal is not None else None
+        prefill = _fit_for(cal.prefill_attention, attention_fit) if cal is not None else None
         self._decode_fit_model = decode.specialize(heads) if decode is not None else None
         self._decode_fit = (
             self._decode_fit_model.compiled() if self._decode_fit_model is not None else None
@@ -419,6 +450,7 @@ class OpPricing:
             self._kv_heads,
             self.model.head_dim,
             self._kv_bytes,
+            self._act_bytes,
         )
         fit = self._decode_fit if decode else self._prefill_fit
         if fit is not None:

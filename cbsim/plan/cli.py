@@ -406,7 +406,7 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
 @click.option(
     "--dtype",
     default=None,
-    help="Weight precision: bf16, fp16, fp8, fp4, int8 (W8A8), int4 (AWQ/GPTQ/w4a16); unset: "
+    help="Weight precision: bf16, fp16, fp8, fp4, int8 (W8A8), int4 (AWQ/GPTQ/w4a16), fp32; unset: "
     "bf16, or a quantized checkpoint's own (an -AWQ, -GPTQ-Int4, .w8a8 id).",
 )
 @target_option

@@ -25,12 +25,31 @@ from cbsim.quantization import INTEGER_FORMATS, canonical_dtype
 from cbsim.schema.base import StrictModel
 
 DType = Annotated[
-    Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4"],
+    Literal["bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4", "fp32"],
     BeforeValidator(canonical_dtype),
 ]
-"""A weight format; its other names (``awq``, ``gptq``, ``w4a16``, ``w8a8``, ``nvfp4``...) are
-read as it (:data:`cbsim.quantization.DTYPE_ALIASES`)."""
-KvDType = Literal["bf16", "fp16", "fp8"]
+"""A weight format; its other names (``awq``, ``gptq``, ``w4a16``, ``w8a8``, ``nvfp4``,
+``float32``...) are read as it (:data:`cbsim.quantization.DTYPE_ALIASES`)."""
+KvDType = Annotated[Literal["bf16", "fp16", "fp8", "fp32"], BeforeValidator(canonical_dtype)]
+"""A KV-cache precision (``fp32`` only under fp32 weights: :func:`kv_dtype_problem`)."""
+
+
+def kv_dtype_problem(dtype: str, kv_dtype: str | None) -> str | None:
+    """Why a KV cache of ``kv_dtype`` cannot go with ``dtype`` weights, or None. vLLM keeps the
+    KV cache in the model's dtype (``--kv-cache-dtype auto``) or in fp8; an fp32 cache exists
+    only as an fp32 model's ``auto``, and a 16-bit one under an fp32 model is no option
+    (vLLM's ``bfloat16``/``float16`` cache dtypes are for models whose default is fp8)."""
+    if kv_dtype == "fp32" and dtype != "fp32":
+        return (
+            f"kv_dtype: an fp32 KV cache goes with fp32 weights only (engines keep the cache in "
+            f"the model's dtype or fp8), not {dtype}"
+        )
+    if dtype == "fp32" and kv_dtype in ("bf16", "fp16"):
+        return (
+            f"kv_dtype: fp32 weights keep an fp32 KV cache (vLLM's --kv-cache-dtype auto) or fp8, "
+            f"not {kv_dtype}"
+        )
+    return None
 
 
 def _integer_checkpoint(model: Any) -> str | None:
@@ -196,7 +215,9 @@ class Cluster(StrictModel):
     (``meta-llama/Llama-3.1-70B-Instruct``; no network), or a ``config.json`` path.
 
     ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only; ``int4`` = 4-bit
-    weight-only AWQ/GPTQ/w4a16, ``int8`` = W8A8, NVIDIA only: :mod:`cbsim.quantization`); unset,
+    weight-only AWQ/GPTQ/w4a16, ``int8`` = W8A8, NVIDIA only: :mod:`cbsim.quantization`;
+    ``fp32`` = vLLM's ``--dtype float32``, every tensor and the KV cache in 4 bytes, GEMMs at
+    the GPU's fp32 peak without TF32, dense models only); unset,
     an integer-quantized checkpoint's own format where ``model`` names one (its Hugging Face id,
     or a ``config.json`` whose ``quantization_config`` says so), else bf16. ``kv_dtype`` the KV
     cache's, by default what the engine keeps for such weights (vLLM and SGLang: bf16 for an fp8
@@ -358,6 +379,26 @@ class Cluster(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _fp32_layout(self) -> Cluster:
+        """fp32 weights: a KV cache engines keep for them, and a model whose kernels cbsim prices
+        in fp32 (not a mixture of experts or latent attention: their measured MoE and MLA
+        tables are 16- and 8-bit kernels with no fp32 counterpart in vLLM's fused paths)."""
+        problem = kv_dtype_problem(self.dtype, self.kv_dtype)
+        if problem is not None:
+            raise ValueError(problem)
+        if self.dtype == "fp32":
+            from cbsim.models import get_model
+
+            model = get_model(self.model)
+            if model.is_moe or model.is_mla:
+                kind = "a mixture of experts" if model.is_moe else "a latent-attention (MLA) model"
+                raise ValueError(
+                    f"dtype: fp32 weights are not modelled for {kind} ({self.model}); "
+                    "use bf16 or fp16"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _expert_only_dtype(self) -> Cluster:
         """``mxfp4`` stores a mixture of experts' routed experts (gpt-oss); the rest is bf16."""
         if self.dtype == "mxfp4":
@@ -423,8 +464,8 @@ class Cluster(StrictModel):
 
     @property
     def effective_kv_dtype(self) -> KvDType:
-        """KV cache precision: as given (or resolved from the engine), else the weights' 16-bit
-        precision (bf16 for fp8 and fp4 weights)."""
+        """KV cache precision: as given (or resolved from the engine), else the weights' own
+        16- or 32-bit precision (bf16 for fp8, fp4 and integer weights)."""
         if self.kv_dtype is not None:
             return self.kv_dtype
-        return "fp16" if self.dtype == "fp16" else "bf16"
+        return self.dtype if self.dtype in ("fp16", "fp32") else "bf16"

@@ -30,6 +30,7 @@ def small_grid() -> dict[str, object]:
     return sweep
 
 
+@pytest.mark.slow  # tens of seconds; `pytest -m slow`
 def test_capacity_grid_on_ray_matches_local(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="ray is not installed (pip install 'cbsim[ray]')")
     local = run_sweep(small_grid(), backend="local", workers=2, out=tmp_path / "local")

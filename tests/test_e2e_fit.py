@@ -117,6 +117,7 @@ def test_closed_loop_rate_is_littles_law() -> None:
     assert rate.iloc[0] == pytest.approx(8 * 101 / (0.1 + 100 * 0.01))
 
 
+@pytest.mark.slow  # tens of seconds; `pytest -m slow`
 def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     """`cbsim calibrate report --e2e` end to end, on a few of the shipped benchmarks per engine
     (the full report simulates about a thousand; tools/fit_engines.py makes the same tables), on

@@ -483,3 +483,11 @@ def test_fuzz_bad_options_exit_2_naming_one(
     result = invoke([*kept, *(x for pair in bad for x in pair), "--out", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     assert any(NAMED.get(pair, pair[0]) in result.output for pair in bad), result.output
+
+
+def test_a_sessions_scenario_is_refused_naming_its_file_and_field(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "chat-sessions.yaml"
+    result = invoke(["--scenario", str(path), "--no-disagg", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    assert f"{path}: workload.sessions: a plan sizes" in result.output
+    assert "--isl/--osl" in result.output and not (tmp_path / "p").exists()

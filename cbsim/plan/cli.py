@@ -219,7 +219,19 @@ def _scenario_base(
 ) -> dict[str, Any]:
     """A scenario file's data, with the flags' model, engine and precision over its own."""
     loaded = load_scenario(path)
-    _load_axis(loaded)  # a rate to search: poisson, gamma or a trace
+    if loaded.workload.sessions is not None:
+        raise CbsimError(
+            "a plan sizes a deployment for requests of known prompt and output lengths; a "
+            "session's prompts grow with each turn (the conversation so far), so its requests "
+            "come out of the simulation: give --isl/--osl (a turn's typical prompt and answer) "
+            "or a scenario of prompt_tokens/output_tokens or a trace",
+            source=str(path),
+            field="workload.sessions",
+        )
+    try:
+        _load_axis(loaded)  # a rate to search: poisson, gamma or a trace
+    except CbsimError as err:
+        raise err.located(source=str(path)) from None
     base = _scenario_data(loaded)
     cluster = base.setdefault("cluster", {})
     for key, value in (("model", model), ("engine", engine), ("dtype", dtype)):

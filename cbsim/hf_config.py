@@ -304,7 +304,7 @@ def model_from_hf_config(config: Mapping[str, Any], name: str) -> ModelShape:
         extra |= PHI_FIELDS
         attention_bias = o_bias = True
     if family in MOE_MODEL_TYPES:
-        extra |= _expert_fields(config, family, layers)
+        extra |= _expert_fields_named(config, family, layers)
         if family in _MLA_FAMILIES:
             extra |= _latent_attention_fields(config)
             head_dim = extra["qk_nope_head_dim"] + extra["qk_rope_head_dim"]
@@ -425,6 +425,21 @@ def _count_key(config: Mapping[str, Any], key: str, default: int | None = None) 
     if value and limit.violation(value) is not None:
         raise CbsimError(str(limit.violation(value)), field=key)
     return value
+
+
+def _expert_fields_named(config: Mapping[str, Any], family: str, layers: int) -> dict[str, Any]:
+    """:func:`_expert_fields`, a missing key said to be one a mixture of experts needs."""
+    try:
+        return _expert_fields(config, family, layers)
+    except CbsimError as err:
+        if err.message != "missing required key":
+            raise
+        raise CbsimError(
+            f"missing required key: model_type {family} is a mixture-of-experts architecture, "
+            "whose config.json says how many experts each layer holds, how many each token is "
+            "routed to and their width (the checkpoint's own config.json has them)",
+            field=err.field,
+        ) from None
 
 
 def _expert_fields(config: Mapping[str, Any], family: str, layers: int) -> dict[str, Any]:

@@ -26,6 +26,12 @@ T = TypeVar("T")
 #: a block's path (``("workload", "arrival")``) -> the keys its file gave it that no override sets
 KindChanges = dict[tuple[str, ...], set[str]]
 
+#: (a block's path, a kind) -> the keys beside the block that a block of that kind excludes:
+#: rate stages say how many requests are sent, so the workload's count and duration go
+EXCLUDED_BESIDE: dict[tuple[tuple[str, ...], str], tuple[str, ...]] = {
+    (("workload", "arrival"), "stages"): ("num_requests", "duration_s"),
+}
+
 
 def kind_changes(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> KindChanges:
     """The blocks whose ``kind`` the overrides change, each with the keys that came from the file
@@ -41,7 +47,37 @@ def kind_changes(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> KindC
         prefix = ".".join(parts[:-1]) + "."
         overridden = {k[len(prefix) :].split(".")[0] for k in overrides if k.startswith(prefix)}
         changes[parts[:-1]] = {str(k) for k in block} - {"kind"} - overridden
+        _note_excluded_beside(data, overrides, parts[:-1], value, changes)
     return changes
+
+
+def _note_excluded_beside(
+    data: Mapping[str, Any],
+    overrides: Mapping[str, Any],
+    path: tuple[str, ...],
+    kind: Any,
+    changes: KindChanges,
+) -> None:
+    """Record, as file keys of the parent block, the keys beside ``path`` that its new ``kind``
+    excludes (:data:`EXCLUDED_BESIDE`) and that the file gave and no override sets."""
+    excluded = EXCLUDED_BESIDE.get((path, str(kind)), ())
+    parent = _lookup(data, path[:-1])
+    if not excluded or not isinstance(parent, Mapping):
+        return
+    prefix = ".".join(path[:-1])
+    given = {k for k in excluded if k in parent and f"{prefix}.{k}" not in overrides}
+    changes.setdefault(path[:-1], set()).update(given)
+
+
+def drop_excluded_beside(data: dict[str, Any], changes: KindChanges) -> None:
+    """Leave out the file keys beside a re-kinded block that its new kind excludes."""
+    for (path, kind), excluded in EXCLUDED_BESIDE.items():
+        block, parent = _lookup(data, path), _lookup(data, path[:-1])
+        if path not in changes or not isinstance(block, Mapping) or block.get("kind") != kind:
+            continue
+        for key in set(excluded) & changes.get(path[:-1], set()):
+            if isinstance(parent, dict):
+                parent.pop(key, None)
 
 
 def drop_unread_scheduler_keys(data: dict[str, Any], changes: KindChanges) -> None:
@@ -60,6 +96,7 @@ def validate_after_kind_changes(
     """``validate(data)``, leaving out each re-kinded block's file keys the new kind refuses as
     unknown (validating again after each round); any other problem is raised as it is."""
     drop_unread_scheduler_keys(data, changes)
+    drop_excluded_beside(data, changes)
     while True:
         try:
             return validate(data)
@@ -74,28 +111,26 @@ def _drop_refused(data: dict[str, Any], err: ValidationError, changes: KindChang
     for problem in err.errors():
         if problem["type"] != "extra_forbidden":
             continue
-        path = _data_path(data, problem["loc"])
-        if len(path) < 2 or path[-1] not in changes.get(path[:-1], set()):
-            continue
-        block = _lookup(data, path[:-1])
-        if isinstance(block, dict) and block.pop(path[-1], None) is not None:
-            dropped = True
+        for path, file_keys in changes.items():
+            key = _refused_key(problem["loc"], path)
+            block = _lookup(data, path)
+            if key in file_keys and isinstance(block, dict) and block.pop(key, None) is not None:
+                dropped = True
     return dropped
 
 
-def _data_path(data: Mapping[str, Any], loc: tuple[int | str, ...]) -> tuple[str, ...]:
-    """The keys of ``loc`` that are keys of ``data`` along the way (pydantic's locations also
-    hold union tags and validator names, which are not)."""
-    node: Any = data
-    path: list[str] = []
-    for part in loc:
-        if isinstance(node, Mapping) and isinstance(part, str) and part in node:
-            node = node[part]
-            path.append(part)
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-            path.append(str(part))
-    return tuple(path)
+def _refused_key(loc: tuple[int | str, ...], path: tuple[str, ...]) -> str | None:
+    """The key of the block at ``path`` that a problem at ``loc`` is about, or None when it is
+    about something else. Pydantic's location of a tagged union's key holds the tag between the
+    block and the key (``workload.arrival.stages.rate`` for an arrival of kind ``stages``): the
+    tag may equal a key of the block, so the location is matched against the path rather than
+    walked through the data."""
+    n = len(path)
+    if tuple(str(part) for part in loc[:n]) != path or len(loc) - n not in (1, 2):
+        return None
+    if len(loc) - n == 2 and not isinstance(loc[n], str):
+        return None
+    return str(loc[-1])
 
 
 def _lookup(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:

@@ -488,6 +488,15 @@ def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> 
         drafter = ""
         if spec.enabled:
             drafter = f" (the {spec.proposer.kind} proposer's weights and KV included)"
+        if _memory_share_at_fault(scenario):
+            raise CbsimError(
+                f"{cluster.gpu_memory_utilization:.3g} leaves the engine too little of each "
+                f"{gpu.name}'s memory: the weights and what the engine keeps beside them"
+                f"{drafter} {short} ({memory.breakdown_line()}); raise it (engines default to "
+                f"{DEFAULT_MEMORY_SHARE}: {model.name} fits there)",
+                source=source,
+                field=f"{prefix}.gpu_memory_utilization",
+            )
         raise CbsimError(
             f"{model.name} ({cluster.dtype}) does not fit in {gpu.name} memory at tp={cluster.tp} "
             f"with {memory.fraction_flag}={memory.fraction:.3g}: the weights and what the engine "
@@ -496,6 +505,22 @@ def _check_cluster_fits(scenario: Scenario, source: str | None, prefix: str) -> 
             source=source,
             field=f"{prefix}.tp",
         )
+
+
+#: the share of GPU memory engines take unless told otherwise (vLLM's gpu_memory_utilization)
+DEFAULT_MEMORY_SHARE = 0.9
+
+
+def _memory_share_at_fault(scenario: Scenario) -> bool:
+    """Whether a layout that does not fit would at the default share of GPU memory: the share
+    the scenario gives the engine, below it, is what leaves no room."""
+    from cbsim.fleet import pool_memory
+
+    cluster = scenario.cluster
+    if cluster.gpu_memory_utilization >= DEFAULT_MEMORY_SHARE:
+        return False
+    roomier = cluster.model_copy(update={"gpu_memory_utilization": DEFAULT_MEMORY_SHARE})
+    return pool_memory(scenario.model_copy(update={"cluster": roomier})).fits
 
 
 def _check_calibration(cluster: Cluster, source: str | None) -> None:

@@ -66,10 +66,11 @@ def known_keys(root: type[BaseModel], path: Sequence[int | str]) -> list[str]:
             m for model in current if part in model.model_fields
             for m in _models(model.model_fields[part].annotation)
         ]  # fmt: skip
-        if nested:
-            current = nested
-        elif tagged := _tagged(current, part):
+        tagged = _tagged(current, part) if len(current) > 1 else []
+        if tagged:  # a union's tag (``stages`` is also a key of the arrival that kind names)
             current = tagged
+        elif nested:
+            current = nested
         elif any(part in model.model_fields for model in current):
             return []  # a field that holds no section (a dict of free keys)
         # else: a validator wrapper's name; stay where we are

@@ -195,6 +195,21 @@ def test_failed_requests_are_vllms_failures(tmp_path: Path) -> None:
     assert data["output_lens"] == [0, 0, 0] and data["total_input_tokens"] == 0
 
 
+def test_one_prompt_at_several_concurrencies_takes_its_own_time(tmp_path: Path) -> None:
+    """Duration is vLLM's wall time from the start to the last response: one prompt's latency
+    at every cap, with the throughputs of that duration, in each appended record."""
+    path = tmp_path / "one.json"
+    args = ["--num-prompts", "1", "--max-concurrency", "1,4,16", "--request-rate", "inf"]
+    result = invoke(*BASE, *args, "--save-result", path, "--append-result", "--save-detailed")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["max_concurrency"] for r in records] == [1, 4, 16]
+    for data in records:
+        assert data["completed"] == 1
+        assert data["duration"] == data["start_times"][0] + data["latencies"][0] > 0
+        assert data["output_throughput"] == data["total_output_tokens"] / data["duration"]
+
+
 def test_goodput(tmp_path: Path) -> None:
     loose = bench_json(tmp_path, "--goodput", "ttft:100000 tpot:100000", name="a.json")
     tight = bench_json(tmp_path, "--goodput", "ttft:0.001", name="b.json")

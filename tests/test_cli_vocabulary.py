@@ -196,6 +196,39 @@ def test_trace_flags_without_a_trace_are_noted(flag: list[str]) -> None:
     assert "only --dataset-name timed_trace reads it" in _notes(result)
 
 
+@pytest.mark.parametrize(
+    ("args", "noted"),
+    [
+        (["--sonnet-input-len", "300"], "--sonnet-input-len (the sonnet dataset's)"),
+        (["--dataset-name", "sonnet", "--sonnet-prefix-len", "4", "--random-input-len", "5"],
+         "--random-input-len"),
+        (["--dataset-name", "sonnet", "--sonnet-prefix-len", "4",
+          "--prefix-repetition-prefix-len", "5"],
+         "--prefix-repetition-prefix-len (the prefix_repetition dataset's)"),
+        (["--dataset-name", "prefix_repetition", "--sonnet-prefix-len", "5"], "--sonnet-prefix-len"),
+    ],
+)  # fmt: skip
+def test_another_datasets_length_flag_is_noted(args: list[str], noted: str) -> None:
+    result = invoke(*TINY, *args)
+    _ok(result)
+    assert noted in _notes(result) and "does not read" in _notes(result)
+
+
+def test_a_sonnet_length_below_1_is_blamed_on_its_own_flag() -> None:
+    args = [a for a in TINY if a not in ("--input-len", "16")]
+    result = invoke(*args, "--dataset-name", "sonnet", "--sonnet-input-len", "-5")
+    assert result.exit_code == 2, result.output
+    assert "error: --sonnet-input-len: must be at least 1 token" in result.stderr
+
+
+def test_the_named_datasets_and_the_text_datasets_flags_are_not_noted() -> None:
+    for args in (["--dataset-name", "sharegpt", "--random-input-len", "5"],
+                 ["--dataset-name", "sonnet", "--sonnet-input-len", "40", "--sonnet-prefix-len", "4"]):  # fmt: skip
+        result = invoke(*TINY, *args)
+        _ok(result)
+        assert "does not read" not in _notes(result)
+
+
 def test_an_unknown_dataset_is_refused_as_vllm_refuses_it() -> None:
     result = invoke(*TINY, "--dataset-name", "randon")
     assert result.exit_code == 2 and "--dataset-name" in result.stderr
@@ -296,6 +329,11 @@ def test_ramp_up_records_vllms_keys(tmp_path: Path) -> None:
         (["--dataset-name", "random", "--dataset-path", "x.json"], "--dataset-path"),
         (["--dataset-name", "timed_trace"], "--dataset-path"),
         (["--metadata", "novalue"], "--metadata"),
+        (["--dataset-name", "sonnet", "--sonnet-prefix-len", "-3"], "--sonnet-prefix-len"),
+        (["--dataset-name", "sonnet", "--input-len", "-5"], "--input-len"),
+        (["--dataset-name", "prefix_repetition", "--prefix-repetition-prefix-len", "-1"],
+         "--prefix-repetition-prefix-len"),
+        (["--random-prefix-len", "-1"], "--random-prefix-len"),
     ],
 )  # fmt: skip
 def test_what_vllm_refuses_is_refused_naming_the_flag(args: list[str], field: str) -> None:

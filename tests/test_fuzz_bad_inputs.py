@@ -1352,6 +1352,8 @@ FLOW_BOMB = (
     + ", ".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 6))
     + "}"
 )
+PLAN_FLAGS = ("plan", "--model", "llama-3-8b", "--isl", "100", "--osl", "10", "--ttft", "1s",
+              "--gpus", "h100-sxm", "--no-disagg")  # fmt: skip
 SPEC_ADVISE = ("spec-advise", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--requests", "4")
 BENCH_FLAGS = ("bench", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--num-prompts", "4")
 OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -1457,6 +1459,43 @@ OPTION_CASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
         "timeout_ms for timeout_s",
         ("validate", str(SCENARIOS[0]), "--set", "workload.client.timeout_ms=3000"),
         "did you mean 'timeout_s'",
+    ),
+    # options that leave plan no layout at all: bad input (2), not "nothing meets the SLO" (3)
+    ("plan --pp beyond the node", (*PLAN_FLAGS, "--pp", "16"), "--pp: every value (16)"),
+    ("plan --pp beyond the layers", (*PLAN_FLAGS, "--pp", "40"), "--pp: every value (40)"),
+    ("plan --pp 0", (*PLAN_FLAGS, "--pp", "0"), "--pp: '0': must be between 1 and 4,096 GPUs"),
+    ("plan --tp 3", (*PLAN_FLAGS, "--tp", "3"), "--tp: tp must be a power of two"),
+    ("plan --tp x --pp", (*PLAN_FLAGS, "--tp", "4", "--pp", "4"), "--tp x --pp = 16 GPUs"),
+    (
+        "plan --scenario of sessions",
+        ("plan", "--scenario", str(ROOT / "scenarios" / "chat-sessions.yaml"), "--no-disagg"),
+        "chat-sessions.yaml: workload.sessions",
+    ),
+    (
+        "gpu_memory_utilization 1e-300",
+        ("validate", str(SCENARIOS[0]), "--set", "cluster.gpu_memory_utilization=1e-300"),
+        "cluster.gpu_memory_utilization: 1e-300 leaves",
+    ),
+    (
+        "bench --sonnet-prefix-len -3",
+        (*BENCH_FLAGS, "--dataset-name", "sonnet", "--sonnet-prefix-len", "-3"),
+        "--sonnet-prefix-len: must be 0 or more",
+    ),
+    (
+        "bench --prefix-repetition-prefix-len -1",
+        (
+            *BENCH_FLAGS,
+            "--dataset-name",
+            "prefix_repetition",
+            "--prefix-repetition-prefix-len",
+            "-1",
+        ),
+        "--prefix-repetition-prefix-len: must be 0 or more",
+    ),
+    (
+        "bench --sonnet-input-len -5",
+        (*BENCH_FLAGS, "--dataset-name", "sonnet", "--sonnet-input-len", "-5"),
+        "--sonnet-input-len: must be at least 1",
     ),
 )
 

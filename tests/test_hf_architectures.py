@@ -389,3 +389,17 @@ def test_unknown_architectures_are_refused_by_name(architecture: str, reason: st
     with pytest.raises(CbsimError, match=reason) as info:
         model_from_hf_config(config, "x")
     assert architecture in info.value.message and info.value.field == "architectures"
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [("qwen1.5-moe-a2.7b", "num_experts"), ("phi-3.5-moe", "num_experts_per_tok"),
+     ("glm-4.5-air", "moe_intermediate_size")],
+)  # fmt: skip
+def test_a_missing_expert_key_says_the_architecture_needs_it(name: str, key: str) -> None:
+    config = {k: v for k, v in CONFIGS[name].items() if k != key}
+    with pytest.raises(CbsimError) as info:
+        model_from_hf_config(config, "x")
+    assert info.value.field == key
+    assert "missing required key" in info.value.message
+    assert f"model_type {CONFIGS[name]['model_type']} is a mixture-of-experts" in info.value.message

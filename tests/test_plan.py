@@ -30,6 +30,7 @@ from cbsim.plan.layouts import (
     infeasible_reason,
     layout_data,
     parallel_layouts,
+    unbuildable,
 )
 from cbsim.plan.pareto import mark_fronts, objective, operating_point
 from cbsim.scenario import load_scenario
@@ -344,7 +345,8 @@ BAD_OPTIONS = [
     ("--headroom", "1.5"), ("--seeds", "0"), ("--total-gpus", "0"), ("--engine", "nope"),
     ("--dtype", "fp4"), ("--dtype", "int3"), ("--price", "h100-sxm=-1"), ("--price", "nope=1"),
     ("--refine", "-1"), ("--window-s", "0"), ("--tolerance", "2"), ("--percentile", "p42"),
-    ("--osl", "9000"),
+    ("--osl", "9000"), ("--pp", "0"), ("--pp", "16"), ("--pp", "100"), ("--tp", "3"),
+    ("--tp", "16"),
 ]  # fmt: skip
 # the option a bad value is put down to, where it is not the option itself
 NAMED = {("--osl", "9000"): "--isl"}
@@ -358,6 +360,37 @@ def test_a_bad_option_exits_2_naming_it(option: str, value: str, tmp_path: Path)
     assert NAMED.get((option, value), option) in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "why"),
+    [
+        (["--pp", "0"], "--pp", "GPUs"),
+        (["--pp", "16"], "--pp", "more GPUs than one h100-sxm node (8 GPUs"),
+        (["--pp", "100"], "--pp", "80 layers"),
+        (["--pp", "4", "--total-gpus", "2"], "--pp", "--total-gpus 2"),
+        (["--tp", "3"], "--tp", "power of two"),
+        (["--tp", "2,4", "--pp", "8"], "--pp", "--tp x --pp = 16 GPUs"),
+    ],
+)
+def test_options_that_leave_no_layout_exit_2_saying_why(
+    args: list[str], option: str, why: str, tmp_path: Path
+) -> None:
+    """Bad input, not "nothing meets the SLO" (exit 3): no layout exists to search."""
+    result = invoke([*QUICK, "--gpus", "h100-sxm", *args, "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    assert f"{option}: " in result.output and why in result.output
+    assert "tokens" not in result.output
+
+
+def test_a_mixture_of_experts_without_a_dp_or_pp_of_1_has_no_layout() -> None:
+    space = SearchSpace(["h100-sxm"], [1, 2], [2], [2, 4], [64], [2048], None, True)
+    assert unbuildable(space, "mixtral-8x7b") == (
+        "--dp",
+        "every --dp (2,4) with every --pp (2): pipeline stages with attention data parallelism "
+        "are not modelled; give --dp 1 or --pp 1",
+    )
+    assert unbuildable(space, "llama-3-8b") is None  # dense: --dp does not apply
 
 
 @pytest.mark.parametrize("missing", ["--model", "--isl", "--osl"])
@@ -450,3 +483,11 @@ def test_fuzz_bad_options_exit_2_naming_one(
     result = invoke([*kept, *(x for pair in bad for x in pair), "--out", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     assert any(NAMED.get(pair, pair[0]) in result.output for pair in bad), result.output
+
+
+def test_a_sessions_scenario_is_refused_naming_its_file_and_field(tmp_path: Path) -> None:
+    path = Path(__file__).resolve().parents[1] / "scenarios" / "chat-sessions.yaml"
+    result = invoke(["--scenario", str(path), "--no-disagg", "--out", str(tmp_path / "p")])
+    assert result.exit_code == 2, result.output
+    assert f"{path}: workload.sessions: a plan sizes" in result.output
+    assert "--isl/--osl" in result.output and not (tmp_path / "p").exists()

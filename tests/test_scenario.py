@@ -251,6 +251,19 @@ def test_gpu_memory_utilization_bounds(util: float):
     assert err.field == "cluster.gpu_memory_utilization"
 
 
+@pytest.mark.parametrize("util", [1e-300, 0.05])
+def test_a_share_of_memory_too_small_for_the_weights_is_blamed_on_it(util: float):
+    err = error_of(small_scenario(cluster__gpu_memory_utilization=util))
+    assert err.field == "cluster.gpu_memory_utilization"
+    assert "raise it" in err.message and "fits there" in err.message
+
+
+def test_a_model_too_big_at_any_share_is_still_blamed_on_tp():
+    data = small_scenario(cluster__model="llama-3-70b", cluster__gpu="h100-sxm", cluster__tp=1)
+    err = error_of({**data, "cluster": {**data["cluster"], "gpu_memory_utilization": 0.5}})
+    assert err.field == "cluster.tp"
+
+
 def test_workload_needs_a_count_or_a_duration():
     data = small_scenario()
     del data["workload"]["num_requests"]

@@ -57,19 +57,20 @@ __all__ = ["bench_command"]
               help="Prompt tokens (vLLM: maps to --random-input-len, --sonnet-input-len).")  # fmt: skip
 @click.option("--output-len", type=int, default=None,
               help="Output tokens (vLLM: maps to each dataset's output length).")  # fmt: skip
-@click.option("--random-input-len", type=int, default=1024, show_default=True)
-@click.option("--random-output-len", type=int, default=128, show_default=True)
+@click.option("--random-input-len", type=int, default=None, help="[default: 1024]")
+@click.option("--random-output-len", type=int, default=None, help="[default: 128]")
 @click.option("--random-range-ratio", default="0", show_default=True,
               help="Lengths uniform in [L(1-r), L(1+r)]; or JSON {\"input\": r, \"output\": r}.")  # fmt: skip
-@click.option("--random-prefix-len", type=int, default=0, show_default=True,
-              help="Tokens every random prompt shares before its own (prefix caching).")  # fmt: skip
-@click.option("--prefix-repetition-prefix-len", type=int, default=256, show_default=True)
-@click.option("--prefix-repetition-suffix-len", type=int, default=256, show_default=True)
-@click.option("--prefix-repetition-num-prefixes", type=int, default=10, show_default=True)
-@click.option("--prefix-repetition-output-len", type=int, default=128, show_default=True)
-@click.option("--sonnet-input-len", type=int, default=550, show_default=True)
-@click.option("--sonnet-output-len", type=int, default=150, show_default=True)
-@click.option("--sonnet-prefix-len", type=int, default=200, show_default=True)
+@click.option("--random-prefix-len", type=int, default=None,
+              help="Tokens every random prompt shares before its own (prefix caching).  "
+              "[default: 0]")  # fmt: skip
+@click.option("--prefix-repetition-prefix-len", type=int, default=None, help="[default: 256]")
+@click.option("--prefix-repetition-suffix-len", type=int, default=None, help="[default: 256]")
+@click.option("--prefix-repetition-num-prefixes", type=int, default=None, help="[default: 10]")
+@click.option("--prefix-repetition-output-len", type=int, default=None, help="[default: 128]")
+@click.option("--sonnet-input-len", type=int, default=None, help="[default: 550]")
+@click.option("--sonnet-output-len", type=int, default=None, help="[default: 150]")
+@click.option("--sonnet-prefix-len", type=int, default=None, help="[default: 200]")
 @click.option("--timed-trace-chunk-hash-size", type=int, default=None,
               help="Tokens per hash id of the trace (default 512, Mooncake's).")  # fmt: skip
 @click.option("--timed-trace-sec-multiplier", type=float, default=None,

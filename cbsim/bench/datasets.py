@@ -34,7 +34,19 @@ from cbsim.bench.load import Dataset
 from cbsim.bench.vllm_flags import SIMULATED_DATASETS, VLLM_DATASETS
 from cbsim.errors import CbsimError, did_you_mean
 
-__all__ = ["Prompts", "parse_range_ratio", "prompts_of"]
+__all__ = ["DATASET_FLAGS", "Prompts", "parse_range_ratio", "prompts_of"]
+
+#: each dataset's own length flags and vLLM's defaults for them (unset: None in the flags)
+DATASET_FLAGS: dict[str, dict[str, int]] = {
+    "random": {"random_input_len": 1024, "random_output_len": 128, "random_prefix_len": 0},
+    "prefix_repetition": {
+        "prefix_repetition_prefix_len": 256,
+        "prefix_repetition_suffix_len": 256,
+        "prefix_repetition_num_prefixes": 10,
+        "prefix_repetition_output_len": 128,
+    },
+    "sonnet": {"sonnet_input_len": 550, "sonnet_output_len": 150, "sonnet_prefix_len": 200},
+}
 
 
 @dataclass
@@ -47,6 +59,7 @@ class Prompts:
     output_len: int
     notes: list[str] = field(default_factory=list)
     length_flags: dict[str, str] = field(default_factory=dict)  # option -> the flag that set it
+    prefix_flag: str = "--random-prefix-len"  # the flag that set the dataset's prefix_tokens
 
 
 def _first(value: int | None, fallback: int) -> int:
@@ -81,16 +94,22 @@ def _prefix_repetition(flags: dict[str, Any]) -> Prompts:
         _first(flags["output_len"], flags["prefix_repetition_output_len"]),
     )
     prompts.length_flags = {"input": "--prefix-repetition-suffix-len", "output": "--output-len"}
+    prompts.prefix_flag = "--prefix-repetition-prefix-len"
     return prompts
 
 
 def _sonnet(flags: dict[str, Any]) -> Prompts:
     total = _first(flags["input_len"], flags["sonnet_input_len"])
+    total_flag = "--input-len" if flags["input_len"] is not None else "--sonnet-input-len"
     prefix = flags["sonnet_prefix_len"]
+    if total < 1:
+        raise CbsimError(f"must be at least 1 token, got {total}", field=total_flag)
+    if prefix < 0:
+        raise CbsimError(f"must be 0 or more tokens, got {prefix}", field="--sonnet-prefix-len")
     if prefix >= total:
         raise CbsimError(
             f"a sonnet prompt of {total} tokens cannot share a prefix of {prefix}: the prefix "
-            "must be shorter than --sonnet-input-len",
+            f"must be shorter than {total_flag}",
             field="--sonnet-prefix-len",
         )
     prompts = Prompts(
@@ -98,7 +117,8 @@ def _sonnet(flags: dict[str, Any]) -> Prompts:
         total - prefix,
         _first(flags["output_len"], flags["sonnet_output_len"]),
     )
-    prompts.length_flags = {"input": "--sonnet-input-len", "output": "--sonnet-output-len"}
+    prompts.length_flags = {"input": total_flag, "output": "--sonnet-output-len"}
+    prompts.prefix_flag = "--sonnet-prefix-len"
     return prompts
 
 
@@ -161,6 +181,8 @@ def prompts_of(flags: dict[str, Any]) -> Prompts:
     """The prompts the dataset flags describe (see the module docstring); flags of a dataset
     other than the one named are noted as ignored."""
     name = flags["dataset_name"]
+    unread = _other_datasets_flags(flags, name)
+    flags = _with_defaults(flags)
     if name not in VLLM_DATASETS:
         raise CbsimError(
             f"unknown dataset {name!r}; vLLM's: {', '.join(VLLM_DATASETS)}"
@@ -185,6 +207,11 @@ def prompts_of(flags: dict[str, Any]) -> Prompts:
         prompts = _unread(flags, name)
     if flags["dataset_path"] is not None and name != "timed_trace":
         prompts.notes.append(f"--dataset-path: the {name} dataset's file is not read")
+    if unread:
+        prompts.notes.append(
+            f"{', '.join(unread)}: --dataset-name {name} does not read "
+            f"{'it' if len(unread) == 1 else 'them'}"
+        )
     if name != "timed_trace":
         trace_only = [
             flag
@@ -200,6 +227,29 @@ def prompts_of(flags: dict[str, Any]) -> Prompts:
                 f"{', '.join(trace_only)}: only --dataset-name timed_trace reads it"
             )
     return prompts
+
+
+def _with_defaults(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with each unset dataset length flag at vLLM's default."""
+    filled = dict(flags)
+    for group in DATASET_FLAGS.values():
+        for key, default in group.items():
+            if filled.get(key) is None:
+                filled[key] = default
+    return filled
+
+
+def _other_datasets_flags(flags: dict[str, Any], name: str) -> list[str]:
+    """The length flags given for a dataset other than ``name`` (the random dataset's are read
+    by the text datasets simulated as random)."""
+    reads = name if name in DATASET_FLAGS else "random" if name != "timed_trace" else None
+    return [
+        f"--{key.replace('_', '-')} (the {group} dataset's)"
+        for group, keys in DATASET_FLAGS.items()
+        if group != reads
+        for key in keys
+        if flags.get(key) is not None
+    ]
 
 
 def parse_range_ratio(text: str) -> tuple[float, float]:

@@ -262,8 +262,11 @@ def _prompts_checked(flags: dict[str, Any]) -> Prompts:
         flags_of = prompts.length_flags
         _check_within(prompts.input_len, TOKENS, flags_of.get("input", "--input-len"))
         _check_within(prompts.output_len, TOKENS, flags_of.get("output", "--output-len"))
-        if prompts.dataset.prefix_tokens:
-            _check_within(prompts.dataset.prefix_tokens, TOKENS, "--random-prefix-len")
+        prefix = prompts.dataset.prefix_tokens
+        if prefix < 0:
+            raise CbsimError(f"must be 0 or more tokens, got {prefix}", field=prompts.prefix_flag)
+        if prefix:
+            _check_within(prefix, TOKENS, prompts.prefix_flag)
     return prompts
 
 

@@ -40,10 +40,10 @@ from cbsim.capacity.workers import cli_workers
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.errors import CbsimError, UserError
 from cbsim.hardware import get_gpu
-from cbsim.limits import RATE, TOKENS
+from cbsim.limits import BATCH_SIZE, RATE, TOKENS, Limit
 from cbsim.models import checkpoint_format, get_model
 from cbsim.plan.aic_flags import aic_options, plan_vocabulary
-from cbsim.plan.layouts import SearchSpace
+from cbsim.plan.layouts import SearchSpace, unbuildable
 from cbsim.plan.planner import PlanSettings, described, plan_deployment
 from cbsim.plan.render import pareto_png, render, wide_console
 from cbsim.progress import step_reporter
@@ -69,6 +69,8 @@ DEFAULT_TOKENS = (2048, 8192)
 PERCENTILES = ("p50", "p90", "p99")
 MAX_VERIFY_SEEDS = 20
 MAX_TOTAL_GPUS = 4096
+#: a parallel degree (--tp, --pp, --dp): GPUs, so within the GPU budget's own limit
+DEGREE = Limit("parallel degrees", 1, MAX_TOTAL_GPUS, "GPUs", "the most GPUs a plan may take")
 # scenario fields the options set, for errors found while checking the scenario they make
 OPTION_OF_FIELD = {
     "cluster.model": "--model",
@@ -82,8 +84,10 @@ OPTION_OF_FIELD = {
 }
 
 
-def _int_list(text: str | None, option: str, default: Sequence[int]) -> list[int]:
-    """``"1,2,4"`` as ``[1, 2, 4]`` (each a positive whole number), or ``default``."""
+def _int_list(
+    text: str | None, option: str, default: Sequence[int], limit: Limit = TOKENS
+) -> list[int]:
+    """``"1,2,4"`` as ``[1, 2, 4]`` (each within ``limit``), or ``default``."""
     if text is None:
         return list(default)
     values: list[int] = []
@@ -95,8 +99,8 @@ def _int_list(text: str | None, option: str, default: Sequence[int]) -> list[int
             value = int(part)
         except ValueError:
             raise CbsimError(f"{part!r} is not a whole number", field=option) from None
-        if not TOKENS.contains(value):
-            raise CbsimError(f"{part!r}: {TOKENS.violation(value)}", field=option)
+        if not limit.contains(value):
+            raise CbsimError(f"{part!r}: {limit.violation(value)}", field=option)
         values.append(value)
     if not values:
         raise CbsimError("give at least one value", field=option)
@@ -215,7 +219,19 @@ def _scenario_base(
 ) -> dict[str, Any]:
     """A scenario file's data, with the flags' model, engine and precision over its own."""
     loaded = load_scenario(path)
-    _load_axis(loaded)  # a rate to search: poisson, gamma or a trace
+    if loaded.workload.sessions is not None:
+        raise CbsimError(
+            "a plan sizes a deployment for requests of known prompt and output lengths; a "
+            "session's prompts grow with each turn (the conversation so far), so its requests "
+            "come out of the simulation: give --isl/--osl (a turn's typical prompt and answer) "
+            "or a scenario of prompt_tokens/output_tokens or a trace",
+            source=str(path),
+            field="workload.sessions",
+        )
+    try:
+        _load_axis(loaded)  # a rate to search: poisson, gamma or a trace
+    except CbsimError as err:
+        raise err.located(source=str(path)) from None
     base = _scenario_data(loaded)
     cluster = base.setdefault("cluster", {})
     for key, value in (("model", model), ("engine", engine), ("dtype", dtype)):
@@ -328,10 +344,10 @@ def _base_and_gpus(options: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
 def _space(options: dict[str, Any], gpus: list[str]) -> SearchSpace:
     return SearchSpace(
         gpus=gpus,
-        tp=_int_list(options["tp"], "--tp", DEFAULT_TP),
-        pp=_int_list(options["pp"], "--pp", DEFAULT_PP),
-        dp=_int_list(options["dp"], "--dp", DEFAULT_DP),
-        max_num_seqs=_int_list(options["max_num_seqs"], "--max-num-seqs", DEFAULT_SEQS),
+        tp=_int_list(options["tp"], "--tp", DEFAULT_TP, DEGREE),
+        pp=_int_list(options["pp"], "--pp", DEFAULT_PP, DEGREE),
+        dp=_int_list(options["dp"], "--dp", DEFAULT_DP, DEGREE),
+        max_num_seqs=_int_list(options["max_num_seqs"], "--max-num-seqs", DEFAULT_SEQS, BATCH_SIZE),
         max_num_batched_tokens=_int_list(
             options["max_num_batched_tokens"], "--max-num-batched-tokens", DEFAULT_TOKENS
         ),
@@ -369,7 +385,11 @@ def build_request(options: dict[str, Any]) -> PlanRequest:
         target_rps=options["target_rps"],
     )
     prices = parse_prices(list(options["price_texts"]))
-    return PlanRequest(base, slo, _space(options, gpus), settings, prices, workers)
+    space = _space(options, gpus)
+    problem = unbuildable(space, base["cluster"]["model"])
+    if problem is not None:
+        raise CbsimError(problem[1], field=problem[0])
+    return PlanRequest(base, slo, space, settings, prices, workers)
 
 
 @click.command(

@@ -17,6 +17,8 @@ every batch cap × token budget.
 applies (:func:`cbsim.load_scenario`: attention heads shared evenly over ``tp``, experts over
 ``ep``, weights fitting the GPUs' memory) plus one of its own: the KV cache left beside the
 weights must hold at least one whole request. :func:`layout_data` is the scenario of a layout.
+:func:`unbuildable` says which option leaves no layout at all (every ``--pp`` beyond the model's
+layers or the GPU budget, ...): that is bad input, unlike layouts that exist and fail the SLO.
 """
 
 from __future__ import annotations
@@ -159,6 +161,57 @@ def _instances(space: SearchSpace, gpu: str, moe: bool) -> Iterator[Instance]:
                 yield Instance(gpu, tp, pp)
                 if moe and tp > 1:
                     yield Instance(gpu, tp, pp, tp, 1)
+
+
+def unbuildable(space: SearchSpace, model_name: str) -> tuple[str, str] | None:
+    """(the option, why) when ``space`` holds no layout by construction: every value of
+    ``--tp``, ``--pp`` or (a mixture of experts) ``--dp`` is one no layout can take, or no
+    combination fits the GPU budget; None when some layout exists (whether it fits in memory and
+    meets the SLO is the search's to find)."""
+    model = get_model(model_name)
+    budgets = [space.max_gpus or get_gpu(gpu).gpus_per_node for gpu in space.gpus]
+    budget = (
+        f"--total-gpus {space.max_gpus}"
+        if space.max_gpus is not None
+        else f"one {' or '.join(space.gpus)} node ({max(budgets)} GPUs; --total-gpus N allows "
+        "layouts of up to N)"
+    )
+    dps = list(space.dp) if model.is_moe else [1]
+    tp_problems = [_tp_problem(model_name, tp) for tp in space.tp]
+    if all(tp_problems):
+        return "--tp", str(tp_problems[0])
+    if min(space.pp) > model.num_layers:
+        return "--pp", (
+            f"every value ({_listed(space.pp)}) exceeds {model.name}'s {model.num_layers} layers "
+            "(each pipeline stage holds at least one)"
+        )
+    if model.is_moe and min(space.pp) > 1 and min(dps) > 1:
+        return "--dp", (
+            f"every --dp ({_listed(dps)}) with every --pp ({_listed(space.pp)}): pipeline "
+            "stages with attention data parallelism are not modelled; give --dp 1 or --pp 1"
+        )
+    for option, values in (("--tp", space.tp), ("--pp", space.pp), ("--dp", dps)):
+        if min(values) > max(budgets):
+            return option, f"every value ({_listed(values)}) takes more GPUs than {budget}"
+    valid_tp = [tp for tp, problem in zip(space.tp, tp_problems, strict=True) if not problem]
+    least = min(valid_tp) * min(space.pp) * min(dps)
+    if least > max(budgets):
+        product = "--tp x --pp" + (" x --dp" if model.is_moe else "")
+        return "--pp" if min(space.pp) > 1 else "--tp", (
+            f"the smallest layout ({product} = {least} GPUs) takes more GPUs than {budget}"
+        )
+    return None
+
+
+def _tp_problem(model_name: str, tp: int) -> str | None:
+    """Why no layout can split ``model_name`` over ``tp`` GPUs (None: one can)."""
+    if tp & (tp - 1) or tp > 64:
+        return f"tp must be a power of two up to 64, got {tp}"
+    return get_model(model_name).attention_split_problem(tp)
+
+
+def _listed(values: Sequence[int]) -> str:
+    return ",".join(map(str, values))
 
 
 def parallel_layouts(space: SearchSpace, model_name: str) -> list[Layout]:

@@ -63,6 +63,7 @@ def test_prefill_heavy_traffic_disaggregation_pays() -> None:
     )
 
 
+@pytest.mark.slow  # 15-20 s; `pytest -m slow`
 def test_decode_heavy_traffic_disaggregation_does_not_pay() -> None:
     result = planned(300, 800, 4.0)
     best, aggregated = result["best"], result["aggregated"]
@@ -99,6 +100,7 @@ def scenario_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # 15-20 s; `pytest -m slow`
 def test_the_command_plans_pools_and_prints_the_verdict(scenario_file: Path) -> None:
     args = ["capacity", str(scenario_file), "--disaggregated", "--target-rps", "4"]
     args += ["--slo", "ttft_p99_s=2,tpot_p99_s=0.03", "--window-s", "60", "--json"]

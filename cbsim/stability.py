@@ -240,8 +240,9 @@ def _served_while_arriving(
 
 
 def _in_system(requests: pd.DataFrame, at: float) -> int:
-    """Requests arrived by ``at`` and not finished by then (rejected ones aside)."""
-    kept = requests[requests["status"] != "rejected"]
+    """Requests arrived by ``at`` and not finished by then (rejected ones aside, and those the
+    client gave up on: they left the system at their timeout, not at the end of the run)."""
+    kept = requests[~requests["status"].isin(("rejected", "timed_out"))]
     arrived = kept["arrival_s"].to_numpy(dtype=float) <= at
     finish = kept["finish_s"].to_numpy(dtype=float)
     finished = np.isfinite(finish) & (finish <= at)

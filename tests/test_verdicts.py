@@ -57,6 +57,18 @@ def test_a_steady_run_is_stable_and_served_is_what_came_in() -> None:
     assert summary["served_rps"] == pytest.approx(10.0, rel=0.05)
 
 
+def test_requests_the_client_gave_up_on_are_not_in_the_system() -> None:
+    """Timed-out requests left the system at their timeout: a run whose every request times out
+    is unstable for that reason alone, not for "requests in the system grew by 599"."""
+    n = 400
+    requests = _requests(n, 10.0, np.full(n, 3.0), np.zeros(n, dtype=bool))
+    requests["status"] = "timed_out"
+    summary = _summary(requests)
+    assert summary["stable"] is False
+    assert "400 of 400 requests timed out" in str(summary["stability"])
+    assert "requests in the system" not in str(summary["stability"])
+
+
 def test_a_closing_burst_is_not_a_trend() -> None:
     """Steady, then a burst in the last seconds whose requests finish after the last arrival."""
     n = 300

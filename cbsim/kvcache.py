@@ -212,3 +212,13 @@ class KVCache:
         if blocks > self.used_blocks:
             raise RuntimeError(f"KV cache underflow: freeing {blocks} of {self.used_blocks}")
         self.used_blocks -= blocks
+
+    def check(self, where: str) -> None:
+        """Raise an internal error naming ``where`` when the counts left what blocks exist (a
+        count set wholesale, after a decode run, is checked here rather than at a later free)."""
+        used, cached = self.used_blocks, self.cached_blocks
+        if not 0 <= used <= self.total_blocks or not 0 <= cached <= self.total_blocks - used:
+            raise RuntimeError(
+                f"internal error: KV cache of {self.total_blocks} blocks left with {used} in "
+                f"use and {cached} cached after {where}"
+            )

@@ -175,3 +175,14 @@ def test_watermark_from_fraction():
 
 def test_empty_cache_utilization_is_zero():
     assert KVCache(total_blocks=0, block_size=16).utilization == 0.0
+
+
+@pytest.mark.parametrize(("used", "cached"), [(-1, 0), (11, 0), (4, -1), (4, 7)])
+def test_counts_set_outside_the_cache_are_an_internal_error(used: int, cached: int):
+    kv = KVCache(total_blocks=10, block_size=16, used_blocks=used, cached_blocks=cached)
+    with pytest.raises(RuntimeError, match="internal error: KV cache of 10 blocks"):
+        kv.check("a decode run")
+
+
+def test_counts_within_the_cache_pass_the_check():
+    KVCache(total_blocks=10, block_size=16, used_blocks=4, cached_blocks=6).check("a decode run")

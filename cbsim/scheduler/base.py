@@ -329,6 +329,7 @@ class SchedulerPolicy(ABC):
         self.kv.used_blocks = run.kv_used_after
         if finished or self.prefix is not None:
             self.settle_run(run, finished)
+        self.kv.check("a decode run")
 
     def _run_in_cohort(
         self, run: DecodeRun, on_finish: FinishCallback, first_row: int, prev_row: int
@@ -368,6 +369,7 @@ class SchedulerPolicy(ABC):
         for _, req in finished:
             req.blocks = 0  # the run freed them
         self.kv.used_blocks = run.kv_used_after
+        self.kv.check("a decode run of the cohort")
         if finished:
             self._drop_finished([req for _, req in finished])
         return True

@@ -774,8 +774,9 @@ def apply_spec_run(
             still_running.append(req)
     sched.zero_gaps += sum(accepted)
     sched.running = still_running
-    sched.kv.used_blocks = run.kv_used_after
+    sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
     sched.settle_run(run, finished)
+    sched.kv.check("a speculative run")
     spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
     if isinstance(spec.policy, AdaptiveHysteresisK):
         spec.policy.replica_tiers(replica).restore(effects.tiers)

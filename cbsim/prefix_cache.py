@@ -60,6 +60,7 @@ import numpy.typing as npt
 
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.kvcache import KVCache
+from cbsim.prefix_segments import Node, Segments, blocks_ending_in
 from cbsim.request import Request
 from cbsim.schema.scenario import Scenario
 
@@ -80,43 +81,6 @@ def prefix_caching_on(scenario: Scenario) -> bool:
     if cluster.prefix_caching is not None:
         return cluster.prefix_caching
     return bool(load_engine_profile(cluster.engine).defaults_for(cluster.gpu).prefix_caching)
-
-
-@dataclass(slots=True, frozen=True)
-class Segments:
-    """A prompt's content as segments: ``keys[s]`` identifies segment s and everything before it,
-    ``blocks[s]`` is how many KV blocks of ``block_size`` tokens end inside it, ``tokens[s]`` the
-    tokens up to its end. A replica whose blocks differ in size (a mixed fleet's pools) counts
-    them with :meth:`at_block_size` (0: the size is not known, every replica counts its own)."""
-
-    keys: tuple[int, ...]
-    blocks: tuple[int, ...]
-    tokens: tuple[int, ...]
-    block_size: int = 0
-    _sized: dict[int, Segments] | None = field(default=None, compare=False, repr=False)
-
-    def at_block_size(self, block_size: int) -> Segments:
-        """These segments with ``blocks`` counted in blocks of ``block_size`` tokens."""
-        if block_size == self.block_size:
-            return self
-        sized = self._sized
-        if sized is None:
-            sized = {}
-            object.__setattr__(self, "_sized", sized)  # a cache: the value stays the same
-        other = sized.get(block_size)
-        if other is None:
-            other = sized[block_size] = Segments(
-                self.keys, _blocks_ending_in(self.tokens, block_size), self.tokens, block_size
-            )
-        return other
-
-
-def _blocks_ending_in(ends: Sequence[int], block_size: int) -> tuple[int, ...]:
-    """How many KV blocks of ``block_size`` tokens end inside each segment ending at ``ends``."""
-    starts = (0, *ends[:-1])
-    return tuple(
-        end // block_size - start // block_size for start, end in zip(starts, ends, strict=True)
-    )
 
 
 @dataclass(slots=True)
@@ -147,7 +111,7 @@ class PrefixInterner:
             ends[-1] = prompt_tokens
         length = ends[-1] - (ends[-2] if count > 1 else 0)
         keys = self._chain(content, count, length if length < sizes[count - 1] else None)
-        return Segments(tuple(keys), _blocks_ending_in(ends, block_size), tuple(ends), block_size)
+        return Segments(tuple(keys), blocks_ending_in(ends, block_size), tuple(ends), block_size)
 
     def _chain(self, content: Sequence[int], count: int, cut: int | None) -> list[int]:
         """The keys of the first ``count`` segments of ``content``: each stands for (the key
@@ -196,7 +160,7 @@ class PrefixInterner:
                 end // block_size - start // block_size,
             )
         else:
-            blocks = _blocks_ending_in(ends, block_size)
+            blocks = blocks_ending_in(ends, block_size)
         return Segments(tuple(keys), blocks, ends, block_size)
 
 
@@ -219,31 +183,6 @@ def ids_are_chained(prefix_ids: Sequence[tuple[int, ...]] | npt.NDArray[np.objec
     ids, before = ids[order], before[order]
     same_id = ids[1:] == ids[:-1]
     return not bool(np.any(same_id & (before[1:] != before[:-1])))
-
-
-@dataclass(slots=True, eq=False)
-class Node:
-    """A run of cached segments, consecutive in a prompt, that every request using one of them
-    uses all of (a radix-tree node): ``blocks[j]`` KV blocks of segment ``keys[j]``, ``ends[j]``
-    the blocks of its first j + 1 segments, ``refs`` the running requests using it, ``children``
-    the runs that continue it, by their first key."""
-
-    keys: tuple[int, ...]
-    blocks: list[int]
-    ends: list[int]
-    parent: Node | None
-    refs: int = 0
-    children: dict[int, Node] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, keys: tuple[int, ...], blocks: list[int], parent: Node | None,
-           refs: int) -> Node:  # fmt: skip
-        return cls(keys, blocks, list(itertools.accumulate(blocks)), parent, refs)
-
-    @property
-    def total(self) -> int:
-        """Its KV blocks."""
-        return self.ends[-1]
 
 
 @dataclass(slots=True, frozen=True)

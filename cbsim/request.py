@@ -22,7 +22,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cbsim.prefix_cache import Node, Segments
+    from cbsim.prefix_segments import Node, Segments
 
 
 class Status(IntEnum):

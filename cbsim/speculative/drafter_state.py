@@ -27,7 +27,7 @@ Two engine behaviours reproduced here:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +35,12 @@ import numpy.typing as npt
 from cbsim.errors import CbsimError
 from cbsim.models import get_model
 
-if TYPE_CHECKING:
-    from cbsim.speculative.decoder import SpecState
+
+class DrafterStaleness(Protocol):
+    """What this module needs of a request's speculative decoder
+    (:class:`cbsim.speculative.decoder.SpecState`): whether its drafter skipped a step of it."""
+
+    stale: bool
 
 
 def vocabulary_problem(draft_name: str, target: Any) -> str | None:
@@ -64,7 +68,7 @@ def check_vocabulary(proposer: Any, target: Any) -> None:
         raise CbsimError(problem, field="speculative.proposer.model")
 
 
-def mark_skipped(states: Sequence[SpecState], ks: npt.NDArray[np.int64]) -> None:
+def mark_skipped(states: Sequence[DrafterStaleness], ks: npt.NDArray[np.int64]) -> None:
     """Mark stale every request whose k the policy set to 0 this step (its drafter skipped it)."""
     for state, k in zip(states, ks.tolist(), strict=True):
         if k == 0:
@@ -73,7 +77,7 @@ def mark_skipped(states: Sequence[SpecState], ks: npt.NDArray[np.int64]) -> None
 
 def stale_accepted(
     accepted: npt.NDArray[np.int64],
-    states: Sequence[SpecState],
+    states: Sequence[DrafterStaleness],
     scale: float,
     rng: np.random.Generator,
 ) -> npt.NDArray[np.int64]:
@@ -93,4 +97,10 @@ def stale_accepted(
     return out
 
 
-__all__ = ["check_vocabulary", "mark_skipped", "stale_accepted", "vocabulary_problem"]
+__all__ = [
+    "DrafterStaleness",
+    "check_vocabulary",
+    "mark_skipped",
+    "stale_accepted",
+    "vocabulary_problem",
+]

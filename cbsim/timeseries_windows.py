@@ -22,7 +22,7 @@ time, so that a streamed run, whose iterations are not held, gets them too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -31,8 +31,18 @@ from cbsim.errors import CbsimError
 from cbsim.limits import WINDOWS
 from cbsim.metric_columns import CHUNK_ROWS
 
-if TYPE_CHECKING:
-    from cbsim.autoscale import FleetLog
+
+class FleetWindows(Protocol):
+    """What the windows need of a run's fleet log (:class:`cbsim.autoscale.FleetLog`): whether it
+    was autoscaled, and its serving replicas and its replica-seconds holding requests per window."""
+
+    @property
+    def autoscaled(self) -> bool: ...
+
+    def replicas_per_window(self, window_s: float, spans: np.ndarray) -> np.ndarray: ...
+
+    def holding_per_window(self, window_s: float, spans: np.ndarray) -> np.ndarray: ...
+
 
 # per-window sums of the timeseries: integrated over time, or summed by the window an iteration
 # starts or ends in (name -> iteration column)
@@ -191,7 +201,7 @@ def timeseries(
     window_s: float,
     replicas: int,
     sums: WindowSums | None = None,
-    fleet: FleetLog | None = None,
+    fleet: FleetWindows | None = None,
 ) -> pd.DataFrame:
     """Fixed-window aggregates over the run (see the module docstring for definitions).
 

@@ -36,7 +36,7 @@ from cbsim.kvcache import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from cbsim.models import ModelShape
 
 if TYPE_CHECKING:
-    from cbsim.schema.scenario import Scenario
+    from cbsim.schema.scenario_parts import ScenarioParts
 
 GiB = 2**30
 MiB = 2**20
@@ -441,7 +441,7 @@ def _reserve_by_budget(rule: MemoryRule, x: MemoryInputs, gpu_mem: float) -> flo
 
 
 def replica_inputs(
-    scenario: Scenario,
+    scenario: ScenarioParts,
     *,
     fraction: float | None = None,
     extra_weight_bytes: float = 0.0,
@@ -474,7 +474,7 @@ def replica_inputs(
 
 
 def replica_memory(
-    scenario: Scenario,
+    scenario: ScenarioParts,
     rule: MemoryRule,
     *,
     extra_weight_bytes: float = 0.0,

@@ -6,15 +6,11 @@ its memory rule's (:mod:`cbsim.engine_memory`), applied where the replica is bui
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from cbsim.schema.scenario_parts import ScenarioParts, ScenarioT, SectionCopy
 
-if TYPE_CHECKING:
-    from cbsim.schema.scenario import Scenario
-
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
+ModelT = TypeVar("ModelT", bound=SectionCopy)
 
 
 def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
@@ -27,7 +23,7 @@ def _keeping_fields_set(model: ModelT, updates: Mapping[str, Any]) -> ModelT:
     return copied
 
 
-def apply_engine_defaults(scenario: Scenario) -> Scenario:
+def apply_engine_defaults(scenario: ScenarioT) -> ScenarioT:
     """The scenario with every key it leaves unset filled from its engine's defaults for its GPU:
     scheduler kind, token budget, batch cap, block size and chunked prefill (only the keys the
     kind reads: :meth:`Scheduler.engine_updates`), the KV-cache precision for its weights. Keys
@@ -68,7 +64,7 @@ def _memory_flag_set(cluster: Any) -> bool:
     return "gpu_memory_utilization" in cluster.model_fields_set
 
 
-def _default_memory_flag(scenario: Scenario, profile: Any) -> float:
+def _default_memory_flag(scenario: ScenarioParts, profile: Any) -> float:
     """What the engine takes when no memory flag is given (:func:`cbsim.engine_memory.default_fraction`);
     the cluster's own default where its model or GPU is unknown (a later check says so)."""
     from cbsim.engine_memory import default_fraction, replica_inputs

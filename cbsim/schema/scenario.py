@@ -12,7 +12,7 @@ from pydantic import BeforeValidator, Field, field_validator
 from cbsim.limits import Seconds, Seed, WindowSeconds
 from cbsim.schema.base import StrictModel
 from cbsim.schema.cluster import Cluster, Pool
-from cbsim.schema.pools import pool_plans
+from cbsim.schema.pool_scenarios import pool_plans_of
 from cbsim.schema.scheduler import Scheduler
 from cbsim.schema.speculative import Speculative, TraceAcceptance
 from cbsim.schema.workload import Workload
@@ -105,7 +105,7 @@ def _resolved_pools(scenario: Scenario, cluster: dict[str, Any]) -> None:
     replicas run it: every pool key from the pool's resolved cluster, its whole resolved
     scheduler, no cluster-wide ``replicas``."""
     cluster.pop("replicas", None)
-    plans = pool_plans(scenario)
+    plans = pool_plans_of(scenario)
     pools = [_resolved_pool(plan.scenario) for plan in plans]
     if scenario.cluster.disaggregation is not None:
         cluster["disaggregation"]["prefill"], cluster["disaggregation"]["decode"] = pools

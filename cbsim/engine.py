@@ -53,7 +53,7 @@ from cbsim.request_table import RequestTable
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.sessions import SessionWorkload
-from cbsim.sources import Workload, prompt_pool, source_for, table_rows
+from cbsim.sources import RequestSource, Workload, prompt_pool, source_for, table_rows
 from cbsim.speculative.fast_run import apply_spec_run, plan_spec_run, spec_run_kernel
 from cbsim.workload import RequestSpecs, StagedWorkload, build_workload
 
@@ -157,7 +157,7 @@ class Simulation:
             pool.fast_forward_note for pool in self.pools if pool.fast_forward_note
         )
         self.total_requests = len(workload)
-        self.source = source_for(self, workload, self.load)
+        self.source: RequestSource = source_for(self, workload, self.load)
         # decode cohorts (cbsim.scheduler.cohort) where nothing outside a replica's loop touches
         # its running requests between iterations
         if self.load is None and not self.disaggregated:

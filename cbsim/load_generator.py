@@ -29,8 +29,8 @@ either):
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import simpy
 
@@ -38,18 +38,52 @@ from cbsim.event_time import exact_delay
 from cbsim.request import Request, Status
 
 if TYPE_CHECKING:
-    from cbsim.engine import Simulation
+    from cbsim.prefix_segments import Segments
     from cbsim.replica import Replica
+    from cbsim.schema.scenario import Scenario
     from cbsim.workload import StagedWorkload
 
-__all__ = ["LoadGenerator"]
+__all__ = ["LoadGenerator", "LoadTarget"]
+
+
+class LoadTarget(Protocol):
+    """What the load generator needs of the simulation it sends to
+    (:class:`cbsim.engine.Simulation`): its clock and scenario, the requests sent so far and its
+    replicas, and the calls that send a request, wake a replica and settle a request's end."""
+
+    @property
+    def env(self) -> simpy.Environment: ...
+
+    @property
+    def scenario(self) -> Scenario: ...
+
+    @property
+    def sent(self) -> int: ...
+
+    @property
+    def requests(self) -> Mapping[int, Request]: ...
+
+    @property
+    def replicas(self) -> Sequence[Replica]: ...
+
+    def pool_segments(self, pick: int, prompt_tokens: int) -> Segments | None: ...
+
+    def submit(self, req: Request) -> None: ...
+
+    def notify(self, replica: Replica) -> None: ...
+
+    def free_prefill_blocks(self, req: Request) -> None: ...
+
+    def done_with(self, req: Request) -> None: ...
+
+    def client_gave_up(self, req: Request, now: float) -> None: ...
 
 
 class LoadGenerator:
     """A simulation's stages and client timeouts (see the module docstring)."""
 
     def __init__(
-        self, sim: Simulation, staged: StagedWorkload | None, timeout_s: float | None
+        self, sim: LoadTarget, staged: StagedWorkload | None, timeout_s: float | None
     ) -> None:
         self.sim = sim
         self.staged = staged

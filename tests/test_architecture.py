@@ -2,8 +2,9 @@
 
 Imports are read from the sources (ast), at module level and inside functions alike (a circle
 through a function-local import is still a circle: the two modules cannot be understood or
-changed apart); imports under ``if TYPE_CHECKING:`` do not count. The package ``cbsim`` itself
-(its ``__init__`` re-exports the API) is left out of the graph.
+changed apart), and under ``if TYPE_CHECKING:`` too (a type-only circle is still two concepts
+that must name each other: a ``typing.Protocol`` in the lower module breaks it). The package
+``cbsim`` itself (its ``__init__`` re-exports the API) is left out of the graph.
 """
 
 from __future__ import annotations
@@ -41,18 +42,12 @@ def _imported(node: ast.AST, package: str) -> list[str]:
     return []
 
 
-def _type_checking_block(node: ast.AST) -> bool:
-    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
 def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
     stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
     while stack:
         node = stack.pop()
-        if _type_checking_block(node):
-            continue
         found.update(t for t in _imported(node, package) if t in known and t != name)
         stack.extend(ast.iter_child_nodes(node))
     return found - {"cbsim"}

@@ -20,7 +20,8 @@ from cbsim.schema.scheduler import Scheduler
 Role = Literal["prefill", "decode", "both"]
 
 
-@dataclass(frozen=True, slots=True)
+# no slots: a generic alias (cbsim.schema.pools.PoolPlan) sets __orig_class__ when it constructs one
+@dataclass(frozen=True)
 class PoolPlanOf(Generic[ScenarioT]):
     """One pool of a cluster: its name, what its replicas do, and the scenario they run."""
 

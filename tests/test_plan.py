@@ -423,7 +423,9 @@ def option_sets(draw: st.DrawFn, wide: bool = True) -> list[str]:
         "--percentile", draw(st.sampled_from(["p90", "p99"])),
         "--disagg" if draw(st.booleans()) else "--no-disagg",
     ]  # fmt: skip
-    budget = draw(st.sampled_from([None, 4, 8, 16] if wide else [None, 8]))
+    # a budget below every layout's GPUs leaves nothing to search: a bad option (exit 2)
+    budgets = [b for b in ((4, 8, 16) if wide else (8,)) if b >= min(tps)]
+    budget = draw(st.sampled_from([None, *budgets]))
     if budget is not None:
         args += ["--total-gpus", str(budget)]
     return args

@@ -515,7 +515,14 @@ def _project_gemm_fitter() -> GemmFitter | None:
     except ImportError:
         return None
     fitter = getattr(module, "fit_gemm", None)
-    return fitter if callable(fitter) else None
+    if not callable(fitter):
+        return None
+
+    def fit_on_catalog_gpu(table: pd.DataFrame, gpu: str, dtype: str) -> RooflineFit:
+        fit: RooflineFit = fitter(table, get_gpu(gpu), dtype)  # it takes the GPU, not its name
+        return fit
+
+    return fit_on_catalog_gpu
 
 
 def aiconfigurator_profile(

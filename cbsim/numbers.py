@@ -10,19 +10,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 __all__ = ["figure", "finite"]
 
 
 def finite(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        try:
-            import numpy as np
-
-            if not isinstance(value, np.number) or isinstance(value, np.bool_):
-                return None
-        except ImportError:  # pragma: no cover - numpy is a dependency
-            return None
+    """``value`` as a float when it is a finite number (not a bool, numpy's included), else
+    None."""
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.number):
+        return None
     number = float(value)
     return number if math.isfinite(number) else None
 

@@ -14,11 +14,10 @@ from cbsim.capacity.headline import capacity_headline
 from cbsim.capacity.headroom import headroom_facts
 from cbsim.errors import CbsimError
 from cbsim.metric_names import metric_name, slo_text
-from cbsim.numbers import figure
+from cbsim.numbers import figure, finite
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table, _slug
 from cbsim.report.formatting import (
     _figure_image,
-    _finite,
     _money,
     _plain_log_ticks,
     _slo_in_view,
@@ -59,8 +58,8 @@ class _OperatingPoint:
 def _replica_gpus(alt: Mapping[str, Any]) -> float | None:
     """GPUs one replica of an alternative takes (tp x dp x pp; plans written before data and
     pipeline parallelism record only tp)."""
-    gpus = _finite(alt.get("gpus_per_replica"))
-    return gpus if gpus is not None else _finite(alt.get("tp"))
+    gpus = finite(alt.get("gpus_per_replica"))
+    return gpus if gpus is not None else finite(alt.get("tp"))
 
 
 def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
@@ -75,11 +74,11 @@ def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
                 and run.get("passed")
                 and run.get("replicas") == alt.get("replicas")
             ):
-                replicas = _finite(run.get("replicas"))
+                replicas = finite(run.get("replicas"))
                 return _OperatingPoint(
                     dict(run.get("metrics") or {}),
                     "fleet at the target load",
-                    _finite(run.get("rate_rps")),
+                    finite(run.get("rate_rps")),
                     replicas * tp if replicas is not None and tp is not None else None,
                 )
     max_rate = alt.get("max_rate_rps")
@@ -88,7 +87,7 @@ def _achieved(alt: Mapping[str, Any]) -> _OperatingPoint:
             return _OperatingPoint(
                 dict(ev.get("metrics") or {}),
                 "one replica at its maximum rate",
-                _finite(max_rate),
+                finite(max_rate),
                 tp,
             )
     return _OperatingPoint()
@@ -101,15 +100,15 @@ def _token_rates(
     run served over the GPUs serving it (plans written before it was recorded: the offered rate
     times the output tokens per request), and 1 / mean TPOT (None where a figure is missing, as
     in plans written before ``tpot_mean_s`` was recorded)."""
-    served = _finite(metrics.get("output_tokens_per_s"))
-    tokens = _finite(metrics.get("output_tokens_per_request"))
+    served = finite(metrics.get("output_tokens_per_s"))
+    tokens = finite(metrics.get("output_tokens_per_request"))
     if served is not None and gpus:
         per_gpu: float | None = served / gpus
     elif rate_rps is not None and tokens is not None and gpus:
         per_gpu = rate_rps * tokens / gpus
     else:
         per_gpu = None
-    tpot = _finite(metrics.get("tpot_mean_s"))
+    tpot = finite(metrics.get("tpot_mean_s"))
     return per_gpu, (1.0 / tpot if tpot else None)
 
 
@@ -137,7 +136,7 @@ def _metric_header(metric: str, what: str = "") -> str:
 
 def _metric_cell(metric: str, value: Any) -> str:
     """A metric's value in the unit of its header: a latency in ms."""
-    number = _finite(value)
+    number = finite(value)
     if number is None:
         return "—"
     return figure(number * 1e3) if _is_latency(metric) else figure(number)
@@ -336,9 +335,9 @@ def capacity_report(
             {
                 "alternative": labels,
                 "cost_per_million_output_tokens": [
-                    _finite(a.get("cost_per_million_output_tokens")) for a in alternatives
+                    finite(a.get("cost_per_million_output_tokens")) for a in alternatives
                 ],
-                metric: [_finite(m.get(metric)) for m in achieved],
+                metric: [finite(m.get(metric)) for m in achieved],
             },
             dtype=object,
         )
@@ -346,7 +345,7 @@ def capacity_report(
             frame["cost_per_million_output_tokens"]
         )
         frame[metric] = pd.to_numeric(frame[metric])
-        threshold = _finite(slo.get(metric))
+        threshold = finite(slo.get(metric))
         drawn = _slo_in_view(threshold, frame[metric])
         fig = plots.cost_vs_slo_frontier(
             frame,
@@ -385,9 +384,9 @@ def capacity_report(
             eval_rows.append(
                 {
                     "alternative": label,
-                    "offered_rate_rps": _finite(ev.get("rate_rps")),
+                    "offered_rate_rps": finite(ev.get("rate_rps")),
                     "passed": bool(ev.get("passed")),
-                    **{m: _finite(metrics.get(m)) for m in metric_names},
+                    **{m: finite(metrics.get(m)) for m in metric_names},
                 }
             )
     load_blocks: list[Block] = []
@@ -407,8 +406,8 @@ def capacity_report(
                     "worst over seeds); crosses mark rates that failed a check"
                     + _slo_note(
                         f"{metric_name(metric)} {directions.get(metric, '≤')}",
-                        _finite(slo.get(metric)),
-                        _slo_in_view(_finite(slo.get(metric)), evals[metric]),
+                        finite(slo.get(metric)),
+                        _slo_in_view(finite(slo.get(metric)), evals[metric]),
                     )
                     + ".",
                 )
@@ -473,7 +472,7 @@ def _token_rate_blocks(
         for ev in alt.get("evaluations") or []:
             if not isinstance(ev, dict):
                 continue
-            rate = _finite(ev.get("rate_rps"))
+            rate = finite(ev.get("rate_rps"))
             per_gpu, per_user = _token_rates(rate, ev.get("metrics") or {}, gpus)
             if per_gpu is not None and per_user is not None:
                 rows.append(
@@ -516,7 +515,7 @@ def _load_figure(
     directions: Mapping[str, Any],
     several: bool,
 ) -> Figure:
-    threshold = _finite(slo.get(metric))
+    threshold = finite(slo.get(metric))
     if not _slo_in_view(threshold, evals[metric]):
         threshold = None
     values = evals[metric].to_numpy(dtype=float)

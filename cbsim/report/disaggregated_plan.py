@@ -16,8 +16,9 @@ import pandas as pd
 
 from cbsim import plots
 from cbsim.errors import CbsimError
+from cbsim.numbers import finite
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table
-from cbsim.report.formatting import _figure_image, _finite, _money, _with_unit, format_value
+from cbsim.report.formatting import _figure_image, _money, _with_unit, format_value
 
 
 def is_disaggregated_plan(data: Any) -> bool:
@@ -146,10 +147,10 @@ def disaggregated_report(
     points = [
         {
             "alternative": str(layout.get("name")),
-            "offered_rate_rps": _finite(plan.get("target_rps")),
+            "offered_rate_rps": finite(plan.get("target_rps")),
             "passed": bool(layout.get("feasible", True)),
-            "output_tokens_per_s_per_gpu": _finite(layout.get("tokens_per_s_per_gpu")),
-            "output_tokens_per_s_per_user": _finite(layout.get("tokens_per_s_per_user")),
+            "output_tokens_per_s_per_gpu": finite(layout.get("tokens_per_s_per_gpu")),
+            "output_tokens_per_s_per_user": finite(layout.get("tokens_per_s_per_user")),
         }
         for layout in layouts
     ]

@@ -4,7 +4,6 @@ figures as :class:`~cbsim.report.document.Image` blocks.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from cbsim import plots
+from cbsim.numbers import finite
 from cbsim.report.document import Image, ReportKind
 
 if TYPE_CHECKING:
@@ -20,13 +20,6 @@ if TYPE_CHECKING:
 
 #: An SLO line is drawn only within this factor of the plotted values (else it squashes them).
 SLO_VIEW_FACTOR = 3.0
-
-
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
 
 
 def format_value(value: Any) -> str:
@@ -38,7 +31,7 @@ def format_value(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, int | np.integer):
         return str(int(value))
-    number = _finite(value)
+    number = finite(value)
     if number is None:
         return "—" if isinstance(value, float | np.floating) else str(value)
     if number.is_integer() and abs(number) < 1e15:
@@ -49,7 +42,7 @@ def format_value(value: Any) -> str:
 
 
 def _money(value: Any, spec: str = ".2f") -> str:
-    number = _finite(value)
+    number = finite(value)
     return "—" if number is None else f"${number:{spec}}"
 
 

@@ -13,8 +13,9 @@ import yaml
 
 from cbsim import plots
 from cbsim.errors import CbsimError
+from cbsim.numbers import finite
 from cbsim.report.document import Block, Facts, Paragraph, Report, Section, Table, _slug
-from cbsim.report.formatting import _figure_image, _finite, _slo_in_view, _slo_note, format_value
+from cbsim.report.formatting import _figure_image, _slo_in_view, _slo_note, format_value
 from cbsim.sweep_table import row_verdict, slo_targets
 
 #: A sweep's latency CDFs are overlaid in one figure when it has at most this many rows.
@@ -84,7 +85,7 @@ def _sweep_slo(path: Path | None, keys: Sequence[str]) -> dict[str, float]:
         slo = data.get("slo") if isinstance(data, dict) else None
         for name, values in seen.items():
             value = slo.get(name) if isinstance(slo, dict) else None
-            values.add(_finite(value))
+            values.add(finite(value))
     return {
         name: value
         for name, values in seen.items()

@@ -10,10 +10,10 @@ what was measured. It works on the summary and the scenario as mappings (a resul
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from cbsim.numbers import finite
 from cbsim.report.autoscale_section import fleet_fact
 from cbsim.report.document import Block, Facts, Section, Table
 from cbsim.report.pools_section import ms
@@ -24,12 +24,6 @@ __all__ = ["slo_rows", "verdict_line", "verdict_section"]
 _TARGETS = (("ttft", "TTFT p99"), ("tpot", "TPOT p99"), ("e2e", "E2E p99"))
 
 
-def _finite(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def slo_rows(summary: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[list[str]]:
     """Per SLO target the scenario sets: label, threshold (ms), measured p99 (ms), verdict."""
     slo = scenario.get("slo") or {}
@@ -38,7 +32,7 @@ def slo_rows(summary: Mapping[str, Any], scenario: Mapping[str, Any]) -> list[li
         target = slo.get(f"{name}_s") if isinstance(slo, Mapping) else None
         if target is None:
             continue
-        measured = _finite(summary.get(f"{name}_p99_s"))
+        measured = finite(summary.get(f"{name}_p99_s"))
         met = measured is not None and measured <= float(target)
         rows.append([label, f"≤ {ms(target)}", ms(measured), slo_verdict(met, summary)])
     return rows
@@ -61,7 +55,7 @@ def verdict_line(summary: Mapping[str, Any], rows: list[list[str]]) -> tuple[str
 
 
 def _attainment(summary: Mapping[str, Any]) -> str | None:
-    share = _finite(summary.get("slo_attainment"))
+    share = finite(summary.get("slo_attainment"))
     return None if share is None else f"{share:.1%} of requests met every target"
 
 

@@ -162,9 +162,11 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
 
 
 def _rates(figures: Mapping[str, Any]) -> str:
+    """``offered X req/s, served Y req/s``; ``served Y req/s`` alone where no offered rate exists
+    (a closed loop, or arrivals at a single instant: one request)."""
     offered, served = figures["offered_rps"], figures["served_rps"]
-    offered_text = f"{offered:.3g} req/s" if math.isfinite(offered) else "closed loop"
-    return f"offered {offered_text}, served {served:.3g} req/s"
+    served_text = f"served {served:.3g} req/s"
+    return f"offered {offered:.3g} req/s, {served_text}" if math.isfinite(offered) else served_text
 
 
 def stability_summary(

@@ -136,3 +136,13 @@ def test_calibrating_on_an_open_loop_summary_says_what_it_needs(tmp_path: Path) 
     assert f"{result_file}: not a closed-loop benchmark" in message
     assert "--save-detailed" in message and "--max-concurrency" in message
     assert "Traceback" not in fit.output
+
+
+def test_one_request_is_not_called_a_closed_loop() -> None:
+    """One arrival has no offered rate: the verdict says what was served, not "offered closed
+    loop" (which it printed for every run without an offered rate, open loops of one request
+    included)."""
+    summary = _summary(_requests(1, 1.0, np.full(1, 2.0), np.ones(1, dtype=bool)))
+    assert summary["stable"] is True
+    assert "closed loop" not in str(summary["stability"])
+    assert str(summary["stability"]).startswith("stable (served ")

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import weight_bytes_per_gpu
+from cbsim.model_bytes import weight_bytes_per_gpu
 from cbsim.models import get_model
 from cbsim.timeseries_windows import window_pieces
 

@@ -46,7 +46,8 @@ from cbsim.kernel_call import KernelCall
 from cbsim.load_generator import LoadGenerator
 from cbsim.metrics import Recorder
 from cbsim.models import get_model
-from cbsim.prefix_cache import PrefixInterner, Segments, prefix_caching_on
+from cbsim.prefix_cache import prefix_caching_on
+from cbsim.prefix_segments import PrefixInterner, Segments
 from cbsim.replica import Replica
 from cbsim.request import Request, Status
 from cbsim.request_table import RequestTable

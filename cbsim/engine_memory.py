@@ -28,15 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.hardware import GPU
-from cbsim.kvcache import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu, weight_bytes_per_gpu
 from cbsim.models import ModelShape
-
-if TYPE_CHECKING:
-    from cbsim.schema.scenario_parts import ScenarioParts
 
 GiB = 2**30
 MiB = 2**20
@@ -435,64 +431,6 @@ def _reserve_by_budget(rule: MemoryRule, x: MemoryInputs, gpu_mem: float) -> flo
     if x.speculative:
         reserved += 2 * 1024
     return reserved
-
-
-# --------------------------------------------------------------------------- a scenario's replica
-
-
-def replica_inputs(
-    scenario: ScenarioParts,
-    *,
-    fraction: float | None = None,
-    extra_weight_bytes: float = 0.0,
-    extra_kv_bytes_per_token: float = 0.0,
-) -> MemoryInputs:
-    """What one replica of a resolved scenario sizes its cache from (``fraction``: the memory
-    flag, None for the engine's default)."""
-    from cbsim.hardware import get_gpu
-    from cbsim.models import get_model
-
-    cluster = scenario.cluster
-    sched = scenario.scheduler
-    return MemoryInputs(
-        model=get_model(cluster.model),
-        gpu=get_gpu(cluster.gpu),
-        tp=cluster.tp,
-        pp=cluster.pp,
-        dp=cluster.dp,
-        dtype=cluster.dtype,
-        kv_dtype=cluster.effective_kv_dtype,
-        block_size=sched.block_size,
-        fraction=fraction,
-        max_batched_tokens=sched.max_batched_tokens,
-        max_batch_size=sched.max_batch_size,
-        max_model_len=cluster.max_model_len or 0,
-        extra_weight_bytes=extra_weight_bytes,
-        extra_kv_bytes_per_token=extra_kv_bytes_per_token,
-        speculative=scenario.speculative.enabled,
-    )
-
-
-def replica_memory(
-    scenario: ScenarioParts,
-    rule: MemoryRule,
-    *,
-    extra_weight_bytes: float = 0.0,
-    extra_kv_bytes_per_token: float = 0.0,
-) -> MemoryPlan:
-    """The memory of one replica of a resolved scenario (its engine's defaults applied:
-    :func:`cbsim.scenario.apply_engine_defaults`) under its engine's ``rule``, with the memory
-    flag ``cluster.gpu_memory_utilization`` read as the engine's own (vLLM's
-    ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, TensorRT-LLM's
-    ``free_gpu_memory_fraction``): the user's, else the engine's default that resolving the
-    scenario wrote there."""
-    inputs = replica_inputs(
-        scenario,
-        fraction=scenario.cluster.gpu_memory_utilization,
-        extra_weight_bytes=extra_weight_bytes,
-        extra_kv_bytes_per_token=extra_kv_bytes_per_token,
-    )
-    return plan_memory(rule, inputs)
 
 
 def memory_figures(plan: MemoryPlan, request_tokens: float) -> dict[str, float | int]:

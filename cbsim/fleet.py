@@ -12,13 +12,15 @@ from __future__ import annotations
 import simpy
 
 from cbsim.cost_models import CostModelCache, cost_model_for
-from cbsim.engine_memory import MemoryPlan, replica_memory
-from cbsim.kvcache import KVCache, kv_bytes_per_token_per_gpu
+from cbsim.engine_memory import MemoryPlan
+from cbsim.kvcache import KVCache
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import ModelShape
 from cbsim.prefix_cache import PrefixCache, prefix_caching_on
 from cbsim.replica import Replica, ReplicaPool
 from cbsim.scheduler import make_scheduler
 from cbsim.schema.pools import PoolPlan
+from cbsim.schema.replica_memory import replica_memory
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 from cbsim.speculative.decoder import SpeculativeDecoding

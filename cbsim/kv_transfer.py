@@ -44,7 +44,7 @@ from typing import Literal
 import simpy
 
 from cbsim.hardware import GPU, get_gpu
-from cbsim.kvcache import kv_bytes_per_token_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 from cbsim.schema.cluster import Cluster, KvTransfer
 

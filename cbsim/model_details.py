@@ -18,7 +18,7 @@ took": it is shown apart.
 
 from __future__ import annotations
 
-from cbsim.kvcache import DTYPE_BYTES, EXPERT_ONLY_DTYPES
+from cbsim.model_bytes import DTYPE_BYTES, EXPERT_ONLY_DTYPES
 from cbsim.model_shape import ModelShape
 from cbsim.models import CatalogMatch
 

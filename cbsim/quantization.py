@@ -174,3 +174,21 @@ def config_weight_format(path: Path) -> str | None:
     except CbsimError as err:
         where = path / "config.json" if path.is_dir() else path
         raise err.located(source=str(where), field="quantization_config") from None
+
+
+def kv_dtype_problem(dtype: str, kv_dtype: str | None) -> str | None:
+    """Why a KV cache of ``kv_dtype`` cannot go with ``dtype`` weights, or None. vLLM keeps the
+    KV cache in the model's dtype (``--kv-cache-dtype auto``) or in fp8; an fp32 cache exists
+    only as an fp32 model's ``auto``, and a 16-bit one under an fp32 model is no option
+    (vLLM's ``bfloat16``/``float16`` cache dtypes are for models whose default is fp8)."""
+    if kv_dtype == "fp32" and dtype != "fp32":
+        return (
+            f"kv_dtype: an fp32 KV cache goes with fp32 weights only (engines keep the cache in "
+            f"the model's dtype or fp8), not {dtype}"
+        )
+    if dtype == "fp32" and kv_dtype in ("bf16", "fp16"):
+        return (
+            f"kv_dtype: fp32 weights keep an fp32 KV cache (vLLM's --kv-cache-dtype auto) or fp8, "
+            f"not {kv_dtype}"
+        )
+    return None

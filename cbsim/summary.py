@@ -18,16 +18,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from cbsim.metric_columns import PERCENTILES
-from cbsim.scenario import Scenario
+from cbsim.schema.scenario import Scenario
 
-if TYPE_CHECKING:
-    from cbsim.autoscale import FleetLog
+
+class FleetFigures(Protocol):
+    """What the summary takes of a fleet's log (:class:`cbsim.autoscale.FleetLog`): its figures."""
+
+    def summary(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -122,7 +125,7 @@ def summarize(
     itl: dict[str, float] | None = None,
     warnings: Sequence[str] = (),
     totals: IterationTotals | None = None,
-    fleet: FleetLog | None = None,
+    fleet: FleetFigures | None = None,
 ) -> dict[str, Any]:
     """The run's key figures (JSON-serialisable, deterministic for a scenario and seed).
 

@@ -25,7 +25,7 @@ from cbsim.calibration.profile import load_profile, profile_names
 from cbsim.cost.roofline import gemm_flops_bytes
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import DTYPE_BYTES
+from cbsim.model_bytes import DTYPE_BYTES
 
 ENGINES = ("trtllm", "sglang")
 HOPPER = ("h100-sxm", "h200")

@@ -17,7 +17,7 @@ import cbsim
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.kv_transfer import NVLINK_LATENCY_S, RDMA_LATENCY_S, node_of_instances
-from cbsim.kvcache import kv_bytes_per_token_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 from cbsim.scenario import load_scenario
 from tests.conftest import small_scenario, summaries_equal

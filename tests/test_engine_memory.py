@@ -17,7 +17,7 @@ from cbsim.engine_memory import (
     sglang_default_fraction,
 )
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import model_weight_bytes
+from cbsim.model_bytes import model_weight_bytes
 from cbsim.models import get_model
 
 L8 = get_model("llama-3.1-8b")

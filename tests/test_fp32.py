@@ -13,7 +13,7 @@ from cbsim.cost_models import transfer_warnings
 from cbsim.errors import CbsimError
 from cbsim.fleet import pool_memory
 from cbsim.hardware import GPU_NAMES, TFLOPS, get_gpu
-from cbsim.kvcache import kv_bytes_per_token_per_gpu, model_weight_bytes
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu, model_weight_bytes
 from cbsim.model_details import render
 from cbsim.models import find_model, get_model
 from cbsim.quantization import canonical_dtype

@@ -7,7 +7,8 @@ import pytest
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.engine_memory import MemoryInputs, plan_memory
 from cbsim.hardware import GiB, get_gpu
-from cbsim.kvcache import KVCache, blocks_for_tokens, kv_bytes_per_token_per_gpu
+from cbsim.kvcache import KVCache, blocks_for_tokens
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 
 FLAT = MemoryRule(kind="flat")  # a fraction of all memory less the weights and 1.5 GiB

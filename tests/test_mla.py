@@ -12,7 +12,7 @@ from cbsim.calibration.data import load_table
 from cbsim.cost.mla import mla_terms, mla_weight_params
 from cbsim.cost.roofline import CostModel
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import kv_bytes_per_token_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 from tests.conftest import small_scenario
 

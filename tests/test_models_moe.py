@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cbsim.errors import CbsimError
-from cbsim.kvcache import kv_bytes_per_token_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model, model_from_hf_config
 from tests.conftest import small_scenario
 

@@ -183,7 +183,7 @@ def test_capacity_can_vary_expert_parallelism() -> None:
 
 
 def test_mxfp4_stores_the_experts_only() -> None:
-    from cbsim.kvcache import model_weight_bytes
+    from cbsim.model_bytes import model_weight_bytes
 
     gpt_oss = get_model("gpt-oss-120b")
     experts = gpt_oss.num_moe_layers * gpt_oss.num_experts * gpt_oss.expert_param_count()

@@ -12,7 +12,7 @@ import pytest
 import cbsim
 from cbsim.cost.roofline import CostModel
 from cbsim.errors import CbsimError
-from cbsim.kvcache import kv_bytes_per_token_per_gpu
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu
 from cbsim.models import get_model
 from cbsim.scenario import MtpProposer
 from cbsim.speculative.proposers import MtpModule, make_proposer

@@ -13,12 +13,8 @@ from cbsim.cost.roofline import CostModel
 from cbsim.engine_memory import MemoryInputs, plan_memory
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import (
-    KVCache,
-    kv_bytes_per_token_per_gpu,
-    model_weight_bytes,
-    weight_bytes_per_gpu,
-)
+from cbsim.kvcache import KVCache
+from cbsim.model_bytes import kv_bytes_per_token_per_gpu, model_weight_bytes, weight_bytes_per_gpu
 from cbsim.models import get_model
 from cbsim.preflight import gpu_layout
 from tests.conftest import BASE_SCENARIO

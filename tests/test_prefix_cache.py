@@ -13,7 +13,8 @@ import pytest
 
 import cbsim
 from cbsim.kvcache import KVCache
-from cbsim.prefix_cache import PrefixCache, PrefixInterner, prefix_caching_on
+from cbsim.prefix_cache import PrefixCache, prefix_caching_on
+from cbsim.prefix_segments import PrefixInterner
 from cbsim.request import Request
 from cbsim.traces import load_trace
 

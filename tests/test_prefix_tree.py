@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from cbsim.kvcache import KVCache
-from cbsim.prefix_cache import PrefixCache, PrefixInterner, ids_are_chained
+from cbsim.prefix_cache import PrefixCache
+from cbsim.prefix_segments import PrefixInterner, ids_are_chained
 from cbsim.request import Request
 
 BLOCK = 16

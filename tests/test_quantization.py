@@ -13,7 +13,7 @@ from cbsim.cost import CostModel
 from cbsim.cost_models import transfer_warnings
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
-from cbsim.kvcache import model_weight_bytes, weight_bytes_per_gpu
+from cbsim.model_bytes import model_weight_bytes, weight_bytes_per_gpu
 from cbsim.model_details import render
 from cbsim.models import find_model, get_model
 from cbsim.quantization import (

@@ -81,7 +81,7 @@ from cbsim.calibration.profile import GridCorrection, RooflineFit
 from cbsim.cost.roofline import DECODE_QUERY_MAX, attention_flops_bytes
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
-from cbsim.kvcache import DTYPE_BYTES
+from cbsim.model_bytes import DTYPE_BYTES
 
 Phase = Literal["decode", "prefill"]
 

@@ -251,7 +251,7 @@ def record_sequence(scenario: Scenario) -> StepSequence:
 
 
 def _layers_per_gpu(scenario: Scenario) -> int:
-    from cbsim.kvcache import stage_layers
+    from cbsim.model_bytes import stage_layers
     from cbsim.models import get_model
 
     model = get_model(scenario.cluster.model)

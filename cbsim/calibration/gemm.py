@@ -104,7 +104,7 @@ from cbsim.calibration.grid import LogGrid, interpolation_matrix, log2_nodes
 from cbsim.calibration.profile import GridCorrection, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
-from cbsim.kvcache import DTYPE_BYTES
+from cbsim.model_bytes import DTYPE_BYTES
 
 FEATURES: tuple[str, ...] = ("m", "n", "k")
 DTYPES: tuple[str, ...] = ("bf16", "fp8", "fp4")

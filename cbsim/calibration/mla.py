@@ -29,7 +29,7 @@ from cbsim.cost.mla import FEATURES, fit_key, mla_terms
 from cbsim.cost.profile import GridCorrection, RooflineFit
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
-from cbsim.kvcache import DTYPE_BYTES
+from cbsim.model_bytes import DTYPE_BYTES
 from cbsim.models import get_model
 
 __all__ = [

@@ -29,9 +29,9 @@ import pandas as pd
 from cbsim.calibration.data import shipped_root
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.cost.engine_version import parse_release
-from cbsim.engine_memory import replica_memory
 from cbsim.errors import CbsimError
 from cbsim.scenario import load_scenario
+from cbsim.schema.replica_memory import replica_memory
 
 TABLE = "kv_startup_logs.csv"
 V0_CHUNKED_ABOVE = 32_768

@@ -37,7 +37,7 @@ from cbsim.cost.params import CostParams
 from cbsim.cost.profile import FALLBACK_GPU, CalibrationProfile, RooflineFit, profiles_to_try
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU
-from cbsim.kvcache import DTYPE_BYTES
+from cbsim.model_bytes import DTYPE_BYTES
 from cbsim.models import ModelShape
 
 __all__ = ["FEATURES", "MlaPricing", "fit_key", "mla_pricing", "mla_terms", "mla_weight_params"]

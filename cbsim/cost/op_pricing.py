@@ -30,7 +30,7 @@ from cbsim.cost.profile import (
 )
 from cbsim.errors import CbsimError
 from cbsim.hardware import GPU, get_gpu
-from cbsim.kvcache import DTYPE_BYTES, dense_weight_dtype, kv_heads_per_shard, stage_layers
+from cbsim.model_bytes import DTYPE_BYTES, dense_weight_dtype, kv_heads_per_shard, stage_layers
 from cbsim.models import ModelShape, expert_parallel_problem, get_model
 
 DEFAULT_ENGINE = "vllm"
@@ -252,7 +252,7 @@ class OpPricing:
                 f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}",
                 field="kv_dtype",
             )
-        from cbsim.schema.cluster import kv_dtype_problem
+        from cbsim.quantization import kv_dtype_problem
 
         problem = kv_dtype_problem(dtype, self.kv_dtype)
         if problem is not None:

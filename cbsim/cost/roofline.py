@@ -80,7 +80,7 @@ from cbsim.cost.params import CostParams
 from cbsim.cost.profile import UNCALIBRATED, RooflineFit
 from cbsim.hardware import GPU
 from cbsim.kernel_call import KernelCall
-from cbsim.kvcache import model_weight_bytes, split_weight_bytes
+from cbsim.model_bytes import model_weight_bytes, split_weight_bytes
 from cbsim.models import ModelShape
 
 __all__ = [

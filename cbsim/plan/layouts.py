@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.engine_memory import replica_memory
 from cbsim.errors import CbsimError
 from cbsim.hardware import get_gpu
 from cbsim.models import get_model
 from cbsim.scenario import load_scenario
 from cbsim.schema.engine_defaults import apply_engine_defaults
+from cbsim.schema.replica_memory import replica_memory
 from cbsim.schema.scenario import Scenario
 
 Mode = Literal["aggregated", "disaggregated"]

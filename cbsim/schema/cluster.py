@@ -21,7 +21,7 @@ from cbsim.limits import (
     TimeOffset,
     TokenCount,
 )
-from cbsim.quantization import INTEGER_FORMATS, canonical_dtype
+from cbsim.quantization import INTEGER_FORMATS, canonical_dtype, kv_dtype_problem
 from cbsim.schema.base import StrictModel
 
 DType = Annotated[
@@ -31,25 +31,7 @@ DType = Annotated[
 """A weight format; its other names (``awq``, ``gptq``, ``w4a16``, ``w8a8``, ``nvfp4``,
 ``float32``...) are read as it (:data:`cbsim.quantization.DTYPE_ALIASES`)."""
 KvDType = Annotated[Literal["bf16", "fp16", "fp8", "fp32"], BeforeValidator(canonical_dtype)]
-"""A KV-cache precision (``fp32`` only under fp32 weights: :func:`kv_dtype_problem`)."""
-
-
-def kv_dtype_problem(dtype: str, kv_dtype: str | None) -> str | None:
-    """Why a KV cache of ``kv_dtype`` cannot go with ``dtype`` weights, or None. vLLM keeps the
-    KV cache in the model's dtype (``--kv-cache-dtype auto``) or in fp8; an fp32 cache exists
-    only as an fp32 model's ``auto``, and a 16-bit one under an fp32 model is no option
-    (vLLM's ``bfloat16``/``float16`` cache dtypes are for models whose default is fp8)."""
-    if kv_dtype == "fp32" and dtype != "fp32":
-        return (
-            f"kv_dtype: an fp32 KV cache goes with fp32 weights only (engines keep the cache in "
-            f"the model's dtype or fp8), not {dtype}"
-        )
-    if dtype == "fp32" and kv_dtype in ("bf16", "fp16"):
-        return (
-            f"kv_dtype: fp32 weights keep an fp32 KV cache (vLLM's --kv-cache-dtype auto) or fp8, "
-            f"not {kv_dtype}"
-        )
-    return None
+"""A KV-cache precision (``fp32`` only under fp32 weights: :func:`cbsim.quantization.kv_dtype_problem`)."""
 
 
 def _integer_checkpoint(model: Any) -> str | None:

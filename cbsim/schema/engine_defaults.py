@@ -67,8 +67,9 @@ def _memory_flag_set(cluster: Any) -> bool:
 def _default_memory_flag(scenario: ScenarioParts, profile: Any) -> float:
     """What the engine takes when no memory flag is given (:func:`cbsim.engine_memory.default_fraction`);
     the cluster's own default where its model or GPU is unknown (a later check says so)."""
-    from cbsim.engine_memory import default_fraction, replica_inputs
+    from cbsim.engine_memory import default_fraction
     from cbsim.errors import CbsimError
+    from cbsim.schema.replica_memory import replica_inputs
 
     try:
         inputs = replica_inputs(scenario)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from cbsim.load_generator import LoadGenerator
 from cbsim.prompt_pool import PoolPrompts
 from cbsim.sessions import SessionWorkload
 from cbsim.sources.base import RequestSource, Sender
 from cbsim.sources.closed_loop import ClosedLoop
 from cbsim.sources.open_loop import OpenLoop
 from cbsim.sources.sessions import Sessions
-from cbsim.sources.staged import Stages
+from cbsim.sources.staged import StageSender, Stages
 from cbsim.sources.trace_replay import TraceReplay
 from cbsim.workload import ClosedLoopWorkload, RequestSpecs, StagedWorkload
 
@@ -23,6 +22,7 @@ __all__ = [
     "RequestSource",
     "Sender",
     "Sessions",
+    "StageSender",
     "Stages",
     "TraceReplay",
     "Workload",
@@ -34,7 +34,7 @@ __all__ = [
 Workload = RequestSpecs | ClosedLoopWorkload | SessionWorkload | StagedWorkload
 
 
-def source_for(sim: Sender, workload: Workload, load: LoadGenerator | None) -> RequestSource:
+def source_for(sim: Sender, workload: Workload, load: StageSender | None) -> RequestSource:
     """The source that sends ``workload``'s requests into ``sim`` (a staged workload's sends are
     its load generator's)."""
     if isinstance(workload, ClosedLoopWorkload):

@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from cbsim.prefix_cache import PrefixInterner, Segments
+from cbsim.prefix_segments import PrefixInterner, Segments
 from cbsim.request import Request
 from cbsim.schema.scenario import Scenario
 

@@ -14,7 +14,7 @@ import numpy as np
 import simpy
 
 from cbsim.event_time import exact_delay
-from cbsim.prefix_cache import Segments
+from cbsim.prefix_segments import Segments
 from cbsim.request import Request
 from cbsim.sources.base import RequestSource, Sender
 from cbsim.workload import RequestSpecs

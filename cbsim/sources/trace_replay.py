@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cbsim.prefix_cache import Segments, ids_are_chained
+from cbsim.prefix_segments import Segments, ids_are_chained
 from cbsim.sources.base import Sender
 from cbsim.sources.open_loop import OpenLoop
 from cbsim.workload import RequestSpecs

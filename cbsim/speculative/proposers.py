@@ -37,7 +37,7 @@ from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import Frontend, StepOverhead
 from cbsim.errors import CbsimError
 from cbsim.kernel_call import KernelCall
-from cbsim.kvcache import (
+from cbsim.model_bytes import (
     DTYPE_BYTES,
     dense_weight_dtype,
     end_dtype,

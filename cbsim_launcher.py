@@ -1,8 +1,8 @@
 """The ``cbsim`` command's entry point: outside the ``cbsim`` package, and importing nothing.
 
-Importing the package and its command line (:mod:`cbsim.cli`) takes seconds (pandas, numba,
+Importing the package and its command line (:mod:`cbsim.cli.commands`) takes seconds (pandas, numba,
 pyarrow, rich). A Ctrl-C in those seconds used to end in a traceback and death by SIGINT (the
-console script imported ``cbsim.cli`` before any handler existed); here the import runs inside
+console script imported ``cbsim.cli.commands`` before any handler existed); here the import runs inside
 the same handling as the command itself: ``interrupted`` on stderr, exit status 130.
 
 The import also creates about 180,000 objects that live as long as the process. Python's cyclic
@@ -44,12 +44,12 @@ EXIT_INTERRUPTED = 130
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
-    """Import the command line and run it (:func:`cbsim.cli.main`); Ctrl-C while importing it
+    """Import the command line and run it (:func:`cbsim.cli.commands.main`); Ctrl-C while importing it
     exits as Ctrl-C while it runs does."""
     collecting = gc.isenabled()
     gc.disable()
     try:
-        from cbsim.cli import main as cli_main
+        from cbsim.cli.commands import main as cli_main
     except KeyboardInterrupt:
         _interrupted()
     finally:

@@ -6,7 +6,7 @@ night to 4 req/s in the afternoon, Llama-3-70B TP 4 on H100s) twice, in two proc
 * **autoscaled**: as shipped (``cluster.autoscale``: the request rate per replica counted over a
   minute, target 1.2 req/s, 1 to 6 replicas, the HPA's default 300 s scale-down window);
 * **fixed**: without the autoscaler, with the replicas a capacity planner buys for the peak
-  rate: ``cbsim.capacity.plan`` of the same traffic as Poisson arrivals at the peak rate under
+  rate: ``cbsim.studies.capacity.plan`` of the same traffic as Poisson arrivals at the peak rate under
   the scenario's SLO read at p99 (TTFT p99 and TPOT p99 within ``slo``), or ``--fixed-replicas``.
 
 For each it prints GPU-hours, their cost (the GPU's catalog price per GPU-hour), the replicas
@@ -34,7 +34,7 @@ import numpy as np
 import yaml
 
 import cbsim
-from cbsim.capacity import plan
+from cbsim.studies.capacity import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "diurnal-autoscale-llama3-70b.yaml"
@@ -51,7 +51,7 @@ def peak_rate(data: dict[str, Any]) -> float:
 
 
 def planned_replicas(data: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """The replicas ``cbsim.capacity.plan`` buys for the peak rate (Poisson arrivals) within the
+    """The replicas ``cbsim.studies.capacity.plan`` buys for the peak rate (Poisson arrivals) within the
     scenario's SLO read at p99."""
     peak = peak_rate(data)
     poisson = fixed_fleet(data, 1)

@@ -20,7 +20,7 @@ Cases (``--quick`` shortens them; labels say which ran):
     cbsim's events per second;
   * ``capacity-spec``: the README's 70B capacity plan (``scenarios/capacity-70b-azure.yaml``; GPU
     kind × TP × speculation off/on, target 110 req/s, 60 s windows, seed 1), run through
-    :func:`cbsim.capacity.plan` exactly as ``cbsim capacity`` calls it (skipped with ``--quick``).
+    :func:`cbsim.studies.capacity.plan` exactly as ``cbsim capacity`` calls it (skipped with ``--quick``).
 
 How: each case runs in a fresh subprocess (so its peak RSS, ``ru_maxrss``, is its own). The child
 first runs a warm-up simulation of the same kind (the same scenario cut to 20 requests: same
@@ -143,11 +143,11 @@ CHILD = textwrap.dedent(
 
     t0 = time.perf_counter()
     import cbsim
-    import cbsim.engine
+    import cbsim.engine.loop
     import_s = time.perf_counter() - t0
-    simulate_module = sys.modules["cbsim.simulate"]
+    simulate_module = sys.modules["cbsim.run.simulate"]
 
-    class CountingSimulation(cbsim.engine.Simulation):
+    class CountingSimulation(cbsim.engine.loop.Simulation):
         def run(self):
             recorder = super().run()
             stats["events"] += count_events(self.env)
@@ -180,7 +180,7 @@ CHILD = textwrap.dedent(
         out.update(requests=s["requests"], iterations=s["iterations"],
                    simulated_s=results.run_info["simulated_s"])
     else:  # capacity
-        from cbsim.capacity import parse_slo, parse_vary, plan
+        from cbsim.studies.capacity import parse_slo, parse_vary, plan
         args = spec["capacity"]
         scenario = cbsim.load_scenario(spec["scenario_path"])
         t0 = time.perf_counter()

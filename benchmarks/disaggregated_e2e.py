@@ -4,9 +4,9 @@ engine profiles and nothing fitted to these runs.
 
 Each measured run becomes a scenario: its prefill and decode pools (workers, TP, attention DP,
 expert parallelism), a closed loop of its concurrency (where the table leaves it empty, the
-decode pool's batch size x workers x attention DP, as :mod:`cbsim.calibration.benchmarks` reads
+decode pool's batch size x workers x attention DP, as :mod:`cbsim.studies.calibration.benchmarks` reads
 it), fixed prompt and output lengths, the KV crossing by RDMA between nodes or NVLink within one
-(cbsim's packing, :mod:`cbsim.kv_transfer`); DeepSeek's 16-GPU instances span two nodes, their
+(cbsim's packing, :mod:`cbsim.memory.kv_transfer`); DeepSeek's 16-GPU instances span two nodes, their
 collectives' inter-node part priced over the NICs (:meth:`cbsim.cost.roofline.CostModel.allreduce_time`,
 a model: no multi-node NCCL table is shipped). Runs cbsim cannot lay out are listed with the reason.
 
@@ -26,9 +26,9 @@ from typing import Any
 import pandas as pd
 
 from cbsim import simulate
-from cbsim.calibration.benchmarks import shared_h100_benchmarks
-from cbsim.errors import CbsimError
-from cbsim.scenario import load_scenario
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import load_scenario
+from cbsim.studies.calibration.benchmarks import shared_h100_benchmarks
 
 MODELS = {
     "Qwen3-32B": "qwen3-32b",

@@ -1,8 +1,8 @@
 """KV-cache capacity against published engine start-up logs (not a test; a few seconds).
 
-Rebuilds every included row of cbsim/data/validation/kv_startup_logs.csv as a scenario and
+Rebuilds every included row of cbsim/catalog/data/validation/kv_startup_logs.csv as a scenario and
 compares cbsim's KV-cache tokens with the ones the engine printed
-(:mod:`cbsim.calibration.startup_logs`): per row, by engine, GPU and layout, then with the
+(:mod:`cbsim.studies.calibration.startup_logs`): per row, by engine, GPU and layout, then with the
 vLLM rule's fitted terms re-derived without each row's source (leave-one-source-out).
 
     python benchmarks/kv_startup_logs.py
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from cbsim.calibration import startup_logs
+from cbsim.studies.calibration import startup_logs
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ and nothing fitted to these runs:
 
 Prints each run below saturation (512 clients queue for minutes: left out, and not simulated) and,
 per model, the median / P90 error of mean TTFT and mean TPOT over them. The runs, the predictions
-and the errors are :mod:`cbsim.calibration.moe_e2e`'s, as ``tools/moe_held_out.py`` writes them
+and the errors are :mod:`cbsim.studies.calibration.moe_e2e`'s, as ``tools/moe_held_out.py`` writes them
 into docs/engines.md.
 
     python benchmarks/moe_e2e.py [--model gpt-oss-120b|qwen3-235b-a22b]
@@ -23,7 +23,7 @@ import sys
 
 import pandas as pd
 
-from cbsim.calibration.moe_e2e import FAMILIES, errors, measured_runs, predict
+from cbsim.studies.calibration.moe_e2e import FAMILIES, errors, measured_runs, predict
 
 COLUMNS = {
     "tp": "tp",

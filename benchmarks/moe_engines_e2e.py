@@ -3,7 +3,7 @@ AI Configurator's measured H100 serving benchmarks (the shipped silicon table) f
 cbsim can lay out, by engine, model and concurrency band (<= 32, 33-99, >= 100 clients), with the
 shipped profiles and nothing fitted to these runs:
 
-* aggregated runs (:mod:`cbsim.calibration.moe_e2e`): gpt-oss-120b under vLLM and TensorRT-LLM,
+* aggregated runs (:mod:`cbsim.studies.calibration.moe_e2e`): gpt-oss-120b under vLLM and TensorRT-LLM,
   Qwen3-235B-A22B fp8 under TensorRT-LLM (below the saturating 512 clients);
 * disaggregated runs (``benchmarks/disaggregated_e2e.py``'s scenarios): DeepSeek-R1/V3 fp8 under
   SGLang and TensorRT-LLM, Qwen3-235B-A22B fp8 under vLLM; runs cbsim cannot lay out are counted
@@ -31,12 +31,12 @@ from types import ModuleType
 import pandas as pd
 
 from cbsim import simulate
-from cbsim.calibration.benchmarks import shared_h100_benchmarks
-from cbsim.calibration.data import engine_name, load_table
-from cbsim.calibration.moe_e2e import FAMILIES, band_errors, measured_runs, predict
+from cbsim.common.errors import CbsimError
 from cbsim.cost.roofline import CostModel
-from cbsim.errors import CbsimError
-from cbsim.scenario import load_scenario
+from cbsim.run.loading import load_scenario
+from cbsim.studies.calibration.benchmarks import shared_h100_benchmarks
+from cbsim.studies.calibration.data import engine_name, load_table
+from cbsim.studies.calibration.moe_e2e import FAMILIES, band_errors, measured_runs, predict
 
 HERE = Path(__file__).resolve().parent
 STEP_LAYOUTS: tuple[tuple[str, str, int, int, str], ...] = (

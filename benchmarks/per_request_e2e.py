@@ -1,14 +1,14 @@
 """Per-request validation on a GPU nothing was fitted on (not a test): the llm-d-benchmark runs
 (Llama-3.1-70B, TP 2 on A100s, vLLM 0.8.5; one replica or two behind a Kubernetes Service)
-replayed request by request (:mod:`cbsim.calibration.per_request`) under ``vllm@0.8.5``: its
+replayed request by request (:mod:`cbsim.studies.calibration.per_request`) under ``vllm@0.8.5``: its
 KV cache as that release sizes it, its synchronous step, the front end fitted on these runs'
 light load (leave-one-workload-out below), two replicas reached at random as kube-proxy does.
 
 Prints per run the per-request median absolute % error of TTFT, TPOT and E2E and the signed %
 error of the run's p50/p90/p99 (positive: cbsim slower), the medians over stable runs (measured
 TTFT p90 <= 2 s) and over all; for the overloaded runs the tokens in flight, throughput and TTFT
-p50 (:mod:`cbsim.calibration.saturation`); the knee of each deployment; the front end fitted
-leaving each workload out (:mod:`cbsim.calibration.frontend_fit`); then, unless --no-reverse,
+p50 (:mod:`cbsim.studies.calibration.saturation`); the knee of each deployment; the front end fitted
+leaving each workload out (:mod:`cbsim.studies.calibration.frontend_fit`); then, unless --no-reverse,
 the leave-one-GPU-out table.
 
     python benchmarks/per_request_e2e.py [--engine PROFILE] [--no-reverse] [--no-frontend-fit]
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbsim.calibration import e2e, frontend_fit, gpu_holdout, per_request, saturation
-from cbsim.calibration.benchmarks import shared_h100_benchmarks
-from cbsim.calibration.engines import base_profile
+from cbsim.studies.calibration import e2e, frontend_fit, gpu_holdout, per_request, saturation
+from cbsim.studies.calibration.benchmarks import shared_h100_benchmarks
+from cbsim.studies.calibration.engines import base_profile
 
 COLUMNS = [
     "run", "qps", "ttft_req_mape", "ttft_p50_err", "ttft_p90_err", "ttft_p99_err",

@@ -8,10 +8,10 @@
 
 from __future__ import annotations
 
-from cbsim.errors import CbsimError
-from cbsim.results import Results
-from cbsim.scenario import Scenario, load_scenario
-from cbsim.simulate import compare_no_spec, simulate
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import Scenario, load_scenario
+from cbsim.run.results import Results
+from cbsim.run.simulate import compare_no_spec, simulate
 
 __all__ = ["CbsimError", "Results", "Scenario", "compare_no_spec", "load_scenario", "simulate"]
 __version__ = "0.1.0"

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from cbsim.request import Request
-from cbsim.scheduler.base import Batch, SchedulerPolicy
+from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
+from cbsim.workload.request import Request
 
 BASE_SCENARIO: dict[str, Any] = {
     "name": "small",

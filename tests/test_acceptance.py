@@ -16,16 +16,8 @@ import pytest
 import yaml
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.request import Request
-from cbsim.scenario import (
-    IidAcceptance,
-    PerRequestAcceptance,
-    PositionalAcceptance,
-    TokenLevelAcceptance,
-    TraceAcceptance,
-)
-from cbsim.speculative.acceptance import (
+from cbsim.common.errors import CbsimError
+from cbsim.engine.speculative.acceptance import (
     ACCEPTANCE_KINDS,
     IidModel,
     PerRequestModel,
@@ -41,9 +33,17 @@ from cbsim.speculative.acceptance import (
     make_acceptance_model,
     marginal_rate,
 )
-from cbsim.speculative.acceptance_trace import AcceptanceTrace, load_acceptance_trace
-from cbsim.speculative.token_level import expected_acceptance
-from cbsim.workload import build_workload
+from cbsim.engine.speculative.token_level import expected_acceptance
+from cbsim.run.loading import (
+    IidAcceptance,
+    PerRequestAcceptance,
+    PositionalAcceptance,
+    TokenLevelAcceptance,
+    TraceAcceptance,
+)
+from cbsim.workload.acceptance_trace import AcceptanceTrace, load_acceptance_trace
+from cbsim.workload.build import build_workload
+from cbsim.workload.request import Request
 from tests.conftest import small_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

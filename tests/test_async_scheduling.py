@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import cbsim
 from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.scenario import load_scenario
+from cbsim.run.loading import load_scenario
 
 
 def _trace_scenario(tmp_path: Path, rows: list[tuple[float, int, int]], asyn: bool, **more: Any):
@@ -99,7 +99,7 @@ def test_fast_forward_and_stepping_agree_under_async_scheduling(
 
 
 def test_the_shipped_profiles_leave_it_to_the_scenario() -> None:
-    """Off by default (fitted that way: see cbsim.calibration.engines); a scenario turns it on."""
+    """Off by default (fitted that way: see cbsim.studies.calibration.engines); a scenario turns it on."""
     for engine in ("vllm", "vllm-v0", "sglang", "tensorrt-llm"):
         assert not load_engine_profile(engine).defaults.scheduler.async_scheduling
     data = {

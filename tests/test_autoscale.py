@@ -1,4 +1,4 @@
-"""Autoscaling (``cluster.autoscale``, :mod:`cbsim.autoscale`): the HPA rule, what a replica
+"""Autoscaling (``cluster.autoscale``, :mod:`cbsim.engine.autoscale`): the HPA rule, what a replica
 starting, serving and draining may do, the fleet's GPU-hours, and the run's invariants (replicas
 within bounds, no request on a replica that was not serving, conservation, determinism,
 fast-forward = stepping), on hand-made cases and on hypothesis draws."""
@@ -16,16 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.autoscale import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
+from cbsim.engine.autoscale import (
     FleetLog,
     WindowExtreme,
     desired_replicas,
     stabilized_replicas,
     windows_from_events,
 )
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
 from tests.test_fuzz_valid_scenarios import frames_differ
 
 LOAD_GBPS = 64.0  # Llama-3-8B's 16 GB in a quarter of a second
@@ -579,7 +579,7 @@ def test_a_long_window_of_quick_evaluations_keeps_little() -> None:
     """Every evaluation scanned every count asked for within the 300 s window: evaluated every
     10 ms over a quiet spell, each scan grew by one (10,000 evaluations: 50 million reads). A
     steady fleet keeps one count per window now."""
-    from cbsim.engine import Simulation
+    from cbsim.engine.loop import Simulation
 
     quiet = [[0, 2.0], [1, 2.0], [1.001, 0.0], [60, 0.0], [60.001, 2.0], [61, 2.0]]
     data = scenario(quiet, metric="rps", target=1.0, interval_s=0.01, stabilization_s=300.0)

@@ -21,14 +21,14 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cbsim.bench import BenchOptions, LoadPoint, run_bench
-from cbsim.bench.load import arrival_spec, length_spec, load_points
-from cbsim.bench.run import save_paths
-from cbsim.bench.vllm_result import DETAILED_KEYS
-from cbsim.calibration.benchmarks import read_benchmarks
-from cbsim.calibration.per_request import is_per_request_file
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
+from cbsim.studies.bench import BenchOptions, LoadPoint, run_bench
+from cbsim.studies.bench.load import arrival_spec, length_spec, load_points
+from cbsim.studies.bench.run import save_paths
+from cbsim.studies.bench.vllm_result import DETAILED_KEYS
+from cbsim.studies.calibration.benchmarks import read_benchmarks
+from cbsim.studies.calibration.per_request import is_per_request_file
 
 BENCHMARKS = Path(__file__).parent / "data" / "benchmarks"
 CLOSED_LOOP = BENCHMARKS / "vllm_closed_loop.json"  # default flags, --max-concurrency 32
@@ -283,7 +283,7 @@ def test_sweep_files_and_folder_match_single_runs(tmp_path: Path) -> None:
 
 
 def test_out_single_point_is_a_run_result(tmp_path: Path) -> None:
-    from cbsim.results import Results
+    from cbsim.run.results import Results
 
     result = invoke(*SMALL, "--max-concurrency", "3", "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output

@@ -1,4 +1,4 @@
-"""Reading measured end-to-end serving benchmarks (cbsim.calibration.benchmarks).
+"""Reading measured end-to-end serving benchmarks (cbsim.studies.calibration.benchmarks).
 
 Fixtures in tests/data/benchmarks: a hand-written AI Configurator silicon CSV, eight real rows of
 the shipped H100 one, a vLLM closed-loop result (``--max-concurrency``), a vLLM open-loop result
@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.benchmarks import (
+from cbsim.common.errors import CbsimError
+from cbsim.studies.calibration.benchmarks import (
     BENCHMARK_COLUMNS,
     MEASURED_COLUMNS,
     POOL_COLUMNS,
@@ -26,7 +27,6 @@ from cbsim.calibration.benchmarks import (
     read_benchmarks,
     shared_h100_benchmarks,
 )
-from cbsim.errors import CbsimError
 
 DATA = Path(__file__).parent / "data" / "benchmarks"
 AIC_SMALL = DATA / "aiconfigurator_small.csv"
@@ -157,7 +157,7 @@ def test_real_aiconfigurator_rows() -> None:
 
 
 def test_shared_h100_benchmarks() -> None:
-    if not (files("cbsim") / "data" / "calibration" / "e2e" / SHIPPED_H100).is_file():
+    if not (files("cbsim.catalog") / "data" / "calibration" / "e2e" / SHIPPED_H100).is_file():
         pytest.skip(f"{SHIPPED_H100} is not shipped yet")
     frame = shared_h100_benchmarks()
     assert tuple(frame.columns) == BENCHMARK_COLUMNS

@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration import attention as att
-from cbsim.calibration.data import load_table
-from cbsim.calibration.profile import CalibrationProfile, RooflineFit
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
 from cbsim.cost.roofline import DECODE_QUERY_MAX, CostModel, attention_flops_bytes
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.models import get_model
+from cbsim.studies.calibration import attention as att
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.profile import CalibrationProfile, RooflineFit
 
 H100 = get_gpu("h100-sxm")
 GPUS = ("a100-80gb", "h100-sxm", "h200", "l40s")

@@ -1,4 +1,4 @@
-"""Tests for cbsim.calibration.comm: all-reduce curves fitted to measured NCCL timings."""
+"""Tests for cbsim.studies.calibration.comm: all-reduce curves fitted to measured NCCL timings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.comm import (
+from cbsim.cost import CostModel
+from cbsim.cost.roofline import NETWORK_STEP_LATENCY_S
+from cbsim.studies.calibration.comm import (
     allreduce_rows,
     compare_vidur_network,
     disagreement_summary,
@@ -16,10 +18,8 @@ from cbsim.calibration.comm import (
     fit_vidur_allreduce,
     holdout_sizes,
 )
-from cbsim.calibration.data import load_table
-from cbsim.calibration.profile import CalibrationProfile
-from cbsim.cost import CostModel
-from cbsim.cost.roofline import NETWORK_STEP_LATENCY_S
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.profile import CalibrationProfile
 
 NVLINK_GPUS = ("a100-80gb", "h100-sxm", "h200")
 ALL_GPUS = (*NVLINK_GPUS, "l40s")

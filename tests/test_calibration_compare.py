@@ -17,13 +17,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cbsim.calibration.compare import LAYER_PARTS, compare_measurements, layer_predictions
-from cbsim.cli import cli
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.models import get_model
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
 from cbsim.cost.profile import load_profile
 from cbsim.cost.roofline import CostModel
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.models import get_model
+from cbsim.studies.calibration.compare import LAYER_PARTS, compare_measurements, layer_predictions
 
 ROOT = Path(__file__).resolve().parent.parent / "measurements"
 GRAPH_TIMED = sorted(p for p in ROOT.glob("*/cuda_graph/*") if (p / "meta.json").is_file())

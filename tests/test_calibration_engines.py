@@ -1,6 +1,6 @@
 """Tests for the per-engine kernel tables (TensorRT-LLM, SGLang on H100/H200; vLLM on B200 with fp4
 GEMMs), the profiles fitted on them, the engine all-reduce (custom kernel, NCCL beyond) and the
-cross-engine comparisons of cbsim.calibration.kernel_sources."""
+cross-engine comparisons of cbsim.studies.calibration.kernel_sources."""
 
 from __future__ import annotations
 
@@ -11,25 +11,25 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from cbsim.calibration import comm, gemm, kernel_sources
-from cbsim.calibration.data import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import DTYPE_BYTES
+from cbsim.common.errors import CbsimError
+from cbsim.cost.roofline import gemm_flops_bytes
+from cbsim.studies.calibration import comm, gemm, kernel_sources
+from cbsim.studies.calibration.data import (
     aiconfigurator_silicon_h100,
     engine_name,
     load_table,
     measured_engines,
     measured_gpus,
 )
-from cbsim.calibration.errors import summarize
-from cbsim.calibration.fit import TRANSFER_SOURCE, leave_one_gpu_out, profile_name
-from cbsim.calibration.profile import load_profile, profile_names
-from cbsim.cost.roofline import gemm_flops_bytes
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.model_bytes import DTYPE_BYTES
+from cbsim.studies.calibration.errors import summarize
+from cbsim.studies.calibration.fit import TRANSFER_SOURCE, leave_one_gpu_out, profile_name
+from cbsim.studies.calibration.profile import load_profile, profile_names
 
 ENGINES = ("trtllm", "sglang")
 HOPPER = ("h100-sxm", "h200")
-SHIPPED = files("cbsim") / "data" / "calibration"
+SHIPPED = files("cbsim.catalog") / "data" / "calibration"
 
 SILICON_COLUMNS = [
     "id", "backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",

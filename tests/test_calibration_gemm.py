@@ -1,4 +1,4 @@
-"""Tests for cbsim.calibration.gemm: the GEMM roofline fit, its held-out-shape accuracy, its
+"""Tests for cbsim.studies.calibration.gemm: the GEMM roofline fit, its held-out-shape accuracy, its
 transfer to another GPU, and that the cost model evaluates a fit exactly as the fit predicts."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration import gemm
-from cbsim.calibration.data import load_table
-from cbsim.calibration.errors import summarize
-from cbsim.calibration.profile import CalibrationProfile, read_profile, write_json
+from cbsim.catalog.hardware import get_gpu
+from cbsim.common.errors import CbsimError
 from cbsim.cost import CostModel
 from cbsim.cost.roofline import gemm_flops_bytes
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
+from cbsim.studies.calibration import gemm
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.errors import summarize
+from cbsim.studies.calibration.profile import CalibrationProfile, read_profile, write_json
 
 H100 = get_gpu("h100-sxm")
 TARGET_MEDIAN, TARGET_P90 = 0.05, 0.15
@@ -49,7 +49,9 @@ SHIPPED = [
     ("h200", "fp8"),
     ("l40s", "fp8"),
 ]  # A100 has no fp8 tensor cores and its table no fp8 rows
-L40S_BF16 = "L40S bf16 misses the P90 target: about 19 % (median 4.7 %); see cbsim.calibration.gemm"
+L40S_BF16 = (
+    "L40S bf16 misses the P90 target: about 19 % (median 4.7 %); see cbsim.studies.calibration.gemm"
+)
 
 
 @functools.cache

@@ -10,9 +10,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cbsim import outputs
-from cbsim.calibration.data import load_table
-from cbsim.calibration.measure import (
+from cbsim.catalog.models import get_model
+from cbsim.common import output_folders as outputs
+from cbsim.common.errors import CbsimError
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.measure import (
     OUTPUT_FILES,
     IterationBatch,
     MeasureGrid,
@@ -20,8 +22,6 @@ from cbsim.calibration.measure import (
     measure,
     measure_command,
 )
-from cbsim.errors import CbsimError
-from cbsim.models import get_model
 
 TINY_CONFIG = {
     "num_hidden_layers": 2,

@@ -1,4 +1,4 @@
-"""MoE calibration (:mod:`cbsim.calibration.moe`): the roofline terms by hand, the fit on the
+"""MoE calibration (:mod:`cbsim.studies.calibration.moe`): the roofline terms by hand, the fit on the
 shipped vLLM fused-MoE tables, and its error on whole model shapes it never saw."""
 
 from __future__ import annotations
@@ -7,9 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.data import load_table
-from cbsim.calibration.errors import summarize
-from cbsim.calibration.moe import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.common.errors import CbsimError
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.errors import summarize
+from cbsim.studies.calibration.moe import (
     MOE_DTYPES,
     fit_moe,
     holdout_shapes,
@@ -19,8 +21,6 @@ from cbsim.calibration.moe import (
     predict_moe,
     transfer_error,
 )
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
 
 
 def test_terms_by_hand() -> None:
@@ -112,7 +112,7 @@ def test_leave_one_gpu_out_runs_and_reports() -> None:
 
 
 def test_the_kernel_report_states_the_moe_held_out_error() -> None:
-    from cbsim.calibration.fit import _moe_holdout
+    from cbsim.studies.calibration.fit import _moe_holdout
 
     rows: list[dict[str, object]] = []
     points: list[pd.DataFrame] = []
@@ -126,7 +126,7 @@ def test_the_kernel_report_states_the_moe_held_out_error() -> None:
 
 
 def _moe_e2e(family: str, keep: object = None) -> dict[str, float]:
-    from cbsim.calibration import moe_e2e
+    from cbsim.studies.calibration import moe_e2e
 
     chosen = moe_e2e.FAMILIES[family]
     runs = moe_e2e.measured_runs(chosen)

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-import cbsim.calibration.fit as fit
-from cbsim.calibration.markdown import markdown_table
-from cbsim.cli import cli
+import cbsim.studies.calibration.fit as fit
+from cbsim.cli.commands import cli
+from cbsim.studies.calibration.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 

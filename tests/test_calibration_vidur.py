@@ -1,4 +1,4 @@
-"""Tests for cbsim.calibration.vidur: whole-layer checks against Vidur's per-op profiles."""
+"""Tests for cbsim.studies.calibration.vidur: whole-layer checks against Vidur's per-op profiles."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.profile import CalibrationProfile, RooflineFit
-from cbsim.calibration.vidur import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.models import get_model
+from cbsim.cost import CostModel
+from cbsim.studies.calibration.profile import CalibrationProfile, RooflineFit
+from cbsim.studies.calibration.vidur import (
     RESIDUAL_ADDS_PER_LAYER,
     Holdout,
     aiconfigurator_profile,
@@ -24,9 +27,6 @@ from cbsim.calibration.vidur import (
     row_model,
     vidur_rows,
 )
-from cbsim.cost import CostModel
-from cbsim.hardware import get_gpu
-from cbsim.models import get_model
 
 A100 = "a100-80gb"
 H100 = "h100-sxm"

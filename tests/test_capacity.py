@@ -19,7 +19,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.capacity import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import load_scenario
+from cbsim.run.results import Results
+from cbsim.studies.capacity import (
     EXIT_INFEASIBLE,
     TIMESERIES_WINDOWS,
     CapacityResult,
@@ -33,10 +37,6 @@ from cbsim.capacity import (
     plan,
     scenario_field_paths,
 )
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.results import Results
-from cbsim.scenario import load_scenario
 
 WINDOW_S = 60.0
 SLO = {"ttft_p99_s": 2.0, "tpot_p99_s": 0.1}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pandas as pd
 
-from cbsim.capacity import find_max_rate
-from cbsim.capacity.diagnosis import diagnose
+from cbsim.studies.capacity import find_max_rate
+from cbsim.studies.capacity.diagnosis import diagnose
 
 
 def _requests(prompts: list[int], arrivals: list[float], ttfts: list[float]) -> pd.DataFrame:

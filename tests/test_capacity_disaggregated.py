@@ -11,10 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.capacity.disaggregated import Candidate, plan_disaggregated
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
-from cbsim.scenario import load_scenario
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import load_scenario
+from cbsim.studies.capacity.disaggregated import Candidate, plan_disaggregated
 
 SLO = {"ttft_p99_s": 2.0, "tpot_p99_s": 0.03}
 
@@ -150,7 +150,7 @@ def test_the_report_compares_layouts_per_gpu_and_per_user(tmp_path: Path) -> Non
 def test_a_disaggregated_plan_file_is_one_capacity_may_replace(tmp_path: Path) -> None:
     """``--out`` replaces a plan cbsim wrote, a disaggregated one too (it has no
     ``max_rate_rps``), and still refuses any other file."""
-    from cbsim.capacity.cli import _check_plan_file
+    from cbsim.studies.capacity.cli import _check_plan_file
 
     plan = plan_disaggregated(
         load_scenario(traffic(2000, 50)),

@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 
 import cbsim
-from cbsim.capacity.checks import _check_run
-from cbsim.capacity.headroom import headroom_facts
-from cbsim.capacity.rendering import render
-from cbsim.report.capacity import _token_rates
+from cbsim.studies.capacity.checks import _check_run
+from cbsim.studies.capacity.headroom import headroom_facts
+from cbsim.studies.capacity.rendering import render
+from cbsim.studies.report.capacity import _token_rates
 from tests.test_stability import _scenario
 
 

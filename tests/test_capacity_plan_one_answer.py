@@ -2,7 +2,7 @@
 
 The two commands used different windows (300 s against 60 s), one of them no headroom, different
 price flags, so on the README's traffic one bought 5 H100s and the other 6. Here they share
-their defaults (:mod:`cbsim.capacity.defaults`), and for the same traffic and target find the same
+their defaults (:mod:`cbsim.studies.capacity.defaults`), and for the same traffic and target find the same
 knee and buy the same fleet, with one headline to buy on.
 """
 
@@ -19,8 +19,8 @@ import yaml
 from click.testing import CliRunner
 from rich.console import Console
 
-from cbsim.capacity import capacity_command
-from cbsim.capacity.defaults import (
+from cbsim.studies.capacity import capacity_command
+from cbsim.studies.capacity.defaults import (
     HEADROOM,
     TOLERANCE,
     VERIFY_SEEDS,
@@ -29,9 +29,9 @@ from cbsim.capacity.defaults import (
     snapped_start,
     verify_seeds,
 )
-from cbsim.capacity.headline import buy_line
-from cbsim.capacity.rendering import render
-from cbsim.plan import plan_command
+from cbsim.studies.capacity.headline import buy_line
+from cbsim.studies.capacity.rendering import render
+from cbsim.studies.plan import plan_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = ROOT / "scenarios" / "chat-llama3-8b-h100.yaml"

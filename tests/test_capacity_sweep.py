@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from cbsim.scenario import load_scenario
-from cbsim.stability import stability_summary
-from cbsim.sweep import run_sweep
+from cbsim.outputs.stability import stability_summary
+from cbsim.run.loading import load_scenario
+from cbsim.studies.sweep.runner import run_sweep
 from tests.test_stability import _scenario
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,12 +18,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.capacity import capacity_command, plan
-from cbsim.capacity.disaggregated import Candidate, plan_disaggregated
-from cbsim.capacity.workers import Job, JobPool, cli_workers, run_jobs, worker_count
-from cbsim.errors import CbsimError
-from cbsim.plan import plan_command
-from cbsim.scenario import load_scenario
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import load_scenario
+from cbsim.studies.capacity import capacity_command, plan
+from cbsim.studies.capacity.disaggregated import Candidate, plan_disaggregated
+from cbsim.studies.capacity.workers import Job, JobPool, cli_workers, run_jobs, worker_count
+from cbsim.studies.plan import plan_command
 
 SCENARIO: dict[str, Any] = {
     "name": "workers-test",

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from cbsim import load_scenario, simulate
-from cbsim.errors import CbsimError
-from cbsim.workload import ClosedLoopWorkload, build_workload
+from cbsim.common.errors import CbsimError
+from cbsim.workload.build import ClosedLoopWorkload, build_workload
 from tests.conftest import small_scenario
 
 

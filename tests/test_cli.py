@@ -17,10 +17,10 @@ import yaml
 from click.testing import CliRunner, Result
 
 import cbsim
-import cbsim.cli as cli_module
-from cbsim.cli import cli, main, run_id
-from cbsim.outputs import publish_new_folder
-from cbsim.results import RUN_RESULT
+import cbsim.cli.commands as cli_module
+from cbsim.cli.commands import cli, main, run_id
+from cbsim.common.output_folders import publish_new_folder
+from cbsim.run.results import RUN_RESULT
 
 TINY = """\
 name: tiny
@@ -393,7 +393,7 @@ def test_main_interrupt(
 def test_real_subprocess(scenario_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "sub"
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    cmd = [sys.executable, "-m", "cbsim.cli"]
+    cmd = [sys.executable, "-m", "cbsim.cli.commands"]
     done = subprocess.run(
         [*cmd, "run", str(scenario_file), "--out", str(out), "--quiet"],
         capture_output=True,
@@ -501,10 +501,10 @@ def test_fp4_scenario_needs_blackwell(tmp_path: Path) -> None:
 
 
 def test_catalog_lists_every_name_with_facts() -> None:
+    from cbsim.catalog.hardware import GPU_NAMES
+    from cbsim.catalog.models import MODEL_NAMES
     from cbsim.cost.engine_profile import engine_names
-    from cbsim.hardware import GPU_NAMES
-    from cbsim.models import MODEL_NAMES
-    from cbsim.traces import TRACE_NAMES
+    from cbsim.workload.traces import TRACE_NAMES
 
     result = invoke("catalog")
     assert result.exit_code == 0, result.output
@@ -646,11 +646,11 @@ def test_commands_import_their_modules_only_when_run() -> None:
     import sys
 
     code = (
-        "import sys, cbsim.cli\n"
-        "heavy = ['cbsim.calibration.e2e_report', 'cbsim.report', 'cbsim.sweep', 'cbsim.plan']\n"
+        "import sys, cbsim.cli.commands\n"
+        "heavy = ['cbsim.studies.calibration.e2e_report', 'cbsim.studies.report', 'cbsim.studies.sweep.runner', 'cbsim.studies.plan']\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
-        "print(sorted(cbsim.cli.cli.list_commands(None)))\n"
-        "print(sorted(cbsim.cli.calibrate.list_commands(None)))\n"
+        "print(sorted(cbsim.cli.commands.cli.list_commands(None)))\n"
+        "print(sorted(cbsim.cli.commands.calibrate.list_commands(None)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

@@ -18,9 +18,9 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
-from cbsim.bench.cli import bench_command
-from cbsim.bench.vllm_flags import IGNORED
-from cbsim.cli import cli
+from cbsim.cli.commands import cli
+from cbsim.studies.bench.cli import bench_command
+from cbsim.studies.bench.vllm_flags import IGNORED
 
 TINY = ["bench", "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--num-prompts", "3",
         "--input-len", "16", "--output-len", "3"]  # fmt: skip
@@ -415,7 +415,7 @@ def stop_before_search(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         seen.update(base=base, slo=slo, **kw)
         raise _Reached
 
-    monkeypatch.setattr("cbsim.plan.cli.plan_deployment", plan_deployment)
+    monkeypatch.setattr("cbsim.studies.plan.cli.plan_deployment", plan_deployment)
     return seen
 
 

@@ -14,8 +14,8 @@ from typing import Any
 from click.testing import CliRunner
 
 import cbsim
-from cbsim.cli import cli
-from cbsim.sources.closed_loop import give_up_after
+from cbsim.cli.commands import cli
+from cbsim.workload.sources.closed_loop import give_up_after
 
 
 def run(data: dict[str, Any]) -> cbsim.Results:

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import cbsim
 from cbsim.cost.engine_profile import Frontend, StepOverhead, load_engine_profile
-from cbsim.request import Request
-from cbsim.sources.closed_loop import give_up_after
+from cbsim.workload.request import Request
+from cbsim.workload.sources.closed_loop import give_up_after
 from tests.conftest import small_scenario, summaries_equal
 
 
@@ -221,8 +221,8 @@ def test_a_replicas_remembered_running_tokens_are_always_current(
 ) -> None:
     """The least-loaded router reads each replica's running tokens from a sum the replica keeps
     until it next changes its requests; at every routing decision it equals a fresh sum."""
-    from cbsim.router import LeastLoadedRouter
-    from cbsim.scheduler.base import SchedulerPolicy
+    from cbsim.engine.router import LeastLoadedRouter
+    from cbsim.engine.scheduler.base import SchedulerPolicy
 
     checked = 0
     route = LeastLoadedRouter.route

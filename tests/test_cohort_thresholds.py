@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import cbsim
-from cbsim.scheduler import base
-from cbsim.scheduler.base import SchedulerPolicy
+from cbsim.engine.scheduler import base
+from cbsim.engine.scheduler.base import SchedulerPolicy
 from tests.test_decode_run_choice import BUSY_FLEET
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cbsim.calibration import custom_allreduce, fp8_scale
-from cbsim.calibration.data import load_table
-from cbsim.calibration.engines import base_profile
 from cbsim.cost import CostModel
 from cbsim.cost.custom_allreduce import MAX_CUSTOM_BYTES, CustomAllreduce
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.cost.profile import load_profile
+from cbsim.studies.calibration import custom_allreduce, fp8_scale
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.engines import base_profile
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
 HIDDEN = 8192  # llama-3-70b: one token's all-reduce is 16 KiB

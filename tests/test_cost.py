@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
 from cbsim.cost import BatchStats, CostModel, CostParams
 from cbsim.cost.engine_profile import EngineProfile, StepOverhead
 from cbsim.cost.roofline import DECODE_QUERY_MAX
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.models import get_model
 
 LINEAR_OPS = ("qkv_proj", "o_proj", "mlp", "lm_head")
 
@@ -273,7 +273,7 @@ def test_cost_params_validation():
 def test_compiled_fits_predict_bit_for_bit():
     import random
 
-    from cbsim.calibration.profile import load_profile
+    from cbsim.studies.calibration.profile import load_profile
 
     rng = random.Random(7)
     profile = load_profile("h100-sxm")

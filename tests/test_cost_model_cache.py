@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import cbsim
-from cbsim.cost_models import CostModelCache
+from cbsim.engine.cost_models import CostModelCache
 
 
 def _scenario(rate: float, speculative: bool, tp: int = 1) -> cbsim.Scenario:

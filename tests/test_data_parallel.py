@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 
 import cbsim
-from cbsim.calibration import comm
-from cbsim.calibration.data import load_table
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import model_weight_bytes, weight_bytes_per_gpu
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
+from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
-from cbsim.engine import Simulation
-from cbsim.engine_memory import MemoryInputs, plan_memory
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.kvcache import KVCache
-from cbsim.model_bytes import model_weight_bytes, weight_bytes_per_gpu
-from cbsim.models import get_model
-from cbsim.preflight import gpu_layout
+from cbsim.engine.loop import Simulation
+from cbsim.memory.kvcache import KVCache
+from cbsim.run.preflight import gpu_layout
+from cbsim.studies.calibration import comm
+from cbsim.studies.calibration.data import load_table
 from tests.conftest import BASE_SCENARIO
 
 V3 = get_model("deepseek-v3")
@@ -127,7 +127,7 @@ def test_layouts_that_do_not_work_are_refused(
 
 
 def test_capacity_cost_counts_every_gpu_of_a_replica() -> None:
-    from cbsim.scenario import Cluster
+    from cbsim.run.loading import Cluster
 
     assert (
         Cluster(model="deepseek-v3", gpu="h200", dtype="fp8", tp=2, dp=4, ep=8).gpus_per_replica
@@ -136,8 +136,8 @@ def test_capacity_cost_counts_every_gpu_of_a_replica() -> None:
 
 
 def test_a_dense_draft_head_drafts_for_its_ranks_share() -> None:
-    from cbsim.scenario import EagleProposer
-    from cbsim.speculative.proposers import make_proposer
+    from cbsim.engine.speculative.proposers import make_proposer
+    from cbsim.run.loading import EagleProposer
 
     one_gpu = CostModel("deepseek-v3", "h200", tp=1, dtype="fp8")
     dp8 = make_proposer(EagleProposer(kind="eagle"), _v3(1, 8, 8))

@@ -1,4 +1,4 @@
-"""The decode cohort (cbsim.scheduler.cohort) changes nothing but speed: runs with it equal runs
+"""The decode cohort (cbsim.engine.scheduler.cohort) changes nothing but speed: runs with it equal runs
 without it bit for bit, over random scenarios that preempt, fall back, cut at a horizon, close
 the loop and fast-forward; and its arithmetic equals stepping requests one by one."""
 
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.request import Request
-from cbsim.scheduler import base
-from cbsim.scheduler.base import SchedulerPolicy
-from cbsim.scheduler.cohort import DecodeCohort
+from cbsim.engine.scheduler import base
+from cbsim.engine.scheduler.base import SchedulerPolicy
+from cbsim.engine.scheduler.cohort import DecodeCohort
+from cbsim.workload.request import Request
 from tests.conftest import small_scenario, summaries_equal
 from tests.test_properties import engine_settings, scenarios
 

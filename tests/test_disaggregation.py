@@ -1,5 +1,5 @@
 """Disaggregated prefill and decode (``cluster.disaggregation``): prefill instances compute the
-prompts, the KV crosses a link (:mod:`cbsim.kv_transfer`), decode instances produce the tokens."""
+prompts, the KV crosses a link (:mod:`cbsim.memory.kv_transfer`), decode instances produce the tokens."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.kv_transfer import NVLINK_LATENCY_S, RDMA_LATENCY_S, node_of_instances
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model
-from cbsim.scenario import load_scenario
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
+from cbsim.memory.kv_transfer import NVLINK_LATENCY_S, RDMA_LATENCY_S, node_of_instances
+from cbsim.run.loading import load_scenario
 from tests.conftest import small_scenario, summaries_equal
 
 
@@ -337,7 +337,7 @@ def test_a_mixed_fleet_routes_by_load_weighted_with_speed() -> None:
     result = cbsim.simulate(data)
     share = (result.requests["replica"] == 1).mean()
     assert share > 0.6  # the H200 replica takes most
-    from cbsim.engine import Simulation
+    from cbsim.engine.loop import Simulation
 
     simulation = Simulation(load_scenario(data))
     l40s, h200 = simulation.replicas

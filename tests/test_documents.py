@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from cbsim import documents
-from cbsim.documents import parse_json, parse_yaml, read_text_file
-from cbsim.errors import CbsimError
-from cbsim.limits import MAX_NESTING, MAX_YAML_NODES
-from cbsim.scenario import load_scenario, parse_override
+from cbsim.common import documents
+from cbsim.common.documents import parse_json, parse_yaml, read_text_file
+from cbsim.common.errors import CbsimError
+from cbsim.common.limits import MAX_NESTING, MAX_YAML_NODES
+from cbsim.run.loading import load_scenario, parse_override
 
 
 def yaml_error(text: str) -> str:

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from cbsim.calibration import e2e
-from cbsim.calibration.benchmarks import read_benchmarks
-from cbsim.cli import cli
+from cbsim.cli.commands import cli
 from cbsim.cost.engine_profile import (
     Frontend,
     StepOverhead,
     load_engine_profile,
     read_engine_profile,
 )
-from cbsim.simulate import simulate
+from cbsim.run.simulate import simulate
+from cbsim.studies.calibration import e2e
+from cbsim.studies.calibration.benchmarks import read_benchmarks
 
 DATA = Path(__file__).parent / "data" / "e2e" / "trtllm_llama8b.csv"
 
@@ -122,9 +122,9 @@ def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     """`cbsim calibrate report --e2e` end to end, on a few of the shipped benchmarks per engine
     (the full report simulates about a thousand; tools/fit_engines.py makes the same tables), on
     a base install: tabulate (a test extra) cannot be imported."""
-    import cbsim.calibration.data as data
-    import cbsim.calibration.e2e_report as report
-    from cbsim.calibration.benchmarks import shared_h100_benchmarks
+    import cbsim.studies.calibration.data as data
+    import cbsim.studies.calibration.e2e_report as report
+    from cbsim.studies.calibration.benchmarks import shared_h100_benchmarks
 
     shared = shared_h100_benchmarks()
     small = shared[(shared["osl"] <= 256) & (shared["isl"] <= 1024) & shared["model"].notna()]
@@ -139,7 +139,7 @@ def test_report_on_the_shipped_benchmarks(tmp_path: Path, monkeypatch) -> None:
     )
     monkeypatch.setattr(data, "argonne_static_batches", lambda: few)
     monkeypatch.setattr(e2e, "DELAY_SAMPLE", 3)
-    from cbsim.calibration import per_request
+    from cbsim.studies.calibration import per_request
 
     light = [r for r in per_request.shared_runs("short-input") if r.qps <= 1.0]
     monkeypatch.setattr(per_request, "shared_runs", lambda workload=None: iter(light))

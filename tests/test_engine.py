@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.cost_models import cost_model_for
-from cbsim.errors import CbsimError
-from cbsim.fleet import scenario_memory_plans
-from cbsim.results import RESULT_FILES, Results
+from cbsim.common.errors import CbsimError
+from cbsim.engine.cost_models import cost_model_for
+from cbsim.engine.fleet import scenario_memory_plans
+from cbsim.run.results import RESULT_FILES, Results
 from tests.conftest import small_scenario, summaries_equal
 
 REQUEST_COLUMNS = [

@@ -1,4 +1,4 @@
-"""GPU memory as each engine allocates it (cbsim.engine_memory): the rules by hand, the
+"""GPU memory as each engine allocates it (cbsim.cost.engine_memory): the rules by hand, the
 published start-up logs they reproduce, and invariants over layouts."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.cost.memory_rule import MemoryRule
-from cbsim.engine_memory import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import model_weight_bytes
+from cbsim.catalog.models import get_model
+from cbsim.cost.engine_memory import (
     GiB,
     MemoryInputs,
     forward_activation_bytes,
     plan_memory,
     sglang_default_fraction,
 )
-from cbsim.hardware import get_gpu
-from cbsim.model_bytes import model_weight_bytes
-from cbsim.models import get_model
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.cost.memory_rule import MemoryRule
 
 L8 = get_model("llama-3.1-8b")
 L70 = get_model("llama-3.1-70b")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import cbsim
+from cbsim.common.errors import CbsimError
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import (
     EngineProfile,
@@ -19,10 +20,9 @@ from cbsim.cost.engine_profile import (
     read_engine_profile,
     write_engine_profile,
 )
-from cbsim.cost_models import cost_model_for
-from cbsim.errors import CbsimError
-from cbsim.fleet import scenario_memory_plans
-from cbsim.scenario import load_scenario
+from cbsim.engine.cost_models import cost_model_for
+from cbsim.engine.fleet import scenario_memory_plans
+from cbsim.run.loading import load_scenario
 from tests.conftest import small_scenario
 
 DECODE_64 = [(1, 1000)] * 64
@@ -232,7 +232,7 @@ def test_draft_model_runs_on_the_targets_kernels() -> None:
     scenario = load_scenario(
         small_scenario({"speculative": {"enabled": True, "proposer": {"kind": "draft_model"}}})
     )
-    from cbsim.speculative.decoder import SpeculativeDecoding
+    from cbsim.engine.speculative.decoder import SpeculativeDecoding
 
     target = cost_model_for(scenario)
     spec = SpeculativeDecoding(scenario.speculative, target, scenario.seed, None)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cbsim.common.errors import CbsimError
 from cbsim.cost.engine_profile import (
     EngineProfile,
     at_release,
@@ -15,7 +16,6 @@ from cbsim.cost.engine_profile import (
     read_engine_profile,
 )
 from cbsim.cost.engine_version import deep_merge, engine_family, parse_release, split_engine
-from cbsim.errors import CbsimError
 
 
 @pytest.mark.parametrize(
@@ -138,8 +138,8 @@ def test_a_release_too_old_is_a_scenario_error() -> None:
 
 
 def test_a_plan_launches_a_release_as_its_engine() -> None:
-    from cbsim.plan.launch import launch_commands
-    from cbsim.plan.layouts import Instance, Layout
+    from cbsim.studies.plan.launch import launch_commands
+    from cbsim.studies.plan.layouts import Instance, Layout
 
     commands = launch_commands("vllm@0.8.5", "llama-3.1-8b", Layout(Instance(gpu="h100-sxm", tp=1)))
     assert commands["commands"][0]["argv"][:2] == ["vllm", "serve"]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cbsim.calibration.engines import base_profile
-from cbsim.calibration.overhead import fit_engine_version
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.scenario import apply_engine_defaults, load_scenario
+from cbsim.run.loading import apply_engine_defaults, load_scenario
+from cbsim.studies.calibration.engines import base_profile
+from cbsim.studies.calibration.overhead import fit_engine_version
 
 
 def test_v0_steps_pay_their_cpu_work_on_top_of_the_kernels() -> None:

@@ -1,4 +1,4 @@
-"""Fleet checks run ahead (:mod:`cbsim.capacity.fleet_checks`): the one-after-the-other search's
+"""Fleet checks run ahead (:mod:`cbsim.studies.capacity.fleet_checks`): the one-after-the-other search's
 evaluations, in its order, with its bookkeeping, whatever runs ahead; errors and early ends."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from cbsim.capacity import plan
-from cbsim.capacity.fleet_checks import can_run_ahead, fleet_evaluations
-from cbsim.capacity.search import Evaluation
-from cbsim.errors import CbsimError
+from cbsim.common.errors import CbsimError
+from cbsim.studies.capacity import plan
+from cbsim.studies.capacity.fleet_checks import can_run_ahead, fleet_evaluations
+from cbsim.studies.capacity.search import Evaluation
 
 pytestmark = pytest.mark.skipif(not can_run_ahead(), reason="checks run ahead only on Linux")
 
@@ -112,7 +112,7 @@ def test_a_plan_of_one_layout_is_the_same_with_checks_ahead(workers: int) -> Non
 
 
 def test_the_fleet_checks_price_with_the_searchs_cost_model(monkeypatch: Any) -> None:
-    import cbsim.cost_models as cost_models
+    import cbsim.engine.cost_models as cost_models
 
     built = []
     original = cost_models.cost_model_for

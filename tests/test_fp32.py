@@ -7,17 +7,17 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from cbsim.cli import cli
+from cbsim.catalog.hardware import GPU_NAMES, TFLOPS, get_gpu
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu, model_weight_bytes
+from cbsim.catalog.model_details import render
+from cbsim.catalog.models import find_model, get_model
+from cbsim.catalog.quantization import canonical_dtype
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
 from cbsim.cost import CostModel
-from cbsim.cost_models import transfer_warnings
-from cbsim.errors import CbsimError
-from cbsim.fleet import pool_memory
-from cbsim.hardware import GPU_NAMES, TFLOPS, get_gpu
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu, model_weight_bytes
-from cbsim.model_details import render
-from cbsim.models import find_model, get_model
-from cbsim.quantization import canonical_dtype
-from cbsim.scenario import load_scenario
+from cbsim.engine.cost_models import transfer_warnings
+from cbsim.engine.fleet import pool_memory
+from cbsim.run.loading import load_scenario
 
 # Llama 3.1 8B by hand (as tests/test_quantization.py): the linear layers of 32 layers, the
 # embedding and the LM head of 128256 x 4096, 65 RMSNorms of 4096.
@@ -146,7 +146,7 @@ def test_cost_takes_float32() -> None:
 
 
 def test_fp32_activations_are_four_bytes() -> None:
-    from cbsim.engine_memory import activation_bytes, forward_activation_bytes
+    from cbsim.cost.engine_memory import activation_bytes, forward_activation_bytes
 
     model = get_model("llama-3.1-8b")
     assert activation_bytes("fp32") == 4.0

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cbsim.cost import CostModel
-from cbsim.speculative.proposers import EagleHead, MtpModule, _FusedHead
+from cbsim.engine.speculative.proposers import EagleHead, MtpModule, _FusedHead
 
 TARGETS = {
     "llama-3-70b h100 tp4": CostModel("llama-3-70b", "h100-sxm", tp=4),

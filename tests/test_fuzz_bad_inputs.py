@@ -3,7 +3,7 @@
 A fixed-seed campaign mutates the shipped scenarios (``scenarios/*.yaml``) and writes broken
 traces, model configs, engine and calibration profiles, acceptance traces and sweep files, then
 runs each through the command line in-process (click's ``CliRunner``): out-of-range numbers
-(below and above every :mod:`cbsim.limits` range), wrong types, huge and tiny floats, NaN and
+(below and above every :mod:`cbsim.common.limits` range), wrong types, huge and tiny floats, NaN and
 infinities, unknown names, unknown keys, files that are not UTF-8, deeply nested files,
 duplicated keys, YAML alias bombs, ranges that are fine one by one but not together, and bad
 command-line options. For each case it checks:
@@ -41,9 +41,9 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
-from cbsim.limits import (
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
+from cbsim.common.limits import (
     BATCH_SIZE,
     BLOCK_SIZE,
     CLIENTS,
@@ -64,7 +64,7 @@ from cbsim.limits import (
     WINDOW,
     Limit,
 )
-from cbsim.scenario import load_scenario
+from cbsim.run.loading import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -1050,7 +1050,9 @@ SMALL_LOAD = {
 
 
 VLLM_PROFILE: dict[str, Any] = json.loads(
-    (ROOT / "cbsim" / "data" / "profiles" / "engines" / "vllm.json").read_text(encoding="utf-8")
+    (ROOT / "cbsim" / "catalog" / "data" / "profiles" / "engines" / "vllm.json").read_text(
+        encoding="utf-8"
+    )
 )
 BAD_PROFILE_VALUES: tuple[tuple[str, Any], ...] = (
     ("overhead.serial_s", math.inf),

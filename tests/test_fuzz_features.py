@@ -82,12 +82,12 @@ import pytest
 import yaml
 
 import cbsim
-from cbsim.autoscale import windows_from_events
-from cbsim.errors import CbsimError
-from cbsim.fleet import rank_limits
-from cbsim.pools import pool_plans
-from cbsim.preflight import preflight
-from cbsim.workload import RequestSpecs, build_workload
+from cbsim.common.errors import CbsimError
+from cbsim.engine.autoscale import windows_from_events
+from cbsim.engine.fleet import rank_limits
+from cbsim.run.preflight import preflight
+from cbsim.schema.pools import pool_plans
+from cbsim.workload.build import RequestSpecs, build_workload
 from tests.test_fuzz_valid_scenarios import (
     CHECKS,
     Draw,
@@ -101,7 +101,7 @@ from tests.test_fuzz_valid_scenarios import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE_DIR = ROOT / "cbsim" / "data" / "profiles" / "engines"
+ENGINE_DIR = ROOT / "cbsim" / "catalog" / "data" / "profiles" / "engines"
 SEED_OF_CAMPAIGN = 20250712
 CAMPAIGN_SIZE = 600
 QUICK_CASES = 12
@@ -466,7 +466,7 @@ def _tight_kv(rng: random.Random, data: Draw) -> None:
     """A plain cluster's memory flag set for a KV cache of a few thousand tokens (the engine's
     sizing probed at two settings: it is linear in the flag), which the campaign's bursts fill:
     preemption."""
-    from cbsim.plan.layouts import kv_tokens
+    from cbsim.studies.plan.layouts import kv_tokens
 
     cluster = data["cluster"]
     if "pools" in cluster or "disaggregation" in cluster:
@@ -1021,7 +1021,7 @@ def test_a_pooled_result_of_an_older_cbsim_still_reads(tmp_path: Path) -> None:
     """A folder written before the fix (``replicas`` beside the pools, every pool key it left to
     the cluster null) reads back, with the pools' replicas; ``cbsim report`` reads its
     scenario too."""
-    from cbsim.report.run import _read_run
+    from cbsim.studies.report.run import _read_run
 
     results = _simulate(_small(cluster=POOLED_CLUSTERS["pools"]))
     written = results.write(tmp_path / "out")

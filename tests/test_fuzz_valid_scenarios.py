@@ -50,9 +50,9 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.preflight import preflight
-from cbsim.workload import RequestSpecs, build_workload
+from cbsim.common.errors import CbsimError
+from cbsim.run.preflight import preflight
+from cbsim.workload.build import RequestSpecs, build_workload
 from tests.conftest import summaries_equal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """Every catalog GPU runs a scenario; GPUs without kernel tables say so, with their transfer's error.
 
 A GPU without measured kernel tables is priced by another GPU's fitted efficiencies on its own spec
-sheet (cbsim.calibration.transfer); its run must carry a warning naming that and the held-out
+sheet (cbsim.studies.calibration.transfer); its run must carry a warning naming that and the held-out
 error such a transfer showed on GPUs that do have tables.
 """
 
@@ -15,7 +15,10 @@ import yaml
 from click.testing import CliRunner
 
 import cbsim
-from cbsim.calibration.transfer import (
+from cbsim.catalog.hardware import GPU_NAMES
+from cbsim.cli.commands import cli
+from cbsim.cost.profile import keeps_collectives, load_profile, transfer_errors, transfer_note
+from cbsim.studies.calibration.transfer import (
     FAMILIES,
     SAME_DIE_PAIRS,
     TRANSFERS,
@@ -23,9 +26,6 @@ from cbsim.calibration.transfer import (
     held_out_pairs,
     pooled_errors,
 )
-from cbsim.cli import cli
-from cbsim.cost.profile import keeps_collectives, load_profile, transfer_errors, transfer_note
-from cbsim.hardware import GPU_NAMES
 from tests.conftest import small_scenario
 
 MEASURED = tuple(name for name in GPU_NAMES if name not in TRANSFERS)

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.hardware import CUDA_RESERVED_TYPICAL, GPU_NAMES, GiB, get_gpu
+from cbsim.catalog.hardware import CUDA_RESERVED_TYPICAL, GPU_NAMES, GiB, get_gpu
+from cbsim.common.errors import CbsimError
 
 CATALOG = (
     "a100-80gb", "a100-40gb", "a100-40gb-pcie", "a100-80gb-pcie", "a10g", "rtx-3090",

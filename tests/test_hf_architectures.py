@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.models import get_model, model_from_hf_config
+from cbsim.catalog.models import get_model, model_from_hf_config
+from cbsim.common.errors import CbsimError
 
 SIGLIP = {
     "hidden_size": 1152,

@@ -8,9 +8,9 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from cbsim.calibration.dropped import dropped_rows
-from cbsim.capacity.rendering import render_disaggregated
-from cbsim.console import PIPE_WIDTH, wide_console
+from cbsim.common.console import PIPE_WIDTH, wide_console
+from cbsim.studies.calibration.dropped import dropped_rows
+from cbsim.studies.capacity.rendering import render_disaggregated
 
 
 def test_a_console_that_is_not_a_terminal_is_wide(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ INTERRUPTED_KERNEL = """
 import sys
 from pathlib import Path
 import cbsim_launcher
-from cbsim.kernel_call import KernelCall
+from cbsim.cost.kernel_call import KernelCall
 REACHED = Path(sys.argv[-1])
 
 def interrupted(self, *args):
@@ -62,7 +62,7 @@ def test_ctrl_c_while_numba_s_registries_are_imported_exits_130() -> None:
 
 
 def test_ctrl_c_while_the_command_line_is_imported_exits_130() -> None:
-    _assert_interrupted(_python(SIGINT_ON_IMPORT.format(module="cbsim.cli"), "--version"))
+    _assert_interrupted(_python(SIGINT_ON_IMPORT.format(module="cbsim.cli.commands"), "--version"))
 
 
 def test_ctrl_c_inside_a_compiled_decode_run_exits_130(tmp_path: Path) -> None:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim import itl
-from cbsim.metrics import PERCENTILES, inter_token_latency, weighted_percentile
-from cbsim.scenario import Scheduler
-from cbsim.scheduler.warnings import scheduler_warnings
+from cbsim.engine.recorder import PERCENTILES, inter_token_latency, weighted_percentile
+from cbsim.engine.scheduler.warnings import scheduler_warnings
+from cbsim.outputs import itl
+from cbsim.run.loading import Scheduler
 from tests.conftest import small_scenario
 
 

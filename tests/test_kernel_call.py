@@ -1,4 +1,4 @@
-"""A compiled kernel called through :class:`cbsim.kernel_call.KernelCall` gives what numba's
+"""A compiled kernel called through :class:`cbsim.cost.kernel_call.KernelCall` gives what numba's
 dispatcher gives, and skips the dispatcher after its first call."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from cbsim.kernel_call import KernelCall
+from cbsim.cost.kernel_call import KernelCall
 
 
 @numba.njit(cache=False)

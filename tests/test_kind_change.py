@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from cbsim.errors import CbsimError
-from cbsim.scenario import load_scenario, read_yaml
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import load_scenario, read_yaml
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 CHAT = SCENARIOS / "chat-llama3-8b-h100.yaml"  # poisson arrivals, lognormal lengths, vllm

@@ -1,15 +1,15 @@
-"""Tests for cbsim.kvcache: block arithmetic, capacity by hand, allocation accounting."""
+"""Tests for cbsim.memory.kvcache: block arithmetic, capacity by hand, allocation accounting."""
 
 from __future__ import annotations
 
 import pytest
 
+from cbsim.catalog.hardware import GiB, get_gpu
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu
+from cbsim.catalog.models import get_model
+from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
-from cbsim.engine_memory import MemoryInputs, plan_memory
-from cbsim.hardware import GiB, get_gpu
-from cbsim.kvcache import KVCache, blocks_for_tokens
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model
+from cbsim.memory.kvcache import KVCache, blocks_for_tokens
 
 FLAT = MemoryRule(kind="flat")  # a fraction of all memory less the weights and 1.5 GiB
 

@@ -17,7 +17,7 @@ import cbsim_launcher
 try:
     cbsim_launcher.main(["--version"])
 except SystemExit as end:
-    print(end.code, gc.isenabled(), gc.get_freeze_count(), "cbsim.cli" in sys.modules)
+    print(end.code, gc.isenabled(), gc.get_freeze_count(), "cbsim.cli.commands" in sys.modules)
 """
 
 
@@ -56,7 +56,7 @@ except SystemExit:
 import numba.np.arraymath as arraymath
 import numba.np.linalg as linalg
 import yaml
-from cbsim.simulate import simulate
+from cbsim.run.simulate import simulate
 with open({scenario!r}) as file:
     data = yaml.safe_load(file)
 data["workload"]["num_requests"] = 20

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.models import get_model
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
 from tests.conftest import small_scenario
 
 
@@ -112,7 +112,7 @@ def test_an_eagle_head_of_a_local_attention_model_runs() -> None:
 def test_cbsim_cost_refuses_a_tp_that_cannot_share_the_heads() -> None:
     from click.testing import CliRunner
 
-    from cbsim.cli import cli
+    from cbsim.cli.commands import cli
 
     args = ["cost", "--model", "qwen2.5-7b", "--gpu", "h100-sxm", "--decode", "2", "--context"]
     refused = CliRunner().invoke(cli, [*args, "100", "--tp", "8"])

@@ -1,4 +1,4 @@
-"""Limits: every number's range, stated once (cbsim.limits), enforced by scenarios, traces, sweeps
+"""Limits: every number's range, stated once (cbsim.common.limits), enforced by scenarios, traces, sweeps
 and the command line alike, with its reason in the error."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import cbsim.sources.closed_loop as closed_loop_module
-from cbsim.errors import CbsimError
-from cbsim.limits import (
+import cbsim.workload.sources.closed_loop as closed_loop_module
+from cbsim.common.errors import CbsimError
+from cbsim.common.limits import (
     ALL_LIMITS,
     DURATION,
     RATE,
@@ -22,10 +22,10 @@ from cbsim.limits import (
     Limit,
     bounds_table,
 )
-from cbsim.metrics import ITERATION_COLUMNS, timeseries
-from cbsim.scenario import load_scenario
-from cbsim.simulate import simulate
-from cbsim.sweep import load_sweep
+from cbsim.engine.recorder import ITERATION_COLUMNS, timeseries
+from cbsim.run.loading import load_scenario
+from cbsim.run.simulate import simulate
+from cbsim.studies.sweep.runner import load_sweep
 from tests.conftest import small_scenario
 
 ROOT = Path(__file__).resolve().parents[1]

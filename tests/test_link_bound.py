@@ -7,7 +7,7 @@ from typing import Any
 
 import cbsim
 from cbsim.cost import CostModel
-from cbsim.link_bound import comm_share, link_bound_warning
+from cbsim.cost.link_bound import comm_share, link_bound_warning
 
 
 def _scenario(gpu: str) -> dict[str, Any]:

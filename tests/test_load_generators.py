@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.engine import Simulation
-from cbsim.errors import CbsimError
-from cbsim.metrics import stage_summary
-from cbsim.workload import StagedWorkload, build_workload
+from cbsim.common.errors import CbsimError
+from cbsim.engine.loop import Simulation
+from cbsim.engine.recorder import stage_summary
+from cbsim.workload.build import StagedWorkload, build_workload
 from tests.conftest import small_scenario, summaries_equal
 
 

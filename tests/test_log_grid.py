@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from cbsim.cost.grid import LogGrid, interpolation_matrix
 
-PROFILES = sorted((Path(__file__).parent.parent / "cbsim" / "data" / "profiles").rglob("*.json"))
+PROFILES = sorted(
+    (Path(__file__).parent.parent / "cbsim" / "catalog" / "data" / "profiles").rglob("*.json")
+)
 
 
 def _corrections(node: Any) -> Iterator[Any]:

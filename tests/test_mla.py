@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim.calibration import mla
-from cbsim.calibration.data import load_table
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu
+from cbsim.catalog.models import get_model
 from cbsim.cost.mla import mla_terms, mla_weight_params
 from cbsim.cost.roofline import CostModel
-from cbsim.hardware import get_gpu
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model
+from cbsim.studies.calibration import mla
+from cbsim.studies.calibration.data import load_table
 from tests.conftest import small_scenario
 
 DSV3 = get_model("deepseek-v3")

@@ -11,12 +11,12 @@ import re
 import pytest
 from click.testing import CliRunner
 
-from cbsim.cli import cli
-from cbsim.model_catalog import CATALOG, MODEL_NAMES, CatalogModel
-from cbsim.model_details import GIB, rope_cache_bytes, weight_bytes_per_gpu
-from cbsim.models import checkpoint_dtype, find_model, get_model, hf_repository
-from cbsim.plan.launch import HF_REPOSITORIES, model_reference
-from cbsim.scenario import load_scenario
+from cbsim.catalog.model_catalog import CATALOG, MODEL_NAMES, CatalogModel
+from cbsim.catalog.model_details import GIB, rope_cache_bytes, weight_bytes_per_gpu
+from cbsim.catalog.models import checkpoint_dtype, find_model, get_model, hf_repository
+from cbsim.cli.commands import cli
+from cbsim.run.loading import load_scenario
+from cbsim.studies.plan.launch import HF_REPOSITORIES, model_reference
 from tests.conftest import small_scenario
 
 _UNITS = {"T": 1e12, "B": 1e9, "M": 1e6}
@@ -180,7 +180,7 @@ PHI_2_CONFIG = {
 def test_phi_2_is_read_from_its_config_as_the_catalog_has_it() -> None:
     """PhiForCausalLM: biased q/k/v and dense, a plain fc1/fc2 MLP, LayerNorms, biased LM head
     (2.78B on the Hub); a start-up log of it (vLLM 0.19 on an H100) was not expressible."""
-    from cbsim.hf_config import model_from_hf_config
+    from cbsim.catalog.hf_config import model_from_hf_config
 
     shape = model_from_hf_config(PHI_2_CONFIG, "phi-2")
     catalog = get_model("microsoft/phi-2")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.models import MODEL_NAMES, ModelShape, get_model, model_from_hf_config
+from cbsim.catalog.models import MODEL_NAMES, ModelShape, get_model, model_from_hf_config
+from cbsim.common.errors import CbsimError
 
 CATALOG = (
     "llama-2-7b",
@@ -252,7 +252,7 @@ def test_a_config_without_architecture_reads_as_the_llama_family() -> None:
 
 
 def test_a_scenario_names_the_key_inside_the_config(tmp_path: Path) -> None:
-    from cbsim.scenario import load_scenario
+    from cbsim.run.loading import load_scenario
     from tests.conftest import small_scenario
 
     path = tmp_path / "config.json"

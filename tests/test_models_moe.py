@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model, model_from_hf_config
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu
+from cbsim.catalog.models import get_model, model_from_hf_config
+from cbsim.common.errors import CbsimError
 from tests.conftest import small_scenario
 
 # The keys that matter of each checkpoint's Hugging Face config.json.
@@ -219,7 +219,7 @@ def test_dense_models_have_no_moe_and_read_every_parameter_but_the_embedding() -
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_every_moe_model_loads_in_a_scenario(name: str) -> None:
-    from cbsim.scenario import load_scenario
+    from cbsim.run.loading import load_scenario
 
     tp = 8 if get_model(name).param_count() > 60e9 else 4
     data = small_scenario({"cluster.model": name, "cluster.tp": tp, "cluster.dtype": "fp8"})

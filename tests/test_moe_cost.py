@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 import cbsim
-from cbsim.calibration.data import load_table
-from cbsim.calibration.moe import moe_rows
-from cbsim.cli import cli
+from cbsim.catalog.models import get_model
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
 from cbsim.cost.moe import routed_experts
 from cbsim.cost.roofline import CostModel
-from cbsim.errors import CbsimError
-from cbsim.models import get_model
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.moe import moe_rows
 from tests.conftest import small_scenario
 
 
@@ -114,7 +114,7 @@ def test_cost_command_json_has_moe_and_alltoall() -> None:
 
 
 def test_speculative_decoding_on_a_moe_target_drafts_with_a_dense_head() -> None:
-    from cbsim.speculative.proposers import EagleHead
+    from cbsim.engine.speculative.proposers import EagleHead
 
     head = EagleHead(CostModel("mixtral-8x7b", "h100-sxm", tp=2))
     assert not head.shape.is_moe and head.shape.num_layers == 1
@@ -174,7 +174,7 @@ def test_bad_expert_parallel_layouts_are_refused(cluster: dict[str, object], fra
 
 
 def test_capacity_can_vary_expert_parallelism() -> None:
-    from cbsim.capacity import plan
+    from cbsim.studies.capacity import plan
 
     data = small_scenario({"cluster.model": "mixtral-8x7b", "cluster.tp": 4})
     found = plan(data, slo={"tpot_p99_s": 0.1}, vary={"cluster.ep": [1, 4]}, window_s=20.0)
@@ -183,7 +183,7 @@ def test_capacity_can_vary_expert_parallelism() -> None:
 
 
 def test_mxfp4_stores_the_experts_only() -> None:
-    from cbsim.model_bytes import model_weight_bytes
+    from cbsim.catalog.model_bytes import model_weight_bytes
 
     gpt_oss = get_model("gpt-oss-120b")
     experts = gpt_oss.num_moe_layers * gpt_oss.num_experts * gpt_oss.expert_param_count()

@@ -9,10 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.data import load_table
-from cbsim.calibration.engines import base_profile
-from cbsim.calibration.grid import fit_log_grid, robust_log_grid
-from cbsim.calibration.moe import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.cost.moe import MoePricing
+from cbsim.cost.profile import load_profile
+from cbsim.cost.roofline import CostModel
+from cbsim.studies.calibration.data import load_table
+from cbsim.studies.calibration.engines import base_profile
+from cbsim.studies.calibration.grid import fit_log_grid, robust_log_grid
+from cbsim.studies.calibration.moe import (
     SHAPE_COLUMNS,
     fit_key,
     holdout_folds,
@@ -20,11 +25,6 @@ from cbsim.calibration.moe import (
     moe_rows,
     predict_moe,
 )
-from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.cost.moe import MoePricing
-from cbsim.cost.profile import load_profile
-from cbsim.cost.roofline import CostModel
-from cbsim.hardware import get_gpu
 
 PROFILES = {"sglang": "aiconfigurator-sglang", "tensorrt-llm": "aiconfigurator-trtllm"}
 SOURCES = {"sglang": "sglang", "tensorrt-llm": "trtllm"}
@@ -197,7 +197,7 @@ def test_holdout_folds_follow_the_shapes_measured() -> None:
 
 
 def test_serving_errors_by_concurrency_band() -> None:
-    from cbsim.calibration.moe_e2e import band_errors, band_of
+    from cbsim.studies.calibration.moe_e2e import band_errors, band_of
 
     assert [band_of(c) for c in (1, 32, 33, 99, 100, 384)] == ["<=32", "<=32", "33-99", "33-99",
                                                                 ">=100", ">=100"]  # fmt: skip

@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 import cbsim
+from cbsim.catalog.model_bytes import kv_bytes_per_token_per_gpu
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
 from cbsim.cost.roofline import CostModel
-from cbsim.errors import CbsimError
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu
-from cbsim.models import get_model
-from cbsim.scenario import MtpProposer
-from cbsim.speculative.proposers import MtpModule, make_proposer
+from cbsim.engine.speculative.proposers import MtpModule, make_proposer
+from cbsim.run.loading import MtpProposer
 
 V3 = get_model("deepseek-v3")
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"

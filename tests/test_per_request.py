@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cbsim.calibration import per_request
-from cbsim.cli import cli
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
 from cbsim.cost.engine_profile import load_engine_profile, read_engine_profile, write_engine_profile
-from cbsim.errors import CbsimError
-from cbsim.simulate import simulate
+from cbsim.run.simulate import simulate
+from cbsim.studies.calibration import per_request
 
 DEPLOYMENT = per_request.Deployment(model="llama-3-8b", gpu="h100-sxm", tp=1)
 
@@ -30,7 +30,7 @@ def _measured_log(path: Path, engine: str = "vllm", requests: int = 60) -> pd.Da
     )
     trace_path = path.with_suffix(".trace.csv")
     trace.to_csv(trace_path, index=False)
-    from cbsim.scenario import load_scenario
+    from cbsim.run.loading import load_scenario
 
     scenario = load_scenario(
         {

@@ -8,15 +8,19 @@ from typing import Any
 import pytest
 
 import cbsim
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import (
+    kv_bytes_per_token_per_gpu,
+    model_weight_bytes,
+    weight_bytes_per_gpu,
+)
+from cbsim.catalog.models import get_model
+from cbsim.common.errors import CbsimError
+from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
-from cbsim.engine_memory import MemoryInputs, plan_memory
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.kvcache import KVCache
-from cbsim.model_bytes import kv_bytes_per_token_per_gpu, model_weight_bytes, weight_bytes_per_gpu
-from cbsim.models import get_model
-from cbsim.preflight import gpu_layout
+from cbsim.memory.kvcache import KVCache
+from cbsim.run.preflight import gpu_layout
 from tests.conftest import BASE_SCENARIO
 
 L70 = get_model("llama-3-70b")

@@ -22,18 +22,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cbsim import simulate
-from cbsim.capacity import EXIT_INFEASIBLE, _check_run
-from cbsim.plan import Batching, Instance, Layout, SearchSpace, plan_command
-from cbsim.plan.launch import launch_commands
-from cbsim.plan.layouts import (
+from cbsim.run.loading import load_scenario
+from cbsim.studies.capacity import EXIT_INFEASIBLE, _check_run
+from cbsim.studies.plan import Batching, Instance, Layout, SearchSpace, plan_command
+from cbsim.studies.plan.launch import launch_commands
+from cbsim.studies.plan.layouts import (
     batching_variants,
     infeasible_reason,
     layout_data,
     parallel_layouts,
     unbuildable,
 )
-from cbsim.plan.pareto import mark_fronts, objective, operating_point
-from cbsim.scenario import load_scenario
+from cbsim.studies.plan.pareto import mark_fronts, objective, operating_point
 
 SLO = {"ttft_p99_s": 1.0, "tpot_p99_s": 0.1}
 QUICK = [

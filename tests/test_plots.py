@@ -1,4 +1,4 @@
-"""Tests of :mod:`cbsim.plots`: every figure builds from tiny runs and synthetic sweeps, draws what
+"""Tests of :mod:`cbsim.run.plots`: every figure builds from tiny runs and synthetic sweeps, draws what
 it should on the expected axes, never mutates its inputs, and the frontier is exactly Pareto."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from cbsim import plots
-from cbsim.results import Results
-from cbsim.simulate import simulate
+from cbsim.run import plots
+from cbsim.run.results import Results
+from cbsim.run.simulate import simulate
 from tests.conftest import small_scenario
 
 plt.switch_backend("Agg")
@@ -406,7 +406,7 @@ def test_label_for_units() -> None:
 
 
 def test_import_does_not_load_pyplot() -> None:
-    code = "import sys, cbsim.plots; print('matplotlib.pyplot' in sys.modules)"
+    code = "import sys, cbsim.run.plots; print('matplotlib.pyplot' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

@@ -1,4 +1,4 @@
-"""Tests for cbsim.speculative.policies: the seed k rules worked by hand, the batch-level policies,
+"""Tests for cbsim.engine.speculative.policies: the seed k rules worked by hand, the batch-level policies,
 expected_emitted and the registry."""
 
 from __future__ import annotations
@@ -8,18 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.scenario import (
-    BatchTablePolicy,
-    EwmaLookaheadPolicy,
-    FixedPolicy,
-    GoodputPolicy,
-    HeuristicPolicy,
-    ThresholdPolicy,
-)
-from cbsim.schema.speculative import AdaptiveHysteresisPolicy
-from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK
-from cbsim.speculative.policies import (
+from cbsim.common.errors import CbsimError
+from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
+from cbsim.engine.speculative.policies import (
     AlphaEstimator,
     BatchTableK,
     BatchView,
@@ -38,6 +29,15 @@ from cbsim.speculative.policies import (
     policy_kinds,
     round_half_up,
 )
+from cbsim.run.loading import (
+    BatchTablePolicy,
+    EwmaLookaheadPolicy,
+    FixedPolicy,
+    GoodputPolicy,
+    HeuristicPolicy,
+    ThresholdPolicy,
+)
+from cbsim.schema.speculative import AdaptiveHysteresisPolicy
 
 
 def run(controller: KController, outcomes: list[tuple[int, int]]) -> list[int]:

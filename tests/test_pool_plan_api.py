@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from cbsim.pools import PoolPlan as OldPathPoolPlan
 from cbsim.schema.pools import PoolPlan, PoolPlanOf
+from cbsim.schema.pools import PoolPlan as OldPathPoolPlan
 
 
 def test_pool_plan_is_still_constructible_from_both_paths() -> None:

@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim.kvcache import KVCache
-from cbsim.prefix_cache import PrefixCache, prefix_caching_on
-from cbsim.prefix_segments import PrefixInterner
-from cbsim.request import Request
-from cbsim.traces import load_trace
+from cbsim.memory.kvcache import KVCache
+from cbsim.memory.prefix_cache import PrefixCache, prefix_caching_on
+from cbsim.workload.prefix_segments import PrefixInterner
+from cbsim.workload.request import Request
+from cbsim.workload.traces import load_trace
 
 BLOCK = 16
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -260,9 +260,9 @@ def test_session_affinity_keeps_a_prefix_on_one_replica() -> None:
 
 
 def test_hit_rate_views_add_up(tmp_path: Path) -> None:
-    from cbsim import plots
-    from cbsim.metrics import prefix_hit_rates
-    from cbsim.report import render_markdown, run_report
+    from cbsim.engine.recorder import prefix_hit_rates
+    from cbsim.run import plots
+    from cbsim.studies.report import render_markdown, run_report
 
     results = cbsim.simulate(cbsim.load_scenario(_mooncake(replicas=2, router="prefix_aware")))
     req = results.requests
@@ -350,7 +350,7 @@ class _Replica:
 
 @pytest.mark.parametrize("seed", range(30))
 def test_prefix_aware_routing_skips_only_replicas_that_cannot_win(seed: int) -> None:
-    from cbsim.router import PrefixAwareRouter
+    from cbsim.engine.router import PrefixAwareRouter
 
     rng = np.random.default_rng(seed)
     req = _request([1, 2, 3, 4], 256, PrefixInterner())

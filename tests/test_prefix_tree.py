@@ -3,7 +3,7 @@
 :class:`SegmentCache` keeps one entry per segment (its blocks, its reference count, its place in
 a least-recently-used order; a request's entries released deepest first, eviction taking blocks
 from the front of that order, or whole segments, offloaded, with a CPU tier): the
-simplest statement of what :class:`cbsim.prefix_cache.PrefixCache` does with runs of segments.
+simplest statement of what :class:`cbsim.memory.prefix_cache.PrefixCache` does with runs of segments.
 Random admissions, prefills, finishes (with session answers), preemptions and memory pressure
 drive both, and after every step they agree on every hit, every block count, the eviction order
 and both tiers' contents. Also: chained trace ids keyed directly give the same keys' structure as
@@ -19,10 +19,10 @@ from typing import cast
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from cbsim.kvcache import KVCache
-from cbsim.prefix_cache import PrefixCache
-from cbsim.prefix_segments import PrefixInterner, ids_are_chained
-from cbsim.request import Request
+from cbsim.memory.kvcache import KVCache
+from cbsim.memory.prefix_cache import PrefixCache
+from cbsim.workload.prefix_segments import PrefixInterner, ids_are_chained
+from cbsim.workload.request import Request
 
 BLOCK = 16
 

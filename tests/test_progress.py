@@ -16,12 +16,12 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import cbsim.cli as cli_module
-from cbsim.capacity import capacity_command
-from cbsim.capacity.workers import Job, run_jobs
-from cbsim.cli import cli
-from cbsim.plan import plan_command
-from cbsim.progress import CountLines, StepReporter, format_eta, tell, time_left
+import cbsim.cli.commands as cli_module
+from cbsim.cli.commands import cli
+from cbsim.common.progress import CountLines, StepReporter, format_eta, tell, time_left
+from cbsim.studies.capacity import capacity_command
+from cbsim.studies.capacity.workers import Job, run_jobs
+from cbsim.studies.plan import plan_command
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAT = ROOT / "scenarios" / "chat-llama3-8b-h100.yaml"

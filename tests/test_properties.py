@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.kvcache import KVCache, blocks_for_tokens
-from cbsim.request import Request, Status
-from cbsim.scenario import Scheduler
-from cbsim.scheduler import make_scheduler
-from cbsim.workload import build_workload
+from cbsim.engine.scheduler import make_scheduler
+from cbsim.memory.kvcache import KVCache, blocks_for_tokens
+from cbsim.run.loading import Scheduler
+from cbsim.workload.build import build_workload
+from cbsim.workload.request import Request, Status
 from tests.conftest import drawn_scheduler, summaries_equal
 
 # Whole simulations are too slow to shrink within the test-time budget: a failure reports the

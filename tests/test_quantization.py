@@ -1,4 +1,4 @@
-"""Integer-quantized checkpoints (cbsim.quantization): int4 (AWQ, GPTQ, w4a16) and int8 (W8A8)
+"""Integer-quantized checkpoints (cbsim.catalog.quantization): int4 (AWQ, GPTQ, w4a16) and int8 (W8A8)
 weights as checkpoints store them, their names and ids, config.json's quantization_config,
 pricing and the GPUs that run them."""
 
@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from cbsim.cost import CostModel
-from cbsim.cost_models import transfer_warnings
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
-from cbsim.model_bytes import model_weight_bytes, weight_bytes_per_gpu
-from cbsim.model_details import render
-from cbsim.models import find_model, get_model
-from cbsim.quantization import (
+from cbsim.catalog.hardware import get_gpu
+from cbsim.catalog.model_bytes import model_weight_bytes, weight_bytes_per_gpu
+from cbsim.catalog.model_details import render
+from cbsim.catalog.models import find_model, get_model
+from cbsim.catalog.quantization import (
     INT4_BYTES,
     canonical_dtype,
     format_of_quantization_config,
     split_quantized_id,
 )
-from cbsim.scenario import load_scenario
+from cbsim.common.errors import CbsimError
+from cbsim.cost import CostModel
+from cbsim.engine.cost_models import transfer_warnings
+from cbsim.run.loading import load_scenario
 
 # Llama 3.1 8B by hand: per layer q/k/v/o 4096 x (4096 + 2 x 1024) + 4096 x 4096 and the MLP
 # 3 x 4096 x 14336; 32 layers. Embedding and LM head 128256 x 4096 each; 65 RMSNorms of 4096.

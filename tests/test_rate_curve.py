@@ -13,11 +13,11 @@ import yaml
 from scipy import stats
 
 import cbsim
-from cbsim.arrivals import RateCurve, rate_curve_arrivals
-from cbsim.errors import CbsimError
-from cbsim.results import Results
-from cbsim.rng import stream
-from cbsim.workload import RequestSpecs, build_workload, expected_span_s
+from cbsim.common.errors import CbsimError
+from cbsim.common.rng import stream
+from cbsim.run.results import Results
+from cbsim.workload.arrivals import RateCurve, rate_curve_arrivals
+from cbsim.workload.build import RequestSpecs, build_workload, expected_span_s
 from tests.conftest import small_scenario
 
 DIURNAL = [[0, 2.0], [100, 12.0], [200, 2.0], [300, 0.0], [400, 6.0]]

@@ -28,7 +28,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.cli import cli
+from cbsim.cli.commands import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -212,7 +212,7 @@ def fresh_folder(folder: Path) -> None:
 
 def _per_request_log(path: Path) -> None:
     """A user's per-request log (``my-run.csv``) in LMBenchmark's columns: a shipped A100 run."""
-    from cbsim.calibration.per_request import shared_runs
+    from cbsim.studies.calibration.per_request import shared_runs
 
     run = next(r for r in shared_runs("short-input") if r.qps == 0.5)
     requests = run.requests
@@ -418,8 +418,8 @@ def _matches(name: str, pattern: str) -> bool:
 def disaggregated_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small disaggregated run written as ``cbsim run`` writes it: the columns every run has
     and those of disaggregation."""
-    from cbsim.scenario import load_scenario
-    from cbsim.simulate import simulate
+    from cbsim.run.loading import load_scenario
+    from cbsim.run.simulate import simulate
 
     scenario = load_scenario(
         ROOT / "scenarios" / "disaggregated-70b-h100.yaml", {"workload.num_requests": 8}
@@ -455,8 +455,8 @@ def test_outputs_reference_names_what_a_run_writes(section: str, disaggregated_r
 
 
 def test_outputs_reference_lists_every_result_file() -> None:
-    from cbsim.outputs import MARKER
-    from cbsim.results import COMPARISON_FILES, RESULT_FILES
+    from cbsim.common.output_folders import MARKER
+    from cbsim.run.results import COMPARISON_FILES, RESULT_FILES
 
     text = OUTPUTS_PAGE.read_text(encoding="utf-8")
     for name in (*RESULT_FILES, *COMPARISON_FILES, MARKER):
@@ -468,7 +468,7 @@ def test_outputs_reference_lists_every_result_file() -> None:
 
 def test_speculation_figure_is_what_the_command_measures() -> None:
     """The guide's --compare-no-spec figures for spec-eagle-goodput, re-measured."""
-    from cbsim.simulate import compare_no_spec, simulate
+    from cbsim.run.simulate import compare_no_spec, simulate
 
     text = " ".join(SPECULATION_PAGE.read_text(encoding="utf-8").split())
     found = re.search(

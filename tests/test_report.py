@@ -1,4 +1,4 @@
-"""Tests of :mod:`cbsim.report`: run, sweep and capacity reports as self-contained HTML and as
+"""Tests of :mod:`cbsim.studies.report`: run, sweep and capacity reports as self-contained HTML and as
 Markdown with PNGs beside it, input detection and errors, the command, and a real browser.
 
 The inputs are tiny: a 30-request run, a 2-point sweep with one seed (one spawned worker) and a
@@ -30,9 +30,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from cbsim.capacity import plan
-from cbsim.errors import CbsimError
-from cbsim.report import (
+from cbsim.common.errors import CbsimError
+from cbsim.run.results import Results
+from cbsim.run.simulate import simulate
+from cbsim.studies.capacity import plan
+from cbsim.studies.report import (
     Report,
     Table,
     build_report,
@@ -45,9 +47,7 @@ from cbsim.report import (
     run_report,
     write_report,
 )
-from cbsim.results import Results
-from cbsim.simulate import simulate
-from cbsim.sweep import run_sweep
+from cbsim.studies.sweep.runner import run_sweep
 from tests.conftest import find_chromium, run_chromium, small_scenario
 
 plt.switch_backend("Agg")
@@ -417,7 +417,7 @@ def test_sweep_report(sweep_dir: Path, sweep_html: Path, tmp_path: Path) -> None
 def test_sweep_without_a_load_column_says_so(sweep_dir: Path) -> None:
     import pandas as pd
 
-    from cbsim.report import sweep_report
+    from cbsim.studies.report import sweep_report
 
     frame = pd.read_parquet(sweep_dir / "sweep.parquet").drop(columns=["workload.arrival.rate"])
     report = sweep_report(frame)
@@ -655,7 +655,7 @@ def test_reports_render_in_a_real_browser(
 
 def test_report_type_is_public() -> None:
     # the document model can be built by hand and rendered (e.g. from a notebook)
-    from cbsim.report import Facts, Paragraph, Section, Table
+    from cbsim.studies.report import Facts, Paragraph, Section, Table
 
     report = Report(title="hand made", kind="run", source="notebook")
     report.sections.append(Section("Numbers", [Facts([("a", "1")]), Paragraph("x | y")]))

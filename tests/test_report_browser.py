@@ -33,10 +33,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from cbsim.capacity import plan
-from cbsim.report import write_report
-from cbsim.simulate import simulate
-from cbsim.sweep import run_sweep
+from cbsim.run.simulate import simulate
+from cbsim.studies.capacity import plan
+from cbsim.studies.report import write_report
+from cbsim.studies.sweep.runner import run_sweep
 from tests.conftest import find_chromium, run_chromium, small_scenario
 
 plt.switch_backend("Agg")

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cbsim.cli import cli
-from cbsim.report import build_report, detect, render_markdown
-from cbsim.report.deployment_plan import deployment_report, is_deployment_plan
+from cbsim.cli.commands import cli
+from cbsim.studies.report import build_report, detect, render_markdown
+from cbsim.studies.report.deployment_plan import deployment_report, is_deployment_plan
 
 PLAN = [
     "plan", "--model", "llama-3-70b", "--isl", "512", "--osl", "16", "--ttft", "1", "--tpot",

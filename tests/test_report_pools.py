@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 
 import cbsim
-from cbsim.report.markdown import render_markdown
-from cbsim.report.run import run_report
-from cbsim.results import Results
-from cbsim.terminal import summary_table
+from cbsim.cli.terminal import summary_table
+from cbsim.run.results import Results
+from cbsim.studies.report.markdown import render_markdown
+from cbsim.studies.report.run import run_report
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "disaggregated-70b-h100.yaml"
 

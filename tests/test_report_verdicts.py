@@ -24,9 +24,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cbsim import plots
-from cbsim.fleet_plot import replicas_and_load
-from cbsim.report import (
+from cbsim.cli.terminal import itl_rows
+from cbsim.outputs.fleet_plot import replicas_and_load
+from cbsim.outputs.time_axis import time_axis
+from cbsim.run import plots
+from cbsim.run.results import Results
+from cbsim.run.simulate import simulate
+from cbsim.studies.report import (
     Facts,
     Image,
     Table,
@@ -36,11 +40,7 @@ from cbsim.report import (
     sweep_report,
     write_report,
 )
-from cbsim.results import Results
-from cbsim.simulate import simulate
-from cbsim.sweep import run_sweep
-from cbsim.terminal import itl_rows
-from cbsim.time_axis import time_axis
+from cbsim.studies.sweep.runner import run_sweep
 from tests.conftest import small_scenario
 from tests.test_autoscale import PEAK_THEN_IDLE
 from tests.test_autoscale import scenario as autoscaled_scenario
@@ -196,7 +196,7 @@ def test_run_report_latency_table_has_itl_per_chunk_when_speculating() -> None:
 def test_terminal_prints_itl_per_chunk_for_a_speculative_run(tmp_path: Path) -> None:
     import yaml
 
-    from cbsim.cli import cli
+    from cbsim.cli.commands import cli
 
     path = tmp_path / "spec.yaml"
     data = small_scenario(
@@ -249,7 +249,7 @@ def test_capacity_report_opens_with_a_verdict() -> None:
 
 
 def test_wide_tables_scroll_in_their_own_box_and_headers_may_wrap(sweep_dir: Path) -> None:
-    from cbsim.report import render_html
+    from cbsim.studies.report import render_html
 
     frame = pd.read_parquet(sweep_dir / "sweep.parquet")
     html = render_html(sweep_report(frame, directory=sweep_dir))
@@ -271,7 +271,7 @@ def test_pdf_out_is_refused_naming_html(tmp_path: Path) -> None:
     assert "not PDF" in result.output and "x.html" in result.output
     assert "Traceback" not in result.output
     assert not out.exists()
-    from cbsim.errors import CbsimError
+    from cbsim.common.errors import CbsimError
 
     with pytest.raises(CbsimError, match="not PDF"):
         write_report(plan, out, fmt="html")  # an explicit format does not make it a PDF

@@ -13,18 +13,18 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim import request_table
 from cbsim.cost.engine_profile import (
     Frontend,
     StepOverhead,
     load_engine_profile,
     write_engine_profile,
 )
-from cbsim.engine import Simulation
-from cbsim.metrics import requests_frame
-from cbsim.request import Request, Status
-from cbsim.request_table import FLUSH_EVERY, MIN_CAPACITY, RequestTable
-from cbsim.scenario import apply_engine_defaults
+from cbsim.engine.loop import Simulation
+from cbsim.engine.recorder import requests_frame
+from cbsim.run.loading import apply_engine_defaults
+from cbsim.workload import request_table
+from cbsim.workload.request import Request, Status
+from cbsim.workload.request_table import FLUSH_EVERY, MIN_CAPACITY, RequestTable
 from tests.conftest import small_scenario
 
 

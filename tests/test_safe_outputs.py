@@ -25,15 +25,15 @@ import yaml
 from click.testing import CliRunner, Result
 
 import cbsim
-from cbsim import outputs
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
-from cbsim.outputs import MARKER, OutputKind
-from cbsim.parent_watch import parent_is_gone
-from cbsim.report import write_report
-from cbsim.results import RUN_RESULT, Results
-from cbsim.scenario import load_scenario
-from cbsim.simulate import simulate
+from cbsim.cli.commands import cli
+from cbsim.common import output_folders as outputs
+from cbsim.common.errors import CbsimError
+from cbsim.common.output_folders import MARKER, OutputKind
+from cbsim.common.parent_watch import parent_is_gone
+from cbsim.run.loading import load_scenario
+from cbsim.run.results import RUN_RESULT, Results
+from cbsim.run.simulate import simulate
+from cbsim.studies.report import write_report
 from tests.conftest import small_scenario
 
 REPO = Path(cbsim.__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def test_run_out_refuses_an_earlier_result_holding_the_users_files(
 
 
 def test_run_out_refuses_another_kind_of_cbsim_output(tmp_path: Path, results: Results) -> None:
-    from cbsim.sweep import SWEEP
+    from cbsim.studies.sweep.runner import SWEEP
 
     sweep_dir = outputs.prepare_folder(tmp_path / "sweep", SWEEP)
     with pytest.raises(CbsimError, match="holds a cbsim sweep output"):
@@ -278,7 +278,7 @@ def test_sweep_resumes_into_its_own_folder_beside_the_users_report(
 def test_a_sweep_point_holding_a_users_file_is_not_replaced(
     tmp_path: Path, results: Results
 ) -> None:
-    from cbsim.sweep import write_point
+    from cbsim.studies.sweep.runner import write_point
 
     points = tmp_path / "points"
     (points / "abc").mkdir(parents=True)
@@ -355,7 +355,7 @@ def test_profiles_overwrite_only_profiles(tmp_path: Path) -> None:
 def test_measurements_never_replace_a_users_folder_named_like_their_files(
     tmp_path: Path,
 ) -> None:
-    from cbsim.calibration.measure import _write
+    from cbsim.studies.calibration.measure import _write
 
     table = {"gemm": pd.DataFrame({"m": [1], "latency_ms": [0.1]})}
     out = tmp_path / "calib"
@@ -388,8 +388,8 @@ def test_files_written_among_other_files_replace_only_their_own(tmp_path: Path) 
 KILLER = """
 import os, shutil, signal, sys
 import pandas as pd
-from cbsim import outputs
-from cbsim.results import Results
+from cbsim.common import output_folders as outputs
+from cbsim.run.results import Results
 
 step, source, out = sys.argv[1], sys.argv[2], sys.argv[3]
 exchange, rmtree, to_parquet = outputs.exchange_names, shutil.rmtree, pd.DataFrame.to_parquet
@@ -416,7 +416,7 @@ outputs.exchange_names = killing_exchange
 shutil.rmtree = killing_rmtree
 pd.DataFrame.to_parquet = killing_to_parquet
 if out == "-":  # `cbsim run SOURCE` without --out, killed while writing
-    from cbsim.cli import main
+    from cbsim.cli.commands import main
     main(["run", source, "-q"])
 results = Results.read(source)
 results.summary["seed"] = 2
@@ -595,7 +595,7 @@ def half_replaced(tmp_path: Path, results: Results) -> Path:
 def test_a_replace_killed_between_its_renames_is_restored_by_every_read_and_write(
     reader: str, half_replaced: Path, results: Results
 ) -> None:
-    from cbsim.report.sources import detect
+    from cbsim.studies.report.sources import detect
 
     out = half_replaced
     if reader == "Results.read":
@@ -674,7 +674,7 @@ def test_a_killed_run_without_out_leaves_no_empty_run_folder(
     assert [p.name for p in runs.iterdir() if not p.name.startswith(".")] == []
     # the killed run's temporary goes with the next run, which writes a complete folder
     next_run = run_child(
-        "from cbsim.cli import main; main(['run', 'tiny.yaml', '-q'])", cwd=tmp_path
+        "from cbsim.cli.commands import main; main(['run', 'tiny.yaml', '-q'])", cwd=tmp_path
     )
     assert next_run.returncode == 0, next_run.stderr
     (written,) = list(runs.iterdir())
@@ -825,7 +825,7 @@ def sweep_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         {"name": "long", "base": base, "grid": {"workload.arrival.rate": rates}},
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "cbsim.cli", "sweep", str(sweep), "-j", "2", "-q"],
+        [sys.executable, "-m", "cbsim.cli.commands", "sweep", str(sweep), "-j", "2", "-q"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,

@@ -1,5 +1,5 @@
-"""Saturation figures read off a run (cbsim.calibration.saturation) and the front end fitted on
-light load (cbsim.calibration.frontend_fit)."""
+"""Saturation figures read off a run (cbsim.studies.calibration.saturation) and the front end fitted on
+light load (cbsim.studies.calibration.frontend_fit)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration import frontend_fit, per_request, saturation
-from cbsim.calibration.engine_releases import FRONTEND_0_8
 from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.studies.calibration import frontend_fit, per_request, saturation
+from cbsim.studies.calibration.engine_releases import FRONTEND_0_8
 
 
 def _run(n: int = 40, gap: float = 1.0, length: float = 10.0) -> pd.DataFrame:

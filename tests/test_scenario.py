@@ -1,4 +1,4 @@
-"""Tests for cbsim.scenario: loading, validation errors with dotted field paths, overrides."""
+"""Tests for cbsim.run.loading: loading, validation errors with dotted field paths, overrides."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cbsim.errors import CbsimError
-from cbsim.hardware import GPU_NAMES
-from cbsim.models import MODEL_NAMES
-from cbsim.scenario import Scenario, load_scenario
+from cbsim.catalog.hardware import GPU_NAMES
+from cbsim.catalog.models import MODEL_NAMES
+from cbsim.common.errors import CbsimError
+from cbsim.run.loading import Scenario, load_scenario
 from tests.conftest import small_scenario
 
 

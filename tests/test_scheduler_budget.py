@@ -18,15 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.cli import cli, describe
-from cbsim.errors import CbsimError
-from cbsim.kvcache import KVCache
-from cbsim.pools import pool_plans
-from cbsim.request import Request
-from cbsim.results import Results
-from cbsim.scenario import Scheduler, load_scenario
-from cbsim.scheduler import make_scheduler
-from cbsim.scheduler.warnings import scheduler_warnings
+from cbsim.cli.commands import cli, describe
+from cbsim.common.errors import CbsimError
+from cbsim.engine.scheduler import make_scheduler
+from cbsim.engine.scheduler.warnings import scheduler_warnings
+from cbsim.memory.kvcache import KVCache
+from cbsim.run.loading import Scheduler, load_scenario
+from cbsim.run.results import Results
+from cbsim.schema.pools import pool_plans
+from cbsim.workload.request import Request
 from tests.conftest import drive, small_scenario
 
 KEYS_OF = {
@@ -229,7 +229,7 @@ def test_engine_defaults_never_count_as_the_users_keys() -> None:
 def test_switching_the_kind_with_set_and_unsetting_a_key_with_null() -> None:
     path = Path(__file__).parents[1] / "scenarios" / "high-load-sarathi.yaml"  # chunk_size: 512
     # a new kind starts the block afresh: the file's chunk_size, which prefill_first does not read, is
-    # left out (cbsim/kind_change.py); a chunk_size the user sets is still an error
+    # left out (cbsim/schema/kind_change.py); a chunk_size the user sets is still an error
     dropped = load_scenario(path, ["scheduler.kind=vllm"])  # the old name too
     assert dropped.scheduler.kind == "prefill_first"
     assert "chunk_size" not in dropped.scheduler.model_fields_set

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 import cbsim
-from cbsim.cli import describe
-from cbsim.scheduler.names import scheduler_label
-from cbsim.simulate import scenario_warnings
+from cbsim.cli.commands import describe
+from cbsim.engine.scheduler.names import scheduler_label
+from cbsim.run.simulate import scenario_warnings
 from tests.conftest import small_scenario
 
 SCENARIOS = sorted(Path(__file__).resolve().parent.parent.glob("scenarios/*.yaml"))

@@ -1,4 +1,4 @@
-"""Tests for cbsim.scheduler: the four batching policies driven directly, without the engine."""
+"""Tests for cbsim.engine.scheduler: the four batching policies driven directly, without the engine."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.kvcache import KVCache, blocks_for_tokens
-from cbsim.request import Request, Status
-from cbsim.scenario import Scheduler
-from cbsim.scheduler import make_scheduler, scheduler_kinds
-from cbsim.scheduler.base import SchedulerPolicy
+from cbsim.common.errors import CbsimError
+from cbsim.engine.scheduler import make_scheduler, scheduler_kinds
+from cbsim.engine.scheduler.base import SchedulerPolicy
+from cbsim.memory.kvcache import KVCache, blocks_for_tokens
+from cbsim.run.loading import Scheduler
+from cbsim.workload.request import Request, Status
 from tests.conftest import batch_entries, drive
 
 

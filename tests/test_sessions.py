@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.sessions import build_sessions
+from cbsim.common.errors import CbsimError
+from cbsim.workload.sessions import build_sessions
 
 USER, ANSWER, TURNS, BLOCK = 200, 300, 4, 16
 

@@ -1,5 +1,5 @@
 """Settings that change nothing in a run get a warning naming them, before the run (``cbsim
-validate``) and in its summary (:mod:`cbsim.setting_warnings`)."""
+validate``) and in its summary (:mod:`cbsim.schema.setting_warnings`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import yaml
 from click.testing import CliRunner
 
 import cbsim
-from cbsim.cli import cli
-from cbsim.models import get_model, model_from_hf_config
-from cbsim.preflight import preflight
+from cbsim.catalog.models import get_model, model_from_hf_config
+from cbsim.cli.commands import cli
+from cbsim.run.preflight import preflight
 from tests.conftest import small_scenario
 
 

@@ -1,4 +1,4 @@
-"""One SLO syntax on every command (:mod:`cbsim.slo_syntax`): units, vLLM's and cbsim's keys, the
+"""One SLO syntax on every command (:mod:`cbsim.schema.slo_syntax`): units, vLLM's and cbsim's keys, the
 suggestion for a key nobody reads, and the commands that take it (run, capacity, plan, YAML)."""
 
 from __future__ import annotations
@@ -10,12 +10,17 @@ import pytest
 from click.testing import CliRunner
 
 from cbsim import load_scenario
-from cbsim.capacity import parse_slo as capacity_slo
-from cbsim.cli import cli
-from cbsim.errors import CbsimError
-from cbsim.plan.aic_flags import plan_vocabulary
-from cbsim.plan.cli import build_request, plan_command
-from cbsim.slo_syntax import parse_duration, parse_slo, per_request_targets, statistic_targets
+from cbsim.cli.commands import cli
+from cbsim.common.errors import CbsimError
+from cbsim.schema.slo_syntax import (
+    parse_duration,
+    parse_slo,
+    per_request_targets,
+    statistic_targets,
+)
+from cbsim.studies.capacity import parse_slo as capacity_slo
+from cbsim.studies.plan.aic_flags import plan_vocabulary
+from cbsim.studies.plan.cli import build_request, plan_command
 from tests.conftest import small_scenario
 
 

@@ -9,10 +9,18 @@ import numpy as np
 import pytest
 import simpy
 
-from cbsim.engine import Simulation
-from cbsim.request import Request
-from cbsim.scenario import load_scenario
-from cbsim.sources import ClosedLoop, OpenLoop, RequestSource, Sender, Sessions, Stages, TraceReplay
+from cbsim.engine.loop import Simulation
+from cbsim.run.loading import load_scenario
+from cbsim.workload.request import Request
+from cbsim.workload.sources import (
+    ClosedLoop,
+    OpenLoop,
+    RequestSource,
+    Sender,
+    Sessions,
+    Stages,
+    TraceReplay,
+)
 from tests.conftest import small_scenario
 
 

@@ -96,7 +96,7 @@ def test_drafts_are_cut_in_batch_order() -> None:
 
 
 def test_draft_room() -> None:
-    from cbsim.speculative.decoder import UNBUDGETED, draft_room
+    from cbsim.engine.speculative.decoder import UNBUDGETED, draft_room
 
     assert draft_room(64, 20) == 44
     assert draft_room(64, 80) == 0  # a lone prompt over the budget leaves no room
@@ -114,7 +114,7 @@ def test_validate_refuses_a_head_that_leaves_no_kv_cache() -> None:
     refuse it with one message that names the proposer."""
     from click.testing import CliRunner
 
-    from cbsim.cli import cli
+    from cbsim.cli.commands import cli
 
     args = [SCENARIO, "--set", "cluster.gpu_memory_utilization=0.228"]
     runner = CliRunner()
@@ -127,7 +127,7 @@ def test_validate_refuses_a_head_that_leaves_no_kv_cache() -> None:
 
 def test_validate_warns_of_requests_beyond_the_kv_cache() -> None:
     """A cache of 384 tokens beside the head: validate names the requests the run rejects."""
-    from cbsim.preflight import preflight
+    from cbsim.run.preflight import preflight
 
     overrides = ["cluster.gpu_memory_utilization=0.233", "workload.num_requests=60"]
     scenario = cbsim.load_scenario(SCENARIO, overrides)
@@ -142,8 +142,8 @@ def test_validate_warns_of_requests_beyond_the_kv_cache() -> None:
 def test_spec_advise_warns_of_an_mtp_proposer_as_run_does() -> None:
     """``spec-advise --proposer mtp`` on a model without MTP layers said nothing where ``cbsim
     run`` warns; it now gives the run's warning."""
-    from cbsim.setting_warnings import ignored_settings
-    from cbsim.speculative.advise import AdviseSetup, advise_warnings, scenario
+    from cbsim.engine.speculative.advise import AdviseSetup, advise_warnings, scenario
+    from cbsim.schema.setting_warnings import ignored_settings
 
     setup = AdviseSetup("llama-3-8b", "h100-sxm", proposer="mtp")
     run = ignored_settings(
@@ -158,7 +158,7 @@ def test_a_stale_drafter_with_speculation_off_is_warned(tmp_path: Path) -> None:
     """``speculative.enabled: false`` beside a stale drafter and a proposer ran silently; now
     validate and the run warn (by value: the written scenario, which gives every key, warns
     alike, and a plain run's does not), and ``--compare-no-spec``'s baseline does not."""
-    from cbsim.preflight import preflight
+    from cbsim.run.preflight import preflight
 
     data = _spec_scenario("sarathi", POLICIES["fixed"])
     data["workload"]["num_requests"] = 4

@@ -11,15 +11,21 @@ import numpy as np
 import pytest
 
 import cbsim
+from cbsim.catalog.models import get_model
 from cbsim.cost import BatchStats, CostModel
-from cbsim.models import get_model
+from cbsim.engine.speculative.acceptance import PositionalModel
+from cbsim.engine.speculative.expected import power, powers
+from cbsim.engine.speculative.goodput_kernel import (
+    DRAFT_MODEL,
+    EAGLE,
+    NGRAM,
+    compiled_proposer,
+    no_base,
+)
+from cbsim.engine.speculative.goodput_refine import _stable_argsort, goodput_k_per_request
+from cbsim.engine.speculative.policies import BatchView, GoodputK
+from cbsim.engine.speculative.proposers import DraftModel, EagleHead, Ngram, Proposer
 from cbsim.schema.speculative import GoodputPolicy, PositionalAcceptance
-from cbsim.speculative.acceptance import PositionalModel
-from cbsim.speculative.expected import power, powers
-from cbsim.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, compiled_proposer, no_base
-from cbsim.speculative.goodput_refine import _stable_argsort, goodput_k_per_request
-from cbsim.speculative.policies import BatchView, GoodputK
-from cbsim.speculative.proposers import DraftModel, EagleHead, Ngram, Proposer
 from tests.conftest import small_scenario
 
 

@@ -13,11 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.compiled import decode_seconds, verify_seconds
 from cbsim.cost import BatchStats, CostModel
-from cbsim.speculative.expected import expected_tokens, pairwise_sum
-from cbsim.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, goodput_k, no_base
-from cbsim.speculative.policies import expected_emitted
+from cbsim.cost.compiled import decode_seconds, verify_seconds
+from cbsim.engine.speculative.expected import expected_tokens, pairwise_sum
+from cbsim.engine.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, goodput_k, no_base
+from cbsim.engine.speculative.policies import expected_emitted
 from tests.conftest import small_scenario, summaries_equal
 from tests.test_speculative_properties import engine_settings, scenarios
 
@@ -373,7 +373,7 @@ def test_steps_with_prefill_choose_k_compiled_as_the_policy_does(
         calls.append(1)
         return None
 
-    monkeypatch.setattr("cbsim.speculative.decoder.choose_goodput", python_choice)
+    monkeypatch.setattr("cbsim.engine.speculative.decoder.choose_goodput", python_choice)
     python = cbsim.simulate(cbsim.load_scenario(data))
     assert len(calls) > 100
     for name in ("requests", "iterations", "timeseries"):

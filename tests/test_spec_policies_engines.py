@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.errors import CbsimError
-from cbsim.speculative.acceptance import (
+from cbsim.catalog.acceptance_profiles import acceptance_profile
+from cbsim.catalog.engine_presets import preset_table
+from cbsim.common.errors import CbsimError
+from cbsim.engine.speculative.acceptance import (
     conditional_from_unconditional,
     mean_acceptance_length,
 )
-from cbsim.speculative.acceptance_profiles import acceptance_profile
-from cbsim.speculative.adaptive_hysteresis import AdaptiveHysteresisK, next_tier
-from cbsim.speculative.engine_presets import preset_table
-from cbsim.speculative.policies import BatchView
+from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK, next_tier
+from cbsim.engine.speculative.policies import BatchView
 from tests.conftest import small_scenario, summaries_equal
 
 PUBLISHED = [0.73, 0.52, 0.35]  # vLLM CI, EAGLE-3 on Llama-3.1-8B, k = 3, MT-Bench
@@ -328,7 +328,7 @@ def test_fuzz_new_policies_forward_as_they_step_and_conserve(data: dict[str, Any
 def test_draft_model_with_another_vocabulary_is_refused(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from cbsim.cli import cli
+    from cbsim.cli.commands import cli
 
     data = spec_scenario({"kind": "fixed", "k": 3})
     data["speculative"]["proposer"] = {"kind": "draft_model", "model": "llama-2-7b"}
@@ -368,7 +368,7 @@ def test_itl_per_chunk_beside_itl_per_token() -> None:
 
 
 def test_compare_no_spec_table_in_the_html_report(tmp_path: Path) -> None:
-    from cbsim.report.run import run_report
+    from cbsim.studies.report.run import run_report
 
     results = run(spec_scenario({"kind": "fixed", "k": 3}))
     assert "Speculation vs no speculation" not in [s.title for s in run_report(results).sections]
@@ -380,12 +380,12 @@ def test_compare_no_spec_table_in_the_html_report(tmp_path: Path) -> None:
     assert "TPOT mean (ms)" in labels and "ITL per chunk p50 (ms)" in labels
     assert labels[-1].startswith("decode time saved")
     assert "finish − first token" in table.caption  # type: ignore[attr-defined]
-    from cbsim.report.html_page import render_html
+    from cbsim.studies.report.html_page import render_html
 
     html = render_html(report)
     assert "Speculation vs no speculation" in html and "decode time saved" in html
     written = results.write(tmp_path / "run")
-    from cbsim.report.run import _run_report_from_dir
+    from cbsim.studies.report.run import _run_report_from_dir
 
     from_disk = _run_report_from_dir(written, None)
     assert "Speculation vs no speculation" in [s.title for s in from_disk.sections]
@@ -397,8 +397,8 @@ def test_compare_no_spec_table_in_the_html_report(tmp_path: Path) -> None:
 def test_spec_advise_compares_policies_per_load(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from cbsim.cli import cli
-    from cbsim.speculative.advise import POLICIES, AdviseSetup, advise
+    from cbsim.cli.commands import cli
+    from cbsim.engine.speculative.advise import POLICIES, AdviseSetup, advise
 
     setup = AdviseSetup("llama-3-8b", "h100-sxm", requests=30, input_len=64, output_len=64)
     chosen = {k: POLICIES[k] for k in ("fixed k=3", "TRT-LLM schedule", "SGLang adaptive")}
@@ -420,7 +420,7 @@ def test_spec_advise_compares_policies_per_load(tmp_path: Path) -> None:
 
 
 def _advice(speedups: dict[str, float]) -> pd.DataFrame:
-    from cbsim.speculative.advise import _mark_best
+    from cbsim.engine.speculative.advise import _mark_best
 
     rows = [
         {"rate": 5.0, "policy": name, "mean_batch_size": 8.0, "tpot_mean_s": 0.01 / speedup,
@@ -433,7 +433,7 @@ def _advice(speedups: dict[str, float]) -> pd.DataFrame:
 def test_spec_advise_calls_no_small_lead_best() -> None:
     """A 0.2% lead is within one seed's noise (MEANINGFUL_GAIN): no policy is called best; a
     lead of 2% or more is."""
-    from cbsim.speculative.advise import MEANINGFUL_GAIN, rate_verdict, table_lines
+    from cbsim.engine.speculative.advise import MEANINGFUL_GAIN, rate_verdict, table_lines
 
     assert MEANINGFUL_GAIN == 0.02
     close = _advice({"fixed k=3": 1.400, "goodput": 1.4028, "fixed k=1": 1.2})  # 0.2% ahead

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import cbsim
-from cbsim.cost_models import cost_model_for
-from cbsim.models import get_model
-from cbsim.speculative.acceptance import expected_emitted
-from cbsim.speculative.proposers import DraftModel
+from cbsim.catalog.models import get_model
+from cbsim.engine.cost_models import cost_model_for
+from cbsim.engine.speculative.acceptance import expected_emitted
+from cbsim.engine.speculative.proposers import DraftModel
 
 ALPHA = 0.7
 K = 4
@@ -154,8 +154,8 @@ def test_goodput_is_never_more_than_5_percent_worse_than_the_best_alternative(lo
 @pytest.mark.parametrize("kind", ["draft_model", "eagle", "ngram"])
 def test_draft_time_sweep_equals_pricing_each_k(kind: str) -> None:
     """The goodput policy prices every candidate k in one pass: the same floats as one by one."""
-    from cbsim.scenario import DraftModelProposer, EagleProposer, NgramProposer
-    from cbsim.speculative.proposers import make_proposer
+    from cbsim.engine.speculative.proposers import make_proposer
+    from cbsim.run.loading import DraftModelProposer, EagleProposer, NgramProposer
 
     config = {
         "draft_model": DraftModelProposer(),

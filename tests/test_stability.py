@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cbsim
-from cbsim.capacity import evaluate_rate
-from cbsim.stability import slo_verdict, stability_summary, unstable_note
-from cbsim.terminal import slo_rows
+from cbsim.cli.terminal import slo_rows
+from cbsim.outputs.stability import slo_verdict, stability_summary, unstable_note
+from cbsim.studies.capacity import evaluate_rate
 
 # one L40S serves about 4 req/s of these (1000-token prompts, 256-token outputs, batch ≤ 64)
 CAPACITY_RPS = 4.0

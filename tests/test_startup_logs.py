@@ -1,4 +1,4 @@
-"""KV-cache capacity against published engine start-up logs (cbsim.calibration.startup_logs)."""
+"""KV-cache capacity against published engine start-up logs (cbsim.studies.calibration.startup_logs)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbsim.calibration.startup_logs import (
+from cbsim.catalog.models import get_model
+from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.studies.calibration.startup_logs import (
     error_table,
     fitted_terms,
     leave_one_source_out,
@@ -14,8 +16,6 @@ from cbsim.calibration.startup_logs import (
     startup_logs,
     summary,
 )
-from cbsim.cost.engine_profile import load_engine_profile
-from cbsim.models import get_model
 
 # The logs cbsim misses by more than a fifth, each explained in docs/kv-memory.md: vLLM 0.7 (V0)
 # holds DeepSeek's latent attention with its matrices absorbed into larger weights (83.88 GiB a

@@ -20,18 +20,18 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-import cbsim.cli as cli_module
-import cbsim.metrics
-from cbsim.cli import cli
+import cbsim.cli.commands as cli_module
+import cbsim.engine.recorder
+from cbsim.cli.commands import cli
+from cbsim.common.output_folders import temporary_name_pattern
 from cbsim.cost.engine_profile import (
     Frontend,
     StepOverhead,
     load_engine_profile,
     write_engine_profile,
 )
-from cbsim.outputs import temporary_name_pattern
-from cbsim.results import Results
-from cbsim.simulate import compare_no_spec, simulate
+from cbsim.run.results import Results
+from cbsim.run.simulate import compare_no_spec, simulate
 
 SCENARIO: dict[str, Any] = {
     "name": "stream",
@@ -54,13 +54,13 @@ SPECULATIVE: dict[str, Any] = {
 }
 ROWS = 97  # rows per row group in these tests: many groups
 
-# summed chunk by chunk: equal up to float rounding (see cbsim.metrics)
+# summed chunk by chunk: equal up to float rounding (see cbsim.engine.recorder)
 ROUNDED = {"draft_time_s", "target_time_s", "busy_fraction"}
 
 
 @pytest.fixture(autouse=True)
 def small_row_groups(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cbsim.metrics, "STREAM_ROWS", ROWS)
+    monkeypatch.setattr(cbsim.engine.recorder, "STREAM_ROWS", ROWS)
 
 
 def scenario(replicas: int = 1, speculative: bool = False, **top: Any) -> dict[str, Any]:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 import cbsim
-from cbsim.capacity.checks import _metric_value
-from cbsim.errors import CbsimError
+from cbsim.common.errors import CbsimError
+from cbsim.studies.capacity.checks import _metric_value
 
 BASE: dict[str, Any] = {
     "workload": {"num_requests": 3, "arrival": {"kind": "poisson", "rate": 2}},

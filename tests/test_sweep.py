@@ -18,9 +18,9 @@ import yaml
 from click.testing import CliRunner, Result
 
 import cbsim
-import cbsim.sweep_execution as sweep_execution
-from cbsim.errors import CbsimError
-from cbsim.sweep import (
+import cbsim.studies.sweep.execution as sweep_execution
+from cbsim.common.errors import CbsimError
+from cbsim.studies.sweep.runner import (
     execute_sweep,
     expand_points,
     load_sweep,
@@ -126,7 +126,7 @@ def test_keys_are_stable_across_processes(tmp_path: Path) -> None:
     path = write_yaml(tmp_path / "sweep.yaml", grid_sweep())
     here = [p.key for p in expand_points(path)]
     code = (
-        "import sys; from cbsim.sweep import expand_points; "
+        "import sys; from cbsim.studies.sweep.runner import expand_points; "
         "print(' '.join(p.key for p in expand_points(sys.argv[1])))"
     )
     there = subprocess.run(
@@ -318,7 +318,7 @@ def test_a_run_time_exception_is_an_internal_failure(monkeypatch: pytest.MonkeyP
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(sys.modules["cbsim.simulate"], "simulate", broken)
+    monkeypatch.setattr(sys.modules["cbsim.run.simulate"], "simulate", broken)
     [point] = expand_points({"base": tiny_base()})
     outcome = sweep_execution._simulate_point(point.scenario, point.key, {}, None, None)
     assert outcome.internal and outcome.error is not None

@@ -9,9 +9,9 @@ import pandas as pd
 import yaml
 from click.testing import CliRunner
 
-from cbsim.report.markdown import render_markdown
-from cbsim.report.sweep import sweep_report
-from cbsim.sweep import sweep_command
+from cbsim.studies.report.markdown import render_markdown
+from cbsim.studies.report.sweep import sweep_report
+from cbsim.studies.sweep.runner import sweep_command
 
 BASE = {
     "name": "closed",

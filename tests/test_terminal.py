@@ -12,8 +12,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 import cbsim
-from cbsim.cli import cli
-from cbsim.terminal import run_title, slo_rows
+from cbsim.cli.commands import cli
+from cbsim.cli.terminal import run_title, slo_rows
 
 TINY = """\
 name: tiny

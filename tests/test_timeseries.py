@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import cbsim
-from cbsim import metrics, timeseries_windows
-from cbsim.metrics import timeseries
+from cbsim.engine import recorder as metrics
+from cbsim.engine.recorder import timeseries
+from cbsim.outputs import timeseries_windows
 from tests.conftest import small_scenario
 
 

@@ -9,13 +9,13 @@ import math
 import numpy as np
 import pytest
 
-from cbsim.speculative.token_level import (
+from cbsim.engine.speculative.token_level import (
     acceptance_floor,
     divergence_for_acceptance,
     expected_acceptance,
     position_distributions,
 )
-from cbsim.speculative.verification import acceptance_rate, propose_and_verify
+from cbsim.engine.speculative.verification import acceptance_rate, propose_and_verify
 
 V = 64
 SAMPLES = 1000

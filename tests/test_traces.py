@@ -1,4 +1,4 @@
-"""Tests for cbsim.traces: the shipped request traces and user trace files."""
+"""Tests for cbsim.workload.traces: the shipped request traces and user trace files."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.traces import TRACE_NAMES, load_trace
+from cbsim.common.errors import CbsimError
+from cbsim.workload.traces import TRACE_NAMES, load_trace
 
 SHIPPED_ROWS = {
     "azure-conv-2023": 19_366,
@@ -84,7 +84,7 @@ def test_shipped_files_carry_licence_metadata():
     from importlib.resources import files
 
     for name in TRACE_NAMES:
-        with (files("cbsim") / "data" / "traces" / f"{name}.parquet").open("rb") as fh:
+        with (files("cbsim.catalog") / "data" / "traces" / f"{name}.parquet").open("rb") as fh:
             meta = pq.read_schema(fh).metadata
         assert meta[b"name"].decode() == name
         assert meta[b"license"] in (b"CC-BY-4.0", b"Apache-2.0")

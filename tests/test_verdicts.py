@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import cbsim
-from cbsim.cli import cli
-from cbsim.setting_warnings import implausible_slo
-from cbsim.stability import stability_summary
+from cbsim.cli.commands import cli
+from cbsim.outputs.stability import stability_summary
+from cbsim.schema.setting_warnings import implausible_slo
 from tests.conftest import small_scenario
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from cbsim.speculative.verification import (
+from cbsim.engine.speculative.verification import (
     VerifyResult,
     acceptance_rate,
     propose_and_verify,

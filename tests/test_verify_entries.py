@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cbsim.cost.batch_stats import BatchStats
-from cbsim.speculative.decoder import add_verify_entries
+from cbsim.engine.speculative.decoder import add_verify_entries
 
 
 @settings(max_examples=200, deadline=None)

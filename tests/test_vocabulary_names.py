@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from cbsim import load_scenario
+from cbsim.catalog.hardware import GPU_ALIASES, GPU_NAMES, get_gpu
+from cbsim.catalog.models import find_model, get_model, model_spelling
+from cbsim.common.errors import CbsimError
 from cbsim.cost.engine_profile import canonical_engine, load_engine_profile
-from cbsim.errors import CbsimError
-from cbsim.hardware import GPU_ALIASES, GPU_NAMES, get_gpu
-from cbsim.models import find_model, get_model, model_spelling
 from tests.conftest import small_scenario
 
 AIC_SYSTEMS = {

@@ -1,4 +1,4 @@
-"""Tests for cbsim.workload: arrival processes, length distributions, traces, random streams."""
+"""Tests for cbsim.workload.build: arrival processes, length distributions, traces, random streams."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from cbsim.errors import CbsimError
-from cbsim.rng import stream
-from cbsim.scenario import GammaArrival, LognormalLength, PoissonArrival, load_scenario
-from cbsim.traces import load_trace
-from cbsim.workload import build_workload, sample_lengths, synthetic_arrivals
+from cbsim.common.errors import CbsimError
+from cbsim.common.rng import stream
+from cbsim.run.loading import GammaArrival, LognormalLength, PoissonArrival, load_scenario
+from cbsim.workload.build import build_workload, sample_lengths, synthetic_arrivals
+from cbsim.workload.traces import load_trace
 from tests.conftest import small_scenario
 
 AZURE_CONV_ROWS = 19_366

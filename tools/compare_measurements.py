@@ -3,7 +3,7 @@
     python tools/compare_measurements.py [measurements]
 
 Each folder ``measurements/<gpu>/<timer>/<model>`` is what ``cbsim calibrate measure`` wrote on
-that GPU; each line is :func:`cbsim.calibration.compare.compare_measurements` on one table.
+that GPU; each line is :func:`cbsim.studies.calibration.compare.compare_measurements` on one table.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cbsim.calibration.compare import compare_measurements
+from cbsim.studies.calibration.compare import compare_measurements
 
 
 def main(root: Path) -> None:

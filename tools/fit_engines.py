@@ -3,11 +3,11 @@
 Usage: python tools/fit_engines.py [--out results/calibration/e2e]
 
 Each engine's profile starts from its kernels per GPU and its documented defaults
-(cbsim/calibration/engines.py); its step overhead and front-end delay are fitted to the shipped
-H100 closed-loop benchmarks (cbsim/calibration/e2e.py), and every error is measured by full
+(cbsim/studies/calibration/engines.py); its step overhead and front-end delay are fitted to the shipped
+H100 closed-loop benchmarks (cbsim/studies/calibration/e2e.py), and every error is measured by full
 simulation, in-sample and leave-one-model-out; the MoE models (tools/moe_held_out.py), which no term
 is fitted on, are predicted by the new profiles. The profiles go to
-cbsim/data/profiles/engines/<engine>.json; the tables (also quoted in the README) to
+cbsim/catalog/data/profiles/engines/<engine>.json; the tables (also quoted in the README) to
 docs/engines.md and the --out folder. About ten minutes on two cores.
 """
 
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from moe_held_out import section as moe_section  # tools/moe_held_out.py, beside this script
 
-from cbsim.calibration.e2e_report import (
+from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
+from cbsim.studies.calibration.e2e_report import (
     ARGONNE_FRAMEWORKS,
     SHARED_ENGINES,
     error_rows,
@@ -27,11 +28,10 @@ from cbsim.calibration.e2e_report import (
     overhead_at_batches,
     static_batch_check,
 )
-from cbsim.calibration.errors import ape
-from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
+from cbsim.studies.calibration.errors import ape
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINES = ROOT / "cbsim" / "data" / "profiles" / "engines"
+ENGINES = ROOT / "cbsim" / "catalog" / "data" / "profiles" / "engines"
 DOCS = ROOT / "docs" / "engines.md"
 
 

@@ -16,14 +16,19 @@ from typing import Any
 
 import pandas as pd
 
-from cbsim.calibration import comm, mla, moe
-from cbsim.calibration.data import DEFAULT_ENGINE, load_table, measured_engines, measured_gpus
-from cbsim.calibration.fit import moe_family, percent_table, profile_name
-from cbsim.calibration.profile import read_profile, write_json
-from cbsim.errors import CbsimError
-from cbsim.hardware import get_gpu
+from cbsim.catalog.hardware import get_gpu
+from cbsim.common.errors import CbsimError
+from cbsim.studies.calibration import comm, mla, moe
+from cbsim.studies.calibration.data import (
+    DEFAULT_ENGINE,
+    load_table,
+    measured_engines,
+    measured_gpus,
+)
+from cbsim.studies.calibration.fit import moe_family, percent_table, profile_name
+from cbsim.studies.calibration.profile import read_profile, write_json
 
-PROFILES = Path(__file__).resolve().parents[1] / "cbsim" / "data" / "profiles"
+PROFILES = Path(__file__).resolve().parents[1] / "cbsim" / "catalog" / "data" / "profiles"
 
 
 def refit_vllm(gpu: str) -> None:

@@ -2,17 +2,17 @@
 
 Usage: python tools/fit_profiles.py [--no-validate | --transfers-only]
 
-Writes cbsim/data/profiles/<gpu>/<name>.json (+ default.txt naming each GPU's default): one kernel
+Writes cbsim/catalog/data/profiles/<gpu>/<name>.json (+ default.txt naming each GPU's default): one kernel
 profile per GPU and serving engine with shipped kernel tables (``aiconfigurator-vllm`` everywhere,
 B200 included; ``aiconfigurator-trtllm`` and ``aiconfigurator-sglang`` on H100, H200 and B200, with
 MoE fits from their own MoE tables on H100 and B200), the transferred profiles of every GPU
-without tables (MI300X, the PCIe and GeForce cards, GB200, ...: :mod:`cbsim.calibration.transfer`,
+without tables (MI300X, the PCIe and GeForce cards, GB200, ...: :mod:`cbsim.studies.calibration.transfer`,
 each with its transfer's held-out error) and the Vidur profiles; ``--transfers-only`` writes the
 transferred ones alone, from the shipped profiles (a few minutes); the engine profiles
-cbsim/data/profiles/engines/<engine>.json; and docs/calibration.md with every held-out error table
+cbsim/catalog/data/profiles/engines/<engine>.json; and docs/calibration.md with every held-out error table
 quoted in the README, the engine/vLLM kernel-time ratios and the cross-engine prediction checks,
 dense kernels with H200 held out and MoE kernels with B200 held out
-(:mod:`cbsim.calibration.kernel_sources`). Takes about ten minutes on two cores (the
+(:mod:`cbsim.studies.calibration.kernel_sources`). Takes about ten minutes on two cores (the
 cross-validation refits every op family five times per GPU and engine).
 """
 
@@ -23,23 +23,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbsim.calibration import custom_allreduce, fp8_scale, kernel_sources, vidur
-from cbsim.calibration.data import DEFAULT_ENGINE, measured_engines, measured_gpus
-from cbsim.calibration.fit import (
+from cbsim.cost.custom_allreduce import CustomAllreduce
+from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
+from cbsim.studies.calibration import custom_allreduce, fp8_scale, kernel_sources, vidur
+from cbsim.studies.calibration.data import DEFAULT_ENGINE, measured_engines, measured_gpus
+from cbsim.studies.calibration.fit import (
     DEFAULT_NAME,
     fit_profile,
     leave_one_gpu_out,
     percent_table,
     profile_name,
 )
-from cbsim.calibration.overhead import STATIC_BATCH_ENGINES, fit_engine_profile
-from cbsim.calibration.profile import CalibrationProfile, load_profile, write_json
-from cbsim.calibration.transfer import TRANSFERS, transfer_profiles
-from cbsim.cost.custom_allreduce import CustomAllreduce
-from cbsim.cost.engine_profile import load_engine_profile, write_engine_profile
+from cbsim.studies.calibration.overhead import STATIC_BATCH_ENGINES, fit_engine_profile
+from cbsim.studies.calibration.profile import CalibrationProfile, load_profile, write_json
+from cbsim.studies.calibration.transfer import TRANSFERS, transfer_profiles
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = ROOT / "cbsim" / "data" / "profiles"
+PROFILES = ROOT / "cbsim" / "catalog" / "data" / "profiles"
 DOCS = ROOT / "docs" / "calibration.md"
 
 
@@ -190,7 +190,7 @@ def kernel_sections(validate: bool) -> list[str]:
 
 def moe_cross_engine_sections() -> list[str]:
     """Each engine's B200 MoE kernels predicted from H100 without its B200 MoE table
-    (:func:`cbsim.calibration.kernel_sources.moe_cross_engine_predictions`)."""
+    (:func:`cbsim.studies.calibration.kernel_sources.moe_cross_engine_predictions`)."""
     engines = [e for e in measured_engines("b200") if e != DEFAULT_ENGINE]
     predictions = pd.concat(
         [kernel_sources.moe_cross_engine_predictions(engine) for engine in engines],
@@ -202,7 +202,7 @@ def moe_cross_engine_sections() -> list[str]:
         "B200 MoE table: by B200's vLLM fit; by the engine's H100 fit on B200's spec sheet; by "
         "B200's vLLM fit times the engine/vLLM ratio of the two H100 fits at the same shape. No "
         "method wins across the Hopper → Blackwell change, so a GPU of another architecture "
-        "without the engine's MoE table keeps vLLM's (`cbsim/calibration/kernel_sources.py`).\n",
+        "without the engine's MoE table keeps vLLM's (`cbsim/studies/calibration/kernel_sources.py`).\n",
         markdown(percent_table(predictions)) + "\n",
     ]
 
@@ -227,7 +227,7 @@ def _terms(model: CustomAllreduce | None) -> str:
 
 
 def custom_allreduce_sections() -> list[str]:
-    """The engines' own all-reduce priced from its mechanism (cbsim.calibration.custom_allreduce):
+    """The engines' own all-reduce priced from its mechanism (cbsim.studies.calibration.custom_allreduce):
     its held-out error between H100 and H200, and what it prices on A100 and B200."""
     terms = "; ".join(
         f"{label} ({source}): {_terms(custom_allreduce.engine_model(engine))}"
@@ -257,7 +257,7 @@ def custom_allreduce_sections() -> list[str]:
 
 
 def fp8_scale_sections() -> list[str]:
-    """TensorRT-LLM's fp8 GEMM floor (cbsim.calibration.fp8_scale): what it is, held out."""
+    """TensorRT-LLM's fp8 GEMM floor (cbsim.studies.calibration.fp8_scale): what it is, held out."""
     delta = fp8_scale.overhead_s()
     return [
         "## TensorRT-LLM's fp8 GEMM floor: a dynamic-scale pass, kept\n",
@@ -269,7 +269,7 @@ def fp8_scale_sections() -> list[str]:
         "(held out) match the other engines' (table below). It is not taken off the profiles: "
         "the shipped TensorRT-LLM benchmarks serve a bf16 checkpoint in fp8 (dynamic scales), "
         "and refitting on the table less the constant made their TPOT worse, "
-        "leave-one-model-out 6.1 / 18.8 % → 14.0 / 31.7 % (`cbsim/calibration/fp8_scale.py`).\n",
+        "leave-one-model-out 6.1 / 18.8 % → 14.0 / 31.7 % (`cbsim/studies/calibration/fp8_scale.py`).\n",
         markdown(_pct(fp8_scale.holdout_table()).round(2)) + "\n",
     ]
 

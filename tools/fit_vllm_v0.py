@@ -3,10 +3,10 @@
 Usage: python tools/fit_vllm_v0.py
 
 vLLM's V0 engine (0.6 and earlier) runs one synchronous loop per step, so its CPU work adds to the
-kernels. Its documented defaults (cbsim/calibration/engines.py) and the A100 kernel profile give
+kernels. Its documented defaults (cbsim/studies/calibration/engines.py) and the A100 kernel profile give
 each of LLM-Inference-Bench's A100 vLLM static batches a kernel time and step counts; a constant
-and a per-sequence cost per step are fitted to them (cbsim.calibration.overhead), leave one model
-out. Writes cbsim/data/profiles/engines/vllm-v0.json, then checks it by full simulation.
+and a per-sequence cost per step are fitted to them (cbsim.studies.calibration.overhead), leave one model
+out. Writes cbsim/catalog/data/profiles/engines/vllm-v0.json, then checks it by full simulation.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cbsim.calibration.e2e_report import static_batch_check
-from cbsim.calibration.engines import base_profile
-from cbsim.calibration.errors import ape
-from cbsim.calibration.overhead import fit_engine_version
 from cbsim.cost.engine_profile import write_engine_profile
+from cbsim.studies.calibration.e2e_report import static_batch_check
+from cbsim.studies.calibration.engines import base_profile
+from cbsim.studies.calibration.errors import ape
+from cbsim.studies.calibration.overhead import fit_engine_version
 
-TARGET = Path(__file__).resolve().parents[1] / "cbsim" / "data" / "profiles" / "engines"
+TARGET = Path(__file__).resolve().parents[1] / "cbsim" / "catalog" / "data" / "profiles" / "engines"
 
 
 def main() -> None:

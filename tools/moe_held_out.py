@@ -2,7 +2,7 @@
 
 Usage: python tools/moe_held_out.py [--out results/calibration/e2e]
 
-Simulates every unsaturated aggregated MoE run cbsim can lay out (cbsim/calibration/moe_e2e.py:
+Simulates every unsaturated aggregated MoE run cbsim can lay out (cbsim/studies/calibration/moe_e2e.py:
 gpt-oss-120b under vLLM and TensorRT-LLM, Qwen3-235B-A22B fp8 under TensorRT-LLM) with the shipped
 engine
 profiles, whose terms were fitted on dense models only: each MoE model is held out. Writes the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from cbsim.calibration import moe_e2e
+from cbsim.studies.calibration import moe_e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "engines.md"

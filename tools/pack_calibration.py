@@ -1,8 +1,8 @@
-"""Regenerate cbsim/data/calibration/ from the original measurement files.
+"""Regenerate cbsim/catalog/data/calibration/ from the original measurement files.
 
 Usage: python tools/pack_calibration.py SOURCE_DIR [--out DIR]
 
-SOURCE_DIR holds the files as published (see cbsim/data/LICENSES.md): ``calibration/aiconfigurator/
+SOURCE_DIR holds the files as published (see cbsim/catalog/data/LICENSES.md): ``calibration/aiconfigurator/
 {data,systems}``, ``calibration/vidur/{compute,network}``, ``e2e/argonne_a100_static_batch.csv`` and
 ``e2e/aiconfigurator_silicon_h100.csv``. The packed copy keeps only what calibration reads, in
 compact parquet (zstd, float32 latencies in milliseconds, categorical strings), with the source,
@@ -10,7 +10,7 @@ licence and engine version in each file's metadata.
 
 Layout. Kernel tables measured under vLLM (every GPU) sit directly in the GPU's folder, as they
 always have; another serving engine's kernel tables sit in a subfolder named after it (the name
-``cbsim.calibration.data.load_table(..., engine=...)`` takes). NCCL does not depend on the engine,
+``cbsim.studies.calibration.data.load_table(..., engine=...)`` takes). NCCL does not depend on the engine,
 so each GPU has one ``nccl.parquet``:
 
 * ``aiconfigurator/<gpu>/{gemm,decode_attention,prefill_attention,nccl}.parquet``: vLLM (A100
@@ -524,7 +524,7 @@ def main() -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parents[1] / "cbsim" / "data" / "calibration",
+        default=Path(__file__).resolve().parents[1] / "cbsim" / "catalog" / "data" / "calibration",
     )
     args = parser.parse_args()
     pack_aiconfigurator(args.source, args.out)

@@ -1,9 +1,9 @@
-"""Pack llm-d-benchmark's per-request serving runs into cbsim/data/calibration/e2e/.
+"""Pack llm-d-benchmark's per-request serving runs into cbsim/catalog/data/calibration/e2e/.
 
 Usage: python tools/pack_per_request.py SOURCE_DIR [--out FILE]
 
 SOURCE_DIR is the folder of the 56 per-request CSVs and their ``runs.csv`` index as published
-(llm-d/llm-d-benchmark commit 5fbe3ac4, Apache-2.0; see cbsim/data/LICENSES.md). The packed file
+(llm-d/llm-d-benchmark commit 5fbe3ac4, Apache-2.0; see cbsim/catalog/data/LICENSES.md). The packed file
 ``llm_d_a100_per_request.parquet`` holds one row per request with the run's deployment facts
 (``run``, ``deployment``, ``engine_image``, ``replicas``, ``tp``, ``workload``, ``qps``) and the
 client's own columns (``prompt_tokens``, ``generation_tokens``, ``ttft``, ``generation_time``,

@@ -1,10 +1,10 @@
-"""Regenerate the request traces shipped in ``cbsim/data/traces/`` from the original files.
+"""Regenerate the request traces shipped in ``cbsim/catalog/data/traces/`` from the original files.
 
 Usage::
 
-    python tools/pack_traces.py SOURCE_DIR [--out cbsim/data/traces]
+    python tools/pack_traces.py SOURCE_DIR [--out cbsim/catalog/data/traces]
 
-``SOURCE_DIR`` holds the files as published upstream (see ``cbsim/data/LICENSES.md``):
+``SOURCE_DIR`` holds the files as published upstream (see ``cbsim/catalog/data/LICENSES.md``):
 ``azure_llm_conv_2023.csv``, ``azure_llm_code_2023.csv`` and ``mooncake_conversation.jsonl``.
 Each is written as a zstd-compressed parquet file with columns ``arrival_s`` (float64, seconds since
 the first request), ``prompt_tokens`` and ``output_tokens`` (int32), plus ``prefix_hash_ids``
@@ -157,8 +157,8 @@ def main() -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).resolve().parent.parent / "cbsim" / "data" / "traces",
-        help="output directory (default: cbsim/data/traces in this repository)",
+        default=Path(__file__).resolve().parent.parent / "cbsim" / "catalog" / "data" / "traces",
+        help="output directory (default: cbsim/catalog/data/traces in this repository)",
     )
     args = parser.parse_args()
     pack(args.source_dir, args.out)

@@ -1,5 +1,5 @@
 """Write each shipped engine profile's memory rule and release ranges from
-cbsim/calibration/engine_releases.py, leaving its fitted terms as they are (tools/fit_engines.py
+cbsim/studies/calibration/engine_releases.py, leaving its fitted terms as they are (tools/fit_engines.py
 writes them too, with a refit).
 
     python tools/write_engine_facts.py
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cbsim.calibration.engine_releases import MEMORY_RULES, RELEASES
 from cbsim.cost.engine_profile import read_engine_profile, write_engine_profile
+from cbsim.studies.calibration.engine_releases import MEMORY_RULES, RELEASES
 
-ENGINES = Path(__file__).resolve().parents[1] / "cbsim" / "data" / "profiles" / "engines"
+ENGINES = (
+    Path(__file__).resolve().parents[1] / "cbsim" / "catalog" / "data" / "profiles" / "engines"
+)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cbsim.errors import CbsimError
+from cbsim.common.errors import CbsimError
 
 # Batch entries with at most this many new tokens run in the bandwidth-bound decode attention
 # kernel (decode steps, speculative verification, the tail chunk of a prefill); larger ones run the

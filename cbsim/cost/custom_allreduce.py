@@ -19,7 +19,7 @@ through their own one-shot / two-shot kernels over NVLink peer memory (vLLM's an
 ``S`` is the message (bytes), ``B`` the GPU's NVLink bandwidth per direction (the catalog's
 ``nvlink_bandwidth``), ``L(n) = latency + latency_per_peer · (n − 1)``. The latencies and the
 efficiency ``η`` are fitted to one GPU's measured custom all-reduce
-(:mod:`cbsim.calibration.custom_allreduce`); on another GPU the latencies are scaled by that GPU's
+(:mod:`cbsim.studies.calibration.custom_allreduce`); on another GPU the latencies are scaled by that GPU's
 measured small-message NCCL latency over the fitted GPU's (``reference_latency_s`` at
 ``reference_size_bytes``, per GPU count): the synchronisation is NVLink round trips and a launch,
 which NCCL's smallest messages measure on every GPU. A model, not a measurement: no custom
@@ -39,7 +39,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cbsim.limits import ENGINE_TIME
+from cbsim.common.limits import ENGINE_TIME
 
 MAX_CUSTOM_BYTES = 8.0 * 2**20
 """vLLM's ``CustomAllreduce`` default ``max_size`` (messages below it run the custom kernel)."""

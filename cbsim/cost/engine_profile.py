@@ -38,7 +38,7 @@ which fill in whatever a scenario leaves unset, and the **range** of batch sizes
 fitted on: a simulation far outside it says so in its summary. ``engine: none`` is the bare
 roofline: no overhead, no front end, no defaults.
 
-Profiles are JSON (``schema_version`` 2), shipped in ``cbsim/data/profiles/engines/`` and written by
+Profiles are JSON (``schema_version`` 2), shipped in ``cbsim/catalog/data/profiles/engines/`` and written by
 ``cbsim calibrate e2e``; a path to such a file works wherever an engine name does. Version-1 files
 (``overhead_s``, ``overhead_per_request_s``, ``overhead_per_token_s``, not overlapped) still load.
 """
@@ -60,7 +60,10 @@ from pydantic import (
     model_validator,
 )
 
-from cbsim import outputs
+from cbsim.common import output_folders as outputs
+from cbsim.common.documents import decode_utf8, parse_json
+from cbsim.common.errors import CbsimError, canonical_name, did_you_mean
+from cbsim.common.limits import BatchSize, BlockSize, EngineSeconds, TokenCount
 from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.engine_version import (
     Release,
@@ -71,9 +74,6 @@ from cbsim.cost.engine_version import (
 )
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.profile import Measured as KernelMeasured
-from cbsim.documents import decode_utf8, parse_json
-from cbsim.errors import CbsimError, canonical_name, did_you_mean
-from cbsim.limits import BatchSize, BlockSize, EngineSeconds, TokenCount
 
 SCHEMA_VERSION = 2
 BARE = "none"
@@ -460,7 +460,7 @@ def write_engine_profile(profile: EngineProfile, path: Path) -> Path:
 
 
 def _shipped_dir() -> Any:
-    return files("cbsim") / "data" / "profiles" / ENGINE_DIR
+    return files("cbsim.catalog") / "data" / "profiles" / ENGINE_DIR
 
 
 def engine_names() -> list[str]:

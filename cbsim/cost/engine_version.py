@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cbsim.errors import CbsimError
+from cbsim.common.errors import CbsimError
 
 VERSION_SEPARATOR = "@"
 _RELEASE = re.compile(r"^v?(\d+(?:\.\d+){0,3})(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*(?:\+[\w.]+)?$")

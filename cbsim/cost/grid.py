@@ -9,7 +9,7 @@ nodes around it, and a penalty on second differences keeps the surface smooth, s
 measured — held out, or of a new model — get the correction of their neighbours.
 
 This module holds the grid a cost model reads (:class:`LogGrid`) and its multilinear
-interpolation; fitting one is calibration's business (:func:`cbsim.calibration.grid.fit_log_grid`).
+interpolation; fitting one is calibration's business (:func:`cbsim.studies.calibration.grid.fit_log_grid`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each engine decides at start-up how much GPU memory its KV cache gets, by a rule
 prints the result (``GPU KV cache size: N tokens``, ``max_total_num_tokens=N``, ``Allocated X GiB
 for max tokens in paged KV cache (N)``). :class:`MemoryRule` names the rule and holds the few
 quantities it needs that are not the model's or the GPU's: what the engine's profiling run finds
-beside the weights. :mod:`cbsim.engine_memory` applies it.
+beside the weights. :mod:`cbsim.cost.engine_memory` applies it.
 
 * ``vllm`` (V1 engine): the budget is the GPU's total memory as CUDA reports it times
   ``gpu_memory_utilization``; the weights, the peak activations of one profiling forward of

@@ -2,9 +2,9 @@
 
 MLA compresses each token's keys and values into one ``kv_lora_rank``-wide latent plus a
 ``qk_rope_head_dim``-wide rotary key shared by all heads; that is all the KV cache holds (so every
-tensor-parallel rank keeps all of it: :func:`cbsim.kvcache.kv_bytes_per_token_per_gpu`). vLLM runs
+tensor-parallel rank keeps all of it: :func:`cbsim.memory.kvcache.kv_bytes_per_token_per_gpu`). vLLM runs
 the module two ways, which is what the measured tables time (projections and attention together,
-for ``h`` query heads on one GPU; :mod:`cbsim.calibration.mla` fits them):
+for ``h`` query heads on one GPU; :mod:`cbsim.studies.calibration.mla` fits them):
 
 * **decode** (absorbed): each query head's no-rope part is mapped into the latent space through
   ``W_UK``, attention runs over the cached latents directly (one 576-wide key per token for all
@@ -33,12 +33,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbsim.catalog.hardware import GPU
+from cbsim.catalog.model_bytes import DTYPE_BYTES
+from cbsim.catalog.models import ModelShape
+from cbsim.common.errors import CbsimError
 from cbsim.cost.params import CostParams
 from cbsim.cost.profile import FALLBACK_GPU, CalibrationProfile, RooflineFit, profiles_to_try
-from cbsim.errors import CbsimError
-from cbsim.hardware import GPU
-from cbsim.model_bytes import DTYPE_BYTES
-from cbsim.models import ModelShape
 
 __all__ = ["FEATURES", "MlaPricing", "fit_key", "mla_pricing", "mla_terms", "mla_weight_params"]
 

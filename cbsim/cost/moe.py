@@ -6,7 +6,7 @@ An MoE layer's MLP is a router, ``num_experts`` routed experts of which each tok
 shared experts are plain GEMMs (priced as such by :class:`~cbsim.cost.roofline.CostModel`); the
 routed experts run as one fused kernel whose time this module gives: FLOPs over the (token,
 expert) pairs, bytes over the weights of the experts that see a token (each read once, whatever
-its token count), plus the kernel's buffers over every pair. :mod:`cbsim.calibration.moe` fits
+its token count), plus the kernel's buffers over every pair. :mod:`cbsim.studies.calibration.moe` fits
 its efficiencies and correction to each engine's measured kernels (per weight dtype, token routing
 and kernel path) and documents the formulas; :class:`MoePricing` picks the fit for a served model.
 
@@ -23,7 +23,7 @@ SGLang or TensorRT-LLM on H100 and B200, the engine's kernel profile, fitted on 
 tables); H100's profile of the same engine on this GPU's spec sheet (SGLang and TensorRT-LLM on
 H200, whose MoE kernels were not measured); the GPU's default profile (vLLM's kernels: an engine
 on a GPU without its tables, A100, L40S, MI300X, where the engine/vLLM ratio that moves its
-GEMMs does not carry over to MoE kernels, ``cbsim.calibration.kernel_sources``); else H100's
+GEMMs does not carry over to MoE kernels, ``cbsim.studies.calibration.kernel_sources``); else H100's
 default applied to this GPU's spec sheet (H200, L40S, MI300X measured none); uncalibrated, the
 raw roofline with the GEMM efficiencies of :class:`~cbsim.cost.params.CostParams`.
 
@@ -54,11 +54,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbsim.catalog.hardware import GPU
+from cbsim.catalog.models import ModelShape
+from cbsim.common.errors import CbsimError
 from cbsim.cost.params import CostParams
 from cbsim.cost.profile import FALLBACK_GPU, CalibrationProfile, MoeFit, profiles_to_try
-from cbsim.errors import CbsimError
-from cbsim.hardware import GPU
-from cbsim.models import ModelShape
 
 __all__ = [
     "EXPERT_ROUTINGS",

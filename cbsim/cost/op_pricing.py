@@ -16,6 +16,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from cbsim.catalog.hardware import GPU, get_gpu
+from cbsim.catalog.model_bytes import (
+    DTYPE_BYTES,
+    dense_weight_dtype,
+    kv_heads_per_shard,
+    stage_layers,
+)
+from cbsim.catalog.models import ModelShape, expert_parallel_problem, get_model
+from cbsim.common.errors import CbsimError
 from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
 from cbsim.cost.mla import mla_pricing
@@ -28,10 +37,6 @@ from cbsim.cost.profile import (
     RooflineFit,
     load_profile,
 )
-from cbsim.errors import CbsimError
-from cbsim.hardware import GPU, get_gpu
-from cbsim.model_bytes import DTYPE_BYTES, dense_weight_dtype, kv_heads_per_shard, stage_layers
-from cbsim.models import ModelShape, expert_parallel_problem, get_model
 
 DEFAULT_ENGINE = "vllm"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "fp4", "mxfp4", "int8", "int4", "fp32")
@@ -46,7 +51,7 @@ where no table measured their own (:func:`gemm_fit_for`): Marlin's int4 GEMMs mu
 16-bit tensor cores; int8 W8A8 runs vLLM's ``cutlass_scaled_mm``, the kernel its fp8 W8A8
 GEMMs run, on 8-bit tensor cores of the same peak on Hopper and Ada (where the GPU has no fp8
 tensor cores, A100, the fp8 fit is Marlin's weight-only one and bf16's is taken); fp32 GEMMs
-are cuBLAS's SGEMM on the CUDA cores (no TF32: :attr:`cbsim.hardware.GPU.fp32_flops`), priced
+are cuBLAS's SGEMM on the CUDA cores (no TF32: :attr:`cbsim.catalog.hardware.GPU.fp32_flops`), priced
 at their own bytes and fp32 peak with the bf16 GEMMs' efficiency."""
 TRANSFERRED_ATTENTION_FITS: dict[str, str] = {"fp32": "bf16"}
 """The measured attention fit a KV-cache precision no table measured borrows (applied to its
@@ -252,7 +257,7 @@ class OpPricing:
                 f"kv_dtype must be one of {', '.join(KV_DTYPES)}, got {self.kv_dtype!r}",
                 field="kv_dtype",
             )
-        from cbsim.quantization import kv_dtype_problem
+        from cbsim.catalog.quantization import kv_dtype_problem
 
         problem = kv_dtype_problem(dtype, self.kv_dtype)
         if problem is not None:
@@ -637,7 +642,7 @@ class OpPricing:
 
     def moe_layer_time(self, tokens: int, local: int | None = None) -> float:
         """Seconds for one MoE layer's MLP at ``tokens`` tokens on one GPU: the router, the routed
-        experts (:mod:`cbsim.calibration.moe`'s fit) and the shared experts. With attention data
+        experts (:mod:`cbsim.studies.calibration.moe`'s fit) and the shared experts. With attention data
         parallelism ``tokens`` are all ranks' (the routed experts see them all); the router and
         the shared experts run on a rank's share, ``local``."""
         if self._moe is None or tokens <= 0:

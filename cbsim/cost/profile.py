@@ -5,12 +5,12 @@ calibration fitted: per GEMM dtype a floor, a compute and a memory efficiency an
 correction over (m, n, k); the same for decode and prefill attention per KV-cache dtype; all-reduce
 latency by message size per GPU count; element-wise kernel bandwidth. What a serving engine adds
 beyond its kernels lives in engine profiles (:mod:`cbsim.cost.engine_profile`). Profiles ship in
-``cbsim/data/profiles/`` and are written by ``cbsim calibrate fit``; simulation reads only these
+``cbsim/catalog/data/profiles/`` and are written by ``cbsim calibrate fit``; simulation reads only these
 small files, never the measurement tables.
 
 This module holds what a cost model reads: the profile types, reading and loading them, and their
 predictions. Writing a fitted profile is calibration's business
-(:func:`cbsim.calibration.profile.write_json`).
+(:func:`cbsim.studies.calibration.profile.write_json`).
 
 Every file carries ``schema_version``; a file that does not parse or has another version is an
 error naming it — there is no silent fallback to defaults.
@@ -19,7 +19,7 @@ A GPU without kernel measurements has a *transferred* profile: a small file nami
 profile it is ``based_on``, whose dimensionless fits (efficiencies, floors, corrections) then
 price this GPU's kernels on its own spec sheet. Its provenance records the error that transfer
 carries, measured by holding out GPUs that do have tables (``transfer error <family>`` entries,
-written by :mod:`cbsim.calibration.transfer`), and :func:`transfer_note` says it in a line. The
+written by :mod:`cbsim.studies.calibration.transfer`), and :func:`transfer_note` says it in a line. The
 source's measured all-reduce and all-to-all curves carry over only between equal links
 (:func:`keeps_collectives`); elsewhere collectives take the roofline ring on the GPU's own link.
 """
@@ -36,10 +36,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
+from cbsim.catalog.hardware import get_gpu
+from cbsim.common.documents import decode_utf8, parse_json
+from cbsim.common.errors import CbsimError, unknown_name
 from cbsim.cost.grid import LogGrid
-from cbsim.documents import decode_utf8, parse_json
-from cbsim.errors import CbsimError, unknown_name
-from cbsim.hardware import get_gpu
 
 SCHEMA_VERSION = 1
 PROFILE_DIR = "profiles"
@@ -143,7 +143,7 @@ class RooflineFit(_Strict):
 class MoeFit(_Strict):
     """One MoE layer's routed experts: ``floor + max(FLOPs / (peak · compute_eff), bytes /
     (bandwidth · memory_eff)) + buffer_weight · buffer bytes / bandwidth``, times
-    ``exp(correction(features))`` (see :mod:`cbsim.calibration.moe`)."""
+    ``exp(correction(features))`` (see :mod:`cbsim.studies.calibration.moe`)."""
 
     floor_s: float = Field(ge=0.0)
     compute_eff: float = Field(gt=0.0, le=1.5)
@@ -244,7 +244,7 @@ def read_profile(path: Path | Any) -> CalibrationProfile:
 
 
 def _shipped_dir() -> Any:
-    return files("cbsim") / "data" / PROFILE_DIR
+    return files("cbsim.catalog") / "data" / PROFILE_DIR
 
 
 DEFAULT_PROFILE = "default"

@@ -27,7 +27,7 @@ This module is the layer assembly: how the ops of :mod:`cbsim.cost.op_pricing` (
 one GPU) add up to an iteration, per layer and over the layers a GPU runs, with its share of the
 batch under attention data parallelism or pipeline stages, plus the engine's step overhead. A batch
 comes as its sums (:mod:`cbsim.cost.batch_stats`). The decode-step pricing is also compiled here
-into the tables the numba kernels of :mod:`cbsim.compiled` read (:func:`compile_cost`), so those
+into the tables the numba kernels of :mod:`cbsim.cost.compiled` read (:func:`compile_cost`), so those
 kernels sit below the cost model and know nothing of it.
 """
 
@@ -38,7 +38,11 @@ from typing import Any
 
 import numpy as np
 
-from cbsim.compiled import (
+from cbsim.catalog.hardware import GPU
+from cbsim.catalog.model_bytes import model_weight_bytes, split_weight_bytes
+from cbsim.catalog.models import ModelShape
+from cbsim.cost.batch_stats import DECODE_QUERY_MAX, BatchStats
+from cbsim.cost.compiled import (
     EXTRA,
     FIT_AXIS0,
     FIT_AXIS1,
@@ -63,7 +67,7 @@ from cbsim.compiled import (
     FloatArray,
     stepped_seconds,
 )
-from cbsim.cost.batch_stats import DECODE_QUERY_MAX, BatchStats
+from cbsim.cost.kernel_call import KernelCall
 from cbsim.cost.op_pricing import (
     DEFAULT_ENGINE,
     ELEMENTWISE_KERNELS_PER_LAYER,
@@ -78,10 +82,6 @@ from cbsim.cost.op_pricing import (
 )
 from cbsim.cost.params import CostParams
 from cbsim.cost.profile import UNCALIBRATED, RooflineFit
-from cbsim.hardware import GPU
-from cbsim.kernel_call import KernelCall
-from cbsim.model_bytes import model_weight_bytes, split_weight_bytes
-from cbsim.models import ModelShape
 
 __all__ = [
     "DECODE_QUERY_MAX",
@@ -320,7 +320,7 @@ class CostModel(OpPricing):
         """Iteration seconds for a batch given by its stats (the sum of :meth:`breakdown_stats`).
 
         Where the model compiles (:func:`compile_cost`), its attention and the engine's step
-        overhead are one compiled call (:func:`cbsim.compiled.stepped_seconds`: the same float
+        overhead are one compiled call (:func:`cbsim.cost.compiled.stepped_seconds`: the same float
         operations in the same order, so the same seconds); otherwise
         :meth:`python_time_stats`."""
         if stats.num_tokens <= 0:
@@ -532,7 +532,7 @@ def _stepped_pricing(
 
 
 def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
-    """``cost``'s prefill-attention fit as :func:`cbsim.compiled.prefill_attention` reads it:
+    """``cost``'s prefill-attention fit as :func:`cbsim.cost.compiled.prefill_attention` reads it:
     (its fields, its correction grid); None when it cannot be compiled."""
     fields = _compiled_fit(cost, cost._prefill_fit_model)
     if fields is None:

@@ -10,6 +10,6 @@ with :mod:`~cbsim.schema.engine_defaults` filling in what the serving engine wou
 
 The schema depends on the catalogs (models, GPUs, engine profiles) and on nothing that consumes a
 scenario. Reading a file, overrides and the checks that need the workload generator or the
-traces are the loading layer above it, :mod:`cbsim.scenario`, which also re-exports every section
-so ``from cbsim.scenario import Scenario, load_scenario`` keeps working.
+traces are the loading layer above it, :mod:`cbsim.run.loading`, which also re-exports every section
+so ``from cbsim.run.loading import Scenario, load_scenario`` keeps working.
 """

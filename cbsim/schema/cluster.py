@@ -11,8 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from cbsim.errors import CbsimError, unknown_name
-from cbsim.limits import (
+from cbsim.catalog.quantization import INTEGER_FORMATS, canonical_dtype, kv_dtype_problem
+from cbsim.common.errors import CbsimError, unknown_name
+from cbsim.common.limits import (
     REPLICAS,
     IntervalSeconds,
     LoadBandwidth,
@@ -21,7 +22,6 @@ from cbsim.limits import (
     TimeOffset,
     TokenCount,
 )
-from cbsim.quantization import INTEGER_FORMATS, canonical_dtype, kv_dtype_problem
 from cbsim.schema.base import StrictModel
 
 DType = Annotated[
@@ -29,16 +29,16 @@ DType = Annotated[
     BeforeValidator(canonical_dtype),
 ]
 """A weight format; its other names (``awq``, ``gptq``, ``w4a16``, ``w8a8``, ``nvfp4``,
-``float32``...) are read as it (:data:`cbsim.quantization.DTYPE_ALIASES`)."""
+``float32``...) are read as it (:data:`cbsim.catalog.quantization.DTYPE_ALIASES`)."""
 KvDType = Annotated[Literal["bf16", "fp16", "fp8", "fp32"], BeforeValidator(canonical_dtype)]
-"""A KV-cache precision (``fp32`` only under fp32 weights: :func:`cbsim.quantization.kv_dtype_problem`)."""
+"""A KV-cache precision (``fp32`` only under fp32 weights: :func:`cbsim.catalog.quantization.kv_dtype_problem`)."""
 
 
 def _integer_checkpoint(model: Any) -> str | None:
     """``int4`` or ``int8`` when ``model`` names an integer-quantized checkpoint, else None
     (unreadable or unknown models are reported by the ``model`` field's own check; a
     ``config.json`` quantized in a format cbsim does not model is refused here)."""
-    from cbsim.models import checkpoint_format
+    from cbsim.catalog.models import checkpoint_format
 
     if not isinstance(model, str):
         return None
@@ -53,7 +53,7 @@ class KvOffload(StrictModel):
     """A CPU tier under the prefix cache: blocks evicted from GPU memory are kept in ``cpu_gib``
     GiB of host memory per GPU and loaded back at ``bandwidth_gib_s`` GiB/s per GPU (PCIe; Gen5
     x16 moves about 50 GB/s each way, 25 is a realistic sustained rate) when a request reuses
-    them (:mod:`cbsim.prefix_cache`)."""
+    them (:mod:`cbsim.memory.prefix_cache`)."""
 
     cpu_gib: Annotated[float, NotBool, Field(gt=0.0, le=65536.0)]
     bandwidth_gib_s: Annotated[float, NotBool, Field(gt=0.0, le=10000.0)] = 25.0
@@ -94,7 +94,7 @@ class Pool(StrictModel):
 
 class KvTransfer(StrictModel):
     """The link a request's KV cache crosses from its prefill instance to its decode instance
-    (:mod:`cbsim.kv_transfer`). ``link``: ``auto`` (NVLink where the two instances share a node,
+    (:mod:`cbsim.memory.kv_transfer`). ``link``: ``auto`` (NVLink where the two instances share a node,
     else the NICs' RDMA), ``nvlink`` or ``rdma``. ``bandwidth_gb_s`` (10^9 bytes/s, the whole
     link's) and ``latency_s`` (per transfer) override the link's defaults from the hardware
     catalog. ``layerwise``: each layer's KV leaves as soon as the prefill has computed it
@@ -121,7 +121,7 @@ AUTOSCALE_METRICS = ("queue", "kv_utilization", "rps")
 
 
 class Autoscale(StrictModel):
-    """A fleet that follows its load (:mod:`cbsim.autoscale`), as a Kubernetes Horizontal Pod
+    """A fleet that follows its load (:mod:`cbsim.engine.autoscale`), as a Kubernetes Horizontal Pod
     Autoscaler scales a serving Deployment: ``max_replicas`` replicas are built, of which
     ``initial_replicas`` (default ``min_replicas``) serve from t = 0. Every ``interval_s`` the
     autoscaler reads ``metric`` over the serving replicas (``queue``: waiting requests per replica;
@@ -197,7 +197,7 @@ class Cluster(StrictModel):
     (``meta-llama/Llama-3.1-70B-Instruct``; no network), or a ``config.json`` path.
 
     ``dtype`` is the weights' precision (``fp4`` = NVFP4, Blackwell only; ``int4`` = 4-bit
-    weight-only AWQ/GPTQ/w4a16, ``int8`` = W8A8, NVIDIA only: :mod:`cbsim.quantization`;
+    weight-only AWQ/GPTQ/w4a16, ``int8`` = W8A8, NVIDIA only: :mod:`cbsim.catalog.quantization`;
     ``fp32`` = vLLM's ``--dtype float32``, every tensor and the KV cache in 4 bytes, GEMMs at
     the GPU's fp32 peak without TF32, dense models only); unset,
     an integer-quantized checkpoint's own format where ``model`` names one (its Hugging Face id,
@@ -207,7 +207,7 @@ class Cluster(StrictModel):
     defaults for this GPU (see :func:`apply_engine_defaults`).
 
     ``prefix_caching``: whether finished requests' KV blocks stay cached for later requests with
-    the same prompt prefix (:mod:`cbsim.prefix_cache`); unset, what the engine does by default
+    the same prompt prefix (:mod:`cbsim.memory.prefix_cache`); unset, what the engine does by default
     (vLLM, SGLang and TensorRT-LLM: on; ``none`` and the other profiles: off). It only matters for
     requests whose prompt content is known: a replayed trace with prefix block ids, or
     sessions. ``kv_offload`` adds a CPU tier to it (:class:`KvOffload`).
@@ -326,7 +326,7 @@ class Cluster(StrictModel):
     def _pipeline_layout(self) -> Cluster:
         """``pp`` stages split the model's layers; with attention data parallelism as well the
         layout is not modelled."""
-        from cbsim.models import get_model
+        from cbsim.catalog.models import get_model
 
         if self.pp > 1:
             if self.dp > 1:
@@ -369,7 +369,7 @@ class Cluster(StrictModel):
         if problem is not None:
             raise ValueError(problem)
         if self.dtype == "fp32":
-            from cbsim.models import get_model
+            from cbsim.catalog.models import get_model
 
             model = get_model(self.model)
             if model.is_moe or model.is_mla:
@@ -384,7 +384,7 @@ class Cluster(StrictModel):
     def _expert_only_dtype(self) -> Cluster:
         """``mxfp4`` stores a mixture of experts' routed experts (gpt-oss); the rest is bf16."""
         if self.dtype == "mxfp4":
-            from cbsim.models import get_model
+            from cbsim.catalog.models import get_model
 
             if not get_model(self.model).is_moe:
                 raise ValueError(
@@ -397,7 +397,7 @@ class Cluster(StrictModel):
     def _expert_parallel_layout(self) -> Cluster:
         """``ep`` > 1 spreads a mixture of experts' experts over the tensor-parallel group (vLLM's
         ``--enable-expert-parallel`` without data parallelism: ep = tp)."""
-        from cbsim.models import expert_parallel_problem, get_model
+        from cbsim.catalog.models import expert_parallel_problem, get_model
 
         problem = expert_parallel_problem(get_model(self.model), self.tp, self.ep, self.dp)
         if problem is not None:
@@ -415,7 +415,7 @@ class Cluster(StrictModel):
     @classmethod
     def _known_gpu(cls, gpu: str) -> str:
         """The catalog spelling of the GPU (names compare without case)."""
-        from cbsim.hardware import get_gpu
+        from cbsim.catalog.hardware import get_gpu
 
         try:
             return get_gpu(gpu).name
@@ -428,7 +428,7 @@ class Cluster(StrictModel):
         """The catalog spelling of a catalog model or Hugging Face id (compared without case;
         an id stays an id, so its checkpoint is what a plan launches); a config.json path as
         given, once it reads as a supported model (errors name the key in the file)."""
-        from cbsim.models import get_model, model_spelling
+        from cbsim.catalog.models import get_model, model_spelling
 
         try:
             get_model(model)

@@ -1,6 +1,6 @@
 """Engine defaults: the keys a scenario leaves unset, filled from its serving engine's profile
 for its GPU (scheduler kind and budgets, KV-cache precision). The GPU memory the engine takes is
-its memory rule's (:mod:`cbsim.engine_memory`), applied where the replica is built.
+its memory rule's (:mod:`cbsim.cost.engine_memory`), applied where the replica is built.
 """
 
 from __future__ import annotations
@@ -65,10 +65,10 @@ def _memory_flag_set(cluster: Any) -> bool:
 
 
 def _default_memory_flag(scenario: ScenarioParts, profile: Any) -> float:
-    """What the engine takes when no memory flag is given (:func:`cbsim.engine_memory.default_fraction`);
+    """What the engine takes when no memory flag is given (:func:`cbsim.cost.engine_memory.default_fraction`);
     the cluster's own default where its model or GPU is unknown (a later check says so)."""
-    from cbsim.engine_memory import default_fraction
-    from cbsim.errors import CbsimError
+    from cbsim.common.errors import CbsimError
+    from cbsim.cost.engine_memory import default_fraction
     from cbsim.schema.replica_memory import replica_inputs
 
     try:

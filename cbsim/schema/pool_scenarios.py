@@ -10,7 +10,7 @@ from typing import Any, Generic, Literal
 
 from pydantic import ValidationError
 
-from cbsim.errors import CbsimError
+from cbsim.common.errors import CbsimError
 from cbsim.schema.cluster import Cluster, Pool
 from cbsim.schema.engine_defaults import apply_engine_defaults
 from cbsim.schema.problems import validation_problem

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cbsim.errors import CbsimError
-from cbsim.suggestions import key_hint
+from cbsim.common.errors import CbsimError
+from cbsim.schema.suggestions import key_hint
 
 
 def _format_loc(loc: Sequence[int | str]) -> str:

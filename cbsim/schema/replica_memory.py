@@ -1,12 +1,12 @@
 """A scenario's replica in the engines' memory terms: the model, GPU, parallelism, precisions and
 batching limits one replica of a resolved scenario sizes its KV cache from
-(:class:`cbsim.engine_memory.MemoryInputs`), and its memory plan under its engine's rule.
+(:class:`cbsim.cost.engine_memory.MemoryInputs`), and its memory plan under its engine's rule.
 """
 
 from __future__ import annotations
 
+from cbsim.cost.engine_memory import MemoryInputs, MemoryPlan, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
-from cbsim.engine_memory import MemoryInputs, MemoryPlan, plan_memory
 from cbsim.schema.scenario_parts import ScenarioParts
 
 __all__ = ["replica_inputs", "replica_memory"]
@@ -21,8 +21,8 @@ def replica_inputs(
 ) -> MemoryInputs:
     """What one replica of a resolved scenario sizes its cache from (``fraction``: the memory
     flag, None for the engine's default)."""
-    from cbsim.hardware import get_gpu
-    from cbsim.models import get_model
+    from cbsim.catalog.hardware import get_gpu
+    from cbsim.catalog.models import get_model
 
     cluster = scenario.cluster
     sched = scenario.scheduler
@@ -53,7 +53,7 @@ def replica_memory(
     extra_kv_bytes_per_token: float = 0.0,
 ) -> MemoryPlan:
     """The memory of one replica of a resolved scenario (its engine's defaults applied:
-    :func:`cbsim.scenario.apply_engine_defaults`) under its engine's ``rule``, with the memory
+    :func:`cbsim.run.loading.apply_engine_defaults`) under its engine's ``rule``, with the memory
     flag ``cluster.gpu_memory_utilization`` read as the engine's own (vLLM's
     ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``, TensorRT-LLM's
     ``free_gpu_memory_fraction``): the user's, else the engine's default that resolving the

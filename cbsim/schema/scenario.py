@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
 
-from cbsim.limits import Seconds, Seed, WindowSeconds
+from cbsim.common.limits import Seconds, Seed, WindowSeconds
 from cbsim.schema.base import StrictModel
 from cbsim.schema.cluster import Cluster, Pool
 from cbsim.schema.pool_scenarios import pool_plans_of
@@ -19,12 +19,12 @@ from cbsim.schema.workload import Workload
 
 
 def _duration_text(value: Any) -> Any:
-    """A target written with its unit (``"300ms"``, ``"0.3s"``: :mod:`cbsim.slo_syntax`) as
+    """A target written with its unit (``"300ms"``, ``"0.3s"``: :mod:`cbsim.schema.slo_syntax`) as
     seconds; anything else as it is."""
     if not isinstance(value, str):
         return value
-    from cbsim.errors import CbsimError
-    from cbsim.slo_syntax import parse_duration
+    from cbsim.common.errors import CbsimError
+    from cbsim.schema.slo_syntax import parse_duration
 
     try:
         return parse_duration(value, default_unit="s", field="slo")
@@ -56,7 +56,7 @@ class Scenario(StrictModel):
     The run drains: it ends when every admitted request has finished, unless ``horizon_s`` stops
     it earlier (requests still in the system are then reported unfinished). ``fast_forward``
     advances runs of pure-decode iterations in one event (identical results, see
-    :mod:`cbsim.decode_run`); turn it off to step every iteration.
+    :mod:`cbsim.engine.decode_run`); turn it off to step every iteration.
     """
 
     name: str = "scenario"
@@ -89,7 +89,7 @@ class Scenario(StrictModel):
         return [n for n in names if getattr(wl, n) is None]
 
     def to_dict(self) -> dict[str, Any]:
-        """The resolved scenario as plain data (round-trips through :func:`cbsim.scenario.load_scenario`).
+        """The resolved scenario as plain data (round-trips through :func:`cbsim.run.loading.load_scenario`).
 
         A pooled cluster (``disaggregation`` or ``pools``) has no ``replicas`` of its own, and
         each pool is written with every setting its replicas ran with (:func:`_resolved_pools`),

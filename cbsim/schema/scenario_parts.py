@@ -2,7 +2,7 @@
 sections, and a copy with some of them replaced.
 
 The pools a cluster is split into (:mod:`cbsim.schema.pools`), the engine's defaults
-(:mod:`cbsim.schema.engine_defaults`) and a replica's memory (:mod:`cbsim.engine_memory`) work on
+(:mod:`cbsim.schema.engine_defaults`) and a replica's memory (:mod:`cbsim.cost.engine_memory`) work on
 a scenario, and the scenario (:class:`cbsim.schema.scenario.Scenario`) writes its pools out with
 them; they name it by these protocols, so that it can sit above them.
 """

@@ -17,8 +17,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from cbsim.errors import CbsimError
-from cbsim.limits import BatchSize, BlockSize, NotBool, TokenCount
+from cbsim.common.errors import CbsimError
+from cbsim.common.limits import BatchSize, BlockSize, NotBool, TokenCount
 from cbsim.schema.base import StrictModel
 
 
@@ -43,7 +43,7 @@ class Scheduler(StrictModel):
     overlap schedulers), so its CPU work hides behind the GPU's, at a price: a request that
     reaches the scheduler while a step runs (or as one ends) missed the batch already formed and
     joins the step after next. An idle engine takes it at once. Off unless set (the shipped
-    engine profiles were fitted without it: :mod:`cbsim.calibration.engines`).
+    engine profiles were fitted without it: :mod:`cbsim.studies.calibration.engines`).
 
     Each kind reads only some keys (:attr:`USED_KEYS`): a key the user sets that the kind does not
     read is an error naming the scheduler, never a setting silently ignored. Only the

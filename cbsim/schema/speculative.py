@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from cbsim.limits import BatchSize, Concentration, Divergence, NotBool, StepCount
+from cbsim.common.limits import BatchSize, Concentration, Divergence, NotBool, StepCount
 from cbsim.schema.base import StrictModel, default_kind
 from cbsim.schema.cluster import Cluster
 
@@ -74,7 +74,7 @@ class PositionalAcceptance(StrictModel):
     unconditional``: rate i is the fraction of verify steps that accepted position i, as engines
     publish it (vLLM: EAGLE-3 on Llama-3.1-8B, k = 3, MT-Bench 0.73 / 0.52 / 0.35, mean acceptance
     length 1 + Σ = 2.60); non-increasing, converted to conditional rates u_i / u_(i−1).
-    ``profile`` names a published pair (:mod:`cbsim.speculative.acceptance_profiles`) and sets
+    ``profile`` names a published pair (:mod:`cbsim.catalog.acceptance_profiles`) and sets
     ``rates`` and ``form: unconditional``. ``concentration``: each request scales the rates by
     its own level θ / m, θ ~ Beta(m·c, (1 − m)·c) around the mean rate m.
     """
@@ -92,7 +92,7 @@ class PositionalAcceptance(StrictModel):
     def _profile(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("profile") is None:
             return data
-        from cbsim.speculative.acceptance_profiles import acceptance_profile
+        from cbsim.catalog.acceptance_profiles import acceptance_profile
 
         try:
             profile = acceptance_profile(str(data["profile"]))
@@ -224,7 +224,7 @@ class BatchTablePolicy(StrictModel):
     table: list[tuple[BatchSize, BatchSize, Annotated[int, Field(ge=0, le=32)]]] = Field(
         default_factory=lambda: [(1, 8, 4), (9, 32, 2), (33, 100_000, 0)], min_length=1
     )
-    # an engine's documented table (cbsim.speculative.engine_presets), in place of ``table``
+    # an engine's documented table (cbsim.catalog.engine_presets), in place of ``table``
     preset: str | None = None
 
     @model_validator(mode="before")
@@ -232,7 +232,7 @@ class BatchTablePolicy(StrictModel):
     def _preset(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("preset") is None:
             return data
-        from cbsim.speculative.engine_presets import preset_table
+        from cbsim.catalog.engine_presets import preset_table
 
         try:
             rows = preset_table(str(data["preset"]))
@@ -270,7 +270,7 @@ class AdaptiveHysteresisPolicy(StrictModel):
     accepted drafts s moves the tier one up when s + 1 ≥ k + ½ + ``up_hysteresis`` and one down
     when s + 1 < k_lower + ½ − ``down_hysteresis``; one state per replica and batch-size range
     (``batch_ranges``; sizes outside every range share one more). See
-    :mod:`cbsim.speculative.adaptive_hysteresis`."""
+    :mod:`cbsim.engine.speculative.adaptive_hysteresis`."""
 
     kind: Literal["adaptive_hysteresis"]
     candidate_steps: list[DraftLength] = Field(default_factory=lambda: [1, 3, 7], min_length=1)
@@ -317,6 +317,6 @@ class Speculative(StrictModel):
     acceptance: Acceptance = Field(default_factory=IidAcceptance)
     policy: KPolicy = Field(default_factory=FixedPolicy)
     # TensorRT-LLM's k = 0 defect: "stale" drafters lose their state in a step with k = 0 and
-    # accept only a ``stale_acceptance_scale`` share of drafts after (cbsim.speculative.drafter_state)
+    # accept only a ``stale_acceptance_scale`` share of drafts after (cbsim.engine.speculative.drafter_state)
     drafter_state_at_k0: Literal["kept", "stale"] = "kept"
     stale_acceptance_scale: Probability = 0.1

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from cbsim.limits import (
+from cbsim.common.limits import (
     RATE,
     SIMULATED_TIME,
     ClientCount,
@@ -114,7 +114,7 @@ class StagesArrival(StrictModel):
     delivered) and ``gap_s`` more seconds have passed, so stage start times come out of the
     simulation and stages never overlap. The stages say how many requests are sent: leave
     ``num_requests`` and ``duration_s`` out. Requests gain a ``stage`` column (0, 1, ...) and the
-    summary per-stage figures (``stage0_ttft_p50_s``, ...; see :func:`cbsim.metrics.stage_summary`)."""
+    summary per-stage figures (``stage0_ttft_p50_s``, ...; see :func:`cbsim.engine.recorder.stage_summary`)."""
 
     kind: Literal["stages"]
     stages: list[Stage] = Field(min_length=1, max_length=MAX_STAGES)
@@ -170,7 +170,7 @@ class RateCurveArrival(StrictModel):
     ``workload.duration_s`` or after ``workload.num_requests`` requests (both optional here). The
     draw is exact: unit-rate exponential gaps (the scenario's ``arrivals`` stream) mapped through
     the inverse of the integrated rate, so the expected count in a window is the rate's integral
-    over it (:func:`cbsim.arrivals.rate_curve_arrivals`). ``max_concurrency`` as for
+    over it (:func:`cbsim.workload.arrivals.rate_curve_arrivals`). ``max_concurrency`` as for
     :class:`PoissonArrival`."""
 
     kind: Literal["rate_curve"]
@@ -314,7 +314,7 @@ class SystemPrompt(StrictModel):
 
 
 class Sessions(StrictModel):
-    """Multi-turn conversations (:mod:`cbsim.sessions`). Sessions start by ``workload.arrival``
+    """Multi-turn conversations (:mod:`cbsim.workload.sessions`). Sessions start by ``workload.arrival``
     (poisson or gamma; its rate counts sessions per second), ``count`` of them or as many as
     start within ``workload.duration_s``. A session has ``turns`` turns; turn t sends the whole
     conversation so far as its prompt (the system prompt, every earlier user message and answer,
@@ -351,7 +351,7 @@ class PromptPool(StrictModel):
     dataset, vLLM's ``prefix_repetition``, genai-perf's prefix prompts): ``system_prompts``
     system prompts of ``system_tokens`` tokens each (a length distribution, or a number: fixed),
     each with ``questions`` questions of its own of ``question_tokens`` tokens, drawn once
-    (:mod:`cbsim.prompt_pool`). Every request's prompt is one system prompt (prompt r, r = 1, 2,
+    (:mod:`cbsim.workload.prompt_pool`). Every request's prompt is one system prompt (prompt r, r = 1, 2,
     ..., with probability proportional to 1 / r**zipf; 0: all alike) followed by one of its
     questions (uniformly), drawn with replacement, so prompts recur and the prefix cache reuses
     the system prompts and whole recurring prompts as a server would. The pool replaces

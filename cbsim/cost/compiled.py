@@ -1,0 +1,394 @@
+"""Compiled cost arithmetic: a cost model's decode-step pricing as numbers a numba kernel can read.
+
+The engine advances pure-decode stretches of a replica (with or without speculation) in one SimPy
+event (:mod:`cbsim.engine.decode_run`, :mod:`cbsim.engine.speculative.fast_run`). Those kernels price thousands
+of iterations each; calling back into the Python cost model per iteration would cost more than
+everything else they do. So a :class:`CostModel` is *compiled* once into a :class:`CompiledCost`:
+
+* the kernels that depend only on the batch's token count (the four linear layers, element-wise
+  kernels, all-reduces and the LM head of a decode or verify batch, where every token is sampled)
+  as a table indexed by token count, filled by the Python cost model itself, so the values are its
+  own;
+* the decode-attention fit (efficiencies, floor and the correction grid specialised to the model's
+  head layout), evaluated by :func:`decode_attention` with the same float operations in the same
+  order as :meth:`CostModel.attention_time`, so bit for bit the same seconds;
+* the engine's step overhead as plain floats (:meth:`CostModel.step_time`'s arithmetic).
+
+A stepped iteration (prefill chunks and decodes, one SimPy event each) is priced the same way in
+one call (:func:`stepped_seconds`): the batch's non-attention kernels from the cost model's own
+cache, the decode attention as above, and the prefill attention by its fit passed as two arrays
+(:func:`prefill_attention`), so :meth:`CostModel.time_stats` makes one compiled call per iteration
+instead of a dozen Python ones.
+
+A cost model that cannot be compiled (a GPU priced through another GPU's kernel ratios, a
+correction over more than two features) gives None, and callers fall back to the Python path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+# attention modes
+ROOFLINE = 0  # uncalibrated: max(compute, memory) + floor with the raw efficiencies
+FIT_PLAIN = 1  # a fitted roofline without correction
+FIT_GRID1 = 2  # with a correction over one feature (batch or context)
+FIT_GRID2 = 3  # with a correction over both
+
+TABLE_CHUNK = 256
+# rows of CompiledCost.tables
+TOKEN, LINEAR, HEAD, EXTRA, LINEAR_FLOOR, HEAD_FLOOR = range(6)
+TABLE_ROWS = 6
+
+
+class CompiledCost(NamedTuple):
+    """A cost model's decode pricing as plain numbers (see the module docstring).
+
+    Its arrays are two, not one per table: a kernel that receives the tuple unpacks (and
+    reference-counts) every array in it, per call, so fewer arrays make calls cheaper."""
+
+    # tables[row, n] by token count n (rows TOKEN .. HEAD_FLOOR): TOKEN the non-attention kernels
+    # of a decode batch of n tokens, split as LINEAR (the layers' GEMMs, norms and all-reduces at
+    # n tokens) + HEAD (the LM head for n sampled positions), the same float; EXTRA a per-step
+    # GEMM priced on top (an EAGLE head's fusion layer); LINEAR_FLOOR and HEAD_FLOOR the least
+    # LINEAR / HEAD from n on (suffix minima): no step of n or more tokens costs less than these
+    # in those kernels, what lets the goodput sweep stop early
+    tables: FloatArray
+    mode: int
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    kv_bytes: float
+    attn_peak: float
+    bandwidth: float
+    floor_s: float
+    compute_eff: float
+    memory_eff: float
+    # the correction grid: axis 0 (grid[:axis0_size]), axis 1 (the next axis1_size), then the
+    # values, row-major with stride0
+    grid: FloatArray
+    axis0_size: int
+    axis1_size: int
+    stride0: int
+    uses_batch: bool  # a one-feature grid over the batch (else over the context)
+    # step overhead: cpu, per request, per token, serial, serial per request, overlap, zero
+    cpu_s: float
+    cpu_per_request_s: float
+    cpu_per_token_s: float
+    serial_s: float
+    serial_per_request_s: float
+    overlap: bool
+    overhead_zero: bool
+    # the engine's CPU time per step never falls with more tokens (a non-negative per-token term)
+    overhead_rises: bool
+
+    @property
+    def size(self) -> int:
+        """Token counts the tables cover: 0 .. size - 1."""
+        return int(self.tables.shape[1])
+
+    def _row(self, row: int) -> FloatArray:
+        values: FloatArray = self.tables[row]
+        return values
+
+    @property
+    def token_s(self) -> FloatArray:
+        return self._row(TOKEN)
+
+    @property
+    def linear_s(self) -> FloatArray:
+        return self._row(LINEAR)
+
+    @property
+    def head_s(self) -> FloatArray:
+        return self._row(HEAD)
+
+    @property
+    def extra_s(self) -> FloatArray:
+        return self._row(EXTRA)
+
+    @property
+    def linear_floor_s(self) -> FloatArray:
+        return self._row(LINEAR_FLOOR)
+
+    @property
+    def head_floor_s(self) -> FloatArray:
+        return self._row(HEAD_FLOOR)
+
+
+@numba.njit(cache=True, inline="always")
+def _log2_feature(value: float) -> float:
+    return math.log2(value) if value > 1e-30 else -100.0
+
+
+@numba.njit(cache=True, inline="always")
+def _cell(grid: FloatArray, lo: int, size: int, x: float) -> tuple[int, float]:
+    """The cell of the axis ``grid[lo:lo + size]`` holding ``x`` (clamped to the axis's ends) and
+    the weight of its upper edge."""
+    top = size - 2
+    i = int(np.searchsorted(grid[lo : lo + size], x, side="right")) - 1
+    i = 0 if i < 0 else (top if i > top else i)
+    low, high = grid[lo + i], grid[lo + i + 1]
+    w = float((x - low) / (high - low))
+    w = 0.0 if w < 0.0 else (1.0 if w > 1.0 else w)
+    return i, w
+
+
+@numba.njit(cache=True)
+def _correction(
+    mode: int,
+    uses_batch: bool,
+    grid: FloatArray,
+    axis0_size: int,
+    axis1_size: int,
+    stride0: int,
+    batch: float,
+    per_request: float,
+) -> float:
+    """The correction grid (a :class:`CompiledCost`'s ``grid`` and its sizes) at (``batch``,
+    ``per_request``), interpolated bilinearly in log2 of its features (given the grid, not the
+    whole cost tuple: a call then costs less than its arithmetic)."""
+    if mode == FIT_GRID1:
+        i, w = _cell(grid, 0, axis0_size, _log2_feature(batch if uses_batch else per_request))
+        flat = axis0_size
+        return float(0.0 + (1.0 - w) * grid[flat + i] + w * grid[flat + i + 1])
+    i, w0 = _cell(grid, 0, axis0_size, _log2_feature(batch))
+    j, w1 = _cell(grid, axis0_size, axis1_size, _log2_feature(per_request))
+    base = axis0_size + axis1_size + i * stride0 + j
+    low, high = 1.0 - w0, w0
+    return float(
+        0.0
+        + low * (1.0 - w1) * grid[base]
+        + low * w1 * grid[base + 1]
+        + high * (1.0 - w1) * grid[base + stride0]
+        + high * w1 * grid[base + stride0 + 1]
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def attention_factor(c: CompiledCost, requests: int, context_tokens: int) -> float:
+    """The calibrated correction of decode attention (a factor on the fitted roofline) for
+    ``requests`` requests whose caches hold ``context_tokens`` tokens before the step; 1 when
+    the fit has no grid. It does not depend on how many tokens each request adds, so one factor
+    serves every candidate draft length of a batch."""
+    return _grid_factor(
+        c.mode,
+        c.uses_batch,
+        c.grid,
+        c.axis0_size,
+        c.axis1_size,
+        c.stride0,
+        requests,
+        context_tokens,
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _grid_factor(
+    mode: int,
+    uses_batch: bool,
+    grid: FloatArray,
+    axis0_size: int,
+    axis1_size: int,
+    stride0: int,
+    requests: int,
+    tokens: int,
+) -> float:
+    """A fit's correction grid as a factor for ``requests`` requests over ``tokens`` tokens in
+    all (read per request, at least one of each); 1 for a fit without a grid."""
+    if mode != FIT_GRID1 and mode != FIT_GRID2:
+        return 1.0
+    batch = requests if requests > 1 else 1
+    per_request = tokens / batch
+    per_request = per_request if per_request > 1.0 else 1.0
+    return math.exp(
+        _correction(mode, uses_batch, grid, axis0_size, axis1_size, stride0, batch, per_request)
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_decode_attention(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float
+) -> float:
+    """:func:`decode_attention` given its :func:`attention_factor`."""
+    return _attention_seconds(
+        c, c.mode, c.floor_s, c.compute_eff, c.memory_eff, tokens, kv_tokens, pairs, factor
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _attention_seconds(
+    c: CompiledCost,
+    mode: int,
+    floor_s: float,
+    compute_eff: float,
+    memory_eff: float,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    factor: float,
+) -> float:
+    """One layer's attention over a group by a fit (``mode``, its floor and efficiencies) and its
+    correction ``factor``: :meth:`CostModel.attention_time`'s arithmetic, ``c`` giving the
+    model's heads and the GPU."""
+    if tokens <= 0:
+        return 0.0
+    flops = 4.0 * pairs * c.q_heads * c.head_dim
+    bytes_moved = (
+        kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
+        + 2 * tokens * c.q_heads * c.head_dim * 2.0
+    )
+    t_compute = flops / (c.attn_peak * compute_eff)
+    t_memory = bytes_moved / (c.bandwidth * memory_eff)
+    if mode == ROOFLINE:
+        return max(t_compute, t_memory) + floor_s
+    fitted = floor_s + (t_compute if t_compute >= t_memory else t_memory)
+    if mode != FIT_PLAIN:
+        fitted = fitted * factor
+    light = bytes_moved / c.bandwidth
+    return fitted if fitted > light else light
+
+
+@numba.njit(cache=True)
+def decode_attention(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int
+) -> float:
+    """One layer's decode attention (:meth:`CostModel.attention_time` with ``decode=True``)."""
+    if tokens <= 0:
+        return 0.0
+    factor = attention_factor(c, requests, kv_tokens - tokens)
+    return scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+
+
+# a prefill fit as prefill_attention reads it (compile_prefill): its fields in this order
+FIT_MODE, FIT_USES_BATCH, FIT_FLOOR, FIT_COMPUTE, FIT_MEMORY, FIT_AXIS0, FIT_AXIS1, FIT_STRIDE0 = (
+    range(8)
+)
+
+
+@numba.njit(cache=True)
+def prefill_attention(
+    c: CompiledCost,
+    fit: FloatArray,
+    grid: FloatArray,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    requests: int,
+) -> float:
+    """One layer's prefill attention (:meth:`CostModel.attention_time` with ``decode=False``)
+    by the prefill fit ``fit`` (fields ``FIT_MODE`` ..) and its correction ``grid``
+    (:func:`cbsim.cost.roofline.compile_prefill`); the correction reads the new tokens per
+    request where the decode one reads the cached context."""
+    if tokens <= 0:
+        return 0.0
+    mode = int(fit[FIT_MODE])
+    factor = _grid_factor(
+        mode,
+        fit[FIT_USES_BATCH] != 0.0,
+        grid,
+        int(fit[FIT_AXIS0]),
+        int(fit[FIT_AXIS1]),
+        int(fit[FIT_STRIDE0]),
+        requests,
+        tokens,
+    )
+    return _attention_seconds(
+        c, mode, fit[FIT_FLOOR], fit[FIT_COMPUTE], fit[FIT_MEMORY], tokens, kv_tokens, pairs, factor
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> float:
+    """:meth:`CostModel.step_time`: the engine's CPU work added to ``gpu_s`` of kernels."""
+    if c.overhead_zero:
+        return gpu_s
+    cpu = c.cpu_s + c.cpu_per_request_s * requests + c.cpu_per_token_s * tokens
+    serial = c.serial_s + c.serial_per_request_s * requests
+    if c.overlap:
+        return (gpu_s if gpu_s > cpu else cpu) + serial
+    return gpu_s + cpu + serial
+
+
+@numba.njit(cache=True, inline="always")
+def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
+    """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
+    gpu = c.tables[TOKEN, requests] + c.layers * decode_attention(
+        c, requests, kv_tokens, float(kv_tokens), requests
+    )
+    return step_seconds(c, gpu, requests, requests)
+
+
+@numba.njit(cache=True)
+def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, pairs: float) -> (
+    float
+):  # fmt: skip
+    """:meth:`CostModel.time_stats` of a batch of decode/verify entries only (every token
+    sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
+    pairs."""
+    factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
+    return scaled_step_seconds(c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, factor)
+
+
+@numba.njit(cache=True, inline="always")
+def scaled_step_seconds(
+    c: CompiledCost,
+    requests: int,
+    tokens: int,
+    sampled: int,
+    prefill_attention_s: float,
+    decode_tokens: int,
+    decode_kv_tokens: int,
+    decode_pairs: float,
+    factor: float,
+) -> float:
+    """:meth:`CostModel.time_stats` of a batch given by its stats: ``tokens`` in all (``sampled``
+    of them sampled) over ``requests`` requests, one layer's prefill attention already priced
+    (``prefill_attention_s``), and its decode entries' attention sums (with their
+    :func:`attention_factor`)."""
+    gpu = (
+        (c.tables[LINEAR, tokens] + c.tables[HEAD, sampled])
+        + c.layers * prefill_attention_s
+        + c.layers
+        * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)
+    )
+    return step_seconds(c, gpu, requests, tokens)
+
+
+@numba.njit(cache=True)
+def stepped_seconds(
+    c: CompiledCost,
+    fit: FloatArray,
+    grid: FloatArray,
+    token_s: float,
+    requests: int,
+    tokens: int,
+    prefill_tokens: int,
+    prefill_kv_tokens: int,
+    prefill_pairs: float,
+    prefill_requests: int,
+    decode_tokens: int,
+    decode_kv_tokens: int,
+    decode_pairs: float,
+    decode_requests: int,
+) -> float:
+    """:meth:`CostModel.time_stats` of any batch given by its stats, its kernels other than
+    attention already priced (``token_s``): both attention kernels over every layer (the prefill
+    one by the fit ``fit``/``grid`` of :func:`prefill_attention`) and the engine's step."""
+    gpu = (
+        token_s
+        + c.layers
+        * prefill_attention(
+            c, fit, grid, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
+        )
+        + c.layers
+        * decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
+    )
+    return step_seconds(c, gpu, requests, tokens)

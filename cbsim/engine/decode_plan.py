@@ -1,0 +1,53 @@
+"""The plan of a decode run: the type the engine's planner (:mod:`cbsim.engine.decode_run`) and a
+speculative run (:mod:`cbsim.engine.speculative.fast_run`) produce and a scheduler applies
+(:meth:`cbsim.engine.scheduler.base.SchedulerPolicy.apply_decode_run`).
+
+It imports nothing engine-side, so the schedulers can use it without knowing the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(slots=True)
+class SpecColumns:
+    """A speculative run's per-iteration columns (as the recorder keeps them for stepped ones)."""
+
+    verify: list[int]
+    drafted: list[int]
+    accepted: list[int]
+    k_min: list[int]
+    k_max: list[int]
+    draft_s: list[float]
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """A planned run of ``len(durations)`` pure-decode iterations starting at ``starts[0]``.
+
+    Without speculation every running request emits one token per iteration; a speculative run
+    (:mod:`cbsim.engine.speculative.fast_run`) also has its emitted and plain-decode tokens, its
+    speculative columns, the outputs still to come after each iteration and its effects."""
+
+    starts: list[float]
+    durations: list[float]
+    batch_sizes: list[int]
+    kv_used: list[int]
+    end_s: float
+    kv_used_after: int
+    # running requests whose previous token came before the replica's previous iteration (set
+    # when the run is applied; their first token in the run has a gap of its own)
+    paused_at_start: int = 0
+    emitted: list[int] | None = None
+    decode_tokens: list[int] | None = None
+    speculation: SpecColumns | None = None
+    remaining_after: list[int] | None = None
+    spec: Any = None
+    # the running requests' outputs still to come when the run started (in running order)
+    remaining: Any = None
+
+    @property
+    def iterations(self) -> int:
+        return len(self.durations)

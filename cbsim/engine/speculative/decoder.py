@@ -1,0 +1,388 @@
+"""Speculative decoding inside the batch: one decoder per request, verification in the target step.
+
+After the scheduler forms an iteration's batch, :meth:`SpeculativeDecoding.plan` decides every
+decoding request's draft length k (its own controller proposes, the k policy decides for the
+batch), clamps k so the request cannot overshoot its output length, and reserves KV for the k + 1
+tokens the target will verify (reducing k, never preempting, when blocks are short). The iteration
+then costs the proposer's drafting plus one target forward in which each speculating request
+processes q = k + 1 tokens. When it completes, :meth:`SpeculativeDecoding.verify` draws how many
+drafts each request accepted from the acceptance model; the scheduler emits accepted + 1 tokens and
+releases the KV of the rejected ones.
+
+Per request it keeps what the three seed implementations kept, computed correctly: steps, drafted,
+accepted, an EMA of the per-step acceptance rate (weight 0.1, the first sample sets it), the running
+conditional-acceptance estimate used by batch-aware policies, and the draft and target time spent.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from cbsim.common.rng import stream
+from cbsim.cost import BatchStats, CostModel
+from cbsim.cost.kernel_call import KernelCall
+from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
+from cbsim.engine.speculative.drafter_state import check_vocabulary, mark_skipped, stale_accepted
+from cbsim.engine.speculative.goodput_kernel import (
+    CompiledProposer,
+    choose_goodput,
+    compiled_proposer,
+    goodput_k,
+)
+from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
+from cbsim.engine.speculative.policies import (
+    AlphaEstimator,
+    BatchView,
+    GoodputK,
+    KController,
+    KPolicy,
+    StaticController,
+    StepOutcome,
+    check_outcome,
+    make_policy,
+)
+from cbsim.engine.speculative.proposers import Proposer, make_proposer
+from cbsim.memory.kvcache import blocks_for_tokens
+from cbsim.schema.speculative import Speculative
+from cbsim.workload.request import Request
+
+if TYPE_CHECKING:
+    from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
+
+EMA_WEIGHT = 0.1
+GROUPED_ENTRIES = 32
+"""From this many speculating requests in a batch on, their verify entries are added to its stats
+grouped by k (numpy's fixed cost is then below the per-entry loop's)."""
+PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a request's α
+
+
+class SpecState:
+    """One request's speculative decoder."""
+
+    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha", "stale")
+
+    def __init__(self, controller: KController, model_alpha: float) -> None:
+        self.controller = controller
+        self.model_alpha = model_alpha
+        # the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)
+        self.stale = False
+        # running α estimate; its prior mean is the cluster-wide estimate at each use
+        self.alpha = AlphaEstimator(weight=PRIOR_STRENGTH)
+        self.ema_acceptance = math.nan
+
+    @property
+    def rejections(self) -> int:
+        """Verification steps that stopped at a rejected draft."""
+        return self.alpha.rejected
+
+
+class SpeculativeDecoding:
+    """The speculative decoders of every request on one cluster (shared policy and models)."""
+
+    def __init__(
+        self, config: Speculative, target: CostModel, seed: int, source: str | None = None
+    ) -> None:
+        self.policy: KPolicy = make_policy(config.policy)
+        self.acceptance: AcceptanceModel = make_acceptance_model(config.acceptance, source)
+        self.proposer: Proposer = make_proposer(config.proposer, target)
+        self.target = target
+        self.seed = seed
+        check_vocabulary(config.proposer, target)
+        # TensorRT-LLM's k = 0 defect (see cbsim.engine.speculative.drafter_state)
+        self.stale_drafter = config.drafter_state_at_k0 == "stale"
+        self.stale_scale = float(config.stale_acceptance_scale)
+        self._stale_rngs: dict[int, np.random.Generator] = {}
+        # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
+        # likelihood over its steps, the model's prior before any), so that a replica advanced
+        # ahead of the others in one event draws and learns exactly as if stepped
+        self._draw_rngs: dict[int, np.random.Generator] = {}
+        self._request_rngs: dict[int, np.random.Generator] = {}
+        self._replica_alphas: dict[int, AlphaEstimator] = {}
+        # the goodput policy (per batch or per request) chooses k in compiled code when the cost
+        # models compile
+        self._compiled_goodput: CompiledProposer | None = None
+        per_request = isinstance(self.policy, GoodputK) and self.policy.per_request
+        self._goodput_call = KernelCall(goodput_k_per_request if per_request else goodput_k)
+        # whether requests' k controllers learn from outcomes (batch-level policies' do not)
+        self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
+        policy = self.policy
+        self._per_request_goodput = per_request
+        if isinstance(policy, GoodputK):
+            drafter = compiled_proposer(self.proposer, target)
+            if not isinstance(drafter, str):
+                self._compiled_goodput = drafter
+
+    def draw_rng(self, replica: int) -> np.random.Generator:
+        """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
+        rng = self._draw_rngs.get(replica)
+        if rng is None:
+            extra = (replica,) if replica else ()
+            rng = self._draw_rngs[replica] = stream(self.seed, "acceptance", *extra)
+        return rng
+
+    def stale_rng(self, replica: int) -> np.random.Generator:
+        """Replica ``replica``'s draws thinning stale drafters' acceptance."""
+        rng = self._stale_rngs.get(replica)
+        if rng is None:
+            rng = self._stale_rngs[replica] = stream(self.seed, "acceptance:stale", replica)
+        return rng
+
+    def _request_rng(self, replica: int) -> np.random.Generator:
+        rng = self._request_rngs.get(replica)
+        if rng is None:
+            extra = (replica,) if replica else ()
+            rng = self._request_rngs[replica] = stream(self.seed, "acceptance:requests", *extra)
+        return rng
+
+    def replica_alpha(self, replica: int) -> AlphaEstimator:
+        """What replica ``replica`` has learnt of α over its steps."""
+        estimate = self._replica_alphas.get(replica)
+        if estimate is None:
+            estimate = AlphaEstimator(prior=self.acceptance.prior_alpha(), weight=0.0)
+            self._replica_alphas[replica] = estimate
+        return estimate
+
+    # ------------------------------------------------------------------ per request
+
+    def state(self, req: Request) -> SpecState:
+        spec = req.spec
+        if spec is None:
+            rng = self._request_rng(max(req.replica, 0))
+            spec = SpecState(self.policy.controller(), self.acceptance.start(req, rng))
+            req.spec = spec
+        assert isinstance(spec, SpecState)
+        return spec
+
+    def states(self, reqs: Sequence[Request]) -> list[SpecState]:
+        """:meth:`state` of each of ``reqs``, in order."""
+        states = []
+        for req in reqs:
+            spec = req.spec
+            states.append(spec if isinstance(spec, SpecState) else self.state(req))
+        return states
+
+    def prior_alpha(self, replica: int = 0) -> float:
+        """The replica's conditional acceptance so far (the model's prior before any step)."""
+        return self.replica_alpha(replica).value
+
+    # ------------------------------------------------------------------ per iteration
+
+    def plan(self, batch: Batch, sched: SchedulerPolicy, replica: int = 0) -> float:
+        """Choose k per decoding request, reserve KV, rewrite the batch; returns the draft seconds."""
+        requests = batch.requests
+        new_tokens = batch.new_tokens
+        ks_all = [0] * len(requests)
+        batch.ks = ks_all
+        # one pass: the decoding entries' states and figures, the prefill chunks' stats
+        entries: list[int] = []
+        reqs: list[Request] = []
+        states: list[SpecState] = []
+        alpha_list: list[float] = []
+        remaining_list: list[int] = []
+        context_list: list[int] = []
+        prefill = BatchStats()
+        prior = self.prior_alpha(replica)
+        for i, req in enumerate(requests):
+            kv = req.kv_tokens
+            if kv < req.prefill_target:
+                q = new_tokens[i]
+                prefill.add(q, kv, batch_sampled(req, q))
+                continue
+            spec = req.spec
+            if not isinstance(spec, SpecState):
+                spec = self.state(req)
+            entries.append(i)
+            reqs.append(req)
+            states.append(spec)
+            alpha_list.append(spec.alpha.estimate(prior))
+            remaining_list.append(req.output_tokens - req.generated)
+            context_list.append(kv)
+        batch.decoding = entries
+        if not entries:
+            return 0.0
+        alphas = np.array(alpha_list)
+        remaining = np.array(remaining_list, dtype=np.int64)
+        contexts = np.array(context_list, dtype=np.int64)
+
+        context_sum = int(contexts.sum())
+        count = len(reqs)
+
+        def step_time(ks: Sequence[int]) -> float:
+            k_low, k_high = min(ks), max(ks)
+            if k_low != k_high:
+                return self.step_time(prefill, contexts, np.asarray(ks, dtype=np.int64))
+            stats = prefill.copy()
+            stats.add_many(count, k_high + 1, context_sum)
+            return self.proposer.draft_time_uniform(
+                count, k_high, context_sum
+            ) + self.target.time_stats(stats)
+
+        def step_time_sweep(caps: np.ndarray) -> list[float]:
+            """``step_time(min(k, caps))`` for k = 0 .. caps.max(): the same floats, with the
+            draft steps priced once (see ``Proposer.draft_time_sweep``)."""
+            drafts = self.proposer.draft_time_sweep(caps, contexts)
+            floor = int(caps.min())
+            times = []
+            for k, draft in enumerate(drafts):
+                if k <= floor:  # every request drafts k: the uniform path of step_time
+                    stats = prefill.copy()
+                    stats.add_many(count, k + 1, context_sum)
+                    times.append(draft + self.target.time_stats(stats))
+                else:
+                    times.append(self._target_time(prefill, contexts, np.minimum(k, caps), draft))
+            return times
+
+        compiled = None
+        if self._compiled_goodput is not None:
+            compiled = choose_goodput(
+                self._compiled_goodput, self.policy.k_max, self.target, self.proposer, alphas,
+                remaining, contexts, prefill, self._goodput_call, self._per_request_goodput,
+            )  # fmt: skip
+        if compiled is not None:
+            ks = compiled
+        else:
+            view = BatchView(
+                batch_size=len(batch.requests),
+                proposals=[s.controller.k for s in states],
+                alphas=alphas,
+                remaining=remaining,
+                step_time=step_time,
+                step_time_sweep=step_time_sweep,
+                replica=replica,
+            )
+            ks = np.asarray(self.policy.choose(view), dtype=np.int64)
+        if self.stale_drafter:
+            mark_skipped(states, ks)
+        chosen = np.minimum(ks, remaining - 1)
+        chosen = np.maximum(chosen, 0)
+        chosen_ks = chosen.tolist()
+        # within the step's token budget (drafts cut in batch order to what the scheduled tokens
+        # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
+        # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
+        # entries in order, since every term is a multiple of 1/2 far below 2**53
+        block_size = sched.kv.block_size
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
+        for j, req in enumerate(reqs):
+            k = chosen_ks[j]
+            if k > spare:
+                k = spare
+            if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
+                while k > 0 and not sched._try_grow(req, k + 1):
+                    k -= 1
+            chosen_ks[j] = k
+            spare -= k
+            ks_all[entries[j]] = k
+            new_tokens[entries[j]] = k + 1
+        chosen = np.array(chosen_ks, dtype=np.int64)
+        stats = prefill.copy()
+        if count >= GROUPED_ENTRIES:
+            add_verify_entries(stats, chosen, contexts)
+        else:
+            queries = [k + 1 for k in chosen_ks]
+            stats.add_entries(queries, context_list, queries)
+        batch.stats = stats
+        batch.prefill_tokens = prefill.num_tokens
+        batch.decode_tokens = chosen_ks.count(0)
+        draft = self.proposer.draft_time(chosen, contexts)
+        batch.draft_s = draft
+        return draft
+
+    def step_time(self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray) -> float:
+        """Predicted iteration seconds if the decoding requests draft ``ks`` (broadcast)."""
+        ks = np.broadcast_to(ks, contexts.shape)
+        return self._target_time(prefill, contexts, ks, self.proposer.draft_time(ks, contexts))
+
+    def _target_time(
+        self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray, draft: float
+    ) -> float:
+        """``draft`` plus the target's step over the prefill work and the requests verifying
+        ``ks`` drafts (grouped by k, ascending)."""
+        stats = prefill.copy()
+        add_verify_entries(stats, ks, contexts)
+        return draft + self.target.time_stats(stats)
+
+    def verify(self, batch: Batch, replica: int = 0) -> None:
+        """Draw each speculating request's accepted drafts and update its decoder."""
+        ks_all = batch.ks
+        assert ks_all is not None
+        accepted_all = [0] * len(batch.requests)
+        batch.accepted = accepted_all
+        rows = [i for i, k in enumerate(ks_all) if k > 0]
+        for i in batch.decoding:
+            batch.requests[i].decode_steps += 1
+        if not rows:
+            return
+        reqs = [batch.requests[i] for i in rows]
+        ks = np.array([ks_all[i] for i in rows], dtype=np.int64)
+        states = self.states(reqs)
+        model_alphas = np.array([s.model_alpha for s in states])
+        drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
+        if self.stale_drafter:
+            drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
+        accepted = drawn.tolist()
+        if self.policy.observes_batches:
+            self.policy.observe_batch(replica, ks.tolist(), accepted)
+        learns = self._controllers_learn
+        accepted_sum = rejected_sum = 0
+        for j, i in enumerate(rows):
+            req, spec, k, a = reqs[j], states[j], ks_all[i], accepted[j]
+            check_outcome(k, a)
+            accepted_all[i] = a
+            rejected = 1 if a < k else 0
+            spec.alpha.observe_counts(a, rejected)
+            accepted_sum += a
+            rejected_sum += rejected
+            rate = a / k
+            spec.ema_acceptance = (
+                rate
+                if math.isnan(spec.ema_acceptance)
+                else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * spec.ema_acceptance
+            )
+            if learns:
+                spec.controller.observe(StepOutcome(drafted=k, accepted=a))
+            req.spec_steps += 1
+            req.drafted_tokens += k
+            req.accepted_tokens += a
+        self.replica_alpha(replica).observe_counts(accepted_sum, rejected_sum)
+
+
+UNBUDGETED = 1 << 62
+"""The draft room of a step whose scheduler puts no budget on decodes."""
+
+
+def draft_room(budget: int | None, scheduled: int) -> int:
+    """Drafts a step may add to its ``scheduled`` tokens (prefill chunks and one per decode)
+    within the scheduler's token ``budget`` (None: unbudgeted).
+
+    vLLM V1 schedules a running request's ``num_tokens_with_spec - num_computed_tokens`` tokens
+    capped by what is left of the token budget and trims its draft tokens to what was scheduled
+    (``vllm/v1/core/sched/scheduler.py``); TensorRT-LLM's ``MicroBatchScheduler`` counts a
+    generation request as ``beamWidth + numDraftTokens`` against ``maxNumTokens``. cbsim forms the
+    batch first and cuts the drafts, request by request in batch order, to the room it leaves."""
+    if budget is None:
+        return UNBUDGETED
+    return max(0, budget - scheduled)
+
+
+def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) -> None:
+    """Add the verify entries of requests drafting ``ks`` over ``contexts`` cached tokens (k + 1
+    queries each, all sampled) to ``stats``, grouped by k: every term of the sums is a whole
+    number or a half far below 2**53, so the sums are those of adding the entries one by one."""
+    counts = np.bincount(ks)
+    context_sums = np.bincount(ks, weights=contexts)
+    for k in np.flatnonzero(counts).tolist():
+        stats.add_many(int(counts[k]), k + 1, int(context_sums[k]))
+
+
+def batch_sampled(req: Request, new_tokens: int) -> int:
+    """Logits a prefill chunk needs: one when it completes the prefill, else none."""
+    return 1 if req.kv_tokens + new_tokens >= req.prefill_target else 0
+
+
+def release_rejected(req: Request, block_size: int) -> int:
+    """Blocks a request holds beyond what its KV now needs (freed after a verification step)."""
+    return max(0, req.blocks - blocks_for_tokens(req.kv_tokens, block_size))

@@ -1,0 +1,788 @@
+"""Speculative decode runs: many speculative iterations of a replica computed in one compiled call.
+
+A replica whose running requests are all decoding repeats one kind of iteration until something
+outside it changes (an arrival, a finish while requests wait, the KV cache running short, the
+horizon): the k policy chooses each request's draft length from the batch, the proposer drafts,
+the target verifies, each request accepts a random prefix of its drafts and emits it plus one
+token, and rejected drafts give their KV blocks back. Everything such an iteration does depends only
+on the requests' state, the replica's acceptance statistics and its random stream, so
+:func:`spec_run_kernel` computes a whole stretch of them at once (numba), exactly as stepping would:
+the same goodput sweep over candidate k (:func:`~cbsim.engine.speculative.goodput_kernel.goodput_sweep`, scoring candidates with the
+compiled expected tokens the stepped policy also uses, :mod:`cbsim.engine.speculative.expected`), the
+same target and draft prices (:mod:`cbsim.cost.compiled`), the same acceptance draws from the
+replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
+same state), the same α estimates and KV accounting.
+
+What can run compiled: the ``fixed``, ``batch_table``, ``adaptive_hysteresis`` (its per-replica
+tier state copied in and written back when the run stands) and ``goodput`` k policies, per batch
+or per request (the refinement of :func:`~cbsim.engine.speculative.goodput_refine.refine_per_request`),
+with or without TensorRT-LLM's stale drafter after k = 0 (its thinning draws from the replica's
+``acceptance:stale`` stream, consumed as :func:`~cbsim.engine.speculative.drafter_state.stale_accepted`
+does); the ``iid``, ``positional`` (with or without per-request variation: each request's level
+θ is drawn when it first speculates, as stepping draws it, and scales its rates by θ / m in the
+kernel) and ``per_request`` acceptance models; EAGLE, draft-model and n-gram proposers; a cost
+model that compiles. Anything else steps iteration by iteration (the reason is in
+``run_info.json``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from cbsim.cost.compiled import CompiledCost, verify_seconds
+from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
+from cbsim.engine.speculative.acceptance import (
+    IidModel,
+    PerRequestModel,
+    PositionalModel,
+    level_scale,
+)
+from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
+from cbsim.engine.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, UNBUDGETED, SpecState
+from cbsim.engine.speculative.goodput_kernel import (
+    NGRAM,
+    SWEPT_COST,
+    SWEPT_KV,
+    SWEPT_REQUESTS,
+    compiled_proposer,
+    draft_seconds,
+    goodput_sweep,
+    no_base,
+    sweep_ints,
+    sweep_reals,
+)
+from cbsim.engine.speculative.goodput_refine import (
+    STEP_COST,
+    STEP_KV,
+    STEP_REQUESTS,
+    draft_steps_cached,
+    refine_per_request,
+    refine_scratch,
+)
+from cbsim.engine.speculative.policies import BatchTableK, FixedK, GoodputK
+from cbsim.workload.request import Request, Status
+
+if TYPE_CHECKING:
+    from cbsim.cost.kernel_call import KernelCall
+    from cbsim.engine.scheduler.base import FinishCallback, SchedulerPolicy
+    from cbsim.engine.speculative.decoder import SpeculativeDecoding
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+# k policies
+FIXED, BATCH_TABLE, GOODPUT, ADAPTIVE = 0, 1, 2, 3
+# acceptance models (SCALED: positional rates scaled by each request's level θ / m)
+IID, POSITIONAL, PER_REQUEST, SCALED = 0, 1, 2, 3
+# the kernel's output rows: per iteration (real, integer), per request (counters)
+START, DURATION, DRAFT_S = range(3)
+REAL_COLUMNS = 3
+BATCH, PLAIN, VERIFY, DRAFTED, ACCEPTED, EMITTED, KV_USED, K_LOW, K_HIGH, OUTSTANDING = range(10)
+INT_COLUMNS = 10
+STEPS, DRAFTS, ACCEPTS, DECODE_STEPS, FINISHED_AT = range(5)
+COUNTERS = 5
+
+
+# --------------------------------------------------------------------------- the run kernel
+
+
+@numba.njit(cache=True)
+def _policy_ks(
+    n: int,
+    policy: int,
+    fixed_k: int,
+    table: IntArray,
+    tiers: IntArray,
+    candidates: IntArray,
+    ranges: IntArray,
+    last_range: IntArray,
+    k_max: int,
+    per_request: bool,
+    alphas: FloatArray,
+    remaining: IntArray,
+    contexts: IntArray,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+    reals: FloatArray,
+    ints: IntArray,
+    refine: tuple[FloatArray, FloatArray, IntArray],
+    chosen: IntArray,
+) -> None:
+    """The k policy's draft lengths for the first ``n`` requests, into ``chosen``."""
+    if policy == GOODPUT:
+        rate = goodput_sweep(
+            n, alphas, remaining, contexts, k_max, target, proposer, draft, no_base(), reals,
+            ints, chosen,
+        )  # fmt: skip
+        if per_request:
+            refine_per_request(
+                n, alphas, remaining, contexts, k_max, target, proposer, draft, no_base(), rate,
+                chosen, refine[0], refine[1], refine[2], reals, ints,
+            )  # fmt: skip
+        return
+    k = fixed_k
+    if policy == ADAPTIVE:
+        r = ranges.shape[0]
+        for row in range(ranges.shape[0]):
+            if ranges[row, 0] <= n <= ranges[row, 1]:
+                r = row
+                break
+        last_range[0] = r
+        k = int(candidates[tiers[r]])
+    if policy == BATCH_TABLE:
+        k = 0
+        for row in range(table.shape[0]):
+            if table[row, 0] <= n <= table[row, 1]:
+                k = table[row, 2]
+                break
+    for a in range(n):
+        chosen[a] = k
+
+
+@numba.njit(cache=True)
+def _observe_tiers(
+    n: int,
+    chosen: IntArray,
+    outcome: IntArray,
+    tiers: IntArray,
+    emas: FloatArray,
+    tier_steps: IntArray,
+    last_range: IntArray,
+    candidates: IntArray,
+    hysteresis: FloatArray,
+) -> None:
+    """The adaptive_hysteresis policy's update after a verify step, exactly as
+    :meth:`~cbsim.engine.speculative.adaptive_hysteresis.AdaptiveHysteresisK.observe_batch`."""
+    total = 0
+    count = 0
+    for a in range(n):
+        if chosen[a] > 0:
+            total += outcome[a]
+            count += 1
+    r = last_range[0]
+    if count == 0 or r < 0:
+        return
+    mean = float(total) / float(count)
+    weight = hysteresis[0]
+    ema = weight * mean + (1.0 - weight) * emas[r]
+    emas[r] = ema
+    tier_steps[r] += 1
+    tier = tiers[r]
+    wish = ema + 1.0
+    if tier + 1 < len(candidates) and wish >= candidates[tier] + 0.5 + hysteresis[1]:
+        tier += 1
+    elif tier > 0 and wish < candidates[tier - 1] + 0.5 - hysteresis[2]:
+        tier -= 1
+    tiers[r] = tier
+
+
+@numba.njit(cache=True)
+def _thin_stale(
+    n: int,
+    chosen: IntArray,
+    outcome: IntArray,
+    active: IntArray,
+    stale: IntArray,
+    scale: float,
+    rng: Any,
+) -> None:
+    """Stale requests' accepted drafts thinned, exactly as
+    :func:`~cbsim.engine.speculative.drafter_state.stale_accepted` draws them: one row of ``width``
+    uniforms per stale speculating request in batch order, ``width`` the largest count."""
+    width = 0
+    for a in range(n):
+        if chosen[a] > 0 and stale[active[a]] == 1 and outcome[a] > width:
+            width = outcome[a]
+    if width == 0:
+        return
+    for a in range(n):
+        if chosen[a] == 0 or stale[active[a]] == 0:
+            continue
+        run = 0
+        leading = True
+        for p in range(width):
+            keep = rng.random() < scale
+            if leading and p < outcome[a] and keep:
+                run += 1
+            else:
+                leading = False
+        outcome[a] = run
+
+
+@numba.njit(cache=True)
+def spec_run_kernel(
+    kv: IntArray,
+    generated: IntArray,
+    output: IntArray,
+    blocks: IntArray,
+    accepted_total: IntArray,
+    rejected_total: IntArray,
+    model_alpha: FloatArray,
+    ema: FloatArray,
+    cluster: IntArray,
+    prior: float,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+    policy: int,
+    fixed_k: int,
+    table: IntArray,
+    tiers: IntArray,
+    emas: FloatArray,
+    tier_steps: IntArray,
+    last_range: IntArray,
+    candidates: IntArray,
+    ranges: IntArray,
+    hysteresis: FloatArray,
+    k_max: int,
+    per_request: bool,
+    acceptance: int,
+    iid_alpha: float,
+    rates: FloatArray,
+    drift: float,
+    rng: Any,
+    stale: IntArray,
+    stale_on: bool,
+    stale_scale: float,
+    stale_rng: Any,
+    start_s: float,
+    block_size: int,
+    used_blocks: int,
+    total_blocks: int,
+    grows_kv: bool,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+    max_iterations: int,
+    step_budget: int,
+) -> tuple[Any, ...]:
+    """Advance the running requests (arrays in running order, updated in place) through
+    speculative decode iterations until a stop rule fires; returns the iterations' rows, the
+    per-request counters and where each request finished (see the module docstring).
+    ``step_budget``: the tokens a step may schedule, drafts cut to it in running order as
+    :func:`~cbsim.engine.speculative.decoder.draft_room` does (:data:`UNBUDGETED`: none)."""
+    count = len(kv)
+    size = 0
+    for i in range(count):
+        if output[i] - generated[i] > size:
+            size = output[i] - generated[i]
+    size = min(size, max_iterations)
+    # one row per iteration column (as the recorder keeps them), one per per-request counter
+    real_rows = np.empty((REAL_COLUMNS, size))
+    int_rows = np.empty((INT_COLUMNS, size), dtype=np.int64)
+    counters = np.zeros((COUNTERS, count), dtype=np.int64)
+    counters[FINISHED_AT, :] = -1
+    active = np.arange(count)
+    # per-iteration scratch, the first n entries in use (n = requests still running)
+    new_blocks = np.empty(count, dtype=np.int64)
+    alphas = np.empty(count)
+    remaining = np.empty(count, dtype=np.int64)
+    contexts = np.empty(count, dtype=np.int64)
+    chosen = np.empty(count, dtype=np.int64)
+    outcome = np.empty(count, dtype=np.int64)
+    sweep_real = sweep_reals(count, k_max)
+    sweep_int = sweep_ints(count, k_max)
+    refine = refine_scratch(count if per_request else 0, k_max if per_request else 0)
+    n = count
+    used = used_blocks
+    now = start_s
+    j = 0
+    while j < size and n > 0:
+        # the scheduler's decode step: one more token of KV per request, or a preemption
+        need_total = 0
+        for a in range(n):
+            i = active[a]
+            new_blocks[a] = blocks[i]
+            if grows_kv:
+                need = -(-(kv[i] + 1) // block_size) - blocks[i]
+                if need > 0:
+                    need_total += need
+                    new_blocks[a] += need
+        free = total_blocks - used
+        if need_total > free:
+            break
+        free -= need_total
+        # the k policy over the batch
+        clus = cluster[0] + cluster[1] + 0.0
+        batch_prior = prior if clus == 0 else (cluster[0] + prior * 0.0) / clus
+        for a in range(n):
+            i = active[a]
+            denominator = accepted_total[i] + rejected_total[i] + PRIOR_STRENGTH
+            alphas[a] = (accepted_total[i] + batch_prior * PRIOR_STRENGTH) / denominator
+            remaining[a] = output[i] - generated[i]
+            contexts[a] = kv[i]
+        _policy_ks(
+            n, policy, fixed_k, table, tiers, candidates, ranges, last_range, k_max, per_request,
+            alphas, remaining, contexts, target, proposer, draft, sweep_real, sweep_int, refine,
+            chosen,
+        )  # fmt: skip
+        if stale_on:  # the drafter skips a request the policy gives k = 0 (drafter_state)
+            for a in range(n):
+                if chosen[a] == 0:
+                    stale[active[a]] = 1
+        # clamp to the outputs left and the step's budget, then reserve KV for k + 1 tokens
+        # (shorter k when short)
+        spare = step_budget - n if step_budget > n else 0
+        tokens = 0
+        kv_tokens = 0
+        pairs = 0.0
+        plain = 0
+        k_top = 0
+        k_bottom = 1 << 62
+        for a in range(n):
+            i = active[a]
+            k = chosen[a]
+            if k > remaining[a] - 1:
+                k = remaining[a] - 1
+            if k < 0:
+                k = 0
+            if k > spare:
+                k = spare
+            while k > 0:
+                need = -(-(kv[i] + k + 1) // block_size) - new_blocks[a]
+                if need <= 0:
+                    break
+                if free - need >= 0:
+                    free -= need
+                    new_blocks[a] += need
+                    break
+                k -= 1
+            chosen[a] = k
+            spare -= k
+            q = k + 1
+            tokens += q
+            kv_tokens += kv[i] + q
+            pairs += q * (kv[i] + (q + 1) * 0.5)
+            if k == 0:
+                plain += 1
+            k_top = k if k > k_top else k_top
+            k_bottom = k if k < k_bottom else k_bottom
+        if policy == GOODPUT and proposer != NGRAM:  # the draft steps the choice priced
+            if per_request:
+                r_ints, r_reals = refine[2], refine[1]
+                steps = (r_ints[STEP_REQUESTS], r_ints[STEP_KV], r_reals[STEP_COST])
+            else:
+                steps = (sweep_int[SWEPT_REQUESTS], sweep_int[SWEPT_KV], sweep_real[SWEPT_COST])
+            drafting = draft_steps_cached(
+                proposer, draft, chosen, contexts, n, sweep_int[1], sweep_int[2], steps[0],
+                steps[1], steps[2],
+            )  # fmt: skip
+        else:
+            drafting = draft_seconds(proposer, draft, chosen, contexts, n)
+        target_s = verify_seconds(target, n, tokens, kv_tokens, pairs)
+        duration = drafting + target_s
+        end = now + duration
+        if end >= horizon_s:
+            break
+        used = total_blocks - free
+        # verification: leading accepted drafts per speculating request, in batch order
+        width = k_top
+        iteration_accepted = 0
+        verified = 0
+        draft_total = 0
+        emitted_total = 0
+        for a in range(n):
+            outcome[a] = 0
+        for a in range(n):
+            k = chosen[a]
+            if k == 0:
+                continue
+            i = active[a]
+            if acceptance == IID:
+                alpha = iid_alpha
+            elif acceptance == PER_REQUEST:
+                alpha = model_alpha[i]
+                if drift != 0.0:
+                    alpha = alpha + drift * float(generated[i]) / 1000.0
+                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+            else:
+                alpha = 0.0
+            run = 0
+            leading = True
+            for p in range(width):
+                if acceptance == POSITIONAL:
+                    alpha = rates[p if p < len(rates) else len(rates) - 1]
+                elif acceptance == SCALED:  # model_alpha holds the request's θ / m
+                    alpha = rates[p if p < len(rates) else len(rates) - 1] * model_alpha[i]
+                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+                success = rng.random() < alpha
+                if leading and p < k and success:
+                    run += 1
+                else:
+                    leading = False
+            outcome[a] = run
+        if stale_on:
+            _thin_stale(n, chosen, outcome, active, stale, stale_scale, stale_rng)
+        if policy == ADAPTIVE:
+            _observe_tiers(
+                n, chosen, outcome, tiers, emas, tier_steps, last_range, candidates, hysteresis
+            )
+        for a in range(n):
+            counters[DECODE_STEPS, active[a]] += 1
+        for a in range(n):
+            k = chosen[a]
+            if k == 0:
+                continue
+            i = active[a]
+            got = outcome[a]
+            missed = 1 if got < k else 0
+            accepted_total[i] += got
+            rejected_total[i] += missed
+            cluster[0] += got
+            cluster[1] += missed
+            rate = got / k
+            if math.isnan(ema[i]):
+                ema[i] = rate
+            else:
+                ema[i] = EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema[i]
+            counters[STEPS, i] += 1
+            counters[DRAFTS, i] += k
+            counters[ACCEPTS, i] += got
+            iteration_accepted += got
+            verified += k + 1
+            draft_total += k
+        # the scheduler applies the step: emit, give rejected drafts' blocks back, finish
+        j_row = j
+        still = 0
+        left = 0
+        finishing = False
+        for a in range(n):
+            i = active[a]
+            emitted = 1 + outcome[a]
+            kv[i] += emitted
+            blocks[i] = new_blocks[a]
+            if grows_kv:
+                surplus = blocks[i] - (-(-kv[i] // block_size))
+                if surplus > 0:
+                    used -= surplus
+                    blocks[i] -= surplus
+            generated[i] += emitted
+            emitted_total += emitted
+            if generated[i] >= output[i]:
+                used -= blocks[i]  # its final blocks stay in blocks[i] (see apply_spec_run)
+                counters[FINISHED_AT, i] = j_row
+                finishing = True
+            else:
+                active[still] = i
+                still += 1
+                left += output[i] - generated[i]
+        real_rows[START, j] = now
+        real_rows[DURATION, j] = duration
+        real_rows[DRAFT_S, j] = drafting
+        int_rows[BATCH, j] = n
+        int_rows[PLAIN, j] = plain
+        int_rows[VERIFY, j] = verified
+        int_rows[DRAFTED, j] = draft_total
+        int_rows[ACCEPTED, j] = iteration_accepted
+        int_rows[EMITTED, j] = emitted_total
+        int_rows[KV_USED, j] = total_blocks - free
+        int_rows[K_LOW, j] = k_bottom
+        int_rows[K_HIGH, j] = k_top
+        int_rows[OUTSTANDING, j] = left
+        n = still
+        now = end
+        j += 1
+        if end > next_arrival_s or (finishing and stop_on_finish):
+            break
+    return j, now, used, real_rows, int_rows, counters
+
+
+# --------------------------------------------------------------------------- the Python side
+
+
+class KernelSettings(NamedTuple):
+    """A speculative configuration as the kernel's codes and numbers."""
+
+    proposer: int
+    policy: int
+    fixed_k: int
+    table: IntArray
+    k_max: int
+    acceptance: int
+    iid_alpha: float
+    rates: FloatArray
+    drift: float
+    extra_gemm: tuple[int, int] | None
+    # the adaptive_hysteresis policy: its tiers' k, its batch-size ranges, (weight, up, down)
+    candidates: IntArray
+    ranges: IntArray
+    hysteresis: FloatArray
+    # the goodput policy's per-request refinement
+    per_request: bool = False
+
+
+def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
+    """What the kernel needs of ``spec``, or why it cannot run in it."""
+    policy = spec.policy
+    table = np.zeros((1, 3), dtype=np.int64)
+    fixed_k = 0
+    candidates = np.zeros(1, dtype=np.int64)
+    ranges = np.zeros((0, 2), dtype=np.int64)
+    hysteresis = np.zeros(3)
+    per_request = False
+    if isinstance(policy, AdaptiveHysteresisK):
+        policy_code = ADAPTIVE
+        candidates = np.asarray(policy.candidates, dtype=np.int64)
+        ranges = np.asarray(policy.ranges, dtype=np.int64).reshape(-1, 2)
+        hysteresis = np.array([policy.weight, policy.up, policy.down])
+    elif policy.observes_batches:
+        return f"the {policy.kind} policy's per-replica state is not compiled"
+    elif isinstance(policy, GoodputK):
+        policy_code, per_request = GOODPUT, policy.per_request
+    elif isinstance(policy, FixedK):
+        policy_code, fixed_k = FIXED, policy.k
+    elif isinstance(policy, BatchTableK):
+        policy_code = BATCH_TABLE
+        table = np.asarray(policy.table, dtype=np.int64).reshape(-1, 3)
+    else:
+        return f"the {policy.kind} policy's per-request controllers are not compiled"
+    model = spec.acceptance
+    rates = np.zeros(1)
+    iid_alpha = drift = 0.0
+    if isinstance(model, IidModel):
+        acceptance, iid_alpha = IID, model.alpha
+    elif isinstance(model, PositionalModel):
+        acceptance = POSITIONAL if model.concentration is None else SCALED
+        rates = np.ascontiguousarray(model.rates, dtype=np.float64)
+    elif isinstance(model, PerRequestModel):
+        acceptance, drift = PER_REQUEST, float(model.drift)
+    else:
+        return f"the {model.kind} acceptance model is not compiled"
+    drafter = compiled_proposer(spec.proposer, spec.target)
+    if isinstance(drafter, str):
+        return drafter
+    proposer_code, extra = drafter
+    return KernelSettings(
+        proposer_code, policy_code, fixed_k, table, policy.k_max, acceptance, iid_alpha, rates,
+        drift, extra, candidates, ranges, hysteresis, per_request,
+    )  # fmt: skip
+
+
+_NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
+# never indexed: the kernel reads it only for stale drafters
+_NO_STALE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class SpecRunEffects:
+    """What a planned speculative run does to its requests and replica (applied if it stands)."""
+
+    requests: list[Request]
+    kv: IntArray
+    generated: IntArray
+    blocks: IntArray
+    accepted_total: IntArray
+    rejected_total: IntArray
+    ema: FloatArray
+    cluster: IntArray
+    counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
+    rng_state: Any
+    tiers: ReplicaTiers
+    stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
+    stale_rng_state: Any  # the adaptive_hysteresis policy's replica state after the run
+
+
+def plan_spec_run(
+    spec: SpeculativeDecoding,
+    settings: KernelSettings,
+    replica: int,
+    sched: SchedulerPolicy,
+    *,
+    start_s: float,
+    stop_on_finish: bool,
+    next_arrival_s: float,
+    horizon_s: float,
+    restart: DecodeRun | None = None,
+    kernel: KernelCall | None = None,
+) -> DecodeRun | None:
+    """Plan the replica's speculative decode run from now (None: not one iteration), or, with
+    ``restart``, plan again from the same state (an arrival cut that run short). ``kernel``: the
+    simulation's call of :func:`spec_run_kernel` (dispatched once, :mod:`cbsim.cost.kernel_call`)."""
+    running = sched.running
+    count = len(running)
+    kv_cache = sched.kv
+    # the requests' state as rows (one array per field, contiguous), updated in place by the
+    # kernel; a request's first speculative step draws its own α (in running order, as stepping)
+    states = []
+    kv_list, block_list, generated_list, output_list = [], [], [], []
+    accepted_list, rejected_list, ema_list, alpha_list = [], [], [], []
+    k_top = settings.k_max + 1
+    verify_bound = 0  # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
+    for req in running:
+        state = req.spec
+        if not isinstance(state, SpecState):
+            state = spec.state(req)
+        states.append(state)
+        kv_list.append(req.kv_tokens)
+        block_list.append(req.blocks)
+        generated_list.append(req.generated)
+        output_list.append(req.output_tokens)
+        left = req.output_tokens - req.generated
+        verify_bound += left if left < k_top else k_top
+        alpha = state.alpha
+        accepted_list.append(alpha.accepted)
+        rejected_list.append(alpha.rejected)
+        ema_list.append(state.ema_acceptance)
+        alpha_list.append(state.model_alpha)
+    ints = np.empty((6, count), dtype=np.int64)
+    ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
+    ints[4], ints[5] = accepted_list, rejected_list
+    kv, blocks, generated, output, accepted_total, rejected_total = ints
+    reals = np.empty((2, count))
+    reals[0], reals[1] = ema_list, alpha_list
+    ema, model_alpha = reals
+    if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
+        model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
+    rng = spec.draw_rng(replica)
+    if restart is not None:
+        assert restart.spec is not None
+        rng.bit_generator.state = restart.spec.rng_state
+    rng_state = rng.bit_generator.state
+    stale = _NO_STALE
+    if spec.stale_drafter:
+        stale = np.array([1 if s.stale else 0 for s in states], dtype=np.int64)
+    stale_rng = spec.stale_rng(replica) if spec.stale_drafter else rng
+    if restart is not None and restart.spec is not None and spec.stale_drafter:
+        stale_rng.bit_generator.state = restart.spec.stale_rng_state
+    stale_rng_state = stale_rng.bit_generator.state if spec.stale_drafter else None
+    remaining = output - generated
+    target = spec.target.compiled(verify_bound)
+    if settings.proposer == NGRAM:
+        draft = target
+    else:
+        draft = spec.proposer.cost.compiled(count, settings.extra_gemm)  # type: ignore[attr-defined]
+    estimator = spec.replica_alpha(replica)
+    policy = spec.policy
+    if isinstance(policy, AdaptiveHysteresisK):
+        tiers = policy.replica_tiers(replica).copy()
+    else:
+        tiers = ReplicaTiers(np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1, dtype=np.int64))
+    effects = SpecRunEffects(
+        requests=list(running),
+        kv=kv,
+        generated=generated,
+        blocks=blocks,
+        accepted_total=accepted_total,
+        rejected_total=rejected_total,
+        ema=ema,
+        cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
+        counters=_NO_COUNTERS,
+        rng_state=rng_state,
+        tiers=tiers,
+        stale=stale,
+        stale_rng_state=stale_rng_state,
+    )
+    budget = sched.step_budget()
+    step_budget = UNBUDGETED if budget is None else budget
+    call = spec_run_kernel if kernel is None else kernel
+    # a first step that does not fit in the KV cache plans nothing (stepping preempts)
+    n, end, used_after, real_rows, int_rows, counters = call(
+        kv, generated, output, blocks, accepted_total, rejected_total, model_alpha, ema,
+        effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
+        settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
+        settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
+        settings.per_request, settings.acceptance, settings.iid_alpha,
+        settings.rates, settings.drift, rng, stale, spec.stale_drafter, spec.stale_scale, stale_rng,
+        start_s, kv_cache.block_size, kv_cache.used_blocks,
+        kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
+        horizon_s, MAX_RUN_ITERATIONS, step_budget,
+    )  # fmt: skip
+    if n <= 0:
+        return None
+    effects.counters = counters
+    starts, durations, draft_s = real_rows[:, :n].tolist()
+    (batch_sizes, plain, verify, drafted, accepted, emitted, kv_used, k_low, k_high,
+     outstanding) = int_rows[:, :n].tolist()  # fmt: skip
+    return DecodeRun(
+        starts=starts,
+        durations=durations,
+        batch_sizes=batch_sizes,
+        kv_used=kv_used,
+        end_s=end,
+        kv_used_after=used_after,
+        emitted=emitted,
+        decode_tokens=plain,
+        speculation=SpecColumns(
+            verify=verify,
+            drafted=drafted,
+            accepted=accepted,
+            k_min=k_low,
+            k_max=k_high,
+            draft_s=draft_s,
+        ),
+        remaining_after=outstanding,
+        spec=effects,
+        remaining=remaining,
+    )
+
+
+def apply_spec_run(
+    spec: SpeculativeDecoding,
+    replica: int,
+    sched: SchedulerPolicy,
+    run: DecodeRun,
+    on_finish: FinishCallback,
+    first_row: int,
+    prev_row: int,
+) -> None:
+    """Advance the requests and the replica through a planned speculative run (rows from
+    ``first_row``; ``prev_row`` is the replica's row before it), as stepping would have."""
+    effects = run.spec
+    assert effects is not None
+    ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+    last = run.iterations - 1
+    gap_pairs = sched.gap_pairs
+    paused = 0
+    still_running = []
+    finished = []
+    kv = effects.kv.tolist()
+    generated = effects.generated.tolist()
+    blocks = effects.blocks.tolist()
+    accepted_total = effects.accepted_total.tolist()
+    rejected_total = effects.rejected_total.tolist()
+    ema = effects.ema.tolist()
+    steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
+    stale_drafter = spec.stale_drafter
+    for i, req in enumerate(effects.requests):
+        if req.last_row != prev_row:
+            gap_pairs.append(first_row)
+            gap_pairs.append(req.last_row)
+            paused += 1
+        state = cast("SpecState", req.spec)
+        state.alpha.restore(accepted_total[i], rejected_total[i])
+        state.ema_acceptance = ema[i]
+        if stale_drafter:
+            state.stale = bool(effects.stale[i])
+        req.kv_tokens = kv[i]
+        req.generated = generated[i]
+        req.blocks = blocks[i]
+        req.spec_steps += steps[i]
+        req.drafted_tokens += drafted[i]
+        req.accepted_tokens += accepted[i]
+        req.decode_steps += decode_steps[i]
+        done = finished_at[i]
+        if done >= 0:
+            req.last_row = first_row + done
+            req.status = Status.FINISHED
+            req.finish_s = ends[done]
+            finished.append((done, req, req.blocks))  # the run freed all of its blocks
+            on_finish(req)
+        else:
+            req.last_row = first_row + last
+            still_running.append(req)
+    sched.zero_gaps += sum(accepted)
+    sched.running = still_running
+    sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
+    sched.settle_run(run, finished)
+    sched.kv.check("a speculative run")
+    spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
+    if isinstance(spec.policy, AdaptiveHysteresisK):
+        spec.policy.replica_tiers(replica).restore(effects.tiers)
+    run.paused_at_start = paused

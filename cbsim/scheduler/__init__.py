@@ -1,8 +1,0 @@
-"""Batching schedulers, registered by their YAML ``kind`` (static, orca, prefill_first, sarathi)."""
-
-from __future__ import annotations
-
-from cbsim.scheduler import orca, prefill_first, sarathi, static  # noqa: F401  (registration)
-from cbsim.scheduler.base import Batch, SchedulerPolicy, make_scheduler, scheduler_kinds
-
-__all__ = ["Batch", "SchedulerPolicy", "make_scheduler", "scheduler_kinds"]

@@ -40,14 +40,14 @@ from cbsim.common.event_time import iteration_end_at as _iteration_end_at
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.autoscale import Autoscaler, FleetLog
 from cbsim.engine.cost_models import CostModelCache
-from cbsim.engine.decode_run import DecodeRun, decode_run_kernel, plan_decode_run
+from cbsim.engine.decode_run import decode_run_kernel
 from cbsim.engine.dispatch import Dispatcher
 from cbsim.engine.fleet import add_prefix_caches, build_replicas, new_pool, weigh_by_speed
 from cbsim.engine.handoff import Handoff, owe_outputs
 from cbsim.engine.load_generator import LoadGenerator
 from cbsim.engine.recorder import Recorder
-from cbsim.engine.replica import Replica
-from cbsim.engine.speculative.fast_run import apply_spec_run, plan_spec_run, spec_run_kernel
+from cbsim.engine.replica import Replica, RunKernels
+from cbsim.engine.speculative.fast_run import apply_spec_run, spec_run_kernel
 from cbsim.memory.prefix_cache import prefix_caching_on
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
@@ -151,8 +151,7 @@ class Simulation:
         self._progress = progress
         self._finished: list[Request] = []
         # the decode-run kernels, each dispatched on its first call only (cbsim.cost.kernel_call)
-        self._spec_run_call = KernelCall(spec_run_kernel)
-        self._decode_run_call = KernelCall(decode_run_kernel)
+        self._run_kernels = RunKernels(KernelCall(decode_run_kernel), KernelCall(spec_run_kernel))
         self.fast_forward = all(pool.fast_forward for pool in self.pools)
         self.fast_forward_note = "; ".join(
             pool.fast_forward_note for pool in self.pools if pool.fast_forward_note
@@ -284,6 +283,7 @@ class Simulation:
         spec = pool.spec
         fast_forward = pool.fast_forward
         horizon = self.scenario.horizon_s if self.scenario.horizon_s is not None else math.inf
+        kernels = self._run_kernels
         # the recorder keeps a delivery time for every row or none: when any pool's front end
         # streams, every replica records them (its iteration ends, where its own does not)
         streams = any(
@@ -321,7 +321,9 @@ class Simulation:
                 # prefilled requests wait for ends at the first
                 caching = exact_free and sched.prefix is not None and sched.prefix.holds_entries()
                 stop_on_finish = stop_on_finish or closed or caching or bool(replica.awaiting)
-                run = self._plan_run(replica, start, stop_on_finish, horizon)
+                run = replica.plan_run(
+                    start, stop_on_finish, horizon, self.next_arrival_s(), kernels
+                )
                 if run is not None:
                     replica.start_run(run)
                     replica.pokeable = True
@@ -330,7 +332,9 @@ class Simulation:
                         yield _iteration_end_at(env, run.end_s)
                     except simpy.Interrupt:
                         # an arrival landed mid-run: stop where stepping would have seen it
-                        cut = self._plan_run(replica, start, stop_on_finish, horizon, cut=run)
+                        cut = replica.plan_run(
+                            start, stop_on_finish, horizon, env.now, kernels, cut=run
+                        )
                         assert cut is not None
                         run = cut
                         replica.start_run(run)
@@ -402,57 +406,6 @@ class Simulation:
             record(index, start, duration, batch, emitted, kv_used, waiting, delivered, transfers)
             replica.last_row = row
             self._release(delivered, row)
-
-    def _plan_run(
-        self,
-        replica: Replica,
-        start: float,
-        stop_on_finish: bool,
-        horizon: float,
-        cut: DecodeRun | None = None,
-    ) -> DecodeRun | None:
-        """The replica's decode run from ``start``; with ``cut``, that run planned again to stop
-        at an arrival that has just landed."""
-        sched = replica.scheduler
-        kv = sched.kv
-        pool = replica.pool
-        assert pool is not None
-        arrival = None if cut is None else self.env.now
-        if pool.spec is not None:
-            assert pool.spec_kernel is not None
-            return plan_spec_run(
-                pool.spec,
-                pool.spec_kernel,
-                replica.index,
-                sched,
-                start_s=start,
-                stop_on_finish=stop_on_finish,
-                next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
-                horizon_s=horizon,
-                restart=cut,
-                kernel=self._spec_run_call,
-            )
-        state = None
-        if sched.cohort is not None:  # the cohort's arrays, or its members written back
-            if pool.cost.compiled(len(sched.running)) is not None:
-                state = sched.cohort_decode_state()
-            if state is None:
-                sched.materialize_cohort()
-        return plan_decode_run(
-            sched.running,
-            cost=pool.cost,
-            start_s=start,
-            block_size=kv.block_size,
-            used_blocks=kv.used_blocks,
-            total_blocks=kv.total_blocks,
-            grows_kv=not sched.reserves_full_length,
-            stop_on_finish=stop_on_finish,
-            next_arrival_s=self.next_arrival_s() if arrival is None else arrival,
-            horizon_s=horizon,
-            kernel=self._decode_run_call,
-            shares_blocks=sched.prefix is not None,
-            state=state,
-        )
 
     def prompt_lengths(self) -> np.ndarray:
         """The prompt lengths of the requests this run sends (so far, where sends come out of

@@ -21,15 +21,24 @@ import numpy as np
 import simpy
 
 from cbsim.cost import CostModel
-from cbsim.engine.decode_run import DecodeRun
+from cbsim.cost.kernel_call import KernelCall
+from cbsim.engine.decode_run import DecodeRun, plan_decode_run
 from cbsim.engine.scheduler import SchedulerPolicy
 from cbsim.engine.speculative.decoder import SpeculativeDecoding
-from cbsim.engine.speculative.fast_run import KernelSettings
+from cbsim.engine.speculative.fast_run import KernelSettings, plan_spec_run
 from cbsim.schema.pools import PoolPlan
 from cbsim.schema.scenario import Scenario
 from cbsim.workload.request import Request
 
-__all__ = ["Replica", "ReplicaPool"]
+__all__ = ["Replica", "ReplicaPool", "RunKernels"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunKernels:
+    """The compiled kernels that plan a decode run: a plain one and a speculative one."""
+
+    decode: KernelCall
+    spec: KernelCall
 
 
 @dataclass(slots=True)
@@ -168,6 +177,58 @@ class Replica:
             out.append(free)
         self.delivered_s = free
         return out
+
+    def plan_run(
+        self,
+        start: float,
+        stop_on_finish: bool,
+        horizon: float,
+        next_arrival_s: float,
+        kernels: RunKernels,
+        cut: DecodeRun | None = None,
+    ) -> DecodeRun | None:
+        """This replica's decode run from ``start`` (ending by the first iteration after
+        ``next_arrival_s``); with ``cut``, that run planned again to stop at an arrival that has
+        just landed (``next_arrival_s``: now)."""
+        sched = self.scheduler
+        kv = sched.kv
+        pool = self.pool
+        assert pool is not None
+        if pool.spec is not None:
+            assert pool.spec_kernel is not None
+            return plan_spec_run(
+                pool.spec,
+                pool.spec_kernel,
+                self.index,
+                sched,
+                start_s=start,
+                stop_on_finish=stop_on_finish,
+                next_arrival_s=next_arrival_s,
+                horizon_s=horizon,
+                restart=cut,
+                kernel=kernels.spec,
+            )
+        state = None
+        if sched.cohort is not None:  # the cohort's arrays, or its members written back
+            if pool.cost.compiled(len(sched.running)) is not None:
+                state = sched.cohort_decode_state()
+            if state is None:
+                sched.materialize_cohort()
+        return plan_decode_run(
+            sched.running,
+            cost=pool.cost,
+            start_s=start,
+            block_size=kv.block_size,
+            used_blocks=kv.used_blocks,
+            total_blocks=kv.total_blocks,
+            grows_kv=not sched.reserves_full_length,
+            stop_on_finish=stop_on_finish,
+            next_arrival_s=next_arrival_s,
+            horizon_s=horizon,
+            kernel=kernels.decode,
+            shares_blocks=sched.prefix is not None,
+            state=state,
+        )
 
 
 @dataclass(slots=True)

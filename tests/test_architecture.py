@@ -170,7 +170,9 @@ def test_every_package_has_a_layer_and_says_what_it_may_import() -> None:
     for position, name in enumerate(LAYERS):
         init = PACKAGE / name / "__init__.py"
         docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
-        assert f"Layer {position}" in docstring, f"cbsim.{name}'s docstring names no layer {position}"
+        assert f"Layer {position}" in docstring, (
+            f"cbsim.{name}'s docstring names no layer {position}"
+        )
 
 
 def test_no_package_imports_a_higher_one() -> None:

@@ -50,12 +50,12 @@ def _scenario_parameters(tree: ast.Module) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("path", BELOW + SOURCES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", BELOW + SOURCES, ids=lambda p: p.relative_to(WORKLOAD).as_posix())
 def test_nothing_below_the_entry_imports_it(path: Path) -> None:
     assert "cbsim.workload.build" not in _imported(_tree(path))
 
 
-@pytest.mark.parametrize("path", BELOW, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", BELOW, ids=lambda p: p.relative_to(WORKLOAD).as_posix())
 def test_only_the_entry_reads_the_scenario(path: Path) -> None:
     tree = _tree(path)
     assert "cbsim.schema.scenario" not in _imported(tree)

@@ -11,7 +11,8 @@ import pytest
 
 from cbsim import load_scenario, simulate
 from cbsim.common.errors import CbsimError
-from cbsim.workload.build import ClosedLoopWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import ClosedLoopWorkload
 from tests.conftest import small_scenario
 
 

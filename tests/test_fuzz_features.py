@@ -87,7 +87,8 @@ from cbsim.engine.autoscale import windows_from_events
 from cbsim.engine.fleet import rank_limits
 from cbsim.run.preflight import preflight
 from cbsim.schema.pools import pool_plans
-from cbsim.workload.build import RequestSpecs, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import RequestSpecs
 from tests.test_fuzz_valid_scenarios import (
     CHECKS,
     Draw,

@@ -52,7 +52,8 @@ import pytest
 import cbsim
 from cbsim.common.errors import CbsimError
 from cbsim.run.preflight import preflight
-from cbsim.workload.build import RequestSpecs, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import RequestSpecs
 from tests.conftest import summaries_equal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,8 @@ import cbsim
 from cbsim.common.errors import CbsimError
 from cbsim.engine.loop import Simulation
 from cbsim.engine.recorder import stage_summary
-from cbsim.workload.build import StagedWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import StagedWorkload
 from tests.conftest import small_scenario, summaries_equal
 
 

@@ -17,7 +17,9 @@ from cbsim.common.errors import CbsimError
 from cbsim.common.rng import stream
 from cbsim.run.results import Results
 from cbsim.workload.arrivals import RateCurve, rate_curve_arrivals
-from cbsim.workload.build import RequestSpecs, build_workload, expected_span_s
+from cbsim.workload.build import build_workload, read_workload
+from cbsim.workload.drawn import RequestSpecs
+from cbsim.workload.size_checks import expected_span_s
 from tests.conftest import small_scenario
 
 DIURNAL = [[0, 2.0], [100, 12.0], [200, 2.0], [300, 0.0], [400, 6.0]]
@@ -73,7 +75,9 @@ def test_before_the_first_point_the_first_rate_and_arrivals_end_at_the_last() ->
     times = arrivals_of(curved([[100, 4.0], [200, 4.0]]))
     assert times[-1] <= 200
     assert abs(np.sum(times < 100) - 400) < 4 * 20  # 4 req/s from time 0
-    assert expected_span_s(cbsim.load_scenario(curved([[100, 4.0], [200, 4.0]]))) == 200
+    assert (
+        expected_span_s(read_workload(cbsim.load_scenario(curved([[100, 4.0], [200, 4.0]])))) == 200
+    )
 
 
 def test_duration_and_count_cut_the_curve_and_extend_the_same_draws() -> None:
@@ -83,7 +87,7 @@ def test_duration_and_count_cut_the_curve_and_extend_the_same_draws() -> None:
     assert cut[-1] <= 150 and len(cut) < len(whole)
     np.testing.assert_array_equal(cut, whole[: len(cut)])
     np.testing.assert_array_equal(counted, whole[:100])
-    span = expected_span_s(cbsim.load_scenario(curved(num_requests=100)))
+    span = expected_span_s(read_workload(cbsim.load_scenario(curved(num_requests=100))))
     assert span is not None and span == pytest.approx(whole[99], rel=0.3)
 
 

@@ -10,7 +10,8 @@ import pytest
 
 import cbsim
 from cbsim.common.errors import CbsimError
-from cbsim.workload.sessions import build_sessions
+from cbsim.workload.build import build_workload
+from cbsim.workload.sessions import SessionWorkload
 
 USER, ANSWER, TURNS, BLOCK = 200, 300, 4, 16
 
@@ -36,7 +37,8 @@ def test_each_turn_resends_the_conversation() -> None:
     scenario = cbsim.load_scenario(
         _scenario(system_prompt={"templates": 2, "tokens": {"kind": "fixed", "value": 50}})
     )
-    sessions = build_sessions(scenario)
+    sessions = build_workload(scenario)
+    assert isinstance(sessions, SessionWorkload)
     turn = sessions.turn(3, 2)
     assert turn.prompt_tokens == 50 + 2 * (USER + ANSWER) + USER
     assert turn.output_tokens == ANSWER

@@ -10,7 +10,9 @@ import pytest
 from cbsim.common.errors import CbsimError
 from cbsim.common.rng import stream
 from cbsim.run.loading import GammaArrival, LognormalLength, PoissonArrival, load_scenario
-from cbsim.workload.build import build_workload, sample_lengths, synthetic_arrivals
+from cbsim.workload.arrivals import synthetic_arrivals
+from cbsim.workload.build import build_workload
+from cbsim.workload.lengths import sample_lengths
 from cbsim.workload.traces import load_trace
 from tests.conftest import small_scenario
 

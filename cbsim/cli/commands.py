@@ -69,7 +69,8 @@ from cbsim.schema.slo_syntax import (
     per_request_targets,
     verdicts,
 )
-from cbsim.workload.build import ClosedLoopWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import ClosedLoopWorkload
 
 EXIT_USER_ERROR = 2
 

@@ -5,7 +5,7 @@ Two things a benchmark's load generator does that plain arrivals do not, run ins
 either):
 
 * **Stages** (``workload.arrival.kind: stages``): each stage sends at its rate for its duration
-  (its send times drawn up front, :class:`cbsim.workload.build.StagedWorkload`), and the next stage
+  (its send times drawn up front, :class:`cbsim.workload.drawn.StagedWorkload`), and the next stage
   starts once every request of this one is done as its client sees it (the last token delivered,
   a rejection, a timeout) and ``gap_s`` has passed, as ``vllm bench serve`` over several rates,
   guidellm and LMBenchmark run their rate points. The start of a stage comes out of the
@@ -40,7 +40,7 @@ from cbsim.workload.request import Request, Status
 if TYPE_CHECKING:
     from cbsim.engine.replica import Replica
     from cbsim.schema.scenario import Scenario
-    from cbsim.workload.build import StagedWorkload
+    from cbsim.workload.drawn import StagedWorkload
     from cbsim.workload.prefix_segments import Segments
 
 __all__ = ["LoadGenerator", "LoadTarget"]

@@ -51,7 +51,8 @@ from cbsim.engine.speculative.fast_run import apply_spec_run, spec_run_kernel
 from cbsim.memory.prefix_cache import prefix_caching_on
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
-from cbsim.workload.build import RequestSpecs, StagedWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import RequestSpecs, StagedWorkload
 from cbsim.workload.prefix_segments import PrefixInterner, Segments
 from cbsim.workload.request import Request, Status
 from cbsim.workload.request_table import RequestTable

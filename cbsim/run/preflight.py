@@ -17,7 +17,8 @@ import numpy as np
 from cbsim.engine.fleet import scenario_memory_plans
 from cbsim.run.simulate import scenario_warnings
 from cbsim.schema.scenario import Scenario
-from cbsim.workload.build import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import ClosedLoopWorkload, RequestSpecs, StagedWorkload
 from cbsim.workload.sessions import SessionWorkload
 
 PERCENTILES = (50, 90, 99)

@@ -27,7 +27,8 @@ from cbsim.schema.engine_defaults import apply_engine_defaults
 from cbsim.schema.pools import pool_plans
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.setting_warnings import deprecated_names, ignored_settings, slo_warnings
-from cbsim.workload.build import ClosedLoopWorkload, RequestSpecs, StagedWorkload, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import ClosedLoopWorkload, RequestSpecs, StagedWorkload
 from cbsim.workload.sessions import SessionWorkload
 
 

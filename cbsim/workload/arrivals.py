@@ -4,7 +4,8 @@ Poisson arrivals have exponential gaps at the given rate; gamma arrivals have ga
 same mean whose coefficient of variation ``cv`` sets how bursty they are (cv 1 is Poisson, above
 1 burstier, below 1 more regular); an offline batch arrives all at once. Sessions start their
 conversations on the same clock. A rate curve (a day of traffic) is a non-homogeneous Poisson
-process whose rate is piecewise linear in time (:func:`rate_curve_arrivals`).
+process whose rate is piecewise linear in time (:func:`rate_curve_arrivals`). A staged load's
+stages each send on their own clock from their start (:func:`stage_offsets`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cbsim.schema.workload import (
     OfflineArrival,
     PoissonArrival,
     RateCurveArrival,
+    StagesArrival,
     curve_problem,
 )
 
@@ -56,6 +58,25 @@ def synthetic_arrivals(
     if duration_s is not None:
         times = times[times <= duration_s]
     return times
+
+
+def stage_offsets(arrival: StagesArrival, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each stage's send times from its start: Poisson (exponential gaps, the first included) or
+    constant (every 1/rate seconds from 0), within its duration (the end excluded)."""
+    offsets = []
+    for stage in arrival.stages:
+        rate, duration = stage.rate, stage.duration_s
+        if arrival.process_of(stage) == "constant":
+            times = np.arange(math.ceil(rate * duration)) / rate
+        else:
+            expected = rate * duration
+            chunk = int(expected + 10 * math.sqrt(expected) + 16)
+            times = np.cumsum(rng.exponential(1.0 / rate, chunk))
+            while times[-1] < duration:
+                more = np.cumsum(rng.exponential(1.0 / rate, chunk)) + times[-1]
+                times = np.concatenate([times, more])
+        offsets.append(times[times < duration])
+    return offsets
 
 
 # --------------------------------------------------------------------------- rate curves

@@ -24,11 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.common.rng import stream
-from cbsim.schema.scenario import Scenario
+from cbsim.schema.workload import Length, PromptPool
 from cbsim.workload.lengths import sample_lengths
 from cbsim.workload.sessions import zipf_choice
 
-__all__ = ["PoolPrompts", "build_prompt_pool"]
+__all__ = ["PoolPrompts", "draw_prompt_pool"]
 
 
 @dataclass(frozen=True)
@@ -77,22 +77,12 @@ class PoolPrompts:
         return pick
 
 
-def build_prompt_pool(scenario: Scenario, source: str | None = None) -> PoolPrompts | None:
-    """The scenario's prompt pool, drawn (None: it has none)."""
-    config = scenario.workload.prompt_pool
-    if config is None:
-        return None
-    seed = scenario.seed
+def draw_prompt_pool(config: PromptPool, seed: int, source: str | None = None) -> PoolPrompts:
+    """The prompt pool ``config`` describes, its lengths drawn from their streams of ``seed``."""
 
-    def lengths(spec: object, count: int, name: str) -> np.ndarray:
-        drawn: np.ndarray = sample_lengths(
-            spec,  # type: ignore[arg-type]
-            count,
-            stream(seed, f"prompt_pool.{name}"),
-            field=f"workload.prompt_pool.{name}",
-            source=source,
-        )
-        return drawn
+    def lengths(spec: Length, count: int, name: str) -> np.ndarray:
+        rng = stream(seed, f"prompt_pool.{name}")
+        return sample_lengths(spec, count, rng, field=f"workload.prompt_pool.{name}", source=source)
 
     return PoolPrompts(
         system_tokens=lengths(config.system_tokens, config.system_prompts, "system_tokens"),

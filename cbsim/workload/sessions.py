@@ -9,7 +9,8 @@ prefix the serving engine has just computed for the previous turn: what prefix c
 the next one waits for the previous answer, as in a closed loop with one client per session.
 
 Everything random is drawn when the workload is built, each from its own named stream of the
-scenario seed: session starts (``arrivals``), turns per session, user message and answer lengths
+scenario seed: session starts (``arrivals``, drawn on the workload's arrival clock by
+:mod:`cbsim.workload.arrivals` and handed here), turns per session, user message and answer lengths
 per turn, the system prompt templates' lengths and each session's template (Zipf popularity).
 The sessions are numbered in start order; turn t of session s is request ``first[s] + t`` in the
 draw, and gets its id when it is sent.
@@ -28,11 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbsim.common.rng import stream
-from cbsim.schema.scenario import Scenario
-from cbsim.workload.arrivals import synthetic_arrivals
+from cbsim.schema.workload import Length, Sessions
 from cbsim.workload.lengths import sample_lengths
 
-__all__ = ["SessionWorkload", "Turn", "build_sessions"]
+__all__ = ["SessionWorkload", "Turn", "draw_sessions"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,30 +112,17 @@ def zipf_choice(count: int, exponent: float, n: int, rng: np.random.Generator) -
     return rng.choice(count, size=n, p=weights / weights.sum())
 
 
-def build_sessions(scenario: Scenario, source: str | None = None) -> SessionWorkload:
-    """Draw the scenario's sessions."""
-    wl = scenario.workload
-    config = wl.sessions
-    assert config is not None and wl.arrival is not None
-    seed = scenario.seed
-    starts = synthetic_arrivals(
-        wl.arrival,  # type: ignore[arg-type]  # validated: poisson or gamma
-        config.count,
-        wl.duration_s,
-        stream(seed, "arrivals"),
-    )
+def draw_sessions(
+    config: Sessions, starts: np.ndarray, seed: int, source: str | None = None
+) -> SessionWorkload:
+    """Draw sessions starting at ``starts`` (their turns, messages, answers and system prompt
+    templates, each from its own stream of ``seed``)."""
     n = len(starts)
 
-    def lengths(spec: object, count: int, name: str) -> np.ndarray:
+    def lengths(spec: Length, count: int, name: str) -> np.ndarray:
         field = f"workload.sessions.{name}"
-        drawn: np.ndarray = sample_lengths(
-            spec,  # type: ignore[arg-type]
-            count,
-            stream(seed, f"sessions.{name}"),
-            field=field,
-            source=source,
-        )
-        return drawn
+        rng = stream(seed, f"sessions.{name}")
+        return sample_lengths(spec, count, rng, field=field, source=source)
 
     turns = lengths(config.turns, n, "turns")
     total = int(turns.sum())

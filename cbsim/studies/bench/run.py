@@ -264,7 +264,8 @@ def ready_times(results: Results, point: LoadPoint) -> np.ndarray | None:
         return None
     if point.ramp_up is None and math.isinf(point.request_rate):
         return None  # every prompt ready at 0
-    from cbsim.workload.build import ClosedLoopWorkload, build_workload
+    from cbsim.workload.build import build_workload
+    from cbsim.workload.drawn import ClosedLoopWorkload
 
     workload = build_workload(results.scenario)
     return workload.ready_s if isinstance(workload, ClosedLoopWorkload) else None

@@ -69,7 +69,8 @@ from cbsim.studies.plan.search import (
     search_disaggregated,
     search_prefill,
 )
-from cbsim.workload.build import RequestSpecs, build_workload
+from cbsim.workload.build import build_workload
+from cbsim.workload.drawn import RequestSpecs
 
 REQUEST_QUANTILE = 99
 """A KV cache must hold one request of this percentile of prompt + output tokens."""

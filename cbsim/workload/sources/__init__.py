@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cbsim.workload.build import ClosedLoopWorkload, RequestSpecs, StagedWorkload
+from cbsim.workload.drawn import ClosedLoopWorkload, RequestSpecs, StagedWorkload
 from cbsim.workload.prompt_pool import PoolPrompts
 from cbsim.workload.sessions import SessionWorkload
 from cbsim.workload.sources.base import RequestSource, Sender

@@ -27,7 +27,7 @@ import numpy as np
 from cbsim.common.errors import CbsimError
 from cbsim.common.limits import REQUESTS
 from cbsim.common.rng import stream
-from cbsim.workload.build import ClosedLoopWorkload
+from cbsim.workload.drawn import ClosedLoopWorkload
 from cbsim.workload.request import Request
 from cbsim.workload.sources.base import RequestSource, Sender
 

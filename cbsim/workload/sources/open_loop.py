@@ -1,6 +1,6 @@
 """Open-loop arrivals: every request is sent at its own time, whatever the server does.
 
-The times and lengths are drawn up front (:class:`cbsim.workload.build.RequestSpecs`: a Poisson or
+The times and lengths are drawn up front (:class:`cbsim.workload.drawn.RequestSpecs`: a Poisson or
 gamma process, a trace's timestamps), so the next send is always known and a finish never makes
 one. Requests are made a chunk at a time, their numbers turned into Python's once per chunk.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import simpy
 
 from cbsim.common.event_time import exact_delay
-from cbsim.workload.build import RequestSpecs
+from cbsim.workload.drawn import RequestSpecs
 from cbsim.workload.prefix_segments import Segments
 from cbsim.workload.request import Request
 from cbsim.workload.sources.base import RequestSource, Sender

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cbsim.workload.build import StagedWorkload
+from cbsim.workload.drawn import StagedWorkload
 from cbsim.workload.sources.base import RequestSource, Sender
 
 __all__ = ["StageSender", "Stages"]

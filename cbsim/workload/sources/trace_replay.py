@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cbsim.workload.build import RequestSpecs
+from cbsim.workload.drawn import RequestSpecs
 from cbsim.workload.prefix_segments import Segments, ids_are_chained
 from cbsim.workload.sources.base import Sender
 from cbsim.workload.sources.open_loop import OpenLoop

@@ -214,14 +214,7 @@ def test_h200_from_h100_fit_and_spec_sheet():
 # --------------------------------------------------------------------------- every GPU and dtype
 
 
-QUICK_SHIPPED = {("a100-80gb", "bf16"), ("h100-sxm", "bf16"), ("h100-sxm", "fp8")}
-"""What the default run checks here (each other pair fits for 5 to 15 s: ``slow``)."""
-
-
-@pytest.mark.parametrize(
-    ("gpu", "dtype"),
-    [p if p in QUICK_SHIPPED else pytest.param(*p, marks=pytest.mark.slow) for p in SHIPPED],
-)
+@pytest.mark.parametrize(("gpu", "dtype"), SHIPPED)
 def test_shape_aware_fit_beats_both_baselines_everywhere(gpu, dtype):
     _, ours, refs = held_out(gpu, dtype)
     for name, theirs in refs.items():

@@ -87,6 +87,7 @@ def test_capacity_json_is_byte_identical_on_workers(
     assert all(a["max_rate_rps"] for a in alternatives)
 
 
+@pytest.mark.slow  # the same worker pool as test_capacity_json_is_byte_identical_on_workers
 def test_plan_json_is_byte_identical_on_workers(tmp_path: Path, on_workers: None) -> None:
     texts = []
     for workers in ("1", "2"):

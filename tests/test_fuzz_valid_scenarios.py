@@ -61,6 +61,7 @@ ACCEPTANCE_TRACE = str(ROOT / "scenarios" / "data" / "acceptance-example.csv")
 SEED_OF_CAMPAIGN = 20250611
 CAMPAIGN_SIZE = 1000
 QUICK_CASES = 60
+QUICK_PARTS = 4
 FAST_FORWARD_EVERY = 3
 CASE_TIMEOUT_S = 60
 MAX_DRAWS = 200
@@ -794,8 +795,10 @@ def test_quick_slice_covers_the_scenario_space():
     assert any("prompt_pool" in w for w in workloads)
 
 
-def test_quick_slice_of_valid_scenarios():
-    outcomes = [run_case(case) for case in quick_slice()]
+@pytest.mark.parametrize("part", range(QUICK_PARTS))
+def test_quick_slice_of_valid_scenarios(part: int):
+    """The quick slice in parts, so that parallel workers share it."""
+    outcomes = [run_case(case) for case in quick_slice()[part::QUICK_PARTS]]
     assert all(not o.unexpected for o in outcomes), report(outcomes)
 
 

@@ -348,6 +348,7 @@ def _ink(rgb: np.ndarray) -> np.ndarray:
     return distance.min(axis=-1) > 12
 
 
+@pytest.mark.slow  # 5 to 10 s each; the DOM tests above render the same pages by default
 @pytest.mark.parametrize("which", ["run", "capacity"])
 def test_screenshot_is_a_full_rendering(
     which: str, chromium: str, run_html: Path, capacity_html: Path, tmp_path: Path

@@ -345,6 +345,7 @@ def test_ray_missing_gives_the_install_hint(
 # --------------------------------------------------------------------------- Ray
 
 
+@pytest.mark.slow  # Ray's start-up is ~10 s of the default run; `.ci/run` runs it in its 2nd stage
 @pytest.mark.skipif(
     importlib.util.find_spec("ray") is None,
     reason="ray is not installed (optional extra: pip install 'cbsim[ray]')",

@@ -132,7 +132,53 @@ class LogGrid:
                 )
 
             return two
+        if len(axes) == 3:
+            return self._three()
         return self.__call__
+
+    def _three(self) -> Callable[[float, float, float], float]:
+        """:meth:`compiled` for three features (a GEMM's m, n, k): the corners' weights multiplied
+        and their terms added in :meth:`__call__`'s order (1.0 times a weight is that weight)."""
+        first, second, third = self._axes_lists
+        top0, top1, top2 = len(first) - 2, len(second) - 2, len(third) - 2
+        stride0, stride1, stride2 = self._strides
+        flat = self._flat
+        log2 = math.log2
+        right = bisect.bisect_right
+
+        def three(value0: float, value1: float, value2: float) -> float:
+            x = log2(value0) if value0 > 1e-30 else -100.0
+            i = right(first, x) - 1
+            i = 0 if i < 0 else (top0 if i > top0 else i)
+            w0 = (x - first[i]) / (first[i + 1] - first[i])
+            w0 = 0.0 if w0 < 0.0 else (1.0 if w0 > 1.0 else w0)
+            y = log2(value1) if value1 > 1e-30 else -100.0
+            j = right(second, y) - 1
+            j = 0 if j < 0 else (top1 if j > top1 else j)
+            w1 = (y - second[j]) / (second[j + 1] - second[j])
+            w1 = 0.0 if w1 < 0.0 else (1.0 if w1 > 1.0 else w1)
+            z = log2(value2) if value2 > 1e-30 else -100.0
+            m = right(third, z) - 1
+            m = 0 if m < 0 else (top2 if m > top2 else m)
+            w2 = (z - third[m]) / (third[m + 1] - third[m])
+            w2 = 0.0 if w2 < 0.0 else (1.0 if w2 > 1.0 else w2)
+            b = i * stride0 + j * stride1 + m * stride2
+            low0, high0, low1, low2 = 1.0 - w0, w0, 1.0 - w1, 1.0 - w2
+            ll, lh, hl, hh = low0 * low1, low0 * w1, high0 * low1, high0 * w1
+            s1, s2, s12 = stride1, stride2, stride1 + stride2
+            return (
+                0
+                + ll * low2 * flat[b]
+                + ll * w2 * flat[b + s2]
+                + lh * low2 * flat[b + s1]
+                + lh * w2 * flat[b + s12]
+                + hl * low2 * flat[b + stride0]
+                + hl * w2 * flat[b + stride0 + s2]
+                + hh * low2 * flat[b + stride0 + s1]
+                + hh * w2 * flat[b + stride0 + s12]
+            )
+
+        return three
 
     def evaluate(self, *features: np.ndarray) -> np.ndarray:
         """The correction at many points: the product of :func:`interpolation_matrix` with the

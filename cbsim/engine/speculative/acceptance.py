@@ -23,9 +23,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+import numba
 import numpy as np
 
 from cbsim.common.errors import CbsimError, unknown_name
+from cbsim.cost.kernel_call import KernelCall
 from cbsim.schema.speculative import (
     IidAcceptance,
     PerRequestAcceptance,
@@ -111,17 +113,43 @@ def alpha_mle(accepted: int, rejections: int) -> float:
 # --------------------------------------------------------------------------- models
 
 
-def leading_successes(alphas: np.ndarray, ks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def leading_successes(
+    alphas: np.ndarray, ks: np.ndarray, rng: np.random.Generator, call: KernelCall | None = None
+) -> np.ndarray:
     """Accepted drafts per request: leading successes of Bernoulli(alphas[i, j]) trials, capped at k.
 
-    ``alphas`` is (n, width) conditional rates per draft position; ``ks`` the draft lengths.
-    """
-    n, width = alphas.shape
-    if n == 0 or width == 0:
+    ``alphas`` is (n, width) conditional rates per draft position, or (n, 1) (one rate per
+    request), (1, width) (one row for all) or (1, 1), broadcast to (n, width) with n = len(ks)
+    and width = ks.max(); ``ks`` the draft lengths. The trials' uniforms are
+    ``rng.random((n, width))``, one per trial whether or not it counts. ``call``: a model's
+    :class:`~cbsim.cost.kernel_call.KernelCall` of the compiled count (dispatched once)."""
+    n = len(ks)
+    width = alphas.shape[1] if alphas.shape[1] > 1 else (int(ks.max()) if n else 0)
+    if n == 0 or width == 0 or alphas.shape[1] == 0:
         return np.zeros(n, dtype=np.int64)
-    success = rng.random((n, width)) < alphas
-    success &= np.arange(width)[None, :] < ks[:, None]
-    accepted: np.ndarray = np.cumprod(success, axis=1).sum(axis=1).astype(np.int64)
+    uniforms = rng.random((n, width))
+    rates = np.ascontiguousarray(alphas, dtype=np.float64)
+    draft = np.ascontiguousarray(ks, dtype=np.int64)
+    count = _leading_successes if call is None else call
+    accepted: np.ndarray = count(uniforms, rates, draft)
+    return accepted
+
+
+@numba.njit(cache=True)
+def _leading_successes(uniforms: np.ndarray, rates: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """:func:`leading_successes` compiled: row i's trial j succeeds when its uniform is below its
+    rate (broadcast over rows or columns of length one) and j < k; the leading successes count."""
+    n, width = uniforms.shape
+    rows, columns = rates.shape
+    accepted = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        row = i if rows > 1 else 0
+        k = ks[i]
+        for j in range(width):
+            if j < k and uniforms[i, j] < rates[row, j if columns > 1 else 0]:
+                accepted[i] += 1
+            else:
+                break
     return accepted
 
 
@@ -176,6 +204,7 @@ class IidModel(AcceptanceModel):
 
     def __init__(self, config: IidAcceptance) -> None:
         self.alpha = config.alpha
+        self._leading = KernelCall(_leading_successes)
 
     def prior_alpha(self) -> float:
         return self.alpha
@@ -187,8 +216,7 @@ class IidModel(AcceptanceModel):
         ks: np.ndarray,
         rng: np.random.Generator,
     ) -> np.ndarray:
-        width = int(ks.max()) if len(ks) else 0
-        return leading_successes(np.full((len(ks), width), self.alpha), ks, rng)
+        return leading_successes(np.full((1, 1), self.alpha), ks, rng, self._leading)
 
 
 def conditional_from_unconditional(rates: Sequence[float]) -> list[float]:
@@ -236,6 +264,7 @@ class PositionalModel(AcceptanceModel):
         # per-request variation: each request scales the rates by θ / m, θ ~ Beta(m·c, (1 − m)·c)
         concentration = getattr(config, "concentration", None)
         self.concentration: float | None = None if concentration is None else float(concentration)
+        self._leading = KernelCall(_leading_successes)
 
     def prior_alpha(self) -> float:
         return float(self.rates[: min(4, len(self.rates))].mean())
@@ -259,11 +288,11 @@ class PositionalModel(AcceptanceModel):
         rng: np.random.Generator,
     ) -> np.ndarray:
         width = int(ks.max()) if len(ks) else 0
-        rates = np.broadcast_to(self.rates_for(width), (len(ks), width))
+        rates = self.rates_for(width)[None, :]
         if self.concentration is not None:
             scale = level_scale(req_alphas, self.prior_alpha())
             rates = np.clip(rates * scale[:, None], 0.0, 1.0)
-        return leading_successes(rates, ks, rng)
+        return leading_successes(rates, ks, rng, self._leading)
 
 
 class PerRequestModel(AcceptanceModel):
@@ -273,6 +302,7 @@ class PerRequestModel(AcceptanceModel):
         self.mean = config.mean
         self.concentration = config.concentration
         self.drift = config.drift_per_1k_tokens
+        self._leading = KernelCall(_leading_successes)
 
     def prior_alpha(self) -> float:
         return self.mean
@@ -287,12 +317,11 @@ class PerRequestModel(AcceptanceModel):
         ks: np.ndarray,
         rng: np.random.Generator,
     ) -> np.ndarray:
-        width = int(ks.max()) if len(ks) else 0
         alphas = req_alphas
         if self.drift:
             generated = np.fromiter((r.generated for r in reqs), dtype=np.float64, count=len(reqs))
             alphas = np.clip(req_alphas + self.drift * generated / 1000.0, 0.0, 1.0)
-        return leading_successes(np.repeat(alphas[:, None], width, axis=1), ks, rng)
+        return leading_successes(alphas[:, None], ks, rng, self._leading)
 
 
 class TraceModel(AcceptanceModel):

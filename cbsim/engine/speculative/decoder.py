@@ -309,45 +309,46 @@ class SpeculativeDecoding:
         """Draw each speculating request's accepted drafts and update its decoder."""
         ks_all = batch.ks
         assert ks_all is not None
-        accepted_all = [0] * len(batch.requests)
+        requests = batch.requests
+        accepted_all = [0] * len(requests)
         batch.accepted = accepted_all
         rows = [i for i, k in enumerate(ks_all) if k > 0]
         for i in batch.decoding:
-            batch.requests[i].decode_steps += 1
+            requests[i].decode_steps += 1
         if not rows:
             return
-        reqs = [batch.requests[i] for i in rows]
-        ks = np.array([ks_all[i] for i in rows], dtype=np.int64)
+        reqs = [requests[i] for i in rows]
+        ks_list = [ks_all[i] for i in rows]
+        ks = np.array(ks_list, dtype=np.int64)
         states = self.states(reqs)
         model_alphas = np.array([s.model_alpha for s in states])
         drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
         if self.stale_drafter:
             drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
         accepted = drawn.tolist()
+        if len(accepted) != len(rows) or bool(((drawn < 0) | (drawn > ks)).any()):
+            for k, a in zip(ks_list, accepted, strict=True):
+                check_outcome(k, a)
         if self.policy.observes_batches:
-            self.policy.observe_batch(replica, ks.tolist(), accepted)
+            self.policy.observe_batch(replica, ks_list, accepted)
         learns = self._controllers_learn
-        accepted_sum = rejected_sum = 0
-        for j, i in enumerate(rows):
-            req, spec, k, a = reqs[j], states[j], ks_all[i], accepted[j]
-            check_outcome(k, a)
+        rejected_sum = 0
+        for i, req, spec, k, a in zip(rows, reqs, states, ks_list, accepted, strict=True):
             accepted_all[i] = a
             rejected = 1 if a < k else 0
             spec.alpha.observe_counts(a, rejected)
-            accepted_sum += a
             rejected_sum += rejected
             rate = a / k
+            ema = spec.ema_acceptance
             spec.ema_acceptance = (
-                rate
-                if math.isnan(spec.ema_acceptance)
-                else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * spec.ema_acceptance
+                rate if ema != ema else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema  # NaN: first
             )
             if learns:
                 spec.controller.observe(StepOutcome(drafted=k, accepted=a))
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
-        self.replica_alpha(replica).observe_counts(accepted_sum, rejected_sum)
+        self.replica_alpha(replica).observe_counts(sum(accepted), rejected_sum)
 
 
 UNBUDGETED = 1 << 62

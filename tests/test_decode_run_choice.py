@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import cbsim
-import cbsim.engine.loop
+from cbsim.engine.replica import Replica
 from tests.test_fuzz_valid_scenarios import frames_differ
 
 BUSY_FLEET = {
@@ -36,7 +36,7 @@ BUSY_FLEET = {
 
 def test_a_busy_fleet_plans_few_one_iteration_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     lengths: collections.Counter[int] = collections.Counter()
-    plan = cbsim.engine.loop.Simulation._plan_run
+    plan = Replica.plan_run
 
     def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
         run = plan(self, *args, **kwargs)
@@ -44,7 +44,7 @@ def test_a_busy_fleet_plans_few_one_iteration_runs(monkeypatch: pytest.MonkeyPat
             lengths[len(run.durations)] += 1
         return run
 
-    monkeypatch.setattr(cbsim.engine.loop.Simulation, "_plan_run", counting)
+    monkeypatch.setattr(Replica, "plan_run", counting)
     forward = cbsim.simulate(cbsim.load_scenario(BUSY_FLEET))
     runs = sum(lengths.values())
     assert runs > 500  # the fleet does fast-forward (runs of two iterations or more)

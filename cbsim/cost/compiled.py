@@ -133,7 +133,16 @@ def _cell(grid: FloatArray, lo: int, size: int, x: float) -> tuple[int, float]:
     """The cell of the axis ``grid[lo:lo + size]`` holding ``x`` (clamped to the axis's ends) and
     the weight of its upper edge."""
     top = size - 2
-    i = int(np.searchsorted(grid[lo : lo + size], x, side="right")) - 1
+    # np.searchsorted(axis, x, side="right") - 1, written out (numba's takes a second to
+    # compile): the same comparisons, a NaN ``x`` ordered after every value as numpy orders it
+    above, below = 0, size
+    while above < below:
+        middle = above + ((below - above) >> 1)
+        if x != x or grid[lo + middle] <= x:
+            above = middle + 1
+        else:
+            below = middle
+    i = above - 1
     i = 0 if i < 0 else (top if i > top else i)
     low, high = grid[lo + i], grid[lo + i + 1]
     w = float((x - low) / (high - low))

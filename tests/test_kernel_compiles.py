@@ -1,7 +1,9 @@
 """What a fresh install's first run compiles: each kernel it uses once (one signature, not one
 more for a literal argument), and none of numba's library sorts, searches or reductions, each
-of which costs seconds of compiling where a written-out loop costs a tenth. Counted from numba's
-compile events in a fresh interpreter with an empty cache, not timed."""
+of which costs seconds of compiling where a written-out loop costs a tenth; and the background
+priming after it (:mod:`cbsim.run.kernel_priming`): a run tells a cold cache, and once primed the
+shipped kinds of runs compile nothing. Counted from numba's compile events in fresh interpreters
+with an empty cache, not timed."""
 
 from __future__ import annotations
 
@@ -39,10 +41,16 @@ LIBRARY_HEAVY = ("mergesort", "quicksort", "searchsorted", "npy_max", "npy_min",
 
 def _compiled(tmp_path: Path, scenario: str, requests: int) -> list[str]:
     """The functions numba compiles when ``scenario`` runs on an empty cache, in order."""
+    printed = _python(RECORD, tmp_path, str(ROOT / "scenarios" / scenario), str(requests))
+    return [line.split()[1] for line in printed.splitlines() if line.startswith("compiled ")]
+
+
+def _python(code: str, cache: Path, *args: str) -> str:
+    """What ``python -c code args`` prints, numba's cache in ``cache``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
-    env.update(NUMBA_CACHE_DIR=str(tmp_path / "numba"), PYTHONPATH=str(ROOT))
+    env.update(NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", RECORD, str(ROOT / "scenarios" / scenario), str(requests)],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -50,7 +58,7 @@ def _compiled(tmp_path: Path, scenario: str, requests: int) -> list[str]:
         env=env,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return [line.split()[1] for line in done.stdout.splitlines() if line.startswith("compiled ")]
+    return done.stdout
 
 
 def _assert_each_kernel_once(compiled: list[str]) -> None:
@@ -73,3 +81,26 @@ def test_a_speculative_run_compiles_each_kernel_once(tmp_path: Path) -> None:
     compiled = _compiled(tmp_path, "spec-eagle-goodput.yaml", 200)
     assert "cbsim.engine.speculative.fast_run.spec_run_kernel" in compiled
     _assert_each_kernel_once(compiled)
+
+
+# whether the process compiled its first kernels (numba's cache was cold), after a small run
+COLD = """
+import cbsim
+from cbsim.run import kernel_priming
+cbsim.simulate(cbsim.load_scenario(kernel_priming.PLAIN, {"workload.num_requests": 20}))
+print("cold", kernel_priming.compiled_this_run())
+"""
+
+
+def test_a_run_knows_whether_it_found_the_cache_cold(tmp_path: Path) -> None:
+    assert "cold True" in _python(COLD, tmp_path)  # an empty cache: the kernels compiled
+    assert "cold False" in _python(COLD, tmp_path)  # the same cache again: loaded
+
+
+@pytest.mark.slow
+def test_priming_leaves_the_shipped_kinds_of_runs_nothing_to_compile(tmp_path: Path) -> None:
+    _python("from cbsim.run import kernel_priming; kernel_priming.prime()", tmp_path)
+    for scenario in ("chat-llama3-8b-h100.yaml", "spec-eagle-goodput.yaml"):
+        path = str(ROOT / "scenarios" / scenario)
+        printed = _python(RECORD, tmp_path, path, "200")
+        assert "compiled" not in printed, (scenario, printed)

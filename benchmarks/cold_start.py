@@ -69,7 +69,7 @@ def _timed_run(source: Path, cache: Path, scenario: str, out: Path) -> tuple[flo
     command = [sys.executable, "-c", LAUNCH, "run", str(ROOT / scenario), "--out", str(out)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, capture_output=True, cwd=ROOT)
+    subprocess.run(command, env=env, check=True, capture_output=True, cwd=source)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -104,3 +104,29 @@ def test_priming_leaves_the_shipped_kinds_of_runs_nothing_to_compile(tmp_path: P
         path = str(ROOT / "scenarios" / scenario)
         printed = _python(RECORD, tmp_path, path, "200")
         assert "compiled" not in printed, (scenario, printed)
+
+
+def test_the_primer_starts_detached_and_silent_on_this_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cbsim.run import kernel_priming
+
+    started: list[tuple[list[str], dict[str, object]]] = []
+    monkeypatch.setattr(
+        kernel_priming.subprocess, "Popen", lambda args, **kw: started.append((args, kw))
+    )
+    kernel_priming.start_in_background()
+    [(args, options)] = started
+    assert args[:2] == [sys.executable, "-c"] and repr(str(ROOT)) in args[2]
+    assert options["start_new_session"] is True
+    assert options["stdout"] == options["stderr"] == subprocess.DEVNULL
+
+
+def test_a_primer_that_cannot_start_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cbsim.run import kernel_priming
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(kernel_priming.subprocess, "Popen", refused)
+    kernel_priming.start_in_background()  # no error

@@ -19,9 +19,9 @@ pip runs no code of the package's at install.
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from cbsim.run.loading import load_scenario
@@ -69,12 +69,20 @@ def compiled_this_run() -> bool:
     return False
 
 
+# the primer's command: this package first on its path (not one in the working directory), its
+# priority lowered before it imports the package (a second of CPU)
+_PRIME = (
+    "import os, sys; sys.path.insert(0, {root!r}); hasattr(os, 'nice') and os.nice(10); "
+    "from cbsim.run.kernel_priming import prime; prime()"
+)
+
+
 def start_in_background() -> None:
     """Start :func:`prime` in a detached process (its own session: a Ctrl-C at the terminal does
     not reach it), silent; nothing happens when it cannot start."""
     with contextlib.suppress(OSError, ValueError):
         subprocess.Popen(
-            [sys.executable, "-m", "cbsim.run.kernel_priming"],
+            [sys.executable, "-c", _PRIME.format(root=str(Path(__file__).resolve().parents[2]))],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -84,9 +92,7 @@ def start_in_background() -> None:
 
 
 def prime() -> None:
-    """Simulate the small scenarios at low priority, leaving their kernels in numba's cache."""
-    with contextlib.suppress(OSError, AttributeError):  # no nice() on some platforms
-        os.nice(10)
+    """Simulate the small scenarios, leaving their kernels in numba's cache."""
     for scenario in (PLAIN, SPECULATIVE):
         simulate(load_scenario(scenario))
 

@@ -19,6 +19,7 @@ pip runs no code of the package's at install.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,12 +61,13 @@ _FIRST_KERNELS = (
 
 def compiled_this_run() -> bool:
     """Whether this process compiled one of the engine's first kernels (rather than loading it
-    from numba's cache): the cache was cold."""
+    from numba's cache) where the cache can be written: the cache was cold, and priming it
+    would last (where it cannot be written, every run compiles and a primer would too)."""
     for module_name, name in _FIRST_KERNELS:
         kernel = getattr(sys.modules.get(module_name), name, None)
         stats = getattr(kernel, "stats", None)
         if stats is not None and sum(stats.cache_misses.values()) > 0:
-            return True
+            return bool(stats.cache_path) and os.access(stats.cache_path, os.W_OK)
     return False
 
 

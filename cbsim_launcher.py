@@ -24,6 +24,11 @@ simulates. cbsim's kernels do no linear algebra and the command line no longer n
 the BLAS when a kernel using them compiles. (Not done for the Python API: a notebook's numba is
 its own.)
 
+When a command had to compile cbsim's kernels (numba's cache was cold, as on a fresh install), the
+console script then starts priming the cache for the kernels other runs use, in a detached
+background process (:mod:`cbsim.run.kernel_priming`), so that the next run, whatever its scenario,
+loads them rather than compiling.
+
 The console script (:func:`console`) ends the process once the command's exit handlers have run
 and its output is flushed, without the interpreter's teardown (every module and object freed one
 by one: some 70 ms after a capacity search, for memory the process gives back anyway); when a
@@ -82,6 +87,8 @@ def console() -> NoReturn:
         if _other_threads():  # the interpreter's exit waits for them: let it
             raise
         status = _exit_status(end.code)
+    if status == 0:
+        _prime_after_a_cold_run()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -89,6 +96,21 @@ def console() -> NoReturn:
         except (OSError, ValueError):  # closed, or its reader went away
             status = status or 120  # as the interpreter's own exit reports an unflushed stream
     os._exit(status)
+
+
+def _prime_after_a_cold_run() -> None:
+    """When the command compiled kernels (numba's cache was cold: a fresh install), start priming
+    the cache for the kernels other runs use, in the background
+    (:mod:`cbsim.run.kernel_priming`); never fails the command."""
+    if "cbsim.cli.commands" not in sys.modules:
+        return
+    try:
+        from cbsim.run import kernel_priming
+
+        if kernel_priming.compiled_this_run():
+            kernel_priming.start_in_background()
+    except Exception:  # priming is an optimisation: the command's own outcome stands
+        return
 
 
 def _other_threads() -> bool:

@@ -82,8 +82,8 @@ def pairwise_sum(values: FloatArray) -> float:
 @numba.njit(cache=True)
 def pairwise_sum_head(values: FloatArray, count: int) -> float:
     """:func:`pairwise_sum` of ``values[:count]``."""
-    if count <= 128:
-        return _block_sum(values, 0, count)
+    if count <= 128:  # int(0): an int64, the one signature _pairwise_blocks uses, not a literal
+        return _block_sum(values, int(0), count)  # noqa: RUF046, UP018
     return _pairwise_blocks(values, count)
 
 

@@ -90,7 +90,7 @@ def draft_seconds(
             k_high = ks[i]
     total = 0.0
     for s in range(k_high):
-        active = 0
+        active = int(0)  # noqa: RUF046, UP018  (not the literal 0: decode_attention compiled for it too)
         kv = 0
         for i in range(n):
             if ks[i] > s:

@@ -138,7 +138,10 @@ def refine_per_request(
     for _ in range(MAX_PASSES):
         moved = False
         for step in (1, -1):
-            size = 0
+            # int(0), here and in the other kernels: an int64, where the literal 0 has numba
+            # compile each kernel called with it once more for the literal (a second on a fresh
+            # install: type inference calls it before the loop's int64 reaches the variable)
+            size = int(0)  # noqa: RUF046, UP018
             for i in range(n):
                 if (step == 1 and ks[i] < caps[i]) or (step == -1 and ks[i] > 0):
                     members[size] = i
@@ -160,8 +163,8 @@ def refine_per_request(
                     first = p
             order = ints[ORDER]
             order[0] = members[first]
-            r = _moved_rate(n, ks, 1, step, alphas, remaining, contexts, k_max, target, proposer,
-                            draft, base, factor, sums, table, reals, ints)  # fmt: skip
+            r = _moved_rate(n, ks, int(1), step, alphas, remaining, contexts, k_max, target,  # noqa: RUF046, UP018
+                            proposer, draft, base, factor, sums, table, reals, ints)  # fmt: skip
             if not _better(r, current, step == 1):
                 continue
             sorted_at = _stable_argsort(keys, size, ints[SORTED], ints[SPARE])
@@ -263,7 +266,7 @@ def _apply_prefix(
     best_m = 0
     best_rate = current
     hi = size + 1
-    m = 1
+    m = int(1)  # noqa: RUF046, UP018  (not the literal 1: see refine_per_request)
     while m <= size:
         r = _moved_rate(n, ks, m, step, alphas, remaining, contexts, k_max, target, proposer,
                         draft, base, factor, sums, table, reals, ints)  # fmt: skip

@@ -1,0 +1,103 @@
+"""Priming numba's cache of compiled kernels in the background after a fresh install's first run.
+
+The engine's kernels compile on their first call and are kept in numba's cache (``__pycache__``
+beside their sources, or under ``NUMBA_CACHE_DIR``), from which a later process loads them in
+milliseconds. A fresh install's first run compiles the kernels it needs: a plain run's in about
+3 s of CPU, a speculative one's (some twenty more kernels) in about 30 s. So when the ``cbsim``
+command had to compile kernels (:func:`compiled_this_run`), it starts this module in a detached,
+low-priority process (:func:`start_in_background`) that simulates two small built-in scenarios,
+one plain and one speculative, and discards their results: what stays is every kernel they use,
+in the cache, for the next run whatever its scenario. It writes nothing else. A primer that fails
+or is stopped leaves the cache as it was (numba writes each entry whole), and the next run
+compiles what it needs, as without priming.
+
+The first run itself is not primed ahead: a primer would import the package as the run does (a
+second) and then compile the same kernels, finishing no sooner than the run's own compiling; and
+pip runs no code of the package's at install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from cbsim.run.loading import load_scenario
+from cbsim.run.simulate import simulate
+
+# small scenarios whose runs call every kernel the shipped scenarios' kinds of runs call
+PLAIN: dict[str, Any] = {
+    "name": "priming-plain",
+    "seed": 1,
+    "workload": {
+        "num_requests": 60,
+        "arrival": {"kind": "poisson", "rate": 8.0},
+        "prompt_tokens": {"kind": "lognormal", "mean": 1000, "sigma": 0.8, "max": 8192},
+        "output_tokens": {"kind": "lognormal", "mean": 250, "sigma": 0.7, "max": 2048},
+    },
+    "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1},
+}
+SPECULATIVE: dict[str, Any] = {
+    **PLAIN,
+    "name": "priming-speculative",
+    "speculative": {
+        "enabled": True,
+        "proposer": {"kind": "eagle"},
+        "acceptance": {"kind": "per_request", "mean": 0.6, "concentration": 8},
+        "policy": {"kind": "goodput", "k_max": 8},
+    },
+}
+
+# the kernels whose compiling tells a cold cache: (module, name), looked up where imported
+_FIRST_KERNELS = (
+    ("cbsim.cost.compiled", "stepped_seconds"),
+    ("cbsim.engine.decode_run", "decode_run_kernel"),
+    ("cbsim.engine.speculative.fast_run", "spec_run_kernel"),
+)
+
+
+def compiled_this_run() -> bool:
+    """Whether this process compiled one of the engine's first kernels (rather than loading it
+    from numba's cache) where the cache can be written: the cache was cold, and priming it
+    would last (where it cannot be written, every run compiles and a primer would too)."""
+    for module_name, name in _FIRST_KERNELS:
+        kernel = getattr(sys.modules.get(module_name), name, None)
+        stats = getattr(kernel, "stats", None)
+        if stats is not None and sum(stats.cache_misses.values()) > 0:
+            return bool(stats.cache_path) and os.access(stats.cache_path, os.W_OK)
+    return False
+
+
+# the primer's command: this package first on its path (not one in the working directory), its
+# priority lowered before it imports the package (a second of CPU)
+_PRIME = (
+    "import os, sys; sys.path.insert(0, {root!r}); hasattr(os, 'nice') and os.nice(10); "
+    "from cbsim.run.kernel_priming import prime; prime()"
+)
+
+
+def start_in_background() -> None:
+    """Start :func:`prime` in a detached process (its own session: a Ctrl-C at the terminal does
+    not reach it), silent; nothing happens when it cannot start."""
+    with contextlib.suppress(OSError, ValueError):
+        subprocess.Popen(
+            [sys.executable, "-c", _PRIME.format(root=str(Path(__file__).resolve().parents[2]))],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+
+def prime() -> None:
+    """Simulate the small scenarios, leaving their kernels in numba's cache."""
+    for scenario in (PLAIN, SPECULATIVE):
+        simulate(load_scenario(scenario))
+
+
+if __name__ == "__main__":
+    prime()

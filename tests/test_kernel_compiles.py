@@ -1,0 +1,132 @@
+"""What a fresh install's first run compiles: each kernel it uses once (one signature, not one
+more for a literal argument), and none of numba's library sorts, searches or reductions, each
+of which costs seconds of compiling where a written-out loop costs a tenth; and the background
+priming after it (:mod:`cbsim.run.kernel_priming`): a run tells a cold cache, and once primed the
+shipped kinds of runs compile nothing. Counted from numba's compile events in fresh interpreters
+with an empty cache, not timed."""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# runs a scenario (argv[1], shortened to argv[2] requests) and prints every compiled function
+RECORD = """
+import sys
+import numba.core.event as event
+
+class Recorder(event.Listener):
+    def on_start(self, ev):
+        pass
+
+    def on_end(self, ev):
+        func = ev.data["dispatcher"].py_func
+        print("compiled", f"{func.__module__}.{func.__qualname__}", flush=True)
+
+event.register("numba:compile", Recorder())
+import cbsim
+cbsim.simulate(cbsim.load_scenario(sys.argv[1], {"workload.num_requests": int(sys.argv[2])}))
+"""
+
+# numba's implementations that a kernel on a run's path used to compile (seconds each)
+LIBRARY_HEAVY = ("mergesort", "quicksort", "searchsorted", "npy_max", "npy_min", "np_arange")
+
+
+def _compiled(tmp_path: Path, scenario: str, requests: int) -> list[str]:
+    """The functions numba compiles when ``scenario`` runs on an empty cache, in order."""
+    printed = _python(RECORD, tmp_path, str(ROOT / "scenarios" / scenario), str(requests))
+    return [line.split()[1] for line in printed.splitlines() if line.startswith("compiled ")]
+
+
+def _python(code: str, cache: Path, *args: str) -> str:
+    """What ``python -c code args`` prints, numba's cache in ``cache``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(NUMBA_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _assert_each_kernel_once(compiled: list[str]) -> None:
+    kernels = collections.Counter(name for name in compiled if name.startswith("cbsim."))
+    twice = {name: n for name, n in kernels.items() if n > 1}
+    assert not twice, f"compiled more than once (a literal argument?): {twice}"
+
+
+def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort(tmp_path: Path) -> None:
+    compiled = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200)
+    assert "cbsim.engine.decode_run.decode_run_kernel" in compiled  # a decode run was planned
+    _assert_each_kernel_once(compiled)
+    heavy = [name for name in compiled if any(part in name for part in LIBRARY_HEAVY)]
+    assert not heavy, f"numba library functions compiled on the run's path: {heavy}"
+    assert len(compiled) <= 16, compiled  # 14 when written (numba's own included), 36 before
+
+
+@pytest.mark.slow
+def test_a_speculative_run_compiles_each_kernel_once(tmp_path: Path) -> None:
+    compiled = _compiled(tmp_path, "spec-eagle-goodput.yaml", 200)
+    assert "cbsim.engine.speculative.fast_run.spec_run_kernel" in compiled
+    _assert_each_kernel_once(compiled)
+
+
+# whether the process compiled its first kernels (numba's cache was cold), after a small run
+COLD = """
+import cbsim
+from cbsim.run import kernel_priming
+cbsim.simulate(cbsim.load_scenario(kernel_priming.PLAIN, {"workload.num_requests": 20}))
+print("cold", kernel_priming.compiled_this_run())
+"""
+
+
+def test_a_run_knows_whether_it_found_the_cache_cold(tmp_path: Path) -> None:
+    assert "cold True" in _python(COLD, tmp_path)  # an empty cache: the kernels compiled
+    assert "cold False" in _python(COLD, tmp_path)  # the same cache again: loaded
+
+
+@pytest.mark.slow
+def test_priming_leaves_the_shipped_kinds_of_runs_nothing_to_compile(tmp_path: Path) -> None:
+    _python("from cbsim.run import kernel_priming; kernel_priming.prime()", tmp_path)
+    for scenario in ("chat-llama3-8b-h100.yaml", "spec-eagle-goodput.yaml"):
+        path = str(ROOT / "scenarios" / scenario)
+        printed = _python(RECORD, tmp_path, path, "200")
+        assert "compiled" not in printed, (scenario, printed)
+
+
+def test_the_primer_starts_detached_and_silent_on_this_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cbsim.run import kernel_priming
+
+    started: list[tuple[list[str], dict[str, object]]] = []
+    monkeypatch.setattr(
+        kernel_priming.subprocess, "Popen", lambda args, **kw: started.append((args, kw))
+    )
+    kernel_priming.start_in_background()
+    [(args, options)] = started
+    assert args[:2] == [sys.executable, "-c"] and repr(str(ROOT)) in args[2]
+    assert options["start_new_session"] is True
+    assert options["stdout"] == options["stderr"] == subprocess.DEVNULL
+
+
+def test_a_primer_that_cannot_start_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cbsim.run import kernel_priming
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(kernel_priming.subprocess, "Popen", refused)
+    kernel_priming.start_in_background()  # no error

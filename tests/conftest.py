@@ -23,6 +23,21 @@ import pytest
 from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 from cbsim.workload.request import Request
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before parallel workers start, fill numba's cache once with the kernels the tests use (two
+    small runs, plain and speculative): on a fresh checkout each worker would otherwise compile
+    the same kernels side by side (about 35 s of CPU each); with the cache warm it costs the two
+    small runs. A worker (``workerinput``) or a run without workers compiles as it goes."""
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return
+    workers = config.getoption("numprocesses", default=None)
+    if not workers or workers == "0":
+        return
+    from cbsim.run.kernel_priming import prime
+
+    prime()
+
 BASE_SCENARIO: dict[str, Any] = {
     "name": "small",
     "seed": 3,

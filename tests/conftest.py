@@ -38,6 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     prime()
 
+
 BASE_SCENARIO: dict[str, Any] = {
     "name": "small",
     "seed": 3,

@@ -4,6 +4,7 @@ the error a compiled kernel returns when one lands inside it), never by racing a
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +46,19 @@ cbsim_launcher.console()
 """
 
 
+def _default_sigint() -> None:
+    """In the child: Ctrl-C as at a terminal (a child inherits an ignored SIGINT, and a test
+    process may hold one: capacity and sweep workers ignore it while they start)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_default_sigint,
     )
 
 

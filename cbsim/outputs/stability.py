@@ -13,7 +13,8 @@ stopped sending before the queue grew long: 800 requests at 24 req/s on a servic
 * **requests in the system** — arrived and not finished, waiting or running: a queue can hide
   inside the batch (every request admitted, each step slower), where no backlog shows. Its growth
   over the second half of the arrivals (``in_system_growth``), a quarter of it already there at
-  three quarters of the arrivals (a closing burst is not a trend);
+  three quarters of the arrivals and its mean over the last quarter of the arrivals at least half
+  that over the second quarter's (a closing burst, or a Poisson stream's cluster, is not a trend);
 * **backlog** — the requests that had arrived by the last arrival but were not yet admitted to a
   batch then (``backlog``; its share of the arrivals ``backlog_share``). A stable queue holds a
   few requests whatever the run's length; an overloaded one holds (offered − served) × time, so
@@ -144,7 +145,8 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
     if requests and timed_out >= max(MIN_BACKLOG, BACKLOG_SHARE * requests):
         reasons.append(f"{timed_out} of {requests} requests timed out")
     growth, by_3q = figures["in_system_growth"], figures["in_system_growth_3q"]
-    if growth >= floor and by_3q >= growth / 4:
+    trend = figures.get("in_system_trend", math.inf)
+    if growth >= floor and by_3q >= growth / 4 and trend >= floor / 2:
         reasons.append(
             f"requests in the system (waiting or running) grew by {growth} over the second half "
             "of the arrivals"
@@ -199,6 +201,7 @@ def stability_summary(
             figures["served_rps"] = _served_while_arriving(requests, first, last, served_rps)
     growth, by_3q = _in_system_growth(requests)
     figures["in_system_growth"] = growth
+    trend = _in_system_trend(requests)
     first_q, later_q = _quarter_latencies(requests)
     figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
     first_pace, later_pace = _quarter_latencies(requests, per_output_token=True)
@@ -207,6 +210,7 @@ def stability_summary(
         {
             **figures,
             "in_system_growth_3q": by_3q,
+            "in_system_trend": trend,
             "latency_first_s": first_q,
             "latency_later_s": later_q,
             "pace_growth": later_pace / first_pace if first_pace > 0 else math.nan,
@@ -262,6 +266,35 @@ def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
     mid, q3 = first + 0.5 * (last - first), first + 0.75 * (last - first)
     at_mid = _in_system(requests, mid)
     return _in_system(requests, last) - at_mid, _in_system(requests, q3) - at_mid
+
+
+TREND_SAMPLES = 64
+"""Times per quarter of the arrival span at which the requests in the system are counted for
+their trend."""
+
+
+def _in_system_trend(requests: pd.DataFrame) -> float:
+    """The mean count of requests in the system over the last quarter of the arrival span less
+    its mean over the second quarter: about the growth over the second half where the system
+    fills at a steady pace, near nothing where a burst at one instant made the count jump (a
+    Poisson stream's clusters come and go; a queue that grows keeps growing)."""
+    kept = requests[~requests["status"].isin(("rejected", "timed_out"))]
+    arrival = kept["arrival_s"].to_numpy(dtype=float)
+    arrival = arrival[np.isfinite(arrival)]
+    if len(arrival) < 2:
+        return 0.0
+    first, span = float(arrival.min()), float(arrival.max() - arrival.min())
+    arrivals = np.sort(arrival)
+    finish = kept["finish_s"].to_numpy(dtype=float)
+    finishes = np.sort(finish[np.isfinite(finish)])
+
+    def mean_in_system(start: float, end: float) -> float:
+        times = first + span * np.linspace(start, end, TREND_SAMPLES)
+        arrived = np.searchsorted(arrivals, times, side="right")
+        finished = np.searchsorted(finishes, times, side="right")
+        return float(np.mean(arrived - finished))
+
+    return mean_in_system(0.75, 1.0) - mean_in_system(0.25, 0.5)
 
 
 def _quarter_latencies(

@@ -16,9 +16,8 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -26,7 +25,7 @@ from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
-from cbsim.engine.speculative.drafter_state import check_vocabulary, mark_skipped, stale_accepted
+from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     CompiledProposer,
     choose_goodput,
@@ -46,6 +45,7 @@ from cbsim.engine.speculative.policies import (
     make_policy,
 )
 from cbsim.engine.speculative.proposers import Proposer, make_proposer
+from cbsim.engine.speculative.slots import SpecSlots
 from cbsim.memory.kvcache import blocks_for_tokens
 from cbsim.schema.speculative import Speculative
 from cbsim.workload.request import Request
@@ -61,23 +61,39 @@ PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a reque
 
 
 class SpecState:
-    """One request's speculative decoder."""
+    """One request's speculative decoder: its k controller and its slot in the cluster's
+    :class:`SpecSlots` (its α counts, acceptance EMA, drawn α and drafter staleness)."""
 
-    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha", "stale")
+    __slots__ = ("controller", "slot", "slots")
 
-    def __init__(self, controller: KController, model_alpha: float) -> None:
+    def __init__(self, controller: KController, slots: SpecSlots, model_alpha: float) -> None:
         self.controller = controller
-        self.model_alpha = model_alpha
-        # the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)
-        self.stale = False
-        # running α estimate; its prior mean is the cluster-wide estimate at each use
-        self.alpha = AlphaEstimator(weight=PRIOR_STRENGTH)
-        self.ema_acceptance = math.nan
+        self.slots = slots
+        self.slot = slots.new(model_alpha)
+
+    @property
+    def model_alpha(self) -> float:
+        """The α the acceptance model drew for the request."""
+        return float(self.slots.model_alpha[self.slot])
+
+    @property
+    def ema_acceptance(self) -> float:
+        """EMA of the per-step acceptance rate (NaN before the first step)."""
+        return float(self.slots.ema[self.slot])
+
+    @property
+    def stale(self) -> bool:
+        """Whether the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)."""
+        return bool(self.slots.stale[self.slot])
+
+    @stale.setter
+    def stale(self, value: bool) -> None:
+        self.slots.stale[self.slot] = value
 
     @property
     def rejections(self) -> int:
         """Verification steps that stopped at a rejected draft."""
-        return self.alpha.rejected
+        return int(self.slots.rejected[self.slot])
 
 
 class SpeculativeDecoding:
@@ -96,6 +112,7 @@ class SpeculativeDecoding:
         self.stale_drafter = config.drafter_state_at_k0 == "stale"
         self.stale_scale = float(config.stale_acceptance_scale)
         self._stale_rngs: dict[int, np.random.Generator] = {}
+        self.slots = SpecSlots()
         # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
         # likelihood over its steps, the model's prior before any), so that a replica advanced
         # ahead of the others in one event draws and learns exactly as if stepped
@@ -152,7 +169,7 @@ class SpeculativeDecoding:
         spec = req.spec
         if spec is None:
             rng = self._request_rng(max(req.replica, 0))
-            spec = SpecState(self.policy.controller(), self.acceptance.start(req, rng))
+            spec = SpecState(self.policy.controller(), self.slots, self.acceptance.start(req, rng))
             req.spec = spec
         assert isinstance(spec, SpecState)
         return spec
@@ -180,10 +197,10 @@ class SpeculativeDecoding:
         # one pass: the decoding entries' states and figures, the prefill chunks' stats
         entries: list[int] = []
         reqs: list[Request] = []
-        states: list[SpecState] = []
-        alpha_list: list[float] = []
+        slot_list: list[int] = []
         remaining_list: list[int] = []
         context_list: list[int] = []
+        block_list: list[int] = []
         prefill = BatchStats()
         prior = self.prior_alpha(replica)
         for i, req in enumerate(requests):
@@ -197,14 +214,15 @@ class SpeculativeDecoding:
                 spec = self.state(req)
             entries.append(i)
             reqs.append(req)
-            states.append(spec)
-            alpha_list.append(spec.alpha.estimate(prior))
+            slot_list.append(spec.slot)
             remaining_list.append(req.output_tokens - req.generated)
             context_list.append(kv)
+            block_list.append(req.blocks)
         batch.decoding = entries
         if not entries:
             return 0.0
-        alphas = np.array(alpha_list)
+        slots = np.array(slot_list, dtype=np.int64)
+        alphas = self.slots.alphas(slots, prior, PRIOR_STRENGTH)
         remaining = np.array(remaining_list, dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
 
@@ -247,7 +265,7 @@ class SpeculativeDecoding:
         else:
             view = BatchView(
                 batch_size=len(batch.requests),
-                proposals=[s.controller.k for s in states],
+                proposals=[cast("SpecState", r.spec).controller.k for r in reqs],
                 alphas=alphas,
                 remaining=remaining,
                 step_time=step_time,
@@ -256,27 +274,18 @@ class SpeculativeDecoding:
             )
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         if self.stale_drafter:
-            mark_skipped(states, ks)
+            mark_skipped_slots(self.slots, slots, ks)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
-        chosen_ks = chosen.tolist()
         # within the step's token budget (drafts cut in batch order to what the scheduled tokens
         # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
         # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
         # entries in order, since every term is a multiple of 1/2 far below 2**53
-        block_size = sched.kv.block_size
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        for j, req in enumerate(reqs):
-            k = chosen_ks[j]
-            if k > spare:
-                k = spare
-            if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
-                while k > 0 and not sched._try_grow(req, k + 1):
-                    k -= 1
-            chosen_ks[j] = k
-            spare -= k
-            ks_all[entries[j]] = k
-            new_tokens[entries[j]] = k + 1
+        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, block_list, spare)
+        for e, k in zip(entries, chosen_ks, strict=True):
+            ks_all[e] = k
+            new_tokens[e] = k + 1
         chosen = np.array(chosen_ks, dtype=np.int64)
         stats = prefill.copy()
         if count >= GROUPED_ENTRIES:
@@ -321,7 +330,8 @@ class SpeculativeDecoding:
         ks_list = [ks_all[i] for i in rows]
         ks = np.array(ks_list, dtype=np.int64)
         states = self.states(reqs)
-        model_alphas = np.array([s.model_alpha for s in states])
+        slots = np.array([s.slot for s in states], dtype=np.int64)
+        model_alphas = self.slots.model_alpha[slots]
         drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
         if self.stale_drafter:
             drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
@@ -331,20 +341,14 @@ class SpeculativeDecoding:
                 check_outcome(k, a)
         if self.policy.observes_batches:
             self.policy.observe_batch(replica, ks_list, accepted)
-        learns = self._controllers_learn
-        rejected_sum = 0
-        for i, req, spec, k, a in zip(rows, reqs, states, ks_list, accepted, strict=True):
-            accepted_all[i] = a
-            rejected = 1 if a < k else 0
-            spec.alpha.observe_counts(a, rejected)
-            rejected_sum += rejected
-            rate = a / k
-            ema = spec.ema_acceptance
-            spec.ema_acceptance = (
-                rate if ema != ema else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema  # NaN: first
-            )
-            if learns:
+        rejected_sum = self.slots.observe(
+            slots, ks, np.asarray(accepted, dtype=np.int64), EMA_WEIGHT
+        )
+        if self._controllers_learn:
+            for spec, k, a in zip(states, ks_list, accepted, strict=True):
                 spec.controller.observe(StepOutcome(drafted=k, accepted=a))
+        for i, req, k, a in zip(rows, reqs, ks_list, accepted, strict=True):
+            accepted_all[i] = a
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
@@ -367,6 +371,61 @@ def draft_room(budget: int | None, scheduled: int) -> int:
     if budget is None:
         return UNBUDGETED
     return max(0, budget - scheduled)
+
+
+def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> None:
+    """:func:`mark_skipped` over slot arrays: the drafter of each of ``rows`` whose k is 0 goes
+    stale."""
+    slots.stale[rows[np.asarray(ks) == 0]] = True
+
+
+def cut_to_room(ks: np.ndarray, spare: int) -> np.ndarray:
+    """``ks`` cut in order to ``spare`` drafts in all: each request keeps what the ones before it
+    left (the running total of the cut drafts is the running total of ``ks`` capped at
+    ``spare``)."""
+    capped = np.minimum(np.cumsum(ks), spare)
+    return np.diff(capped, prepend=0)
+
+
+def reserve_drafts(
+    sched: SchedulerPolicy,
+    reqs: Sequence[Request],
+    ks: np.ndarray,
+    contexts: np.ndarray,
+    blocks: Sequence[int],
+    spare: int,
+) -> list[int]:
+    """Each request's drafts once cut, in batch order, to the ``spare`` room of the step and to
+    the KV blocks that can be reserved for its k + 1 verified tokens (fewer drafts where blocks
+    are short), the blocks reserved. When the cache holds every block the cut drafts need without
+    evicting, every reservation succeeds as it would one by one, and they are made at once."""
+    total = int(ks.sum())
+    cut = ks if total <= spare else cut_to_room(ks, spare)
+    kv = sched.kv
+    block_size = kv.block_size
+    held = np.array(blocks, dtype=np.int64)
+    need = np.maximum(-(-(contexts + cut + 1) // block_size) - held, 0)
+    need[cut == 0] = 0
+    need_sum = int(need.sum())
+    if need_sum <= kv.total_blocks - kv.used_blocks - kv.cached_blocks:
+        if need_sum:
+            kv.allocate(need_sum)
+            for j in np.flatnonzero(need).tolist():
+                reqs[j].blocks += int(need[j])
+        done: list[int] = cut.tolist()
+        return done
+    chosen_ks: list[int] = ks.tolist()
+    context_list = contexts.tolist()
+    for j, req in enumerate(reqs):
+        k = chosen_ks[j]
+        if k > spare:
+            k = spare
+        if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
+            while k > 0 and not sched._try_grow(req, k + 1):
+                k -= 1
+        chosen_ks[j] = k
+        spare -= k
+    return chosen_ks
 
 
 def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) -> None:

@@ -17,8 +17,10 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, cast
 
+import numba
 import numpy as np
 
 from cbsim.common.rng import stream
@@ -53,6 +55,9 @@ from cbsim.workload.request import Request
 if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
+BLOCKS = attrgetter("blocks")
+GENERATED = attrgetter("generated")
+OUTPUT_TOKENS = attrgetter("output_tokens")
 EMA_WEIGHT = 0.1
 GROUPED_ENTRIES = 32
 """From this many speculating requests in a batch on, their verify entries are added to its stats
@@ -70,6 +75,16 @@ class SpecState:
         self.controller = controller
         self.slots = slots
         self.slot = slots.new(model_alpha)
+
+    def moved_to(self, slots: SpecSlots) -> SpecState:
+        """This decoder with its figures in a slot of ``slots`` (another pool's)."""
+        moved = SpecState(self.controller, slots, self.model_alpha)
+        old, new = self.slot, moved.slot
+        slots.accepted[new] = self.slots.accepted[old]
+        slots.rejected[new] = self.slots.rejected[old]
+        slots.ema[new] = self.slots.ema[old]
+        slots.stale[new] = self.slots.stale[old]
+        return moved
 
     @property
     def model_alpha(self) -> float:
@@ -128,6 +143,7 @@ class SpeculativeDecoding:
         self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
         policy = self.policy
         self._per_request_goodput = per_request
+        self._reserve_call = KernelCall(reserve_kernel)
         if isinstance(policy, GoodputK):
             drafter = compiled_proposer(self.proposer, target)
             if not isinstance(drafter, str):
@@ -172,14 +188,19 @@ class SpeculativeDecoding:
             spec = SpecState(self.policy.controller(), self.slots, self.acceptance.start(req, rng))
             req.spec = spec
         assert isinstance(spec, SpecState)
+        if spec.slots is not self.slots:  # decoded by another pool before: its figures move here
+            spec = req.spec = spec.moved_to(self.slots)
         return spec
 
     def states(self, reqs: Sequence[Request]) -> list[SpecState]:
         """:meth:`state` of each of ``reqs``, in order."""
         states = []
+        own = self.slots
         for req in reqs:
             spec = req.spec
-            states.append(spec if isinstance(spec, SpecState) else self.state(req))
+            if not isinstance(spec, SpecState) or spec.slots is not own:
+                spec = self.state(req)
+            states.append(spec)
         return states
 
     def prior_alpha(self, replica: int = 0) -> float:
@@ -197,10 +218,7 @@ class SpeculativeDecoding:
         # one pass: the decoding entries' states and figures, the prefill chunks' stats
         entries: list[int] = []
         reqs: list[Request] = []
-        slot_list: list[int] = []
-        remaining_list: list[int] = []
         context_list: list[int] = []
-        block_list: list[int] = []
         prefill = BatchStats()
         prior = self.prior_alpha(replica)
         for i, req in enumerate(requests):
@@ -209,25 +227,29 @@ class SpeculativeDecoding:
                 q = new_tokens[i]
                 prefill.add(q, kv, batch_sampled(req, q))
                 continue
-            spec = req.spec
-            if not isinstance(spec, SpecState):
-                spec = self.state(req)
             entries.append(i)
             reqs.append(req)
-            slot_list.append(spec.slot)
-            remaining_list.append(req.output_tokens - req.generated)
             context_list.append(kv)
-            block_list.append(req.blocks)
         batch.decoding = entries
         if not entries:
             return 0.0
+        count = len(reqs)
+        own = self.slots
+        slot_list = [
+            spec.slot
+            if isinstance(spec := req.spec, SpecState) and spec.slots is own
+            else self.state(req).slot
+            for req in reqs
+        ]
+        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
         slots = np.array(slot_list, dtype=np.int64)
-        alphas = self.slots.alphas(slots, prior, PRIOR_STRENGTH)
-        remaining = np.array(remaining_list, dtype=np.int64)
+        alphas = own.alphas(slots, prior, PRIOR_STRENGTH)
+        remaining = np.fromiter(map(OUTPUT_TOKENS, reqs), np.int64, count) - np.fromiter(
+            map(GENERATED, reqs), np.int64, count
+        )
         contexts = np.array(context_list, dtype=np.int64)
 
         context_sum = int(contexts.sum())
-        count = len(reqs)
 
         def step_time(ks: Sequence[int]) -> float:
             k_low, k_high = min(ks), max(ks)
@@ -282,7 +304,7 @@ class SpeculativeDecoding:
         # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
         # entries in order, since every term is a multiple of 1/2 far below 2**53
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, block_list, spare)
+        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, blocks, spare, self._reserve_call)
         for e, k in zip(entries, chosen_ks, strict=True):
             ks_all[e] = k
             new_tokens[e] = k + 1
@@ -379,12 +401,30 @@ def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> No
     slots.stale[rows[np.asarray(ks) == 0]] = True
 
 
-def cut_to_room(ks: np.ndarray, spare: int) -> np.ndarray:
-    """``ks`` cut in order to ``spare`` drafts in all: each request keeps what the ones before it
-    left (the running total of the cut drafts is the running total of ``ks`` capped at
-    ``spare``)."""
-    capped = np.minimum(np.cumsum(ks), spare)
-    return np.diff(capped, prepend=0)
+@numba.njit(cache=True)
+def reserve_kernel(
+    ks: np.ndarray, contexts: np.ndarray, blocks: np.ndarray, spare: int, block_size: int, room: int
+) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+    """The draft cut and KV reservation of :func:`reserve_drafts`, in batch order, while every
+    block asked for fits in the ``room`` free without evicting: the drafts kept, the blocks each
+    request grows by, and the request it stopped at (``len(ks)``: none)."""
+    n = len(ks)
+    kept = np.zeros(n, dtype=np.int64)
+    grown = np.zeros(n, dtype=np.int64)
+    for j in range(n):
+        k = ks[j]
+        if k > spare:
+            k = spare
+        if k > 0:
+            need = (contexts[j] + k + block_size) // block_size - blocks[j]
+            if need > 0:
+                if need > room:
+                    return kept, grown, j
+                room -= need
+                grown[j] = need
+        kept[j] = k
+        spare -= k
+    return kept, grown, n
 
 
 def reserve_drafts(
@@ -392,32 +432,35 @@ def reserve_drafts(
     reqs: Sequence[Request],
     ks: np.ndarray,
     contexts: np.ndarray,
-    blocks: Sequence[int],
+    blocks: np.ndarray,
     spare: int,
+    call: KernelCall | None = None,
 ) -> list[int]:
     """Each request's drafts once cut, in batch order, to the ``spare`` room of the step and to
     the KV blocks that can be reserved for its k + 1 verified tokens (fewer drafts where blocks
-    are short), the blocks reserved. When the cache holds every block the cut drafts need without
-    evicting, every reservation succeeds as it would one by one, and they are made at once."""
-    total = int(ks.sum())
-    cut = ks if total <= spare else cut_to_room(ks, spare)
+    are short), the blocks reserved. Compiled while the blocks fit without evicting (each
+    reservation then succeeds as it would one by one); from the first that does not, request by
+    request. ``call``: the simulation's call of :func:`reserve_kernel`."""
     kv = sched.kv
     block_size = kv.block_size
-    held = np.array(blocks, dtype=np.int64)
-    need = np.maximum(-(-(contexts + cut + 1) // block_size) - held, 0)
-    need[cut == 0] = 0
-    need_sum = int(need.sum())
-    if need_sum <= kv.total_blocks - kv.used_blocks - kv.cached_blocks:
-        if need_sum:
-            kv.allocate(need_sum)
-            for j in np.flatnonzero(need).tolist():
-                reqs[j].blocks += int(need[j])
-        done: list[int] = cut.tolist()
-        return done
-    chosen_ks: list[int] = ks.tolist()
+    room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
+    kernel = reserve_kernel if call is None else call
+    kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
+    chosen_ks: list[int] = kept.tolist()
+    grown_sum = int(grown.sum())
+    if grown_sum:
+        kv.allocate(grown_sum)
+        for req, extra in zip(reqs, grown.tolist(), strict=True):
+            if extra:
+                req.blocks += extra
+    if stop == len(chosen_ks):
+        return chosen_ks
+    spare -= sum(chosen_ks[:stop])
+    wanted = ks.tolist()
     context_list = contexts.tolist()
-    for j, req in enumerate(reqs):
-        k = chosen_ks[j]
+    for j in range(stop, len(chosen_ks)):
+        req = reqs[j]
+        k = wanted[j]
         if k > spare:
             k = spare
         if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:

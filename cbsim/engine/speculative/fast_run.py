@@ -617,7 +617,7 @@ def plan_spec_run(
     verify_bound = 0  # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
     for req in running:
         state = req.spec
-        if not isinstance(state, SpecState):
+        if not isinstance(state, SpecState) or state.slots is not spec.slots:
             state = spec.state(req)
         slot_list.append(state.slot)
         kv_list.append(req.kv_tokens)

@@ -78,18 +78,19 @@ def _one_by_one(sched: _Scheduler, reqs: list[_Request], ks: list[int], spare: i
 def test_reserve_drafts_is_the_one_by_one_reservation() -> None:
     rng = np.random.default_rng(5)
     for _ in range(300):
-        n = int(rng.integers(1, 40))
+        n = int(rng.integers(1, 80))  # below and from GROUPED_ENTRIES
         contexts = rng.integers(0, 200, n)
         held = [-(-(c + 1) // 16) for c in contexts.tolist()]
         ks = rng.integers(0, 7, n)
         spare = int(rng.integers(0, 120)) if rng.random() < 0.7 else UNBUDGETED
-        total, used, cached = 400, int(sum(held) + rng.integers(0, 20)), int(rng.integers(0, 10))
+        used, cached = sum(held), int(rng.integers(0, 10))
+        total = used + cached + int(rng.integers(0, 40))  # short of blocks now and then
         runs = []
         for fast in (True, False):
             sched = _Scheduler(total, used, cached)
             reqs = [_Request(c, b) for c, b in zip(contexts.tolist(), held, strict=True)]
             if fast:
-                kept = reserve_drafts(sched, reqs, ks, contexts, np.array(held), spare)  # type: ignore[arg-type]
+                kept = reserve_drafts(sched, reqs, ks, contexts, spare)  # type: ignore[arg-type]
             else:
                 kept = _one_by_one(sched, reqs, ks.tolist(), spare)
             runs.append(

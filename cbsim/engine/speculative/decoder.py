@@ -56,8 +56,6 @@ if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
 BLOCKS = attrgetter("blocks")
-GENERATED = attrgetter("generated")
-OUTPUT_TOKENS = attrgetter("output_tokens")
 EMA_WEIGHT = 0.1
 GROUPED_ENTRIES = 32
 """From this many speculating requests in a batch on, their verify entries are added to its stats
@@ -241,12 +239,9 @@ class SpeculativeDecoding:
             else self.state(req).slot
             for req in reqs
         ]
-        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
         slots = np.array(slot_list, dtype=np.int64)
         alphas = own.alphas(slots, prior, PRIOR_STRENGTH)
-        remaining = np.fromiter(map(OUTPUT_TOKENS, reqs), np.int64, count) - np.fromiter(
-            map(GENERATED, reqs), np.int64, count
-        )
+        remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
 
         context_sum = int(contexts.sum())
@@ -304,7 +299,7 @@ class SpeculativeDecoding:
         # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
         # entries in order, since every term is a multiple of 1/2 far below 2**53
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, blocks, spare, self._reserve_call)
+        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, spare, self._reserve_call)
         for e, k in zip(entries, chosen_ks, strict=True):
             ks_all[e] = k
             new_tokens[e] = k + 1
@@ -432,7 +427,6 @@ def reserve_drafts(
     reqs: Sequence[Request],
     ks: np.ndarray,
     contexts: np.ndarray,
-    blocks: np.ndarray,
     spare: int,
     call: KernelCall | None = None,
 ) -> list[int]:
@@ -440,23 +434,30 @@ def reserve_drafts(
     the KV blocks that can be reserved for its k + 1 verified tokens (fewer drafts where blocks
     are short), the blocks reserved. Compiled while the blocks fit without evicting (each
     reservation then succeeds as it would one by one); from the first that does not, request by
-    request. ``call``: the simulation's call of :func:`reserve_kernel`."""
+    request (a batch of fewer than ``GROUPED_ENTRIES``: all of it, as the call costs more).
+    ``call``: the simulation's call of :func:`reserve_kernel`."""
     kv = sched.kv
     block_size = kv.block_size
-    room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
-    kernel = reserve_kernel if call is None else call
-    kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
-    chosen_ks: list[int] = kept.tolist()
-    grown_sum = int(grown.sum())
-    if grown_sum:
-        kv.allocate(grown_sum)
-        for req, extra in zip(reqs, grown.tolist(), strict=True):
-            if extra:
-                req.blocks += extra
-    if stop == len(chosen_ks):
-        return chosen_ks
-    spare -= sum(chosen_ks[:stop])
-    wanted = ks.tolist()
+    wanted: list[int] = ks.tolist()
+    count = len(wanted)
+    chosen_ks: list[int]
+    if count < GROUPED_ENTRIES:
+        chosen_ks, stop = list(wanted), 0
+    else:
+        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
+        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
+        kernel = reserve_kernel if call is None else call
+        kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
+        chosen_ks = kept.tolist()
+        grown_sum = int(grown.sum())
+        if grown_sum:
+            kv.allocate(grown_sum)
+            for req, extra in zip(reqs, grown.tolist(), strict=True):
+                if extra:
+                    req.blocks += extra
+        if stop == count:
+            return chosen_ks
+        spare -= sum(chosen_ks[:stop])
     context_list = contexts.tolist()
     for j in range(stop, len(chosen_ks)):
         req = reqs[j]

@@ -11,8 +11,11 @@ and updated with one numpy call per figure instead of a call per request.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import numpy.typing as npt
+
+from cbsim.cost.kernel_call import KernelCall
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -22,10 +25,22 @@ INITIAL_SLOTS = 256
 class SpecSlots:
     """The per-request speculative figures of one cluster's requests, by slot."""
 
-    __slots__ = ("accepted", "count", "ema", "model_alpha", "rejected", "stale")
+    __slots__ = (
+        "_alphas_call",
+        "_observe_call",
+        "accepted",
+        "count",
+        "ema",
+        "model_alpha",
+        "rejected",
+        "stale",
+    )
 
     def __init__(self, capacity: int = INITIAL_SLOTS) -> None:
         self.count = 0
+        # compiled: a batch costs one call, not a dozen numpy calls (most batches are small)
+        self._alphas_call = KernelCall(_alphas)
+        self._observe_call = KernelCall(_observe)
         self.accepted: IntArray = np.zeros(capacity, dtype=np.int64)
         self.rejected: IntArray = np.zeros(capacity, dtype=np.int64)
         self.ema: FloatArray = np.full(capacity, np.nan)
@@ -52,22 +67,54 @@ class SpecSlots:
     def alphas(self, slots: IntArray, prior: float, weight: float) -> FloatArray:
         """Each slot's posterior mean α under a Beta prior of mean ``prior`` and ``weight``
         pseudo-observations (``weight`` > 0): ``AlphaEstimator.estimate`` per slot."""
-        accepted = self.accepted[slots]
-        return (accepted + prior * weight) / (accepted + self.rejected[slots] + weight)
+        alphas: FloatArray = self._alphas_call(self.accepted, self.rejected, slots, prior, weight)
+        return alphas
 
     def observe(self, slots: IntArray, ks: IntArray, accepted: IntArray, ema_weight: float) -> int:
         """Add one verification step of each of ``slots`` (``accepted`` of ``ks`` drafts, every
         k > 0, no slot twice): the counts and the EMA of a / k (the first sample sets it).
         Returns how many of the steps rejected a draft."""
-        rejected = accepted < ks
-        self.accepted[slots] += accepted
-        self.rejected[slots] += rejected
-        rate = accepted / ks
-        ema = self.ema[slots]
-        self.ema[slots] = np.where(
-            np.isnan(ema), rate, ema_weight * rate + (1.0 - ema_weight) * ema
+        rejected: int = self._observe_call(
+            self.accepted, self.rejected, self.ema, slots, ks, accepted, ema_weight
         )
-        return int(np.count_nonzero(rejected))
+        return rejected
+
+
+@numba.njit(cache=True)
+def _alphas(
+    accepted: IntArray, rejected: IntArray, slots: IntArray, prior: float, weight: float
+) -> FloatArray:  # pragma: no cover - compiled
+    out = np.empty(len(slots))
+    for j in range(len(slots)):
+        slot = slots[j]
+        a = accepted[slot]
+        out[j] = (a + prior * weight) / ((a + rejected[slot]) + weight)
+    return out
+
+
+@numba.njit(cache=True)
+def _observe(
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    slots: IntArray,
+    ks: IntArray,
+    drawn: IntArray,
+    weight: float,
+) -> int:  # pragma: no cover - compiled
+    rejecting = 0
+    for j in range(len(slots)):
+        slot = slots[j]
+        a = drawn[j]
+        k = ks[j]
+        accepted[slot] += a
+        if a < k:
+            rejected[slot] += 1
+            rejecting += 1
+        rate = a / k
+        last = ema[slot]
+        ema[slot] = rate if last != last else weight * rate + (1.0 - weight) * last  # NaN: first
+    return rejecting
 
 
 __all__ = ["SpecSlots"]

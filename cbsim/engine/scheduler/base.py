@@ -731,7 +731,7 @@ class SchedulerPolicy(ABC):
                 emitted = 1 if accepted is None else 1 + accepted[i]
                 req.kv_tokens += emitted
                 if release:  # give back the blocks reserved for rejected drafts
-                    surplus = req.blocks - blocks_for_tokens(req.kv_tokens, block_size)
+                    surplus = req.blocks + (-req.kv_tokens // block_size)  # blocks beyond the KV
                     if surplus > 0:
                         self.kv.free(surplus)
                         req.blocks -= surplus

@@ -16,17 +16,18 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from operator import attrgetter
+from typing import TYPE_CHECKING, cast
 
+import numba
 import numpy as np
 
 from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
-from cbsim.engine.speculative.drafter_state import check_vocabulary, mark_skipped, stale_accepted
+from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     CompiledProposer,
     choose_goodput,
@@ -46,6 +47,7 @@ from cbsim.engine.speculative.policies import (
     make_policy,
 )
 from cbsim.engine.speculative.proposers import Proposer, make_proposer
+from cbsim.engine.speculative.slots import SpecSlots
 from cbsim.memory.kvcache import blocks_for_tokens
 from cbsim.schema.speculative import Speculative
 from cbsim.workload.request import Request
@@ -53,6 +55,7 @@ from cbsim.workload.request import Request
 if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
+BLOCKS = attrgetter("blocks")
 EMA_WEIGHT = 0.1
 GROUPED_ENTRIES = 32
 """From this many speculating requests in a batch on, their verify entries are added to its stats
@@ -61,23 +64,49 @@ PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a reque
 
 
 class SpecState:
-    """One request's speculative decoder."""
+    """One request's speculative decoder: its k controller and its slot in the cluster's
+    :class:`SpecSlots` (its α counts, acceptance EMA, drawn α and drafter staleness)."""
 
-    __slots__ = ("alpha", "controller", "ema_acceptance", "model_alpha", "stale")
+    __slots__ = ("controller", "slot", "slots")
 
-    def __init__(self, controller: KController, model_alpha: float) -> None:
+    def __init__(self, controller: KController, slots: SpecSlots, model_alpha: float) -> None:
         self.controller = controller
-        self.model_alpha = model_alpha
-        # the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)
-        self.stale = False
-        # running α estimate; its prior mean is the cluster-wide estimate at each use
-        self.alpha = AlphaEstimator(weight=PRIOR_STRENGTH)
-        self.ema_acceptance = math.nan
+        self.slots = slots
+        self.slot = slots.new(model_alpha)
+
+    def moved_to(self, slots: SpecSlots) -> SpecState:
+        """This decoder with its figures in a slot of ``slots`` (another pool's)."""
+        moved = SpecState(self.controller, slots, self.model_alpha)
+        old, new = self.slot, moved.slot
+        slots.accepted[new] = self.slots.accepted[old]
+        slots.rejected[new] = self.slots.rejected[old]
+        slots.ema[new] = self.slots.ema[old]
+        slots.stale[new] = self.slots.stale[old]
+        return moved
+
+    @property
+    def model_alpha(self) -> float:
+        """The α the acceptance model drew for the request."""
+        return float(self.slots.model_alpha[self.slot])
+
+    @property
+    def ema_acceptance(self) -> float:
+        """EMA of the per-step acceptance rate (NaN before the first step)."""
+        return float(self.slots.ema[self.slot])
+
+    @property
+    def stale(self) -> bool:
+        """Whether the drafter skipped a step of this request (k = 0 with a stale-at-k0 drafter)."""
+        return bool(self.slots.stale[self.slot])
+
+    @stale.setter
+    def stale(self, value: bool) -> None:
+        self.slots.stale[self.slot] = value
 
     @property
     def rejections(self) -> int:
         """Verification steps that stopped at a rejected draft."""
-        return self.alpha.rejected
+        return int(self.slots.rejected[self.slot])
 
 
 class SpeculativeDecoding:
@@ -96,6 +125,7 @@ class SpeculativeDecoding:
         self.stale_drafter = config.drafter_state_at_k0 == "stale"
         self.stale_scale = float(config.stale_acceptance_scale)
         self._stale_rngs: dict[int, np.random.Generator] = {}
+        self.slots = SpecSlots()
         # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
         # likelihood over its steps, the model's prior before any), so that a replica advanced
         # ahead of the others in one event draws and learns exactly as if stepped
@@ -111,6 +141,7 @@ class SpeculativeDecoding:
         self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
         policy = self.policy
         self._per_request_goodput = per_request
+        self._reserve_call = KernelCall(reserve_kernel)
         if isinstance(policy, GoodputK):
             drafter = compiled_proposer(self.proposer, target)
             if not isinstance(drafter, str):
@@ -152,17 +183,22 @@ class SpeculativeDecoding:
         spec = req.spec
         if spec is None:
             rng = self._request_rng(max(req.replica, 0))
-            spec = SpecState(self.policy.controller(), self.acceptance.start(req, rng))
+            spec = SpecState(self.policy.controller(), self.slots, self.acceptance.start(req, rng))
             req.spec = spec
         assert isinstance(spec, SpecState)
+        if spec.slots is not self.slots:  # decoded by another pool before: its figures move here
+            spec = req.spec = spec.moved_to(self.slots)
         return spec
 
     def states(self, reqs: Sequence[Request]) -> list[SpecState]:
         """:meth:`state` of each of ``reqs``, in order."""
         states = []
+        own = self.slots
         for req in reqs:
             spec = req.spec
-            states.append(spec if isinstance(spec, SpecState) else self.state(req))
+            if not isinstance(spec, SpecState) or spec.slots is not own:
+                spec = self.state(req)
+            states.append(spec)
         return states
 
     def prior_alpha(self, replica: int = 0) -> float:
@@ -180,9 +216,6 @@ class SpeculativeDecoding:
         # one pass: the decoding entries' states and figures, the prefill chunks' stats
         entries: list[int] = []
         reqs: list[Request] = []
-        states: list[SpecState] = []
-        alpha_list: list[float] = []
-        remaining_list: list[int] = []
         context_list: list[int] = []
         prefill = BatchStats()
         prior = self.prior_alpha(replica)
@@ -192,24 +225,26 @@ class SpeculativeDecoding:
                 q = new_tokens[i]
                 prefill.add(q, kv, batch_sampled(req, q))
                 continue
-            spec = req.spec
-            if not isinstance(spec, SpecState):
-                spec = self.state(req)
             entries.append(i)
             reqs.append(req)
-            states.append(spec)
-            alpha_list.append(spec.alpha.estimate(prior))
-            remaining_list.append(req.output_tokens - req.generated)
             context_list.append(kv)
         batch.decoding = entries
         if not entries:
             return 0.0
-        alphas = np.array(alpha_list)
-        remaining = np.array(remaining_list, dtype=np.int64)
+        count = len(reqs)
+        own = self.slots
+        slot_list = [
+            spec.slot
+            if isinstance(spec := req.spec, SpecState) and spec.slots is own
+            else self.state(req).slot
+            for req in reqs
+        ]
+        slots = np.array(slot_list, dtype=np.int64)
+        alphas = own.alphas(slots, prior, PRIOR_STRENGTH)
+        remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
 
         context_sum = int(contexts.sum())
-        count = len(reqs)
 
         def step_time(ks: Sequence[int]) -> float:
             k_low, k_high = min(ks), max(ks)
@@ -247,7 +282,7 @@ class SpeculativeDecoding:
         else:
             view = BatchView(
                 batch_size=len(batch.requests),
-                proposals=[s.controller.k for s in states],
+                proposals=[cast("SpecState", r.spec).controller.k for r in reqs],
                 alphas=alphas,
                 remaining=remaining,
                 step_time=step_time,
@@ -256,27 +291,18 @@ class SpeculativeDecoding:
             )
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         if self.stale_drafter:
-            mark_skipped(states, ks)
+            mark_skipped_slots(self.slots, slots, ks)
         chosen = np.minimum(ks, remaining - 1)
         chosen = np.maximum(chosen, 0)
-        chosen_ks = chosen.tolist()
         # within the step's token budget (drafts cut in batch order to what the scheduled tokens
         # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
         # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
         # entries in order, since every term is a multiple of 1/2 far below 2**53
-        block_size = sched.kv.block_size
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        for j, req in enumerate(reqs):
-            k = chosen_ks[j]
-            if k > spare:
-                k = spare
-            if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
-                while k > 0 and not sched._try_grow(req, k + 1):
-                    k -= 1
-            chosen_ks[j] = k
-            spare -= k
-            ks_all[entries[j]] = k
-            new_tokens[entries[j]] = k + 1
+        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, spare, self._reserve_call)
+        for e, k in zip(entries, chosen_ks, strict=True):
+            ks_all[e] = k
+            new_tokens[e] = k + 1
         chosen = np.array(chosen_ks, dtype=np.int64)
         stats = prefill.copy()
         if count >= GROUPED_ENTRIES:
@@ -321,7 +347,8 @@ class SpeculativeDecoding:
         ks_list = [ks_all[i] for i in rows]
         ks = np.array(ks_list, dtype=np.int64)
         states = self.states(reqs)
-        model_alphas = np.array([s.model_alpha for s in states])
+        slots = np.array([s.slot for s in states], dtype=np.int64)
+        model_alphas = self.slots.model_alpha[slots]
         drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
         if self.stale_drafter:
             drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
@@ -331,20 +358,14 @@ class SpeculativeDecoding:
                 check_outcome(k, a)
         if self.policy.observes_batches:
             self.policy.observe_batch(replica, ks_list, accepted)
-        learns = self._controllers_learn
-        rejected_sum = 0
-        for i, req, spec, k, a in zip(rows, reqs, states, ks_list, accepted, strict=True):
-            accepted_all[i] = a
-            rejected = 1 if a < k else 0
-            spec.alpha.observe_counts(a, rejected)
-            rejected_sum += rejected
-            rate = a / k
-            ema = spec.ema_acceptance
-            spec.ema_acceptance = (
-                rate if ema != ema else EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema  # NaN: first
-            )
-            if learns:
+        rejected_sum = self.slots.observe(
+            slots, ks, np.asarray(accepted, dtype=np.int64), EMA_WEIGHT
+        )
+        if self._controllers_learn:
+            for spec, k, a in zip(states, ks_list, accepted, strict=True):
                 spec.controller.observe(StepOutcome(drafted=k, accepted=a))
+        for i, req, k, a in zip(rows, reqs, ks_list, accepted, strict=True):
+            accepted_all[i] = a
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
@@ -367,6 +388,88 @@ def draft_room(budget: int | None, scheduled: int) -> int:
     if budget is None:
         return UNBUDGETED
     return max(0, budget - scheduled)
+
+
+def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> None:
+    """:func:`mark_skipped` over slot arrays: the drafter of each of ``rows`` whose k is 0 goes
+    stale."""
+    slots.stale[rows[np.asarray(ks) == 0]] = True
+
+
+@numba.njit(cache=True)
+def reserve_kernel(
+    ks: np.ndarray, contexts: np.ndarray, blocks: np.ndarray, spare: int, block_size: int, room: int
+) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+    """The draft cut and KV reservation of :func:`reserve_drafts`, in batch order, while every
+    block asked for fits in the ``room`` free without evicting: the drafts kept, the blocks each
+    request grows by, and the request it stopped at (``len(ks)``: none)."""
+    n = len(ks)
+    kept = np.zeros(n, dtype=np.int64)
+    grown = np.zeros(n, dtype=np.int64)
+    for j in range(n):
+        k = ks[j]
+        if k > spare:
+            k = spare
+        if k > 0:
+            need = (contexts[j] + k + block_size) // block_size - blocks[j]
+            if need > 0:
+                if need > room:
+                    return kept, grown, j
+                room -= need
+                grown[j] = need
+        kept[j] = k
+        spare -= k
+    return kept, grown, n
+
+
+def reserve_drafts(
+    sched: SchedulerPolicy,
+    reqs: Sequence[Request],
+    ks: np.ndarray,
+    contexts: np.ndarray,
+    spare: int,
+    call: KernelCall | None = None,
+) -> list[int]:
+    """Each request's drafts once cut, in batch order, to the ``spare`` room of the step and to
+    the KV blocks that can be reserved for its k + 1 verified tokens (fewer drafts where blocks
+    are short), the blocks reserved. Compiled while the blocks fit without evicting (each
+    reservation then succeeds as it would one by one); from the first that does not, request by
+    request (a batch of fewer than ``GROUPED_ENTRIES``: all of it, as the call costs more).
+    ``call``: the simulation's call of :func:`reserve_kernel`."""
+    kv = sched.kv
+    block_size = kv.block_size
+    wanted: list[int] = ks.tolist()
+    count = len(wanted)
+    chosen_ks: list[int]
+    if count < GROUPED_ENTRIES:
+        chosen_ks, stop = list(wanted), 0
+    else:
+        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
+        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
+        kernel = reserve_kernel if call is None else call
+        kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
+        chosen_ks = kept.tolist()
+        grown_sum = int(grown.sum())
+        if grown_sum:
+            kv.allocate(grown_sum)
+            for req, extra in zip(reqs, grown.tolist(), strict=True):
+                if extra:
+                    req.blocks += extra
+        if stop == count:
+            return chosen_ks
+        spare -= sum(chosen_ks[:stop])
+    context_list = contexts.tolist()
+    for j in range(stop, len(chosen_ks)):
+        req = reqs[j]
+        k = wanted[j]
+        if k > spare:
+            k = spare
+        if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
+            while k > 0 and not sched._try_grow(req, k + 1):
+                k -= 1
+        chosen_ks[j] = k
+        spare -= k
+    return chosen_ks
 
 
 def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) -> None:

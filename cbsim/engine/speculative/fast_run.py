@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numba
 import numpy as np
@@ -587,6 +587,7 @@ class SpecRunEffects:
     tiers: ReplicaTiers
     stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
     stale_rng_state: Any  # the adaptive_hysteresis policy's replica state after the run
+    slots: IntArray  # the requests' slots in the decoder's SpecSlots
 
 
 def plan_spec_run(
@@ -610,33 +611,29 @@ def plan_spec_run(
     kv_cache = sched.kv
     # the requests' state as rows (one array per field, contiguous), updated in place by the
     # kernel; a request's first speculative step draws its own α (in running order, as stepping)
-    states = []
+    slot_list = []
     kv_list, block_list, generated_list, output_list = [], [], [], []
-    accepted_list, rejected_list, ema_list, alpha_list = [], [], [], []
     k_top = settings.k_max + 1
     verify_bound = 0  # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
     for req in running:
         state = req.spec
-        if not isinstance(state, SpecState):
+        if not isinstance(state, SpecState) or state.slots is not spec.slots:
             state = spec.state(req)
-        states.append(state)
+        slot_list.append(state.slot)
         kv_list.append(req.kv_tokens)
         block_list.append(req.blocks)
         generated_list.append(req.generated)
         output_list.append(req.output_tokens)
         left = req.output_tokens - req.generated
         verify_bound += left if left < k_top else k_top
-        alpha = state.alpha
-        accepted_list.append(alpha.accepted)
-        rejected_list.append(alpha.rejected)
-        ema_list.append(state.ema_acceptance)
-        alpha_list.append(state.model_alpha)
+    slots = np.array(slot_list, dtype=np.int64)
+    store = spec.slots
     ints = np.empty((6, count), dtype=np.int64)
     ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
-    ints[4], ints[5] = accepted_list, rejected_list
+    ints[4], ints[5] = store.accepted[slots], store.rejected[slots]
     kv, blocks, generated, output, accepted_total, rejected_total = ints
     reals = np.empty((2, count))
-    reals[0], reals[1] = ema_list, alpha_list
+    reals[0], reals[1] = store.ema[slots], store.model_alpha[slots]
     ema, model_alpha = reals
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
         model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
@@ -647,7 +644,7 @@ def plan_spec_run(
     rng_state = rng.bit_generator.state
     stale = _NO_STALE
     if spec.stale_drafter:
-        stale = np.array([1 if s.stale else 0 for s in states], dtype=np.int64)
+        stale = store.stale[slots].astype(np.int64)
     stale_rng = spec.stale_rng(replica) if spec.stale_drafter else rng
     if restart is not None and restart.spec is not None and spec.stale_drafter:
         stale_rng.bit_generator.state = restart.spec.stale_rng_state
@@ -678,6 +675,7 @@ def plan_spec_run(
         tiers=tiers,
         stale=stale,
         stale_rng_state=stale_rng_state,
+        slots=slots,
     )
     budget = sched.step_budget()
     step_budget = UNBUDGETED if budget is None else budget
@@ -745,21 +743,18 @@ def apply_spec_run(
     kv = effects.kv.tolist()
     generated = effects.generated.tolist()
     blocks = effects.blocks.tolist()
-    accepted_total = effects.accepted_total.tolist()
-    rejected_total = effects.rejected_total.tolist()
-    ema = effects.ema.tolist()
+    store = spec.slots
+    store.accepted[effects.slots] = effects.accepted_total
+    store.rejected[effects.slots] = effects.rejected_total
+    store.ema[effects.slots] = effects.ema
+    if spec.stale_drafter:
+        store.stale[effects.slots] = effects.stale != 0
     steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
-    stale_drafter = spec.stale_drafter
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:
             gap_pairs.append(first_row)
             gap_pairs.append(req.last_row)
             paused += 1
-        state = cast("SpecState", req.spec)
-        state.alpha.restore(accepted_total[i], rejected_total[i])
-        state.ema_acceptance = ema[i]
-        if stale_drafter:
-            state.stale = bool(effects.stale[i])
         req.kv_tokens = kv[i]
         req.generated = generated[i]
         req.blocks = blocks[i]

@@ -1,0 +1,120 @@
+"""Every request's speculative decoding figures, held as arrays indexed by the request's slot.
+
+A request takes a slot when it first speculates and keeps it for life. Per slot: the accepted
+drafts and the rejecting steps behind its α estimate (see
+:class:`cbsim.engine.speculative.policy_base.AlphaEstimator`, whose posterior mean
+:meth:`SpecSlots.alphas` computes for many slots at once, in the same float operations), the EMA
+of its per-step acceptance rate (NaN before its first step), the α its acceptance model drew for
+it, and whether its drafter went stale (a step skipped at k = 0). A batch's requests are then read
+and updated with one numpy call per figure instead of a call per request.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from cbsim.cost.kernel_call import KernelCall
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+INITIAL_SLOTS = 256
+
+
+class SpecSlots:
+    """The per-request speculative figures of one cluster's requests, by slot."""
+
+    __slots__ = (
+        "_alphas_call",
+        "_observe_call",
+        "accepted",
+        "count",
+        "ema",
+        "model_alpha",
+        "rejected",
+        "stale",
+    )
+
+    def __init__(self, capacity: int = INITIAL_SLOTS) -> None:
+        self.count = 0
+        # compiled: a batch costs one call, not a dozen numpy calls (most batches are small)
+        self._alphas_call = KernelCall(_alphas)
+        self._observe_call = KernelCall(_observe)
+        self.accepted: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.rejected: IntArray = np.zeros(capacity, dtype=np.int64)
+        self.ema: FloatArray = np.full(capacity, np.nan)
+        self.model_alpha: FloatArray = np.zeros(capacity)
+        self.stale: npt.NDArray[np.bool_] = np.zeros(capacity, dtype=np.bool_)
+
+    def new(self, model_alpha: float) -> int:
+        """A fresh slot for a request whose acceptance model drew ``model_alpha``."""
+        slot = self.count
+        if slot == len(self.accepted):
+            self._grow(2 * slot)
+        self.model_alpha[slot] = model_alpha
+        self.count = slot + 1
+        return slot
+
+    def _grow(self, capacity: int) -> None:
+        extra = capacity - len(self.accepted)
+        self.accepted = np.concatenate([self.accepted, np.zeros(extra, dtype=np.int64)])
+        self.rejected = np.concatenate([self.rejected, np.zeros(extra, dtype=np.int64)])
+        self.ema = np.concatenate([self.ema, np.full(extra, np.nan)])
+        self.model_alpha = np.concatenate([self.model_alpha, np.zeros(extra)])
+        self.stale = np.concatenate([self.stale, np.zeros(extra, dtype=np.bool_)])
+
+    def alphas(self, slots: IntArray, prior: float, weight: float) -> FloatArray:
+        """Each slot's posterior mean α under a Beta prior of mean ``prior`` and ``weight``
+        pseudo-observations (``weight`` > 0): ``AlphaEstimator.estimate`` per slot."""
+        alphas: FloatArray = self._alphas_call(self.accepted, self.rejected, slots, prior, weight)
+        return alphas
+
+    def observe(self, slots: IntArray, ks: IntArray, accepted: IntArray, ema_weight: float) -> int:
+        """Add one verification step of each of ``slots`` (``accepted`` of ``ks`` drafts, every
+        k > 0, no slot twice): the counts and the EMA of a / k (the first sample sets it).
+        Returns how many of the steps rejected a draft."""
+        rejected: int = self._observe_call(
+            self.accepted, self.rejected, self.ema, slots, ks, accepted, ema_weight
+        )
+        return rejected
+
+
+@numba.njit(cache=True)
+def _alphas(
+    accepted: IntArray, rejected: IntArray, slots: IntArray, prior: float, weight: float
+) -> FloatArray:  # pragma: no cover - compiled
+    out = np.empty(len(slots))
+    for j in range(len(slots)):
+        slot = slots[j]
+        a = accepted[slot]
+        out[j] = (a + prior * weight) / ((a + rejected[slot]) + weight)
+    return out
+
+
+@numba.njit(cache=True)
+def _observe(
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    slots: IntArray,
+    ks: IntArray,
+    drawn: IntArray,
+    weight: float,
+) -> int:  # pragma: no cover - compiled
+    rejecting = 0
+    for j in range(len(slots)):
+        slot = slots[j]
+        a = drawn[j]
+        k = ks[j]
+        accepted[slot] += a
+        if a < k:
+            rejected[slot] += 1
+            rejecting += 1
+        rate = a / k
+        last = ema[slot]
+        ema[slot] = rate if last != last else weight * rate + (1.0 - weight) * last  # NaN: first
+    return rejecting
+
+
+__all__ = ["SpecSlots"]

@@ -11,10 +11,9 @@ import pytest
 from cbsim.catalog.hardware import GPU_NAMES
 from cbsim.common.errors import CbsimError
 from cbsim.cost.compiled import EXTRA, HEAD, HEAD_FLOOR, LINEAR, LINEAR_FLOOR, TABLE_ROWS, TOKEN
-from cbsim.cost.profile import profile_names
+from cbsim.cost.profile import load_profile, profile_names
 from cbsim.cost.roofline import CostModel, compile_cost, extend_tables
 
-ENGINES = ("vllm", "vllm-v0", "sglang", "tensorrt-llm", "deepspeed-mii", "llama.cpp")
 MODELS = (
     ("llama-3-8b", 1, "bf16"),  # dense
     ("qwen2.5-7b", 2, "bf16"),
@@ -70,14 +69,17 @@ def _assert_same_tables(cost: CostModel, twin: CostModel, tokens: int) -> None:
 
 
 def _cases() -> Iterator[tuple[str, str, str]]:
-    """(gpu, calibration, engine): every shipped profile under a fused and an unfused engine,
-    each GPU's default under every engine (its own kernels, another GPU's transferred, the
-    engine's own all-reduce), and the raw roofline."""
+    """(gpu, calibration, engine): every shipped profile under a fused engine, and under an
+    unfused one where it fits the element-wise kernels; each GPU's default under every kind of
+    engine (its own kernels or another GPU's transferred, the engine's own all-reduce, unfused
+    element-wise kernels); the raw roofline."""
     for gpu in GPU_NAMES:
         for name in profile_names(gpu):
-            for engine in ("vllm", "deepspeed-mii"):
-                yield gpu, name, engine
-        for engine in ENGINES:
+            yield gpu, name, "vllm"
+            profile = load_profile(gpu, name)
+            if profile is not None and profile.elementwise is not None:
+                yield gpu, name, "deepspeed-mii"
+        for engine in ("vllm", "sglang", "tensorrt-llm", "deepspeed-mii"):
             yield gpu, "default", engine
     yield "h100-sxm", "none", "vllm"
     yield "h100-sxm", "none", "deepspeed-mii"

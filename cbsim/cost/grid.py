@@ -180,6 +180,35 @@ class LogGrid:
 
         return three
 
+    def at_points(self, *features: np.ndarray | float) -> np.ndarray:
+        """:meth:`__call__` at many points (each feature an array, or one value for all), the
+        same float per point bit for bit: log2 taken by :func:`math.log2` point by point as
+        ``__call__`` takes it, then ``__call__``'s interpolation, its corners' weights multiplied
+        and their terms added in its order, element-wise (exact arithmetic, no rounding of
+        numpy's own). Unlike :meth:`evaluate`, which adds the corners in column order."""
+        axes = self.axes
+        if len(features) != len(axes):
+            raise ValueError(f"expected {len(axes)} features, got {len(features)}")
+        base: np.ndarray | int = 0
+        corners: list[tuple[int, np.ndarray | float]] = [(0, 1.0)]
+        for axis, stride, value in zip(axes, self._strides, features, strict=True):
+            x = _log2_points(value)
+            i = np.searchsorted(axis, x, side="right") - 1
+            i = np.where(i < 0, 0, np.where(i > len(axis) - 2, len(axis) - 2, i))
+            w = (x - axis[i]) / (axis[i + 1] - axis[i])
+            w = np.where(w < 0.0, 0.0, np.where(w > 1.0, 1.0, w))
+            base = base + i * stride
+            corners = [
+                pair
+                for offset, weight in corners
+                for pair in ((offset, weight * (1.0 - w)), (offset + stride, weight * w))
+            ]
+        flat = self.values.ravel()
+        total: np.ndarray | float = 0.0
+        for offset, weight in corners:
+            total = total + weight * flat[base + offset]
+        return np.asarray(total, dtype=np.float64)
+
     def evaluate(self, *features: np.ndarray) -> np.ndarray:
         """The correction at many points: the product of :func:`interpolation_matrix` with the
         values (the same floats: each point's corners added in column order, as the sparse
@@ -194,6 +223,17 @@ class LogGrid:
         for columns, weight in terms:
             result += weight * flat[columns]
         return result
+
+
+def _log2_points(value: np.ndarray | float) -> np.ndarray | float:
+    """``log2(value)`` as :meth:`LogGrid.__call__` takes it (``math.log2``, -100 at or below
+    1e-30), at each point of an array or at one value."""
+    log2 = math.log2
+    if np.ndim(value) == 0:
+        one = value.item() if isinstance(value, np.generic) else value
+        return log2(one) if one > 1e-30 else -100.0
+    points = np.asarray(value).tolist()
+    return np.array([log2(v) if v > 1e-30 else -100.0 for v in points], dtype=np.float64)
 
 
 def _weights(

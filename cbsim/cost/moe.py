@@ -246,6 +246,39 @@ class MoePricing:
             return base
         return base * math.exp(fit.correction(*(float(f[0]) for f in terms.features)))
 
+    def routed_times(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`routed_time` at many token counts (positive), the same float per count bit
+        for bit: each step of ``_time`` element-wise over the counts (the powers of
+        :func:`routed_experts` and the correction's logs and exponentials count by count)."""
+        counts = np.asarray(tokens, dtype=np.int64)
+        m = self.model
+        one = np.ones(1, dtype=np.float64)
+        active = None
+        if self.independent_routing:
+            expected = [
+                max(1.0, routed_experts(t, m.experts_per_token, m.num_experts, self.ep))
+                for t in counts.tolist()
+            ]
+            active = np.array(expected, dtype=np.float64)
+        terms = moe_terms(
+            counts * one, m.hidden_size * one, m.expert_intermediate_size * one,
+            m.experts_per_token * one, m.num_experts * one, (self.tp // self.ep) * one,
+            self.ep * one, self.moe_dtype, active,
+        )  # fmt: skip
+        peak, bandwidth = peak_for(self.gpu, self.moe_dtype), self.gpu.hbm_bandwidth
+        fit = self.fit
+        if fit is None:
+            p = self.params
+            raw = np.array([p.gemm_floor_s, p.gemm_compute_eff, p.gemm_memory_eff, 1.0])
+            return moe_base(raw, terms, peak, bandwidth)
+        params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
+        base = moe_base(params, terms, peak, bandwidth)
+        if fit.correction is None:
+            return base
+        exp = math.exp
+        corrections = fit.correction.grid().at_points(*terms.features).tolist()
+        return base * np.array([exp(c) for c in corrections], dtype=np.float64)
+
 
 def moe_pricing(
     model: ModelShape,

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from cbsim.catalog.hardware import GPU, get_gpu
 from cbsim.catalog.model_bytes import (
     DTYPE_BYTES,
@@ -659,3 +661,99 @@ class OpPricing:
                 local, m.hidden_size, inner
             )
         return routed + router + shared
+
+    # ------------------------------------------------------------------ at many token counts
+    # The same seconds as the scalar ops above, each count's float bit for bit, for pricing a
+    # whole range of batch sizes at once (the compiled cost's tables): the same operations in
+    # the same order, element-wise over an int64 array of positive token counts.
+
+    def gemm_times(self, m: np.ndarray, n: int, k: int) -> np.ndarray:
+        """:meth:`gemm_time` at each of ``m``'s row counts."""
+        if self._transfer is not None:
+            return np.array([self.gemm_time(one, n, k) for one in m.tolist()], dtype=np.float64)
+        return self._gemm_points(m, n, k, self._gemm_dtype, self._gemm_fit, self._peak_flops)
+
+    def _gemm_points(
+        self, m: np.ndarray, n: int, k: int, dtype: str, fit: RooflineFit | None, peak: float
+    ) -> np.ndarray:
+        """:meth:`_gemm` at each of ``m``'s row counts (``fit`` the one ``predict`` compiles)."""
+        if n <= 0 or k <= 0:
+            return np.zeros(len(m))
+        rows: Any = m  # gemm_flops_bytes's arithmetic, element-wise over the rows
+        flops, bytes_moved = gemm_flops_bytes(rows, n, k, dtype)
+        bandwidth = self.gpu.hbm_bandwidth
+        if fit is not None:
+            seconds = fit.predict_points(flops, bytes_moved, peak, bandwidth, m, n, k)
+        else:
+            p = self.params
+            t_compute = flops / (peak * p.gemm_compute_eff)
+            t_memory = bytes_moved / (bandwidth * p.gemm_memory_eff)
+            seconds = np.where(t_memory > t_compute, t_memory, t_compute) + p.gemm_floor_s
+        return np.where(m <= 0, 0.0, seconds)
+
+    def elementwise_times(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`elementwise_time` at each of ``tokens``' counts."""
+        m = self.model
+        h = m.hidden_size
+        activation = 3 * m.intermediate_size // self.tp
+        rotary = 2 * (self._q_heads + self._kv_heads) * m.head_dim
+        bandwidth = self.gpu.hbm_bandwidth
+        if self.engine.fused_elementwise:
+            bytes_moved = tokens * (2 * 4 * h + activation + rotary) * self._act_bytes
+            fit = self._head_fit
+            if fit is not None:
+                streamed = bytes_moved / (bandwidth * fit.memory_eff)
+                return np.asarray(streamed + FUSED_ELEMENTWISE_KERNELS * fit.floor_s)
+            p = self.params
+            t = bytes_moved / (bandwidth * p.elementwise_memory_eff)
+            return np.asarray(t + FUSED_ELEMENTWISE_KERNELS * p.elementwise_floor_s)
+        per_token = 2 * 2 * h + 2 * 3 * h + activation + rotary
+        bytes_moved = tokens * per_token * self._act_bytes
+        fit = self.calibration.elementwise if self.calibration is not None else None
+        if fit is not None:
+            return fit.predict_points(0.0, bytes_moved, self._peak_flops, bandwidth, tokens)
+        p = self.params
+        t = bytes_moved / (bandwidth * p.elementwise_memory_eff)
+        return np.asarray(t + ELEMENTWISE_KERNELS_PER_LAYER * p.elementwise_floor_s)
+
+    def allreduce_times(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`allreduce_time` at each of ``tokens``' counts (count by count where the
+        engine's own kernel, a transfer or more than a node prices it)."""
+        if self.tp == 1:
+            return np.zeros(len(tokens))
+        if (
+            self.tp > self.gpu.gpus_per_node
+            or self._custom_allreduce is not None
+            or self._transfer is not None
+        ):
+            return np.array([self.allreduce_time(t) for t in tokens.tolist()], dtype=np.float64)
+        gpus = self.tp
+        message = tokens * self.model.hidden_size * self._act_bytes
+        measured = (
+            self.calibration.allreduce.get(str(gpus)) if self.calibration is not None else None
+        )
+        if measured is not None:
+            return measured.at_sizes(message)
+        p = self.params
+        wire = 2.0 * (gpus - 1) / gpus * message
+        return np.asarray(
+            p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)
+        )
+
+    def moe_layer_times(self, tokens: np.ndarray) -> np.ndarray:
+        """:meth:`moe_layer_time` at each of ``tokens``' counts, without data parallelism (each
+        count its own ``local``)."""
+        if self._moe is None:
+            return np.zeros(len(tokens))
+        if self.dp > 1:
+            raise ValueError("moe_layer_times prices no data-parallel ranks")
+        m = self.model
+        routed = self._moe.routed_times(tokens)
+        router = self.gemm_times(tokens, m.num_experts, m.hidden_size)
+        shared: np.ndarray | float = 0.0
+        if m.shared_expert_intermediate_size:
+            inner = m.shared_expert_intermediate_size // self.tp
+            shared = self.gemm_times(tokens, 2 * inner, m.hidden_size) + self.gemm_times(
+                tokens, m.hidden_size, inner
+            )
+        return np.asarray(routed + router + shared)

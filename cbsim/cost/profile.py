@@ -139,6 +139,27 @@ class RooflineFit(_Strict):
 
         return corrected
 
+    def predict_points(
+        self,
+        flops: np.ndarray | float,
+        bytes_moved: np.ndarray | float,
+        peak: float,
+        bandwidth: float,
+        *features: np.ndarray | float,
+    ) -> np.ndarray:
+        """:meth:`predict` at many points (arrays, or one value for all), the same float per
+        point bit for bit: the roofline element-wise in :meth:`predict`'s order (``max`` as
+        Python's, the second where it is greater), the correction by
+        :meth:`~cbsim.cost.grid.LogGrid.at_points` and ``math.exp`` point by point."""
+        compute = flops / (peak * self.compute_eff)
+        memory = bytes_moved / (bandwidth * self.memory_eff)
+        base = self.floor_s + np.where(memory > compute, memory, compute)
+        if self.correction is None:
+            return np.asarray(base, dtype=np.float64)
+        exp = math.exp
+        scale = [exp(c) for c in self.correction.grid().at_points(*features).tolist()]
+        return np.asarray(base * np.array(scale, dtype=np.float64), dtype=np.float64)
+
 
 class MoeFit(_Strict):
     """One MoE layer's routed experts: ``floor + max(FLOPs / (peak · compute_eff), bytes /
@@ -169,6 +190,21 @@ class CommFit(_Strict):
         if size_bytes >= sizes[-1]:
             return float(times[-1] + (size_bytes - sizes[-1]) / self.bus_bandwidth)
         return float(np.exp(np.interp(np.log(size_bytes), np.log(sizes), np.log(times))))
+
+    def at_sizes(self, size_bytes: np.ndarray) -> np.ndarray:
+        """:meth:`__call__` at many message sizes, the same float per size bit for bit (numpy's
+        log, interp and exp, as ``__call__`` takes them, over an array)."""
+        sizes = np.asarray(self.sizes_bytes)
+        times = np.asarray(self.latency_s)
+        x = np.asarray(size_bytes, dtype=np.float64)
+        inside = (x > sizes[0]) & (x < sizes[-1])
+        result: np.ndarray = np.where(
+            x <= sizes[0], times[0], times[-1] + (x - sizes[-1]) / self.bus_bandwidth
+        )
+        if inside.any():
+            logs = np.interp(np.log(x[inside]), np.log(sizes), np.log(times))
+            result[inside] = np.exp(logs)
+        return result
 
 
 class Measured(_Strict):

@@ -179,6 +179,46 @@ class CostModel(OpPricing):
             self._linear_cache[key] = result
         return result
 
+    def _linear_table(self, counts: np.ndarray) -> np.ndarray:
+        """The sum of :meth:`_linear_times` (qkv + o_proj + mlp + elementwise + allreduce) at
+        each of ``counts``' token counts (positive; the batch whole: no data-parallel ranks or
+        pipeline stages), each count's float bit for bit (the same operations in the same
+        order, element-wise)."""
+        if self._split > 1:
+            raise ValueError("_linear_table prices no data-parallel ranks or pipeline stages")
+        m = self.model
+        layers = m.num_layers
+        h = m.hidden_size
+        qkv = self.gemm_times(counts, self._qkv_n, h)
+        o_proj = self.gemm_times(counts, h, self._q_heads * m.head_dim)
+        if self._mla is not None:
+            qkv = o_proj = np.zeros(len(counts))
+        mlp = self.gemm_times(counts, self._mlp_n, h) + self.gemm_times(
+            counts, h, m.intermediate_size // self.tp
+        )
+        mlp_total = layers * mlp
+        if self._moe is not None:
+            moe = m.num_moe_layers * self.moe_layer_times(counts)
+            # sum(self._moe_times(n)): 0 + the MoE MLPs + no dispatch (one rank)
+            mlp_total = m.num_dense_layers * mlp + (0.0 + moe + m.num_moe_layers * 0.0)
+        elementwise = layers * self.elementwise_times(counts)
+        allreduce = layers * 2 * self.allreduce_times(counts)
+        return np.asarray(layers * qkv + layers * o_proj + mlp_total + elementwise + allreduce)
+
+    def _lm_head_table(self, counts: np.ndarray) -> np.ndarray:
+        """:meth:`_lm_head_time` at each of ``counts``' sampled counts (positive; no pipeline
+        stages or data-parallel ranks), bit for bit."""
+        if self._split > 1:
+            raise ValueError("_lm_head_table prices no data-parallel ranks or pipeline stages")
+        return self._gemm_points(
+            counts,
+            self._vocab_shard,
+            self.model.hidden_size,
+            self._head_dtype,
+            self._head_fit,
+            self._head_peak,
+        )
+
     def _moe_times(self, tokens: int, local: int | None = None) -> tuple[float, float]:
         """(MoE MLPs, expert-parallel all-to-all) seconds over all MoE layers at ``tokens``
         tokens, ``local`` of them a data-parallel rank's (memoised)."""
@@ -560,15 +600,14 @@ def extend_tables(
     tables = np.zeros((TABLE_ROWS, size))
     tables[:, :have] = compiled.tables
     linear_s, head_s, extra_s = tables[LINEAR], tables[HEAD], tables[EXTRA]
-    for n in range(max(have, 1), size):
-        qkv, o_proj, mlp, elementwise, allreduce = cost._linear_times(n)
-        linear_s[n] = qkv + o_proj + mlp + elementwise + allreduce
-        head_s[n] = cost._lm_head_time(n)
+    # every new count at once, each the float CostModel._linear_times and _lm_head_time give it
+    counts = np.arange(max(have, 1), size, dtype=np.int64)
+    linear_s[counts] = cost._linear_table(counts)
+    head_s[counts] = cost._lm_head_table(counts)
     tables[TOKEN] = linear_s + head_s  # CostModel._token_time(n, n): the same sum, the same float
     if extra_gemm is not None:
         n_out, k_in = extra_gemm
-        for n in range(max(have, 1), size):
-            extra_s[n] = cost.gemm_time(n, n_out, k_in)
+        extra_s[counts] = cost.gemm_times(counts, n_out, k_in)
     tables[LINEAR_FLOOR] = np.minimum.accumulate(linear_s[::-1])[::-1]
     tables[HEAD_FLOOR] = np.minimum.accumulate(head_s[::-1])[::-1]
     return compiled._replace(tables=tables, overhead_rises=compiled.cpu_per_token_s >= 0.0)

@@ -82,7 +82,10 @@ class LogGrid:
                 for pair in ((offset, weight * (1.0 - w)), (offset + stride, weight * w))
             ]
         flat = self._flat
-        return sum(weight * flat[base + offset] for offset, weight in corners)
+        total = 0.0  # added left to right (Python 3.12's sum() of floats compensates)
+        for offset, weight in corners:
+            total += weight * flat[base + offset]
+        return total
 
     def compiled(self) -> Callable[..., float]:
         """:meth:`__call__` as a plain closure over this grid's lists, for the hot path: the same

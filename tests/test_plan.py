@@ -482,9 +482,33 @@ def test_fuzz_bad_options_exit_2_naming_one(
             skip = True
             continue
         kept.append(item)
+    if {("--tp", "16"), ("--pp", "16")} & set(bad):
+        kept = _without_a_budget_of(16, kept)  # 16 GPUs in one layout are bad only beyond it
     result = invoke([*kept, *(x for pair in bad for x in pair), "--out", str(tmp_path / "p")])
     assert result.exit_code == 2, result.output
     assert any(NAMED.get(pair, pair[0]) in result.output for pair in bad), result.output
+
+
+def _without_a_budget_of(gpus: int, args: list[str]) -> list[str]:
+    """``args`` without a ``--total-gpus`` of ``gpus`` or more (the default budget, one node,
+    then applies)."""
+    if "--total-gpus" not in args:
+        return args
+    at = args.index("--total-gpus")
+    if int(args[at + 1]) < gpus:
+        return args
+    return args[:at] + args[at + 2 :]
+
+
+def test_a_layout_of_16_gpus_is_refused_only_beyond_the_budget(tmp_path: Path) -> None:
+    """Drawn by the campaign above: --tp 16 within --total-gpus 16 is a layout (two nodes), not
+    a bad option; without the budget (one node) it is one."""
+    base = ["--model", "llama-3-70b", "--isl", "512", "--osl", "16", "--gpus", "a100-80gb",
+            "--ttft", "1", "--tpot", "0.1", "--refine", "0", "--seeds", "1", "--window-s", "10",
+            "--tp", "16", "--quiet"]  # fmt: skip
+    assert invoke([*base, "--out", str(tmp_path / "a")]).exit_code == 2
+    within = invoke([*base, "--total-gpus", "16", "--out", str(tmp_path / "b")])
+    assert within.exit_code == 0, within.output
 
 
 def test_a_sessions_scenario_is_refused_naming_its_file_and_field(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 import cbsim
 from cbsim.catalog.models import get_model
+from cbsim.common.stable_sort import stable_argsort
 from cbsim.cost import BatchStats, CostModel
 from cbsim.engine.speculative.acceptance import PositionalModel
 from cbsim.engine.speculative.expected import power, powers
@@ -22,7 +23,7 @@ from cbsim.engine.speculative.goodput_kernel import (
     compiled_proposer,
     no_base,
 )
-from cbsim.engine.speculative.goodput_refine import _stable_argsort, goodput_k_per_request
+from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
 from cbsim.engine.speculative.policies import BatchView, GoodputK
 from cbsim.engine.speculative.proposers import DraftModel, EagleHead, Ngram, Proposer
 from cbsim.schema.speculative import GoodputPolicy, PositionalAcceptance
@@ -112,7 +113,7 @@ def test_the_stable_order_is_numpys() -> None:
         keys[rng.random(n) < 0.1] = -0.0
         first = np.empty(n, dtype=np.int64)
         second = np.empty(n, dtype=np.int64)
-        order = _stable_argsort(keys, n, first, second)[:n]
+        order = stable_argsort(keys, n, first, second)[:n]
         np.testing.assert_array_equal(order, np.argsort(keys, kind="stable"))
 
 

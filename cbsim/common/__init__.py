@@ -9,6 +9,7 @@ Layer 0: imports nothing of cbsim outside this package. Everything may import it
 - :mod:`~cbsim.common.documents`: YAML/JSON files read with a clear message when they are not.
 - :mod:`~cbsim.common.rng`: named random streams derived from the scenario seed.
 - :mod:`~cbsim.common.event_time`: absolute times reached exactly in SimPy.
+- :mod:`~cbsim.common.stable_sort`: a stable argsort for compiled kernels.
 - :mod:`~cbsim.common.output_folders`, :mod:`~cbsim.common.output_paths`,
   :mod:`~cbsim.common.exchange`: results written atomically, never over a user's file.
 - :mod:`~cbsim.common.processes`, :mod:`~cbsim.common.parent_watch`,

@@ -28,6 +28,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from cbsim.common.stable_sort import stable_argsort
 from cbsim.cost import CostModel
 from cbsim.cost.compiled import CompiledCost, decode_seconds
 from cbsim.cost.kernel_call import KernelCall
@@ -153,7 +154,9 @@ def decode_run_kernel(
     durations = np.empty(size)
     batch_sizes = np.empty(size, dtype=np.int64)
     kv_used = np.empty(size, dtype=np.int64)
-    order = _stable_order(rem)
+    order = stable_argsort(
+        rem, count, np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+    )
     kv_active = 0
     for i in range(count):
         kv_active += kv[i]
@@ -211,43 +214,6 @@ def decode_run_kernel(
         if end > next_arrival_s or (finishing and stop_on_finish):
             break
     return j, starts, durations, batch_sizes, kv_used, now, used
-
-
-@numba.njit(cache=True)
-def _stable_order(keys: IntArray) -> IntArray:
-    """The positions of ``keys`` in ascending key order, ties in position order (numpy's
-    ``argsort(kind="stable")``): a bottom-up merge sort, written out because numba's own costs
-    seconds to compile on a fresh install."""
-    n = len(keys)
-    source = np.empty(n, dtype=np.int64)
-    target = np.empty(n, dtype=np.int64)
-    for p in range(n):
-        source[p] = p
-    width = 1
-    while width < n:
-        for lo in range(0, n, 2 * width):
-            mid = lo + width if lo + width < n else n
-            hi = lo + 2 * width if lo + 2 * width < n else n
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:
-                if keys[source[j]] < keys[source[i]]:
-                    target[o] = source[j]
-                    j += 1
-                else:
-                    target[o] = source[i]
-                    i += 1
-                o += 1
-            while i < mid:
-                target[o] = source[i]
-                i += 1
-                o += 1
-            while j < hi:
-                target[o] = source[j]
-                j += 1
-                o += 1
-        source, target = target, source
-        width *= 2
-    return source
 
 
 def plan_decode_run_python(

@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from cbsim.common.stable_sort import stable_argsort
 from cbsim.cost.compiled import CompiledCost, attention_factor, scaled_step_seconds
 from cbsim.engine.speculative.expected import emitted, pairwise_sum_head, power
 from cbsim.engine.speculative.goodput_kernel import (
@@ -167,7 +168,7 @@ def refine_per_request(
                             proposer, draft, base, factor, sums, table, reals, ints)  # fmt: skip
             if not _better(r, current, step == 1):
                 continue
-            sorted_at = _stable_argsort(keys, size, ints[SORTED], ints[SPARE])
+            sorted_at = stable_argsort(keys, size, ints[SORTED], ints[SPARE])
             for m in range(size):
                 order[m] = members[sorted_at[m]]
             current, changed = _apply_prefix(
@@ -191,51 +192,6 @@ def _gain(table: FloatArray, i: int, exponent: int, k_max: int, alpha: float, st
         gain = power(alpha, exponent)
         table[i, column] = gain
     return float(-gain if step == 1 else gain)
-
-
-@numba.njit(cache=True)
-def _stable_argsort(keys: FloatArray, size: int, first: IntArray, second: IntArray) -> IntArray:
-    """The positions of ``keys[:size]`` in ascending key order, ties in position order (numpy's
-    ``argsort(kind="stable")``), sorted in the scratch rows ``first`` and ``second`` (one of
-    them is returned): insertion sort of runs of 16, then merged bottom-up."""
-    for p in range(size):
-        first[p] = p
-    for lo in range(0, size, 16):
-        hi = lo + 16 if lo + 16 < size else size
-        for a in range(lo + 1, hi):
-            v = first[a]
-            key = keys[v]
-            b = a - 1
-            while b >= lo and keys[first[b]] > key:
-                first[b + 1] = first[b]
-                b -= 1
-            first[b + 1] = v
-    source, target = first, second
-    width = 16
-    while width < size:
-        for lo in range(0, size, 2 * width):
-            mid = lo + width if lo + width < size else size
-            hi = lo + 2 * width if lo + 2 * width < size else size
-            i, j, o = lo, mid, lo
-            while i < mid and j < hi:
-                if keys[source[j]] < keys[source[i]]:
-                    target[o] = source[j]
-                    j += 1
-                else:
-                    target[o] = source[i]
-                    i += 1
-                o += 1
-            while i < mid:
-                target[o] = source[i]
-                i += 1
-                o += 1
-            while j < hi:
-                target[o] = source[j]
-                j += 1
-                o += 1
-        source, target = target, source
-        width *= 2
-    return source
 
 
 @numba.njit(cache=True)

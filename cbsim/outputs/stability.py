@@ -245,14 +245,19 @@ def _served_while_arriving(
     return served / (last - start)
 
 
-def _in_system(requests: pd.DataFrame, at: float) -> int:
-    """Requests arrived by ``at`` and not finished by then (rejected ones aside, and those the
-    client gave up on: they left the system at their timeout, not at the end of the run)."""
+def _in_system(requests: pd.DataFrame, times: np.ndarray) -> np.ndarray:
+    """Requests arrived by each of ``times`` and not finished by then (rejected ones aside, and
+    those the client gave up on: they left the system at their timeout, not at the end of the
+    run). A request finishes after it arrives, so the count is arrivals less finishes."""
     kept = requests[~requests["status"].isin(("rejected", "timed_out"))]
-    arrived = kept["arrival_s"].to_numpy(dtype=float) <= at
+    arrival = kept["arrival_s"].to_numpy(dtype=float)
     finish = kept["finish_s"].to_numpy(dtype=float)
-    finished = np.isfinite(finish) & (finish <= at)
-    return int((arrived & ~finished).sum())
+    arrivals = np.sort(arrival[np.isfinite(arrival)])
+    finishes = np.sort(finish[np.isfinite(finish)])
+    arrived = np.searchsorted(arrivals, times, side="right")
+    finished = np.searchsorted(finishes, times, side="right")
+    counts: np.ndarray = arrived - finished
+    return counts
 
 
 def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
@@ -264,8 +269,8 @@ def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
         return 0, 0
     first, last = float(arrival.min()), float(arrival.max())
     mid, q3 = first + 0.5 * (last - first), first + 0.75 * (last - first)
-    at_mid = _in_system(requests, mid)
-    return _in_system(requests, last) - at_mid, _in_system(requests, q3) - at_mid
+    at_mid, at_q3, at_last = _in_system(requests, np.array([mid, q3, last])).tolist()
+    return at_last - at_mid, at_q3 - at_mid
 
 
 TREND_SAMPLES = 64
@@ -284,15 +289,10 @@ def _in_system_trend(requests: pd.DataFrame) -> float:
     if len(arrival) < 2:
         return 0.0
     first, span = float(arrival.min()), float(arrival.max() - arrival.min())
-    arrivals = np.sort(arrival)
-    finish = kept["finish_s"].to_numpy(dtype=float)
-    finishes = np.sort(finish[np.isfinite(finish)])
 
     def mean_in_system(start: float, end: float) -> float:
         times = first + span * np.linspace(start, end, TREND_SAMPLES)
-        arrived = np.searchsorted(arrivals, times, side="right")
-        finished = np.searchsorted(finishes, times, side="right")
-        return float(np.mean(arrived - finished))
+        return float(np.mean(_in_system(requests, times)))
 
     return mean_in_system(0.75, 1.0) - mean_in_system(0.25, 0.5)
 

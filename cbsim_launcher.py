@@ -24,8 +24,8 @@ simulates. cbsim's kernels do no linear algebra and the command line no longer n
 the BLAS when a kernel using them compiles. (Not done for the Python API: a notebook's numba is
 its own.)
 
-When a command had to compile cbsim's kernels (numba's cache was cold, as on a fresh install), the
-console script then starts priming the cache for the kernels other runs use, in a detached
+When a command found cbsim's kernels missing from numba's cache (a fresh install: it compiled
+them, or priced in Python without them), the console script then starts priming the cache for the kernels other runs use, in a detached
 background process (:mod:`cbsim.run.kernel_priming`), so that the next run, whatever its scenario,
 loads them rather than compiling.
 
@@ -99,7 +99,8 @@ def console() -> NoReturn:
 
 
 def _prime_after_a_cold_run() -> None:
-    """When the command compiled kernels (numba's cache was cold: a fresh install), start priming
+    """When the command found numba's cache cold (a fresh install: it compiled kernels, or priced
+    in Python and left them uncompiled), start priming
     the cache for the kernels other runs use, in the background
     (:mod:`cbsim.run.kernel_priming`); never fails the command."""
     if "cbsim.cli.commands" not in sys.modules:
@@ -107,7 +108,7 @@ def _prime_after_a_cold_run() -> None:
     try:
         from cbsim.run import kernel_priming
 
-        if kernel_priming.compiled_this_run():
+        if kernel_priming.needs_priming():
             kernel_priming.start_in_background()
     except Exception:  # priming is an optimisation: the command's own outcome stands
         return

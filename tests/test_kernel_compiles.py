@@ -32,16 +32,21 @@ class Recorder(event.Listener):
 
 event.register("numba:compile", Recorder())
 import cbsim
-cbsim.simulate(cbsim.load_scenario(sys.argv[1], {"workload.num_requests": int(sys.argv[2])}))
+scenario = cbsim.load_scenario(sys.argv[1], {"workload.num_requests": int(sys.argv[2])})
+cbsim.simulate(scenario, interpret_while_cold=sys.argv[3] == "interpret")
 """
 
 # numba's implementations that a kernel on a run's path used to compile (seconds each)
 LIBRARY_HEAVY = ("mergesort", "quicksort", "searchsorted", "npy_max", "npy_min", "np_arange")
 
 
-def _compiled(tmp_path: Path, scenario: str, requests: int) -> list[str]:
-    """The functions numba compiles when ``scenario`` runs on an empty cache, in order."""
-    printed = _python(RECORD, tmp_path, str(ROOT / "scenarios" / scenario), str(requests))
+def _compiled(
+    tmp_path: Path, scenario: str, requests: int, *, interpret: bool = False
+) -> list[str]:
+    """The functions numba compiles when ``scenario`` runs on an empty cache, in order
+    (``interpret``: pricing in Python while the cache is cold, as a run does by default)."""
+    how = "interpret" if interpret else "compile"
+    printed = _python(RECORD, tmp_path, str(ROOT / "scenarios" / scenario), str(requests), how)
     return [line.split()[1] for line in printed.splitlines() if line.startswith("compiled ")]
 
 
@@ -83,18 +88,31 @@ def test_a_speculative_run_compiles_each_kernel_once(tmp_path: Path) -> None:
     _assert_each_kernel_once(compiled)
 
 
-# whether the process compiled its first kernels (numba's cache was cold), after a small run
+def test_a_plain_run_on_a_cold_cache_compiles_nothing(tmp_path: Path) -> None:
+    compiled = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200, interpret=True)
+    assert not [name for name in compiled if name.startswith("cbsim.")], compiled
+
+
+# whether the process found numba's cache cold (compiled its first kernels, or priced in Python
+# and left them uncompiled), after a small run compiling at once or interpreting while cold
 COLD = """
+import sys
 import cbsim
 from cbsim.run import kernel_priming
-cbsim.simulate(cbsim.load_scenario(kernel_priming.PLAIN, {"workload.num_requests": 20}))
-print("cold", kernel_priming.compiled_this_run())
+scenario = cbsim.load_scenario(kernel_priming.PLAIN, {"workload.num_requests": 20})
+results = cbsim.simulate(scenario, interpret_while_cold=sys.argv[1] == "interpret")
+print("cold", kernel_priming.needs_priming(), "compiled", kernel_priming.compiled_this_run())
+print("note", "kernels_note" in results.run_info)
 """
 
 
 def test_a_run_knows_whether_it_found_the_cache_cold(tmp_path: Path) -> None:
-    assert "cold True" in _python(COLD, tmp_path)  # an empty cache: the kernels compiled
-    assert "cold False" in _python(COLD, tmp_path)  # the same cache again: loaded
+    printed = _python(COLD, tmp_path, "interpret")  # an empty cache: priced in Python
+    assert "cold True compiled False" in printed and "note True" in printed
+    printed = _python(COLD, tmp_path, "compile")  # still empty: the kernels compile
+    assert "cold True compiled True" in printed and "note False" in printed
+    printed = _python(COLD, tmp_path, "interpret")  # the same cache again: loaded
+    assert "cold False compiled False" in printed and "note False" in printed
 
 
 @pytest.mark.slow

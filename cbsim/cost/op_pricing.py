@@ -29,6 +29,7 @@ from cbsim.catalog.models import ModelShape, expert_parallel_problem, get_model
 from cbsim.common.errors import CbsimError
 from cbsim.cost.custom_allreduce import CustomAllreduce
 from cbsim.cost.engine_profile import EngineProfile, bare_profile, load_engine_profile
+from cbsim.cost.kernel_cache import ColdStart
 from cbsim.cost.mla import mla_pricing
 from cbsim.cost.moe import EXPERT_ROUTINGS, moe_pricing
 from cbsim.cost.params import CostParams
@@ -342,6 +343,8 @@ class OpPricing:
         )
         self._compiled: dict[tuple[int, int] | None, Any] = {}
         self._stepped: Any = False  # see CostModel.time_stats (False: not worked out yet)
+        # pricing in Python while numba's cache is cold (cbsim.cost.kernel_cache)
+        self.cold_start = ColdStart()
         self._prefill_fit_model = prefill.specialize(heads) if prefill is not None else None
         self._prefill_fit = (
             self._prefill_fit_model.compiled() if self._prefill_fit_model is not None else None

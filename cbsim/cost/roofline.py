@@ -361,10 +361,12 @@ class CostModel(OpPricing):
 
         Where the model compiles (:func:`compile_cost`), its attention and the engine's step
         overhead are one compiled call (:func:`cbsim.cost.compiled.stepped_seconds`: the same float
-        operations in the same order, so the same seconds); otherwise
-        :meth:`python_time_stats`."""
+        operations in the same order, so the same seconds); otherwise, or while numba's cache is
+        cold (:attr:`cold_start`), :meth:`python_time_stats`."""
         if stats.num_tokens <= 0:
             return 0.0
+        if self.cold_start.left and self.cold_start.interpreted():
+            return self.python_time_stats(stats)
         stepped = self._stepped
         if stepped is False:
             stepped = self._stepped = _stepped_pricing(self)
@@ -407,7 +409,10 @@ class CostModel(OpPricing):
     def compiled(self, tokens: int, extra_gemm: tuple[int, int] | None = None) -> Any:
         """This model's decode pricing compiled for batches of up to ``tokens`` tokens
         (:func:`compile_cost`; None when it cannot be compiled), kept and extended as larger
-        batches come."""
+        batches come. None too while numba's cache is cold (:attr:`cold_start`): the caller then
+        prices in Python, with the same results."""
+        if self.cold_start.left and self.cold_start.interpreted():
+            return None
         have = self._compiled.get(extra_gemm, False)
         if have is False:
             have = compile_cost(self, tokens, extra_gemm)

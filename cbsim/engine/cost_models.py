@@ -10,21 +10,28 @@ that transfer carries.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from cbsim.catalog.hardware import get_gpu
 from cbsim.catalog.models import get_model
 from cbsim.catalog.quantization import INTEGER_FORMATS
 from cbsim.cost import CostModel
+from cbsim.cost.compiled import stepped_seconds
 from cbsim.cost.engine_profile import load_engine_profile
+from cbsim.cost.kernel_cache import INTERPRETED_CALLS, all_cached
 from cbsim.cost.op_pricing import calibration_profile, gemm_fit_for
 from cbsim.cost.profile import DEFAULT_PROFILE, CalibrationProfile, transfer_note
+from cbsim.engine.decode_run import decode_run_kernel
 from cbsim.schema.scenario import Scenario
+
+if TYPE_CHECKING:
+    from cbsim.engine.replica import ReplicaPool
 
 __all__ = [
     "CostModelCache",
     "cost_model_for",
     "kernel_profile_for",
+    "price_in_python_while_cold",
     "transfer_warnings",
     "weight_format_note",
 ]
@@ -47,6 +54,24 @@ def cost_model_for(scenario: Scenario) -> CostModel:
         dp=cluster.dp,
         pp=cluster.pp,
     )
+
+
+def price_in_python_while_cold(
+    pools: Iterable[ReplicaPool], calls: int = INTERPRETED_CALLS
+) -> bool:
+    """Price the pools' next ``calls`` calls in Python where numba's cache lacks a plain run's
+    kernels (a fresh install: see :mod:`cbsim.cost.kernel_cache`); a speculative run's kernels
+    compile in any case, so it compiles at once. Returns whether pricing starts interpreted. A
+    cost model already pricing in Python (shared with an earlier run) keeps its count."""
+    pools = list(pools)
+    costs = list({id(pool.cost): pool.cost for pool in pools}.values())
+    speculative = any(pool.spec is not None for pool in pools)
+    if speculative or calls <= 0 or all_cached((stepped_seconds, decode_run_kernel)):
+        return any(cost.cold_start.left > 0 for cost in costs)
+    for cost in costs:
+        if not cost.cold_start.started:
+            cost.cold_start.start(calls)
+    return any(cost.cold_start.left > 0 for cost in costs)
 
 
 def kernel_profile_for(scenario: Scenario) -> CalibrationProfile | None:

@@ -45,6 +45,7 @@ def new_pool(plan: PoolPlan, source: str | None, cost_models: CostModelCache | N
     cost = cost_model_for(scenario) if cost_models is None else cost_models.get(scenario)
     spec = None
     if scenario.speculative.enabled:
+        cost.cold_start.stop()  # its kernels compile: it runs them whatever pricing does
         spec = SpeculativeDecoding(scenario.speculative, cost, scenario.seed, source)
     spec_kernel: KernelSettings | None = None
     note = ""

@@ -39,7 +39,7 @@ from cbsim.catalog.models import get_model
 from cbsim.common.event_time import iteration_end_at as _iteration_end_at
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.autoscale import Autoscaler, FleetLog
-from cbsim.engine.cost_models import CostModelCache
+from cbsim.engine.cost_models import CostModelCache, price_in_python_while_cold
 from cbsim.engine.decode_run import decode_run_kernel
 from cbsim.engine.dispatch import Dispatcher
 from cbsim.engine.fleet import add_prefix_caches, build_replicas, new_pool, weigh_by_speed
@@ -80,12 +80,15 @@ class Simulation:
         source: str | None = None,
         progress: ProgressCallback | None = None,
         cost_models: CostModelCache | None = None,
+        interpret_while_cold: bool = True,
     ) -> None:
         self.scenario = scenario
         cluster = scenario.cluster
         self.model = get_model(cluster.model)
         self.env = simpy.Environment()
         self.pools = [new_pool(plan, source, cost_models) for plan in pool_plans(scenario)]
+        # priced in Python at first on a fresh install (cbsim.cost.kernel_cache)
+        self.interpreted = interpret_while_cold and price_in_python_while_cold(self.pools)
         # the decoding pool's (a plain cluster's only pool's): what the run's warnings and
         # speculative figures speak of
         decoding = self.pools[-1]

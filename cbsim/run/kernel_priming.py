@@ -3,17 +3,18 @@
 The engine's kernels compile on their first call and are kept in numba's cache (``__pycache__``
 beside their sources, or under ``NUMBA_CACHE_DIR``), from which a later process loads them in
 milliseconds. A fresh install's first run compiles the kernels it needs: a plain run's in about
-3 s of CPU, a speculative one's (some twenty more kernels) in about 30 s. So when the ``cbsim``
-command had to compile kernels (:func:`compiled_this_run`), it starts this module in a detached,
-low-priority process (:func:`start_in_background`) that simulates two small built-in scenarios,
-one plain and one speculative, and discards their results: what stays is every kernel they use,
-in the cache, for the next run whatever its scenario. It writes nothing else. A primer that fails
+3 s of CPU, a speculative one's (some twenty more kernels) in about 30 s. A plain run on a cold
+cache prices in Python instead, compiling nothing until compiling pays
+(:mod:`cbsim.cost.kernel_cache`). So when the ``cbsim`` command found the cache cold
+(:func:`needs_priming`), it starts this module in a detached, low-priority process
+(:func:`start_in_background`) that simulates two small built-in scenarios, one plain and one
+speculative, compiling at once, and discards their results: what stays is every kernel they
+use, in the cache, for the next run whatever its scenario. It writes nothing else. A primer that fails
 or is stopped leaves the cache as it was (numba writes each entry whole), and the next run
 compiles what it needs, as without priming.
 
-The first run itself is not primed ahead: a primer would import the package as the run does (a
-second) and then compile the same kernels, finishing no sooner than the run's own compiling; and
-pip runs no code of the package's at install.
+The first run itself is not primed ahead: pip runs no code of the package's at install, and a
+plain first run does not wait for compiling (it prices in Python).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cbsim.cost.compiled import stepped_seconds
+from cbsim.cost.kernel_cache import all_cached
+from cbsim.engine.decode_run import decode_run_kernel
 from cbsim.run.loading import load_scenario
 from cbsim.run.simulate import simulate
 
@@ -71,6 +75,24 @@ def compiled_this_run() -> bool:
     return False
 
 
+def cache_is_cold() -> bool:
+    """Whether numba's cache lacks a plain run's kernels where it can be written: a run priced
+    in Python while it was cold (:mod:`cbsim.cost.kernel_cache`) compiled nothing, and priming
+    would last."""
+    kernels = (stepped_seconds, decode_run_kernel)
+    if all_cached(kernels):
+        return False
+    path = getattr(getattr(stepped_seconds, "_cache", None), "_cache_path", None)
+    return bool(path) and os.access(str(path), os.W_OK)
+
+
+def needs_priming() -> bool:
+    """Whether this process found numba's cache cold: it compiled the first kernels
+    (:func:`compiled_this_run`), or priced in Python and left them uncompiled
+    (:func:`cache_is_cold`)."""
+    return compiled_this_run() or cache_is_cold()
+
+
 # the primer's command: this package first on its path (not one in the working directory), its
 # priority lowered before it imports the package (a second of CPU)
 _PRIME = (
@@ -96,7 +118,7 @@ def start_in_background() -> None:
 def prime() -> None:
     """Simulate the small scenarios, leaving their kernels in numba's cache."""
     for scenario in (PLAIN, SPECULATIVE):
-        simulate(load_scenario(scenario))
+        simulate(load_scenario(scenario), interpret_while_cold=False)
 
 
 if __name__ == "__main__":

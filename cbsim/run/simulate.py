@@ -13,6 +13,7 @@ import pandas as pd
 from cbsim.common.errors import CbsimError
 from cbsim.common.output_folders import temporary_prefix
 from cbsim.cost.engine_memory import memory_figures
+from cbsim.cost.kernel_cache import INTERPRETED_CALLS
 from cbsim.cost.link_bound import pool_warnings
 from cbsim.engine.cost_models import CostModelCache, transfer_warnings
 from cbsim.engine.fleet import replica_memory_plan
@@ -39,6 +40,7 @@ def simulate(
     source: str | None = None,
     stream_to: str | Path | None = None,
     cost_models: CostModelCache | None = None,
+    interpret_while_cold: bool = True,
 ) -> Results:
     """Simulate a scenario (a :class:`Scenario`, a YAML path or a mapping) and return its results.
 
@@ -53,7 +55,13 @@ def simulate(
         scenario = load_scenario(scenario)
     scenario = apply_engine_defaults(scenario)
     wall_start = time.perf_counter()
-    simulation = Simulation(scenario, source=source, progress=progress, cost_models=cost_models)
+    simulation = Simulation(
+        scenario,
+        source=source,
+        progress=progress,
+        cost_models=cost_models,
+        interpret_while_cold=interpret_while_cold,
+    )
     window_s = scenario.output.timeseries_window_s
     if stream_to is not None:
         simulation.recorder.stream(stream_to, window_s)
@@ -160,6 +168,11 @@ def run_info(simulation: Simulation, wall_s: float, simulated_s: float) -> dict[
     if simulation.fast_forward_note:
         info["fast_forward_note"] = simulation.fast_forward_note
     info["prefix_caching"] = simulation.prefix_caching
+    if simulation.interpreted:
+        info["kernels_note"] = (
+            "numba's cache was cold (a fresh install): priced in Python (the same results) for "
+            f"up to {INTERPRETED_CALLS:,} calls before compiling"
+        )
     if (
         simulation.autoscaler is not None
     ):  # the scale events (cbsim.engine.autoscale), in time order

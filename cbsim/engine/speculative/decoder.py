@@ -29,9 +29,11 @@ from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
+    NGRAM,
     CompiledProposer,
     choose_goodput,
     compiled_proposer,
+    draft_seconds,
     goodput_k,
 )
 from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
@@ -142,6 +144,7 @@ class SpeculativeDecoding:
         policy = self.policy
         self._per_request_goodput = per_request
         self._reserve_call = KernelCall(reserve_kernel)
+        self._draft_call = KernelCall(draft_seconds)
         if isinstance(policy, GoodputK):
             drafter = compiled_proposer(self.proposer, target)
             if not isinstance(drafter, str):
@@ -313,9 +316,28 @@ class SpeculativeDecoding:
         batch.stats = stats
         batch.prefill_tokens = prefill.num_tokens
         batch.decode_tokens = chosen_ks.count(0)
-        draft = self.proposer.draft_time(chosen, contexts)
+        if compiled is not None:  # the compiled proposer's pricing: the same floats
+            draft = self._compiled_draft_time(chosen, contexts)
+        else:
+            draft = self.proposer.draft_time(chosen, contexts)
         batch.draft_s = draft
         return draft
+
+    def _compiled_draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
+        """:meth:`Proposer.draft_time` in one compiled call (the decode runs' own pricing,
+        :func:`~cbsim.engine.speculative.goodput_kernel.draft_seconds`), where the goodput
+        choice was compiled."""
+        drafter = self._compiled_goodput
+        assert drafter is not None
+        count = len(ks)
+        if drafter.kind == NGRAM:
+            cost = self.target.compiled(1)
+        else:
+            cost = self.proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
+        if cost is None:
+            return self.proposer.draft_time(ks, contexts)
+        seconds: float = self._draft_call(drafter.kind, cost, ks, contexts, count)
+        return seconds
 
     def step_time(self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray) -> float:
         """Predicted iteration seconds if the decoding requests draft ``ks`` (broadcast)."""

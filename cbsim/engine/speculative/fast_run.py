@@ -568,6 +568,8 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
 _NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
 # never indexed: the kernel reads it only for stale drafters
 _NO_STALE = np.zeros(0, dtype=np.int64)
+# never written: the kernel writes tiers only for the adaptive_hysteresis policy
+_NO_TIERS = ReplicaTiers(np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1, dtype=np.int64))
 
 
 @dataclass(slots=True)
@@ -660,7 +662,7 @@ def plan_spec_run(
     if isinstance(policy, AdaptiveHysteresisK):
         tiers = policy.replica_tiers(replica).copy()
     else:
-        tiers = ReplicaTiers(np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1, dtype=np.int64))
+        tiers = _NO_TIERS
     effects = SpecRunEffects(
         requests=list(running),
         kv=kv,

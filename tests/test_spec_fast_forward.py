@@ -374,6 +374,8 @@ def test_steps_with_prefill_choose_k_compiled_as_the_policy_does(
         return None
 
     monkeypatch.setattr("cbsim.engine.speculative.decoder.choose_goodput", python_choice)
+    # nor in the fused plan (cbsim.engine.speculative.step_kernel) the compiled run took
+    monkeypatch.setattr("cbsim.engine.speculative.decoder.fused_step", lambda *args: None)
     python = cbsim.simulate(cbsim.load_scenario(data))
     assert len(calls) > 100
     for name in ("requests", "iterations", "timeseries"):

@@ -18,28 +18,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
-import numba
 import numpy as np
 
 from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
+from cbsim.cost.batch_stats import DECODE_QUERY_MAX
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
     CompiledProposer,
+    StepBase,
     choose_goodput,
     compiled_proposer,
     draft_seconds,
     goodput_k,
+    step_base,
 )
 from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
 from cbsim.engine.speculative.policies import (
     AlphaEstimator,
+    BatchTableK,
     BatchView,
+    FixedK,
     GoodputK,
     KController,
     KPolicy,
@@ -50,6 +54,13 @@ from cbsim.engine.speculative.policies import (
 )
 from cbsim.engine.speculative.proposers import Proposer, make_proposer
 from cbsim.engine.speculative.slots import SpecSlots
+from cbsim.engine.speculative.step_kernel import (
+    BATCH_TABLE,
+    FIXED,
+    GOODPUT,
+    plan_step_kernel,
+    reserve_kernel,
+)
 from cbsim.memory.kvcache import blocks_for_tokens
 from cbsim.schema.speculative import Speculative
 from cbsim.workload.request import Request
@@ -145,10 +156,13 @@ class SpeculativeDecoding:
         self._per_request_goodput = per_request
         self._reserve_call = KernelCall(reserve_kernel)
         self._draft_call = KernelCall(draft_seconds)
+        drafter = compiled_proposer(self.proposer, target)
+        self._drafter = None if isinstance(drafter, str) else drafter
         if isinstance(policy, GoodputK):
-            drafter = compiled_proposer(self.proposer, target)
-            if not isinstance(drafter, str):
-                self._compiled_goodput = drafter
+            self._compiled_goodput = self._drafter
+        # a stepped iteration's drafts planned in one compiled call (step_kernel)
+        self._step = fused_step(policy, self._drafter)
+        self._step_call = KernelCall(plan_step_kernel)
 
     def draw_rng(self, replica: int) -> np.random.Generator:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
@@ -243,10 +257,123 @@ class SpeculativeDecoding:
             for req in reqs
         ]
         slots = np.array(slot_list, dtype=np.int64)
-        alphas = own.alphas(slots, prior, PRIOR_STRENGTH)
         remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
+        fused = None
+        if self._step is not None:
+            fused = self._plan_fused(batch, sched, reqs, slots, remaining, contexts, prefill, prior)
+        if isinstance(fused, float):
+            return fused
+        if isinstance(fused, np.ndarray):  # the reservation stopped short: request by request
+            chosen, compiled = fused, True
+        else:
+            chosen, compiled = self._choose(
+                batch, reqs, slots, remaining, contexts, prefill, prior, replica
+            )
+        # within the step's token budget (drafts cut in batch order to what the scheduled tokens
+        # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
+        # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
+        # entries in order, since every term is a multiple of 1/2 far below 2**53
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
+        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, spare, self._reserve_call)
+        for e, k in zip(entries, chosen_ks, strict=True):
+            ks_all[e] = k
+            new_tokens[e] = k + 1
+        chosen = np.array(chosen_ks, dtype=np.int64)
+        stats = prefill.copy()
+        if count >= GROUPED_ENTRIES:
+            add_verify_entries(stats, chosen, contexts)
+        else:
+            queries = [k + 1 for k in chosen_ks]
+            stats.add_entries(queries, context_list, queries)
+        batch.stats = stats
+        batch.prefill_tokens = prefill.num_tokens
+        batch.decode_tokens = chosen_ks.count(0)
+        if compiled:  # the compiled proposer's pricing: the same floats
+            draft = self._compiled_draft_time(chosen, contexts)
+        else:
+            draft = self.proposer.draft_time(chosen, contexts)
+        batch.draft_s = draft
+        return draft
 
+    def _plan_fused(
+        self,
+        batch: Batch,
+        sched: SchedulerPolicy,
+        reqs: list[Request],
+        slots: np.ndarray,
+        remaining: np.ndarray,
+        contexts: np.ndarray,
+        prefill: BatchStats,
+        prior: float,
+    ) -> float | np.ndarray | None:
+        """:meth:`plan`'s choice, cut, reservation and pricing in one compiled call
+        (:mod:`~cbsim.engine.speculative.step_kernel`): the draft seconds, the batch rewritten;
+        or, where a request's blocks would not fit without evicting, the drafts wanted (the
+        policy's, cut to the outputs left; the stale drafters marked) for the Python path to
+        reserve from; None where the cost models do not compile for this step."""
+        step = self._step
+        assert step is not None
+        count = len(reqs)
+        target = self.target.compiled(prefill.num_tokens + count * (step.k_max + 1))
+        if target is None:
+            return None
+        drafter = step.drafter
+        if drafter.kind == NGRAM:
+            draft = target
+        else:
+            draft = self.proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
+            if draft is None:
+                return None
+        base = step_base(self.target, prefill) if step.policy == GOODPUT else _NO_BASE
+        kv = sched.kv
+        new_tokens = batch.new_tokens
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
+        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
+        own = self.slots
+        wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = self._step_call(
+            own.accepted, own.rejected, own.stale, slots, prior, PRIOR_STRENGTH, remaining,
+            contexts, np.fromiter(map(BLOCKS, reqs), np.int64, count), step.policy, step.fixed_k,
+            step.table, len(batch.requests), step.k_max, step.per_request, target, drafter.kind,
+            draft, base, self.stale_drafter, spare, kv.block_size, room,
+        )  # fmt: skip
+        if stop < count:
+            return wanted  # type: ignore[no-any-return]
+        allocate_grown(sched, reqs, grown)
+        ks_all = batch.ks
+        assert ks_all is not None
+        for e, k in zip(batch.decoding, kept.tolist(), strict=True):
+            ks_all[e] = k
+            new_tokens[e] = k + 1
+        stats = prefill.copy()
+        stats.num_requests += count
+        stats.num_tokens += tokens
+        stats.sampled_tokens += tokens
+        stats.decode_tokens += tokens
+        stats.decode_kv_tokens += kv_tokens
+        stats.decode_pairs += pairs
+        stats.decode_requests += count
+        batch.stats = stats
+        batch.prefill_tokens = prefill.num_tokens
+        batch.decode_tokens = plain
+        batch.draft_s = drafting
+        return float(drafting)
+
+    def _choose(
+        self,
+        batch: Batch,
+        reqs: list[Request],
+        slots: np.ndarray,
+        remaining: np.ndarray,
+        contexts: np.ndarray,
+        prefill: BatchStats,
+        prior: float,
+        replica: int,
+    ) -> tuple[np.ndarray, bool]:
+        """The k policy's drafts for the decoding requests, cut to their outputs left (the
+        drafters given none marked stale), and whether the choice was compiled."""
+        count = len(reqs)
+        alphas = self.slots.alphas(slots, prior, PRIOR_STRENGTH)
         context_sum = int(contexts.sum())
 
         def step_time(ks: Sequence[int]) -> float:
@@ -295,39 +422,14 @@ class SpeculativeDecoding:
             ks = np.asarray(self.policy.choose(view), dtype=np.int64)
         if self.stale_drafter:
             mark_skipped_slots(self.slots, slots, ks)
-        chosen = np.minimum(ks, remaining - 1)
-        chosen = np.maximum(chosen, 0)
-        # within the step's token budget (drafts cut in batch order to what the scheduled tokens
-        # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
-        # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
-        # entries in order, since every term is a multiple of 1/2 far below 2**53
-        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, spare, self._reserve_call)
-        for e, k in zip(entries, chosen_ks, strict=True):
-            ks_all[e] = k
-            new_tokens[e] = k + 1
-        chosen = np.array(chosen_ks, dtype=np.int64)
-        stats = prefill.copy()
-        if count >= GROUPED_ENTRIES:
-            add_verify_entries(stats, chosen, contexts)
-        else:
-            queries = [k + 1 for k in chosen_ks]
-            stats.add_entries(queries, context_list, queries)
-        batch.stats = stats
-        batch.prefill_tokens = prefill.num_tokens
-        batch.decode_tokens = chosen_ks.count(0)
-        if compiled is not None:  # the compiled proposer's pricing: the same floats
-            draft = self._compiled_draft_time(chosen, contexts)
-        else:
-            draft = self.proposer.draft_time(chosen, contexts)
-        batch.draft_s = draft
-        return draft
+        chosen = np.maximum(np.minimum(ks, remaining - 1), 0)
+        return chosen, compiled is not None
 
     def _compiled_draft_time(self, ks: np.ndarray, contexts: np.ndarray) -> float:
         """:meth:`Proposer.draft_time` in one compiled call (the decode runs' own pricing,
-        :func:`~cbsim.engine.speculative.goodput_kernel.draft_seconds`), where the goodput
-        choice was compiled."""
-        drafter = self._compiled_goodput
+        :func:`~cbsim.engine.speculative.goodput_kernel.draft_seconds`), where the choice was
+        compiled."""
+        drafter = self._drafter
         assert drafter is not None
         count = len(ks)
         if drafter.kind == NGRAM:
@@ -394,6 +496,37 @@ class SpeculativeDecoding:
         self.replica_alpha(replica).observe_counts(sum(accepted), rejected_sum)
 
 
+class FusedStep(NamedTuple):
+    """A k policy and proposer as :func:`~cbsim.engine.speculative.step_kernel.plan_step_kernel`
+    takes them."""
+
+    policy: int
+    fixed_k: int
+    table: np.ndarray
+    k_max: int
+    per_request: bool
+    drafter: CompiledProposer
+
+
+def fused_step(policy: KPolicy, drafter: CompiledProposer | None) -> FusedStep | None:
+    """How a stepped iteration's drafts are planned in one compiled call under ``policy``
+    (``fixed``, ``batch_table``, ``goodput``) with a proposer whose pricing compiles, or None."""
+    if drafter is None or policy.k_max + 1 > DECODE_QUERY_MAX:
+        return None
+    table = np.zeros((1, 3), dtype=np.int64)
+    if isinstance(policy, GoodputK):
+        return FusedStep(GOODPUT, 0, table, policy.k_max, policy.per_request, drafter)
+    if isinstance(policy, FixedK):
+        return FusedStep(FIXED, policy.k, table, policy.k_max, False, drafter)
+    if isinstance(policy, BatchTableK):
+        table = np.asarray(policy.table, dtype=np.int64).reshape(-1, 3)
+        return FusedStep(BATCH_TABLE, 0, table, policy.k_max, False, drafter)
+    return None
+
+
+_NO_BASE = StepBase(0, 0, 0, 0.0, 0, 0, 0.0, 0)
+"""The sweep's base where the policy does not sweep (never read)."""
+
 UNBUDGETED = 1 << 62
 """The draft room of a step whose scheduler puts no budget on decodes."""
 
@@ -418,30 +551,14 @@ def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> No
     slots.stale[rows[np.asarray(ks) == 0]] = True
 
 
-@numba.njit(cache=True)
-def reserve_kernel(
-    ks: np.ndarray, contexts: np.ndarray, blocks: np.ndarray, spare: int, block_size: int, room: int
-) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
-    """The draft cut and KV reservation of :func:`reserve_drafts`, in batch order, while every
-    block asked for fits in the ``room`` free without evicting: the drafts kept, the blocks each
-    request grows by, and the request it stopped at (``len(ks)``: none)."""
-    n = len(ks)
-    kept = np.zeros(n, dtype=np.int64)
-    grown = np.zeros(n, dtype=np.int64)
-    for j in range(n):
-        k = ks[j]
-        if k > spare:
-            k = spare
-        if k > 0:
-            need = (contexts[j] + k + block_size) // block_size - blocks[j]
-            if need > 0:
-                if need > room:
-                    return kept, grown, j
-                room -= need
-                grown[j] = need
-        kept[j] = k
-        spare -= k
-    return kept, grown, n
+def allocate_grown(sched: SchedulerPolicy, reqs: Sequence[Request], grown: np.ndarray) -> None:
+    """Allocate the blocks each of ``reqs`` grows by (``grown``, from a compiled reservation)."""
+    total = int(grown.sum())
+    if total:
+        sched.kv.allocate(total)
+        for req, extra in zip(reqs, grown.tolist(), strict=True):
+            if extra:
+                req.blocks += extra
 
 
 def reserve_drafts(
@@ -471,12 +588,7 @@ def reserve_drafts(
         kernel = reserve_kernel if call is None else call
         kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
         chosen_ks = kept.tolist()
-        grown_sum = int(grown.sum())
-        if grown_sum:
-            kv.allocate(grown_sum)
-            for req, extra in zip(reqs, grown.tolist(), strict=True):
-                if extra:
-                    req.blocks += extra
+        allocate_grown(sched, reqs, grown)
         if stop == count:
             return chosen_ks
         spare -= sum(chosen_ks[:stop])

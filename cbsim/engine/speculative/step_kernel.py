@@ -1,0 +1,151 @@
+"""One speculative iteration's drafts planned in one compiled call.
+
+Where an iteration cannot be advanced in a speculative decode run (it carries prompt chunks, or
+requests wait), :meth:`SpeculativeDecoding.plan <cbsim.engine.speculative.decoder.SpeculativeDecoding.plan>`
+decides each decoding request's draft length for it: the requests' α estimates, the k policy over
+the batch, the cut to the outputs left and to the step's token budget, the KV blocks for each
+request's k + 1 verified tokens, the verify entries' sums for the cost model and the drafting
+time. For the policies the decode runs compile (``fixed``, ``batch_table``, ``goodput`` per batch
+or per request) and a proposer whose pricing compiles, :func:`plan_step_kernel` does all of it
+in one call, with the functions the stepped path and the runs call (the same floats): the
+α estimate of :class:`~cbsim.engine.speculative.slots.SpecSlots`, the goodput choice of
+:mod:`~cbsim.engine.speculative.goodput_kernel` and
+:mod:`~cbsim.engine.speculative.goodput_refine`, the cut and reservation of
+:func:`reserve_kernel` (which :func:`~cbsim.engine.speculative.decoder.reserve_drafts` calls too)
+and the drafting time of
+:func:`~cbsim.engine.speculative.goodput_kernel.draft_seconds`. Where a request's blocks do not
+fit without evicting cached prefixes, it stops there and the Python path finishes the iteration
+request by request, as before.
+
+The verify entries' sums are whole numbers and halves far below 2**53, so their totals are the
+sums :meth:`BatchStats.add_entries <cbsim.cost.batch_stats.BatchStats.add_entries>` would reach
+adding them one by one.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from cbsim.cost.compiled import CompiledCost
+from cbsim.engine.speculative.goodput_kernel import StepBase, draft_seconds, goodput_k
+from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+# k policies (as cbsim.engine.speculative.fast_run codes them)
+FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
+
+
+@numba.njit(cache=True)
+def reserve_kernel(
+    ks: np.ndarray, contexts: np.ndarray, blocks: np.ndarray, spare: int, block_size: int, room: int
+) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
+    """The draft cut and KV reservation of
+    :func:`~cbsim.engine.speculative.decoder.reserve_drafts`, in batch order, while every
+    block asked for fits in the ``room`` free without evicting: the drafts kept, the blocks each
+    request grows by, and the request it stopped at (``len(ks)``: none)."""
+    n = len(ks)
+    kept = np.zeros(n, dtype=np.int64)
+    grown = np.zeros(n, dtype=np.int64)
+    for j in range(n):
+        k = ks[j]
+        if k > spare:
+            k = spare
+        if k > 0:
+            need = (contexts[j] + k + block_size) // block_size - blocks[j]
+            if need > 0:
+                if need > room:
+                    return kept, grown, j
+                room -= need
+                grown[j] = need
+        kept[j] = k
+        spare -= k
+    return kept, grown, n
+
+
+@numba.njit(cache=True)
+def plan_step_kernel(
+    accepted: IntArray,
+    rejected: IntArray,
+    stale: BoolArray,
+    slots: IntArray,
+    prior: float,
+    weight: float,
+    remaining: IntArray,
+    contexts: IntArray,
+    blocks: IntArray,
+    policy: int,
+    fixed_k: int,
+    table: IntArray,
+    batch_size: int,
+    k_max: int,
+    per_request: bool,
+    target: CompiledCost,
+    proposer: int,
+    draft: CompiledCost,
+    base: StepBase,
+    stale_on: bool,
+    spare: int,
+    block_size: int,
+    room: int,
+) -> tuple[IntArray, IntArray, IntArray, int, int, int, float, int, float]:  # pragma: no cover
+    """The drafts of an iteration's decoding requests (their slots, outputs left, contexts and
+    blocks, in batch order): each request's drafts wanted (the policy's, cut to its outputs
+    left) and kept (cut to the step's budget and its blocks), the blocks it grows by, the
+    request the reservation stopped at (``len(slots)``: none; where it stopped, kept and grown
+    hold the requests before it, and the sums are meaningless), the verify entries' tokens,
+    keys and values read and causal pairs, the requests drafting nothing, and the drafting
+    seconds. ``stale`` (by slot) marks the drafters
+    the policy gave k = 0 where ``stale_on``; ``batch_size``: the batch's entries, which the
+    ``batch_table`` policy reads."""
+    n = len(slots)
+    if policy == GOODPUT:
+        alphas = np.empty(n)
+        for j in range(n):
+            a = accepted[slots[j]]
+            alpha = (a + prior * weight) / ((a + rejected[slots[j]]) + weight)
+            alphas[j] = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+        if per_request:
+            ks = goodput_k_per_request(
+                alphas, remaining, contexts, k_max, target, proposer, draft, base
+            )
+        else:
+            ks = goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft, base)
+    else:
+        k = fixed_k
+        if policy == BATCH_TABLE:
+            k = 0
+            for row in range(table.shape[0]):
+                if table[row, 0] <= batch_size <= table[row, 1]:
+                    k = table[row, 2]
+                    break
+        ks = np.full(n, k, dtype=np.int64)
+    if stale_on:
+        for j in range(n):
+            if ks[j] == 0:
+                stale[slots[j]] = True
+    for j in range(n):  # the outputs left cut every k (one left: no drafts)
+        if ks[j] > remaining[j] - 1:
+            ks[j] = remaining[j] - 1
+        if ks[j] < 0:
+            ks[j] = 0
+    kept, grown, stop = reserve_kernel(ks, contexts, blocks, spare, block_size, room)
+    if stop < n:
+        return ks, kept, grown, stop, 0, 0, 0.0, 0, 0.0
+    tokens = 0
+    kv_tokens = 0
+    pairs = 0.0
+    plain = 0
+    for j in range(n):
+        q = kept[j] + 1
+        tokens += q
+        kv_tokens += contexts[j] + q
+        pairs += q * (contexts[j] + (q + 1) * 0.5)
+        if q == 1:
+            plain += 1
+    drafting = draft_seconds(proposer, draft, kept, contexts, n)
+    return ks, kept, grown, n, tokens, kv_tokens, pairs, plain, drafting

@@ -1,0 +1,101 @@
+"""A stepped speculative iteration's drafts planned in one compiled call
+(:mod:`cbsim.engine.speculative.step_kernel`) equal the Python path's bit for bit: every compiled
+policy, each scheduler, a stale drafter, and a KV cache so small that reservations fall short
+(the call then hands the rest to the Python path request by request)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import cbsim
+from cbsim.engine.speculative import decoder
+from cbsim.engine.speculative.policies import make_policy
+from tests.conftest import summaries_equal
+from tests.test_spec_fast_forward import ACCEPTANCE, POLICIES, speculative
+
+TIGHT_KV = 0.235  # of each h100-sxm beside llama-3-8b and its EAGLE head: about 100 blocks
+
+
+def _both_ways(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    fused = cbsim.simulate(cbsim.load_scenario(data))
+    with monkeypatch.context() as patch:
+        patch.setattr(decoder, "fused_step", lambda policy, drafter: None)
+        python = cbsim.simulate(cbsim.load_scenario(data))
+    for name in ("requests", "iterations", "timeseries"):
+        pd.testing.assert_frame_equal(
+            getattr(python, name), getattr(fused, name), check_exact=True, obj=name
+        )
+    assert summaries_equal(python.summary, fused.summary)
+
+
+@pytest.fixture
+def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """What each fused plan came to: ``done``, ``short`` (the reservation stopped), ``none``."""
+    seen: list[str] = []
+    plan = decoder.SpeculativeDecoding._plan_fused
+
+    def spy(self: decoder.SpeculativeDecoding, *args: Any) -> Any:
+        result = plan(self, *args)
+        seen.append(
+            "done" if isinstance(result, float) else "short" if result is not None else "none"
+        )
+        return result
+
+    monkeypatch.setattr(decoder.SpeculativeDecoding, "_plan_fused", spy)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "policy"), list(itertools.product(["sarathi", "vllm", "orca"], POLICIES))
+)
+def test_the_fused_plan_is_the_python_plan(
+    scheduler: str, policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch, outcomes: list[str]
+) -> None:
+    data = speculative(scheduler, policy, ACCEPTANCE[0], {"kind": "eagle"})
+    data["cluster"]["gpu_memory_utilization"] = TIGHT_KV
+    data["fast_forward"] = False
+    _both_ways(data, monkeypatch)
+    assert "done" in outcomes
+
+
+def test_a_short_reservation_is_finished_request_by_request(
+    monkeypatch: pytest.MonkeyPatch, outcomes: list[str]
+) -> None:
+    data = speculative("sarathi", POLICIES[1], ACCEPTANCE[1], {"kind": "eagle"})
+    data["cluster"]["gpu_memory_utilization"] = TIGHT_KV
+    data["workload"]["arrival"]["rate"] = 60.0
+    data["fast_forward"] = False
+    _both_ways(data, monkeypatch)
+    assert "short" in outcomes and "done" in outcomes
+
+
+@pytest.mark.parametrize(
+    "proposer", [{"kind": "ngram"}, {"kind": "draft_model", "model": "llama-3.2-1b"}]
+)
+def test_the_fused_plan_with_other_proposers_and_a_stale_drafter(
+    proposer: dict[str, Any], monkeypatch: pytest.MonkeyPatch, outcomes: list[str]
+) -> None:
+    data = speculative("sarathi", POLICIES[0], ACCEPTANCE[2], proposer)
+    data["speculative"]["drafter_state_at_k0"] = "stale"
+    _both_ways(data, monkeypatch)
+    assert "done" in outcomes
+
+
+def _policy(policy: dict[str, Any]) -> Any:
+    data = speculative("sarathi", policy, ACCEPTANCE[0], {"kind": "eagle"})
+    return make_policy(cbsim.load_scenario(data).speculative.policy)
+
+
+def test_policies_the_fused_plan_does_not_take_plan_in_python() -> None:
+    drafter = decoder.CompiledProposer(0, None)
+    assert decoder.fused_step(_policy({"kind": "threshold"}), drafter) is None
+    assert decoder.fused_step(_policy(POLICIES[1]), None) is None  # the proposer does not compile
+    fixed = decoder.fused_step(_policy(POLICIES[1]), drafter)
+    assert fixed is not None and fixed.fixed_k == 3
+    table = decoder.fused_step(_policy(POLICIES[2]), drafter)
+    assert table is not None and np.array_equal(table.table, POLICIES[2]["table"])

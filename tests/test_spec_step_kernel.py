@@ -1,7 +1,8 @@
-"""A stepped speculative iteration's drafts planned in one compiled call
-(:mod:`cbsim.engine.speculative.step_kernel`) equal the Python path's bit for bit: every compiled
-policy, each scheduler, a stale drafter, and a KV cache so small that reservations fall short
-(the call then hands the rest to the Python path request by request)."""
+"""A stepped speculative iteration's drafts planned, and its drafts verified, in one compiled call
+each (:mod:`cbsim.engine.speculative.step_kernel`) equal the Python path's bit for bit: every
+compiled policy and acceptance model, each scheduler, a stale drafter, and a KV cache so small
+that reservations fall short (the call then hands the rest to the Python path request by
+request)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def _both_ways(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     fused = cbsim.simulate(cbsim.load_scenario(data))
     with monkeypatch.context() as patch:
         patch.setattr(decoder, "fused_step", lambda policy, drafter: None)
+        patch.setattr(decoder, "compiled_acceptance", lambda model: "not compiled")
         python = cbsim.simulate(cbsim.load_scenario(data))
     for name in ("requests", "iterations", "timeseries"):
         pd.testing.assert_frame_equal(
@@ -99,3 +101,21 @@ def test_policies_the_fused_plan_does_not_take_plan_in_python() -> None:
     assert fixed is not None and fixed.fixed_k == 3
     table = decoder.fused_step(_policy(POLICIES[2]), drafter)
     assert table is not None and np.array_equal(table.table, POLICIES[2]["table"])
+
+
+@pytest.mark.parametrize("acceptance", ACCEPTANCE)
+def test_the_fused_verification_is_the_python_one(
+    acceptance: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = speculative("sarathi", POLICIES[0], acceptance, {"kind": "eagle"})
+    data["fast_forward"] = False
+    calls: list[int] = []
+    verify = decoder.SpeculativeDecoding._verify_compiled
+
+    def spy(self: decoder.SpeculativeDecoding, *args: Any) -> Any:
+        calls.append(1)
+        return verify(self, *args)
+
+    monkeypatch.setattr(decoder.SpeculativeDecoding, "_verify_compiled", spy)
+    _both_ways(data, monkeypatch)
+    assert len(calls) > 100

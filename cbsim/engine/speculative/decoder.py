@@ -26,7 +26,7 @@ from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX
 from cbsim.cost.kernel_call import KernelCall
-from cbsim.engine.speculative.acceptance import AcceptanceModel, make_acceptance_model
+from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -58,8 +58,12 @@ from cbsim.engine.speculative.step_kernel import (
     BATCH_TABLE,
     FIXED,
     GOODPUT,
+    SCALED,
+    CompiledAcceptance,
+    compiled_acceptance,
     plan_step_kernel,
     reserve_kernel,
+    verify_step_kernel,
 )
 from cbsim.memory.kvcache import blocks_for_tokens
 from cbsim.schema.speculative import Speculative
@@ -69,6 +73,7 @@ if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
 BLOCKS = attrgetter("blocks")
+GENERATED = attrgetter("generated")
 EMA_WEIGHT = 0.1
 GROUPED_ENTRIES = 32
 """From this many speculating requests in a batch on, their verify entries are added to its stats
@@ -163,6 +168,12 @@ class SpeculativeDecoding:
         # a stepped iteration's drafts planned in one compiled call (step_kernel)
         self._step = fused_step(policy, self._drafter)
         self._step_call = KernelCall(plan_step_kernel)
+        # a stepped iteration's verification in one compiled call (step_kernel)
+        acceptance = compiled_acceptance(self.acceptance)
+        self._verify_fused: CompiledAcceptance | None = None
+        if not isinstance(acceptance, str) and not self.stale_drafter:
+            self._verify_fused = None if self._controllers_learn else acceptance
+        self._verify_call = KernelCall(verify_step_kernel)
 
     def draw_rng(self, replica: int) -> np.random.Generator:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
@@ -470,30 +481,75 @@ class SpeculativeDecoding:
         reqs = [requests[i] for i in rows]
         ks_list = [ks_all[i] for i in rows]
         ks = np.array(ks_list, dtype=np.int64)
-        states = self.states(reqs)
-        slots = np.array([s.slot for s in states], dtype=np.int64)
-        model_alphas = self.slots.model_alpha[slots]
-        drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
-        if self.stale_drafter:
-            drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
-        accepted = drawn.tolist()
-        if len(accepted) != len(rows) or bool(((drawn < 0) | (drawn > ks)).any()):
-            for k, a in zip(ks_list, accepted, strict=True):
-                check_outcome(k, a)
+        if self._verify_fused is not None:
+            accepted, rejected_sum = self._verify_compiled(reqs, ks, max(ks_list), replica)
+        else:
+            accepted, rejected_sum = self._verify_python(reqs, ks, ks_list, replica)
         if self.policy.observes_batches:
             self.policy.observe_batch(replica, ks_list, accepted)
-        rejected_sum = self.slots.observe(
-            slots, ks, np.asarray(accepted, dtype=np.int64), EMA_WEIGHT
-        )
-        if self._controllers_learn:
-            for spec, k, a in zip(states, ks_list, accepted, strict=True):
-                spec.controller.observe(StepOutcome(drafted=k, accepted=a))
         for i, req, k, a in zip(rows, reqs, ks_list, accepted, strict=True):
             accepted_all[i] = a
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
         self.replica_alpha(replica).observe_counts(sum(accepted), rejected_sum)
+
+    def _verify_python(
+        self, reqs: list[Request], ks: np.ndarray, ks_list: list[int], replica: int
+    ) -> tuple[list[int], int]:
+        """:meth:`verify`'s draws and the decoders' updates through the acceptance model,
+        the drafter's staleness and each request's controller: the accepted drafts and how
+        many steps rejected one."""
+        states = self.states(reqs)
+        slots = np.array([s.slot for s in states], dtype=np.int64)
+        model_alphas = self.slots.model_alpha[slots]
+        drawn = self.acceptance.draw(reqs, model_alphas, ks, self.draw_rng(replica))
+        if self.stale_drafter:
+            drawn = stale_accepted(drawn, states, self.stale_scale, self.stale_rng(replica))
+        accepted: list[int] = drawn.tolist()
+        if len(accepted) != len(reqs) or bool(((drawn < 0) | (drawn > ks)).any()):
+            for k, a in zip(ks_list, accepted, strict=True):
+                check_outcome(k, a)
+        rejected_sum = self.slots.observe(
+            slots, ks, np.asarray(accepted, dtype=np.int64), EMA_WEIGHT
+        )
+        if self._controllers_learn:
+            for spec, k, a in zip(states, ks_list, accepted, strict=True):
+                spec.controller.observe(StepOutcome(drafted=k, accepted=a))
+        return accepted, rejected_sum
+
+    def _verify_compiled(
+        self, reqs: list[Request], ks: np.ndarray, width: int, replica: int
+    ) -> tuple[list[int], int]:
+        """:meth:`_verify_python` in one compiled call
+        (:func:`~cbsim.engine.speculative.step_kernel.verify_step_kernel`) for a compiled
+        acceptance model without a stale drafter or learning controllers: the same uniforms
+        from the replica's stream, the same counts."""
+        model = self._verify_fused
+        assert model is not None
+        own = self.slots
+        slots = np.array(
+            [
+                spec.slot
+                if isinstance(spec := req.spec, SpecState) and spec.slots is own
+                else self.state(req).slot
+                for req in reqs
+            ],
+            dtype=np.int64,
+        )
+        levels = own.model_alpha[slots]
+        if model.code == SCALED:
+            levels = level_scale(levels, self.acceptance.prior_alpha())
+        count = len(reqs)
+        generated = _NO_OUTPUTS
+        if model.drift:
+            generated = np.fromiter(map(GENERATED, reqs), np.int64, count)
+        uniforms = self.draw_rng(replica).random((count, width))
+        drawn, rejected_sum = self._verify_call(
+            uniforms, ks, slots, levels, generated, own.accepted, own.rejected, own.ema,
+            model.code, model.iid_alpha, model.rates, model.drift, EMA_WEIGHT,
+        )  # fmt: skip
+        return drawn.tolist(), int(rejected_sum)
 
 
 class FusedStep(NamedTuple):
@@ -523,6 +579,9 @@ def fused_step(policy: KPolicy, drafter: CompiledProposer | None) -> FusedStep |
         return FusedStep(BATCH_TABLE, 0, table, policy.k_max, False, drafter)
     return None
 
+
+_NO_OUTPUTS = np.zeros(1, dtype=np.int64)
+"""The outputs so far a verification without drift passes (never read)."""
 
 _NO_BASE = StepBase(0, 0, 0, 0.0, 0, 0, 0.0, 0)
 """The sweep's base where the policy does not sweep (never read)."""

@@ -38,9 +38,6 @@ import numpy.typing as npt
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.engine.speculative.acceptance import (
-    IidModel,
-    PerRequestModel,
-    PositionalModel,
     level_scale,
 )
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
@@ -66,6 +63,17 @@ from cbsim.engine.speculative.goodput_refine import (
     refine_scratch,
 )
 from cbsim.engine.speculative.policies import BatchTableK, FixedK, GoodputK
+from cbsim.engine.speculative.step_kernel import (
+    ADAPTIVE,
+    BATCH_TABLE,
+    FIXED,
+    GOODPUT,
+    IID,
+    PER_REQUEST,
+    POSITIONAL,
+    SCALED,
+    compiled_acceptance,
+)
 from cbsim.workload.request import Request, Status
 
 if TYPE_CHECKING:
@@ -76,10 +84,6 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# k policies
-FIXED, BATCH_TABLE, GOODPUT, ADAPTIVE = 0, 1, 2, 3
-# acceptance models (SCALED: positional rates scaled by each request's level θ / m)
-IID, POSITIONAL, PER_REQUEST, SCALED = 0, 1, 2, 3
 # the kernel's output rows: per iteration (real, integer), per request (counters)
 START, DURATION, DRAFT_S = range(3)
 REAL_COLUMNS = 3
@@ -543,18 +547,10 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
         table = np.asarray(policy.table, dtype=np.int64).reshape(-1, 3)
     else:
         return f"the {policy.kind} policy's per-request controllers are not compiled"
-    model = spec.acceptance
-    rates = np.zeros(1)
-    iid_alpha = drift = 0.0
-    if isinstance(model, IidModel):
-        acceptance, iid_alpha = IID, model.alpha
-    elif isinstance(model, PositionalModel):
-        acceptance = POSITIONAL if model.concentration is None else SCALED
-        rates = np.ascontiguousarray(model.rates, dtype=np.float64)
-    elif isinstance(model, PerRequestModel):
-        acceptance, drift = PER_REQUEST, float(model.drift)
-    else:
-        return f"the {model.kind} acceptance model is not compiled"
+    drawn = compiled_acceptance(spec.acceptance)
+    if isinstance(drawn, str):
+        return drawn
+    acceptance, iid_alpha, rates, drift = drawn
     drafter = compiled_proposer(spec.proposer, spec.target)
     if isinstance(drafter, str):
         return drafter

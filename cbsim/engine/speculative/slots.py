@@ -40,7 +40,7 @@ class SpecSlots:
         self.count = 0
         # compiled: a batch costs one call, not a dozen numpy calls (most batches are small)
         self._alphas_call = KernelCall(_alphas)
-        self._observe_call = KernelCall(_observe)
+        self._observe_call = KernelCall(observe_steps)
         self.accepted: IntArray = np.zeros(capacity, dtype=np.int64)
         self.rejected: IntArray = np.zeros(capacity, dtype=np.int64)
         self.ema: FloatArray = np.full(capacity, np.nan)
@@ -93,7 +93,7 @@ def _alphas(
 
 
 @numba.njit(cache=True)
-def _observe(
+def observe_steps(
     accepted: IntArray,
     rejected: IntArray,
     ema: FloatArray,

@@ -24,20 +24,56 @@ adding them one by one.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
 from cbsim.cost.compiled import CompiledCost
+from cbsim.engine.speculative.acceptance import (
+    AcceptanceModel,
+    IidModel,
+    PerRequestModel,
+    PositionalModel,
+)
 from cbsim.engine.speculative.goodput_kernel import StepBase, draft_seconds, goodput_k
 from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
+from cbsim.engine.speculative.slots import observe_steps
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
-# k policies (as cbsim.engine.speculative.fast_run codes them)
-FIXED, BATCH_TABLE, GOODPUT = 0, 1, 2
+# k policies, and acceptance models (SCALED: positional rates scaled by each request's level
+# θ / m), as the compiled code knows them (here and in cbsim.engine.speculative.fast_run)
+FIXED, BATCH_TABLE, GOODPUT, ADAPTIVE = 0, 1, 2, 3
+IID, POSITIONAL, PER_REQUEST, SCALED = 0, 1, 2, 3
+
+
+class CompiledAcceptance(NamedTuple):
+    """An acceptance model as the compiled code draws from it: its code, the iid α, the
+    positional rates, the per-request model's drift per 1,000 outputs."""
+
+    code: int
+    iid_alpha: float
+    rates: FloatArray
+    drift: float
+
+
+def compiled_acceptance(model: AcceptanceModel) -> CompiledAcceptance | str:
+    """How the compiled code draws from ``model``, or why it cannot."""
+    rates = np.zeros(1)
+    if isinstance(model, IidModel):
+        return CompiledAcceptance(IID, model.alpha, rates, 0.0)
+    if isinstance(model, PositionalModel):
+        code = POSITIONAL if model.concentration is None else SCALED
+        return CompiledAcceptance(
+            code, 0.0, np.ascontiguousarray(model.rates, dtype=np.float64), 0.0
+        )
+    if isinstance(model, PerRequestModel):
+        return CompiledAcceptance(PER_REQUEST, 0.0, rates, float(model.drift))
+    return f"the {model.kind} acceptance model is not compiled"
 
 
 @numba.njit(cache=True)
@@ -149,3 +185,52 @@ def plan_step_kernel(
             plain += 1
     drafting = draft_seconds(proposer, draft, kept, contexts, n)
     return ks, kept, grown, n, tokens, kv_tokens, pairs, plain, drafting
+
+
+@numba.njit(cache=True)
+def verify_step_kernel(
+    uniforms: FloatArray,
+    ks: IntArray,
+    slots: IntArray,
+    levels: FloatArray,
+    generated: IntArray,
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    acceptance: int,
+    iid_alpha: float,
+    rates: FloatArray,
+    drift: float,
+    ema_weight: float,
+) -> tuple[IntArray, int]:  # pragma: no cover - compiled
+    """A stepped iteration's verification of its speculating requests (their drafts ``ks`` > 0
+    and slots, in batch order): each request's accepted drafts, the leading successes of its
+    trials (trial j succeeds when ``uniforms[i, j]`` is below its rate, as
+    :func:`~cbsim.engine.speculative.acceptance.leading_successes` counts them), and its slot's
+    counts and EMA updated (:func:`~cbsim.engine.speculative.slots.observe_steps`); returns the
+    counts and how many steps rejected a draft. ``levels``: each request's drawn α (its θ / m
+    for ``SCALED``); ``generated``: its outputs so far (read with a ``drift``); ``rates``: the
+    positional rates, the last repeated beyond them."""
+    n, width = uniforms.shape
+    drawn = np.zeros(n, dtype=np.int64)
+    last = len(rates) - 1
+    for i in range(n):
+        k = ks[i]
+        alpha = iid_alpha
+        if acceptance == PER_REQUEST:
+            alpha = levels[i]
+            if drift != 0.0:
+                alpha = alpha + drift * float(generated[i]) / 1000.0
+                alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+        for j in range(width):
+            if acceptance == POSITIONAL:
+                alpha = rates[j if j < last else last]
+            elif acceptance == SCALED:
+                alpha = rates[j if j < last else last] * levels[i]
+                alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+            if j < k and uniforms[i, j] < alpha:
+                drawn[i] += 1
+            else:
+                break
+    rejecting = observe_steps(accepted, rejected, ema, slots, ks, drawn, ema_weight)
+    return drawn, rejecting

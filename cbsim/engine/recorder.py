@@ -212,17 +212,18 @@ class Recorder:
             self._flush()
 
     def _record_speculation(self, batch: Batch) -> None:
-        ks = batch.ks or []
-        accepted = batch.accepted or []
-        decoding = [ks[i] for i in batch.decoding]
-        self._verify.append(sum(k + 1 for k in ks if k > 0))
-        self._drafted.append(sum(ks))
-        self._accepted.append(sum(accepted))
-        self._k_sum.append(sum(decoding))
-        self._k_min.append(min(decoding, default=0))
-        self._k_max.append(max(decoding, default=0))
+        totals = batch.spec_totals
+        if totals is None:  # not verified (the batch of a prefill-only step)
+            totals = (0, 0, 0, 0, 0, 0)
+        verified, drafted, accepted, k_min, k_max, decoding = totals
+        self._verify.append(verified)
+        self._drafted.append(drafted)
+        self._accepted.append(accepted)
+        self._k_sum.append(drafted)  # Σ k over the decoding entries: every draft is theirs
+        self._k_min.append(k_min)
+        self._k_max.append(k_max)
         self._draft_s.append(batch.draft_s)
-        self._decoding.append(len(decoding))
+        self._decoding.append(decoding)
 
     @property
     def rows(self) -> int:

@@ -84,6 +84,9 @@ class Batch:
     ks: list[int] | None = None
     decoding: list[int] = field(default_factory=list)  # indices of the decode/verify entries
     accepted: list[int] | None = None
+    # the verification's totals: verified tokens, drafted, accepted, the least and most k of a
+    # decoding entry, decoding entries (set by SpeculativeDecoding.verify)
+    spec_totals: tuple[int, int, int, int, int, int] | None = None
     draft_s: float = 0.0
     load_s: float = 0.0  # KV loaded from the CPU tier for this step (prefix caching)
     gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration

@@ -245,8 +245,11 @@ class SpeculativeDecoding:
         entries: list[int] = []
         reqs: list[Request] = []
         context_list: list[int] = []
+        slot_list: list[int] = []
+        remaining_list: list[int] = []
         prefill = BatchStats()
         prior = self.prior_alpha(replica)
+        own = self.slots
         for i, req in enumerate(requests):
             kv = req.kv_tokens
             if kv < req.prefill_target:
@@ -256,19 +259,17 @@ class SpeculativeDecoding:
             entries.append(i)
             reqs.append(req)
             context_list.append(kv)
+            spec = req.spec
+            if not isinstance(spec, SpecState) or spec.slots is not own:
+                spec = self.state(req)  # its first speculative step draws its α, in batch order
+            slot_list.append(spec.slot)
+            remaining_list.append(req.output_tokens - req.generated)
         batch.decoding = entries
         if not entries:
             return 0.0
         count = len(reqs)
-        own = self.slots
-        slot_list = [
-            spec.slot
-            if isinstance(spec := req.spec, SpecState) and spec.slots is own
-            else self.state(req).slot
-            for req in reqs
-        ]
         slots = np.array(slot_list, dtype=np.int64)
-        remaining = np.array([r.output_tokens - r.generated for r in reqs], dtype=np.int64)
+        remaining = np.array(remaining_list, dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
         fused = None
         if self._step is not None:
@@ -474,9 +475,11 @@ class SpeculativeDecoding:
         accepted_all = [0] * len(requests)
         batch.accepted = accepted_all
         rows = [i for i, k in enumerate(ks_all) if k > 0]
-        for i in batch.decoding:
+        decoding = batch.decoding
+        for i in decoding:
             requests[i].decode_steps += 1
         if not rows:
+            batch.spec_totals = (0, 0, 0, 0, 0, len(decoding))
             return
         reqs = [requests[i] for i in rows]
         ks_list = [ks_all[i] for i in rows]
@@ -492,7 +495,13 @@ class SpeculativeDecoding:
             req.spec_steps += 1
             req.drafted_tokens += k
             req.accepted_tokens += a
-        self.replica_alpha(replica).observe_counts(sum(accepted), rejected_sum)
+        accepted_sum = sum(accepted)
+        self.replica_alpha(replica).observe_counts(accepted_sum, rejected_sum)
+        # a decoding entry drafting nothing is a k of 0 (only decoding entries draft)
+        drafted = sum(ks_list)
+        k_min = min(ks_list) if len(rows) == len(decoding) else 0
+        totals = (drafted + len(rows), drafted, accepted_sum, k_min, max(ks_list), len(decoding))
+        batch.spec_totals = totals
 
     def _verify_python(
         self, reqs: list[Request], ks: np.ndarray, ks_list: list[int], replica: int

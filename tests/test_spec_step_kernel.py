@@ -52,8 +52,12 @@ def outcomes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+ADAPTIVE = {"kind": "adaptive_hysteresis"}
+
+
 @pytest.mark.parametrize(
-    ("scheduler", "policy"), list(itertools.product(["sarathi", "vllm", "orca"], POLICIES))
+    ("scheduler", "policy"),
+    list(itertools.product(["sarathi", "vllm", "orca"], [*POLICIES, ADAPTIVE])),
 )
 def test_the_fused_plan_is_the_python_plan(
     scheduler: str, policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch, outcomes: list[str]
@@ -101,6 +105,8 @@ def test_policies_the_fused_plan_does_not_take_plan_in_python() -> None:
     assert fixed is not None and fixed.fixed_k == 3
     table = decoder.fused_step(_policy(POLICIES[2]), drafter)
     assert table is not None and np.array_equal(table.table, POLICIES[2]["table"])
+    adaptive = decoder.fused_step(_policy(ADAPTIVE), drafter)
+    assert adaptive is not None and adaptive.policy == decoder.ADAPTIVE
 
 
 @pytest.mark.parametrize("acceptance", ACCEPTANCE)

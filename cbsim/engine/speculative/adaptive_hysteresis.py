@@ -146,10 +146,15 @@ class AdaptiveHysteresisK(KPolicy):
         return state
 
     def choose(self, view: BatchView) -> list[int]:
-        index = self.range_of(view.batch_size)
-        state = self.replica_tiers(view.replica)
+        return [self.k_for(view.batch_size, view.replica)] * len(view.proposals)
+
+    def k_for(self, batch_size: int, replica: int) -> int:
+        """The k of ``replica``'s tier for a batch of ``batch_size`` entries, the range it
+        chose from remembered for the step's :meth:`observe_batch`."""
+        index = self.range_of(batch_size)
+        state = self.replica_tiers(replica)
         state.last[0] = index
-        return [self.candidates[int(state.tiers[index])]] * len(view.proposals)
+        return int(self.candidates[int(state.tiers[index])])
 
     def observe_batch(self, replica: int, ks: Sequence[int], accepted: Sequence[int]) -> None:
         state = self.replica_tiers(replica)

@@ -27,6 +27,7 @@ from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
+from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -55,6 +56,7 @@ from cbsim.engine.speculative.policies import (
 from cbsim.engine.speculative.proposers import Proposer, make_proposer
 from cbsim.engine.speculative.slots import SpecSlots
 from cbsim.engine.speculative.step_kernel import (
+    ADAPTIVE,
     BATCH_TABLE,
     FIXED,
     GOODPUT,
@@ -273,7 +275,9 @@ class SpeculativeDecoding:
         contexts = np.array(context_list, dtype=np.int64)
         fused = None
         if self._step is not None:
-            fused = self._plan_fused(batch, sched, reqs, slots, remaining, contexts, prefill, prior)
+            fused = self._plan_fused(
+                batch, sched, reqs, slots, remaining, contexts, prefill, prior, replica
+            )
         if isinstance(fused, float):
             return fused
         if isinstance(fused, np.ndarray):  # the reservation stopped short: request by request
@@ -318,6 +322,7 @@ class SpeculativeDecoding:
         contexts: np.ndarray,
         prefill: BatchStats,
         prior: float,
+        replica: int,
     ) -> float | np.ndarray | None:
         """:meth:`plan`'s choice, cut, reservation and pricing in one compiled call
         (:mod:`~cbsim.engine.speculative.step_kernel`): the draft seconds, the batch rewritten;
@@ -338,6 +343,10 @@ class SpeculativeDecoding:
             if draft is None:
                 return None
         base = step_base(self.target, prefill) if step.policy == GOODPUT else _NO_BASE
+        policy, fixed_k = step.policy, step.fixed_k
+        if policy == ADAPTIVE:  # the replica's tier for this batch (AdaptiveHysteresisK.choose)
+            assert isinstance(self.policy, AdaptiveHysteresisK)
+            policy, fixed_k = FIXED, self.policy.k_for(len(batch.requests), replica)
         kv = sched.kv
         new_tokens = batch.new_tokens
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
@@ -345,8 +354,7 @@ class SpeculativeDecoding:
         own = self.slots
         wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = self._step_call(
             own.accepted, own.rejected, own.stale, slots, prior, PRIOR_STRENGTH, remaining,
-            contexts, np.fromiter(map(BLOCKS, reqs), np.int64, count), step.policy, step.fixed_k,
-            step.table, len(batch.requests), step.k_max, step.per_request, target, drafter.kind,
+            contexts, np.fromiter(map(BLOCKS, reqs), np.int64, count), policy, fixed_k, step.table, len(batch.requests), step.k_max, step.per_request, target, drafter.kind,
             draft, base, self.stale_drafter, spare, kv.block_size, room,
         )  # fmt: skip
         if stop < count:
@@ -575,7 +583,8 @@ class FusedStep(NamedTuple):
 
 def fused_step(policy: KPolicy, drafter: CompiledProposer | None) -> FusedStep | None:
     """How a stepped iteration's drafts are planned in one compiled call under ``policy``
-    (``fixed``, ``batch_table``, ``goodput``) with a proposer whose pricing compiles, or None."""
+    (``fixed``, ``batch_table``, ``goodput``, ``adaptive_hysteresis``) with a proposer whose pricing
+    compiles, or None."""
     if drafter is None or policy.k_max + 1 > DECODE_QUERY_MAX:
         return None
     table = np.zeros((1, 3), dtype=np.int64)
@@ -586,6 +595,8 @@ def fused_step(policy: KPolicy, drafter: CompiledProposer | None) -> FusedStep |
     if isinstance(policy, BatchTableK):
         table = np.asarray(policy.table, dtype=np.int64).reshape(-1, 3)
         return FusedStep(BATCH_TABLE, 0, table, policy.k_max, False, drafter)
+    if isinstance(policy, AdaptiveHysteresisK):  # its tier's k for the batch, as a fixed k
+        return FusedStep(ADAPTIVE, 0, table, policy.k_max, False, drafter)
     return None
 
 

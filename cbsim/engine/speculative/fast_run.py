@@ -10,8 +10,9 @@ on the requests' state, the replica's acceptance statistics and its random strea
 the same goodput sweep over candidate k (:func:`~cbsim.engine.speculative.goodput_kernel.goodput_sweep`, scoring candidates with the
 compiled expected tokens the stepped policy also uses, :mod:`cbsim.engine.speculative.expected`), the
 same target and draft prices (:mod:`cbsim.cost.compiled`), the same acceptance draws from the
-replica's ``numpy.random.Generator`` (numba consumes it exactly as numpy does and leaves it in the
-same state), the same α estimates and KV accounting.
+replica's ``numpy.random.Generator`` (its PCG64 state stepped in the kernel as numpy steps it,
+:mod:`cbsim.common.pcg64`, and the generator set to where the kernel left it), the same α
+estimates and KV accounting.
 
 What can run compiled: the ``fixed``, ``batch_table``, ``adaptive_hysteresis`` (its per-replica
 tier state copied in and written back when the run stands) and ``goodput`` k policies, per batch
@@ -35,6 +36,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from cbsim.common.pcg64 import WordArray, next_double, set_state, state_words
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.engine.speculative.acceptance import (
@@ -195,11 +197,12 @@ def _thin_stale(
     active: IntArray,
     stale: IntArray,
     scale: float,
-    rng: Any,
+    rng: WordArray,
 ) -> None:
     """Stale requests' accepted drafts thinned, exactly as
     :func:`~cbsim.engine.speculative.drafter_state.stale_accepted` draws them: one row of ``width``
-    uniforms per stale speculating request in batch order, ``width`` the largest count."""
+    uniforms per stale speculating request in batch order, ``width`` the largest count (from the
+    stale stream's PCG64 words, :mod:`cbsim.common.pcg64`)."""
     width = 0
     for a in range(n):
         if chosen[a] > 0 and stale[active[a]] == 1 and outcome[a] > width:
@@ -212,7 +215,7 @@ def _thin_stale(
         run = 0
         leading = True
         for p in range(width):
-            keep = rng.random() < scale
+            keep = next_double(rng) < scale
             if leading and p < outcome[a] and keep:
                 run += 1
             else:
@@ -251,11 +254,11 @@ def spec_run_kernel(
     iid_alpha: float,
     rates: FloatArray,
     drift: float,
-    rng: Any,
+    rng: WordArray,
     stale: IntArray,
     stale_on: bool,
     stale_scale: float,
-    stale_rng: Any,
+    stale_rng: WordArray,
     start_s: float,
     block_size: int,
     used_blocks: int,
@@ -416,7 +419,7 @@ def spec_run_kernel(
                 elif acceptance == SCALED:  # model_alpha holds the request's θ / m
                     alpha = rates[p if p < len(rates) else len(rates) - 1] * model_alpha[i]
                     alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
-                success = rng.random() < alpha
+                success = next_double(rng) < alpha
                 if leading and p < k and success:
                     run += 1
                 else:
@@ -564,6 +567,8 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
 _NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
 # never indexed: the kernel reads it only for stale drafters
 _NO_STALE = np.zeros(0, dtype=np.int64)
+# never drawn from: the kernel draws from the stale stream only for stale drafters
+_NO_WORDS = np.zeros(4, dtype=np.uint64)
 # never written: the kernel writes tiers only for the adaptive_hysteresis policy
 _NO_TIERS = ReplicaTiers(np.zeros(1, dtype=np.int64), np.zeros(1), np.zeros(1, dtype=np.int64))
 
@@ -635,18 +640,27 @@ def plan_spec_run(
     ema, model_alpha = reals
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
         model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
+    # the acceptance streams as PCG64 words (cbsim.common.pcg64), from where they stood before
+    # the run when it is planned again; the generators are set to where the kernel leaves them
     rng = spec.draw_rng(replica)
     if restart is not None:
         assert restart.spec is not None
-        rng.bit_generator.state = restart.spec.rng_state
-    rng_state = rng.bit_generator.state
+        rng_state = restart.spec.rng_state
+    else:
+        rng_state = rng.bit_generator.state
+    words = state_words(rng_state)
     stale = _NO_STALE
+    stale_rng = None
+    stale_words = _NO_WORDS
+    stale_rng_state = None
     if spec.stale_drafter:
         stale = store.stale[slots].astype(np.int64)
-    stale_rng = spec.stale_rng(replica) if spec.stale_drafter else rng
-    if restart is not None and restart.spec is not None and spec.stale_drafter:
-        stale_rng.bit_generator.state = restart.spec.stale_rng_state
-    stale_rng_state = stale_rng.bit_generator.state if spec.stale_drafter else None
+        stale_rng = spec.stale_rng(replica)
+        if restart is not None and restart.spec is not None:
+            stale_rng_state = restart.spec.stale_rng_state
+        else:
+            stale_rng_state = stale_rng.bit_generator.state
+        stale_words = state_words(stale_rng_state)
     remaining = output - generated
     target = spec.target.compiled(verify_bound)
     if settings.proposer == NGRAM:
@@ -685,11 +699,15 @@ def plan_spec_run(
         settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
         settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
         settings.per_request, settings.acceptance, settings.iid_alpha,
-        settings.rates, settings.drift, rng, stale, spec.stale_drafter, spec.stale_scale, stale_rng,
+        settings.rates, settings.drift, words, stale, spec.stale_drafter, spec.stale_scale,
+        stale_words,
         start_s, kv_cache.block_size, kv_cache.used_blocks,
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
         horizon_s, MAX_RUN_ITERATIONS, step_budget,
     )  # fmt: skip
+    set_state(rng, words)
+    if stale_rng is not None:
+        set_state(stale_rng, stale_words)
     if n <= 0:
         return None
     effects.counters = counters

@@ -272,6 +272,12 @@ class JobPool:
                 break
             _end_processes(processes)
             ended += processes
+        # once its workers are gone the manager thread ends; any worker it started meanwhile
+        # is ended after it
+        manager = getattr(pool, "_executor_manager_thread", None)
+        if manager is not None:
+            manager.join(STOP_WAIT_S)
+        _end_processes([p for p in list(table.values()) if p.is_alive()])
         lines.close()
 
 

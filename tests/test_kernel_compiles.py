@@ -120,7 +120,7 @@ def test_priming_leaves_the_shipped_kinds_of_runs_nothing_to_compile(tmp_path: P
     _python("from cbsim.run import kernel_priming; kernel_priming.prime()", tmp_path)
     for scenario in ("chat-llama3-8b-h100.yaml", "spec-eagle-goodput.yaml"):
         path = str(ROOT / "scenarios" / scenario)
-        printed = _python(RECORD, tmp_path, path, "200")
+        printed = _python(RECORD, tmp_path, path, "200", "compile")
         assert "compiled" not in printed, (scenario, printed)
 
 

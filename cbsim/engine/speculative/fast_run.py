@@ -75,6 +75,7 @@ from cbsim.engine.speculative.step_kernel import (
     POSITIONAL,
     SCALED,
     compiled_acceptance,
+    table_k,
 )
 from cbsim.workload.request import Request, Status
 
@@ -143,11 +144,7 @@ def _policy_ks(
         last_range[0] = r
         k = int(candidates[tiers[r]])
     if policy == BATCH_TABLE:
-        k = 0
-        for row in range(table.shape[0]):
-            if table[row, 0] <= n <= table[row, 1]:
-                k = table[row, 2]
-                break
+        k = table_k(table, n)
     for a in range(n):
         chosen[a] = k
 

@@ -104,6 +104,16 @@ def reserve_kernel(
 
 
 @numba.njit(cache=True)
+def table_k(table: IntArray, batch_size: int) -> int:  # pragma: no cover - compiled
+    """The ``batch_table`` policy's k: the row (min batch, max batch, k) holding
+    ``batch_size``, 0 outside every row (``BatchTableK.k_for``)."""
+    for row in range(table.shape[0]):
+        if table[row, 0] <= batch_size <= table[row, 1]:
+            return int(table[row, 2])
+    return 0
+
+
+@numba.njit(cache=True)
 def plan_step_kernel(
     accepted: IntArray,
     rejected: IntArray,
@@ -152,13 +162,7 @@ def plan_step_kernel(
         else:
             ks = goodput_k(alphas, remaining, contexts, k_max, target, proposer, draft, base)
     else:
-        k = fixed_k
-        if policy == BATCH_TABLE:
-            k = 0
-            for row in range(table.shape[0]):
-                if table[row, 0] <= batch_size <= table[row, 1]:
-                    k = table[row, 2]
-                    break
+        k = table_k(table, batch_size) if policy == BATCH_TABLE else fixed_k
         ks = np.full(n, k, dtype=np.int64)
     if stale_on:
         for j in range(n):

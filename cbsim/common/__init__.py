@@ -7,7 +7,8 @@ Layer 0: imports nothing of cbsim outside this package. Everything may import it
 - :mod:`~cbsim.common.numbers`, :mod:`~cbsim.common.limits`: finite numbers; the bounds on every
   size a scenario may ask for.
 - :mod:`~cbsim.common.documents`: YAML/JSON files read with a clear message when they are not.
-- :mod:`~cbsim.common.rng`: named random streams derived from the scenario seed.
+- :mod:`~cbsim.common.rng`: named random streams derived from the scenario seed;
+  :mod:`~cbsim.common.pcg64`: their PCG64 stepped in compiled code from four machine words.
 - :mod:`~cbsim.common.event_time`: absolute times reached exactly in SimPy.
 - :mod:`~cbsim.common.stable_sort`: a stable argsort for compiled kernels.
 - :mod:`~cbsim.common.output_folders`, :mod:`~cbsim.common.output_paths`,

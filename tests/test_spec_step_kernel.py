@@ -7,11 +7,13 @@ request)."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 import cbsim
 from cbsim.engine.speculative import decoder
@@ -19,6 +21,7 @@ from cbsim.engine.speculative.policies import make_policy
 from tests.conftest import summaries_equal
 from tests.test_spec_fast_forward import ACCEPTANCE, POLICIES, speculative
 
+ROOT = Path(__file__).resolve().parents[1]
 TIGHT_KV = 0.235  # of each h100-sxm beside llama-3-8b and its EAGLE head: about 100 blocks
 
 
@@ -125,3 +128,23 @@ def test_the_fused_verification_is_the_python_one(
     monkeypatch.setattr(decoder.SpeculativeDecoding, "_verify_compiled", spy)
     _both_ways(data, monkeypatch)
     assert len(calls) > 100
+
+
+def test_the_fused_plan_beside_a_prefix_cache(
+    monkeypatch: pytest.MonkeyPatch, outcomes: list[str]
+) -> None:
+    """Multi-turn sessions reusing cached prefixes in a tight cache: reservations that would
+    evict cached blocks stop the compiled call and go on request by request."""
+    data = yaml.safe_load((ROOT / "scenarios" / "chat-sessions.yaml").read_text())
+    data["workload"]["sessions"]["count"] = 30
+    data["cluster"].update(prefix_caching=True, gpu_memory_utilization=0.25)
+    data["scheduler"] = {"kind": "sarathi"}
+    data["fast_forward"] = False
+    data["speculative"] = {
+        "enabled": True,
+        "proposer": {"kind": "eagle"},
+        "acceptance": ACCEPTANCE[0],
+        "policy": POLICIES[0],
+    }
+    _both_ways(data, monkeypatch)
+    assert "short" in outcomes and "done" in outcomes

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from cbsim.engine.replica import ReplicaPool
 
 __all__ = [
+    "PLAIN_KERNELS",
     "CostModelCache",
     "cost_model_for",
     "kernel_profile_for",
@@ -56,6 +57,10 @@ def cost_model_for(scenario: Scenario) -> CostModel:
     )
 
 
+PLAIN_KERNELS = (stepped_seconds, decode_run_kernel)
+"""The kernels every plain run calls: numba's cache is cold while it lacks them."""
+
+
 def price_in_python_while_cold(
     pools: Iterable[ReplicaPool], calls: int = INTERPRETED_CALLS
 ) -> bool:
@@ -66,11 +71,10 @@ def price_in_python_while_cold(
     pools = list(pools)
     costs = list({id(pool.cost): pool.cost for pool in pools}.values())
     speculative = any(pool.spec is not None for pool in pools)
-    if speculative or calls <= 0 or all_cached((stepped_seconds, decode_run_kernel)):
-        return any(cost.cold_start.left > 0 for cost in costs)
-    for cost in costs:
-        if not cost.cold_start.started:
-            cost.cold_start.start(calls)
+    if not speculative and calls > 0 and not all_cached(PLAIN_KERNELS):
+        for cost in costs:
+            if not cost.cold_start.started:
+                cost.cold_start.start(calls)
     return any(cost.cold_start.left > 0 for cost in costs)
 
 

@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cbsim.cost.compiled import stepped_seconds
 from cbsim.cost.kernel_cache import all_cached
-from cbsim.engine.decode_run import decode_run_kernel
+from cbsim.engine.cost_models import PLAIN_KERNELS
+from cbsim.engine.speculative.fast_run import spec_run_kernel
 from cbsim.run.loading import load_scenario
 from cbsim.run.simulate import simulate
 
@@ -55,23 +55,18 @@ SPECULATIVE: dict[str, Any] = {
     },
 }
 
-# the kernels whose compiling tells a cold cache: (module, name), looked up where imported
-_FIRST_KERNELS = (
-    ("cbsim.cost.compiled", "stepped_seconds"),
-    ("cbsim.engine.decode_run", "decode_run_kernel"),
-    ("cbsim.engine.speculative.fast_run", "spec_run_kernel"),
-)
+# the kernels whose compiling tells a cold cache: a plain run's and the speculative runs'
+_FIRST_KERNELS = (*PLAIN_KERNELS, spec_run_kernel)
 
 
 def compiled_this_run() -> bool:
     """Whether this process compiled one of the engine's first kernels (rather than loading it
     from numba's cache) where the cache can be written: the cache was cold, and priming it
     would last (where it cannot be written, every run compiles and a primer would too)."""
-    for module_name, name in _FIRST_KERNELS:
-        kernel = getattr(sys.modules.get(module_name), name, None)
-        stats = getattr(kernel, "stats", None)
-        if stats is not None and sum(stats.cache_misses.values()) > 0:
-            return bool(stats.cache_path) and os.access(stats.cache_path, os.W_OK)
+    for kernel in _FIRST_KERNELS:
+        stats = kernel.stats
+        if sum(stats.cache_misses.values()) > 0:
+            return bool(stats.cache_path) and os.access(str(stats.cache_path), os.W_OK)
     return False
 
 
@@ -79,10 +74,9 @@ def cache_is_cold() -> bool:
     """Whether numba's cache lacks a plain run's kernels where it can be written: a run priced
     in Python while it was cold (:mod:`cbsim.cost.kernel_cache`) compiled nothing, and priming
     would last."""
-    kernels = (stepped_seconds, decode_run_kernel)
-    if all_cached(kernels):
+    if all_cached(PLAIN_KERNELS):
         return False
-    path = getattr(getattr(stepped_seconds, "_cache", None), "_cache_path", None)
+    path = getattr(getattr(PLAIN_KERNELS[0], "_cache", None), "_cache_path", None)
     return bool(path) and os.access(str(path), os.W_OK)
 
 

@@ -223,26 +223,14 @@ class MoePricing:
         if tokens <= 0:
             return 0.0
         m = self.model
-        one = np.ones(1, dtype=np.float64)
-        active = (
-            max(1.0, routed_experts(tokens, m.experts_per_token, m.num_experts, self.ep)) * one
-            if independent
-            else None
-        )
-        terms = moe_terms(
-            tokens * one, m.hidden_size * one, m.expert_intermediate_size * one,
-            m.experts_per_token * one, m.num_experts * one, (self.tp // self.ep) * one,
-            self.ep * one, self.moe_dtype, active,
-        )  # fmt: skip
-        peak, bandwidth = peak_for(self.gpu, self.moe_dtype), self.gpu.hbm_bandwidth
+        active = None
+        if independent:
+            routed = routed_experts(tokens, m.experts_per_token, m.num_experts, self.ep)
+            active = max(1.0, routed) * np.ones(1, dtype=np.float64)
+        terms, bases = self._bases(np.full(1, tokens, dtype=np.int64), active)
+        base = float(bases[0])
         fit = self.fit
-        if fit is None:
-            p = self.params
-            raw = np.array([p.gemm_floor_s, p.gemm_compute_eff, p.gemm_memory_eff, 1.0])
-            return float(moe_base(raw, terms, peak, bandwidth)[0])
-        params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
-        base = float(moe_base(params, terms, peak, bandwidth)[0])
-        if fit.correction is None:
+        if fit is None or fit.correction is None:
             return base
         return base * math.exp(fit.correction(*(float(f[0]) for f in terms.features)))
 
@@ -252,7 +240,6 @@ class MoePricing:
         :func:`routed_experts` and the correction's logs and exponentials count by count)."""
         counts = np.asarray(tokens, dtype=np.int64)
         m = self.model
-        one = np.ones(1, dtype=np.float64)
         active = None
         if self.independent_routing:
             expected = [
@@ -260,6 +247,20 @@ class MoePricing:
                 for t in counts.tolist()
             ]
             active = np.array(expected, dtype=np.float64)
+        terms, base = self._bases(counts, active)
+        fit = self.fit
+        if fit is None or fit.correction is None:
+            return base
+        exp = math.exp
+        corrections = fit.correction.grid().at_points(*terms.features).tolist()
+        return base * np.array([exp(c) for c in corrections], dtype=np.float64)
+
+    def _bases(self, counts: np.ndarray, active: np.ndarray | None) -> tuple[MoeTerms, np.ndarray]:
+        """The layer's terms at ``counts`` tokens (``active``: the experts each reads, None:
+        the tables' own routing) and its time before the fit's correction, count by count:
+        the fitted floor and efficiencies, or the raw roofline's without a fit."""
+        m = self.model
+        one = np.ones(1, dtype=np.float64)
         terms = moe_terms(
             counts * one, m.hidden_size * one, m.expert_intermediate_size * one,
             m.experts_per_token * one, m.num_experts * one, (self.tp // self.ep) * one,
@@ -269,15 +270,10 @@ class MoePricing:
         fit = self.fit
         if fit is None:
             p = self.params
-            raw = np.array([p.gemm_floor_s, p.gemm_compute_eff, p.gemm_memory_eff, 1.0])
-            return moe_base(raw, terms, peak, bandwidth)
-        params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
-        base = moe_base(params, terms, peak, bandwidth)
-        if fit.correction is None:
-            return base
-        exp = math.exp
-        corrections = fit.correction.grid().at_points(*terms.features).tolist()
-        return base * np.array([exp(c) for c in corrections], dtype=np.float64)
+            params = np.array([p.gemm_floor_s, p.gemm_compute_eff, p.gemm_memory_eff, 1.0])
+        else:
+            params = np.array([fit.floor_s, fit.compute_eff, fit.memory_eff, fit.buffer_weight])
+        return terms, moe_base(params, terms, peak, bandwidth)
 
 
 def moe_pricing(

@@ -70,11 +70,10 @@ from cbsim.engine.speculative.step_kernel import (
     BATCH_TABLE,
     FIXED,
     GOODPUT,
-    IID,
-    PER_REQUEST,
-    POSITIONAL,
     SCALED,
     compiled_acceptance,
+    position_rate,
+    request_rate,
     table_k,
 )
 from cbsim.workload.request import Request, Status
@@ -399,24 +398,13 @@ def spec_run_kernel(
             if k == 0:
                 continue
             i = active[a]
-            if acceptance == IID:
-                alpha = iid_alpha
-            elif acceptance == PER_REQUEST:
-                alpha = model_alpha[i]
-                if drift != 0.0:
-                    alpha = alpha + drift * float(generated[i]) / 1000.0
-                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
-            else:
-                alpha = 0.0
+            # model_alpha holds the request's drawn α (its θ / m for SCALED)
+            alpha = request_rate(acceptance, iid_alpha, model_alpha[i], generated[i], drift)
             run = 0
             leading = True
             for p in range(width):
-                if acceptance == POSITIONAL:
-                    alpha = rates[p if p < len(rates) else len(rates) - 1]
-                elif acceptance == SCALED:  # model_alpha holds the request's θ / m
-                    alpha = rates[p if p < len(rates) else len(rates) - 1] * model_alpha[i]
-                    alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
-                success = next_double(rng) < alpha
+                rate = position_rate(acceptance, alpha, rates, model_alpha[i], p)
+                success = next_double(rng) < rate
                 if leading and p < k and success:
                     run += 1
                 else:

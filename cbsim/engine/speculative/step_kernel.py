@@ -192,6 +192,40 @@ def plan_step_kernel(
 
 
 @numba.njit(cache=True)
+def request_rate(
+    acceptance: int, iid_alpha: float, level: float, generated: int, drift: float
+) -> float:  # pragma: no cover - compiled
+    """A request's acceptance rate at every draft position, where the model has one: the iid
+    α, or the request's drawn α (``level``) moved by ``drift`` per 1,000 outputs so far and
+    kept within [0, 1]; 0 for the positional models (:func:`position_rate` sets theirs)."""
+    if acceptance == IID:
+        return iid_alpha
+    if acceptance != PER_REQUEST:
+        return 0.0
+    alpha = level
+    if drift != 0.0:
+        alpha = alpha + drift * float(generated) / 1000.0
+        alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+    return alpha
+
+
+@numba.njit(cache=True)
+def position_rate(
+    acceptance: int, alpha: float, rates: FloatArray, level: float, position: int
+) -> float:  # pragma: no cover - compiled
+    """The acceptance rate of draft ``position``: the positional rates (the last repeated
+    beyond them), scaled by the request's level θ / m (``level``) and kept within [0, 1] for
+    ``SCALED``; ``alpha`` (:func:`request_rate`) for the other models."""
+    last = len(rates) - 1
+    if acceptance == POSITIONAL:
+        return float(rates[position if position < last else last])
+    if acceptance == SCALED:
+        rate = rates[position if position < last else last] * level
+        return 0.0 if rate < 0.0 else (1.0 if rate > 1.0 else rate)
+    return alpha
+
+
+@numba.njit(cache=True)
 def verify_step_kernel(
     uniforms: FloatArray,
     ks: IntArray,
@@ -217,22 +251,12 @@ def verify_step_kernel(
     positional rates, the last repeated beyond them."""
     n, width = uniforms.shape
     drawn = np.zeros(n, dtype=np.int64)
-    last = len(rates) - 1
     for i in range(n):
         k = ks[i]
-        alpha = iid_alpha
-        if acceptance == PER_REQUEST:
-            alpha = levels[i]
-            if drift != 0.0:
-                alpha = alpha + drift * float(generated[i]) / 1000.0
-                alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
+        alpha = request_rate(acceptance, iid_alpha, levels[i], generated[i], drift)
         for j in range(width):
-            if acceptance == POSITIONAL:
-                alpha = rates[j if j < last else last]
-            elif acceptance == SCALED:
-                alpha = rates[j if j < last else last] * levels[i]
-                alpha = 0.0 if alpha < 0.0 else (1.0 if alpha > 1.0 else alpha)
-            if j < k and uniforms[i, j] < alpha:
+            rate = position_rate(acceptance, alpha, rates, levels[i], j)
+            if j < k and uniforms[i, j] < rate:
                 drawn[i] += 1
             else:
                 break

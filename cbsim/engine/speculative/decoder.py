@@ -25,6 +25,7 @@ import numpy as np
 from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX
+from cbsim.cost.compiled import CompiledCost
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
@@ -173,8 +174,12 @@ class SpeculativeDecoding:
         # a stepped iteration's verification in one compiled call (step_kernel)
         acceptance = compiled_acceptance(self.acceptance)
         self._verify_fused: CompiledAcceptance | None = None
-        if not isinstance(acceptance, str) and not self.stale_drafter:
-            self._verify_fused = None if self._controllers_learn else acceptance
+        if (
+            not isinstance(acceptance, str)
+            and not self.stale_drafter
+            and not self._controllers_learn
+        ):
+            self._verify_fused = acceptance
         self._verify_call = KernelCall(verify_step_kernel)
 
     def draw_rng(self, replica: int) -> np.random.Generator:
@@ -273,10 +278,12 @@ class SpeculativeDecoding:
         slots = np.array(slot_list, dtype=np.int64)
         remaining = np.array(remaining_list, dtype=np.int64)
         contexts = np.array(context_list, dtype=np.int64)
+        # the drafts the step's token budget leaves room for, beside what is scheduled
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
         fused = None
         if self._step is not None:
             fused = self._plan_fused(
-                batch, sched, reqs, slots, remaining, contexts, prefill, prior, replica
+                batch, sched, reqs, slots, remaining, contexts, prefill, prior, replica, spare
             )
         if isinstance(fused, float):
             return fused
@@ -286,15 +293,12 @@ class SpeculativeDecoding:
             chosen, compiled = self._choose(
                 batch, reqs, slots, remaining, contexts, prefill, prior, replica
             )
-        # within the step's token budget (drafts cut in batch order to what the scheduled tokens
-        # leave), reserve KV for each request's k + 1 tokens (fewer drafts where blocks are short)
-        # and add its verify entry to the prefill chunks' stats: the same sums as the batch's
-        # entries in order, since every term is a multiple of 1/2 far below 2**53
-        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
+        # within the step's token budget (drafts cut in batch order to the spare room), reserve
+        # KV for each request's k + 1 tokens (fewer drafts where blocks are short) and add its
+        # verify entry to the prefill chunks' stats: the same sums as the batch's entries in
+        # order, since every term is a multiple of 1/2 far below 2**53
         chosen_ks = reserve_drafts(sched, reqs, chosen, contexts, spare, self._reserve_call)
-        for e, k in zip(entries, chosen_ks, strict=True):
-            ks_all[e] = k
-            new_tokens[e] = k + 1
+        set_drafts(batch, chosen_ks)
         chosen = np.array(chosen_ks, dtype=np.int64)
         stats = prefill.copy()
         if count >= GROUPED_ENTRIES:
@@ -323,12 +327,14 @@ class SpeculativeDecoding:
         prefill: BatchStats,
         prior: float,
         replica: int,
+        spare: int,
     ) -> float | np.ndarray | None:
         """:meth:`plan`'s choice, cut, reservation and pricing in one compiled call
         (:mod:`~cbsim.engine.speculative.step_kernel`): the draft seconds, the batch rewritten;
         or, where a request's blocks would not fit without evicting, the drafts wanted (the
         policy's, cut to the outputs left; the stale drafters marked) for the Python path to
-        reserve from; None where the cost models do not compile for this step."""
+        reserve from; None where the cost models do not compile for this step. ``spare``: the
+        drafts the step's token budget leaves room for (:func:`draft_room`)."""
         step = self._step
         assert step is not None
         count = len(reqs)
@@ -336,35 +342,28 @@ class SpeculativeDecoding:
         if target is None:
             return None
         drafter = step.drafter
-        if drafter.kind == NGRAM:
-            draft = target
-        else:
-            draft = self.proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
-            if draft is None:
-                return None
+        draft = self._draft_cost(count, target)
+        if draft is None:
+            return None
         base = step_base(self.target, prefill) if step.policy == GOODPUT else _NO_BASE
         policy, fixed_k = step.policy, step.fixed_k
         if policy == ADAPTIVE:  # the replica's tier for this batch (AdaptiveHysteresisK.choose)
             assert isinstance(self.policy, AdaptiveHysteresisK)
             policy, fixed_k = FIXED, self.policy.k_for(len(batch.requests), replica)
         kv = sched.kv
-        new_tokens = batch.new_tokens
-        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
         room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
         own = self.slots
+        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
         wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = self._step_call(
             own.accepted, own.rejected, own.stale, slots, prior, PRIOR_STRENGTH, remaining,
-            contexts, np.fromiter(map(BLOCKS, reqs), np.int64, count), policy, fixed_k, step.table, len(batch.requests), step.k_max, step.per_request, target, drafter.kind,
-            draft, base, self.stale_drafter, spare, kv.block_size, room,
+            contexts, blocks, policy, fixed_k, step.table, len(batch.requests), step.k_max,
+            step.per_request, target, drafter.kind, draft, base, self.stale_drafter, spare,
+            kv.block_size, room,
         )  # fmt: skip
         if stop < count:
             return wanted  # type: ignore[no-any-return]
         allocate_grown(sched, reqs, grown)
-        ks_all = batch.ks
-        assert ks_all is not None
-        for e, k in zip(batch.decoding, kept.tolist(), strict=True):
-            ks_all[e] = k
-            new_tokens[e] = k + 1
+        set_drafts(batch, kept.tolist())
         stats = prefill.copy()
         stats.num_requests += count
         stats.num_tokens += tokens
@@ -452,14 +451,22 @@ class SpeculativeDecoding:
         drafter = self._drafter
         assert drafter is not None
         count = len(ks)
-        if drafter.kind == NGRAM:
-            cost = self.target.compiled(1)
-        else:
-            cost = self.proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
+        cost = self._draft_cost(count, self.target.compiled(1))
         if cost is None:
             return self.proposer.draft_time(ks, contexts)
         seconds: float = self._draft_call(drafter.kind, cost, ks, contexts, count)
         return seconds
+
+    def _draft_cost(self, count: int, target: CompiledCost | None) -> CompiledCost | None:
+        """The compiled proposer's pricing for ``count`` drafting requests: its own cost
+        model's tables, or (n-gram lookup, priced per request) the target's compiled ``target``;
+        None where they do not compile."""
+        drafter = self._drafter
+        assert drafter is not None
+        if drafter.kind == NGRAM:
+            return target
+        cost: CompiledCost | None = self.proposer.cost.compiled(count, drafter.extra_gemm)  # type: ignore[attr-defined]
+        return cost
 
     def step_time(self, prefill: BatchStats, contexts: np.ndarray, ks: np.ndarray) -> float:
         """Predicted iteration seconds if the decoding requests draft ``ks`` (broadcast)."""
@@ -628,6 +635,17 @@ def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> No
     """:func:`mark_skipped` over slot arrays: the drafter of each of ``rows`` whose k is 0 goes
     stale."""
     slots.stale[rows[np.asarray(ks) == 0]] = True
+
+
+def set_drafts(batch: Batch, ks: list[int]) -> None:
+    """Give the batch's decoding entries their drafts ``ks`` (in order): each verifies k + 1
+    tokens."""
+    ks_all = batch.ks
+    assert ks_all is not None
+    new_tokens = batch.new_tokens
+    for e, k in zip(batch.decoding, ks, strict=True):
+        ks_all[e] = k
+        new_tokens[e] = k + 1
 
 
 def allocate_grown(sched: SchedulerPolicy, reqs: Sequence[Request], grown: np.ndarray) -> None:

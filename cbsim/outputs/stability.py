@@ -255,11 +255,10 @@ def _kept_times(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return arrival, requests["finish_s"].to_numpy(dtype=float)[kept]
 
 
-def _in_system(requests: pd.DataFrame, times: np.ndarray) -> np.ndarray:
-    """Requests arrived by each of ``times`` and not finished by then (those of
-    :func:`_kept_times`). A request finishes after it arrives, so the count is arrivals less
-    finishes."""
-    arrival, finish = _kept_times(requests)
+def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Requests (those of :func:`_kept_times`, their ``arrival`` and ``finish`` times) arrived by
+    each of ``times`` and not finished by then. A request finishes after it arrives, so the
+    count is arrivals less finishes."""
     arrivals = np.sort(arrival[np.isfinite(arrival)])
     finishes = np.sort(finish[np.isfinite(finish)])
     arrived = np.searchsorted(arrivals, times, side="right")
@@ -277,7 +276,8 @@ def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
         return 0, 0
     first, last = float(arrival.min()), float(arrival.max())
     mid, q3 = first + 0.5 * (last - first), first + 0.75 * (last - first)
-    at_mid, at_q3, at_last = _in_system(requests, np.array([mid, q3, last])).tolist()
+    times = np.array([mid, q3, last])
+    at_mid, at_q3, at_last = _in_system(*_kept_times(requests), times).tolist()
     return at_last - at_mid, at_q3 - at_mid
 
 
@@ -291,17 +291,18 @@ def _in_system_trend(requests: pd.DataFrame) -> float:
     its mean over the second quarter: about the growth over the second half where the system
     fills at a steady pace, near nothing where a burst at one instant made the count jump (a
     Poisson stream's clusters come and go; a queue that grows keeps growing)."""
-    arrival, _ = _kept_times(requests)
-    arrival = arrival[np.isfinite(arrival)]
-    if len(arrival) < 2:
+    arrival, finish = _kept_times(requests)
+    arrived = arrival[np.isfinite(arrival)]
+    if len(arrived) < 2:
         return 0.0
-    first, span = float(arrival.min()), float(arrival.max() - arrival.min())
-
-    def mean_in_system(start: float, end: float) -> float:
-        times = first + span * np.linspace(start, end, TREND_SAMPLES)
-        return float(np.mean(_in_system(requests, times)))
-
-    return mean_in_system(0.75, 1.0) - mean_in_system(0.25, 0.5)
+    first, span = float(arrived.min()), float(arrived.max() - arrived.min())
+    # the second quarter's samples, then the last quarter's, counted at once
+    fractions = np.concatenate(
+        [np.linspace(0.25, 0.5, TREND_SAMPLES), np.linspace(0.75, 1.0, TREND_SAMPLES)]
+    )
+    counts = _in_system(arrival, finish, first + span * fractions)
+    second, last = counts[:TREND_SAMPLES], counts[TREND_SAMPLES:]
+    return float(np.mean(last)) - float(np.mean(second))
 
 
 def _quarter_latencies(

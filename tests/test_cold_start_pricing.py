@@ -19,18 +19,11 @@ from cbsim.cost.kernel_cache import ColdStart, all_cached, cached
 from cbsim.engine.cost_models import cost_model_for, price_in_python_while_cold
 from cbsim.engine.loop import Simulation
 from cbsim.schema.engine_defaults import apply_engine_defaults
+from tests.conftest import small_scenario
 
-SMALL: dict[str, Any] = {
-    "name": "cold-start",
-    "seed": 3,
-    "workload": {
-        "num_requests": 120,
-        "arrival": {"kind": "poisson", "rate": 6.0},
-        "prompt_tokens": {"kind": "lognormal", "mean": 800, "sigma": 0.8, "max": 4096},
-        "output_tokens": {"kind": "lognormal", "mean": 150, "sigma": 0.7, "max": 1024},
-    },
-    "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm"},
-}
+SMALL = small_scenario(
+    {"workload.num_requests": 120, "workload.arrival": {"kind": "poisson", "rate": 6.0}}
+)
 
 
 def _fingerprint(recorder: Any) -> str:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cbsim.common.pcg64 import next_double, set_state, state_words
+from cbsim.common.pcg64 import WordStream, fill_doubles, next_double, set_state, state_words
 from cbsim.common.rng import stream
 
 
@@ -52,3 +52,27 @@ def test_only_a_pcg64_state_at_a_whole_output_is_taken() -> None:
     generator.integers(0, 10, dtype=np.uint32)  # a 32-bit draw keeps half an output
     with pytest.raises(ValueError, match="whole output"):
         state_words(generator.bit_generator.state)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    draws=st.lists(
+        st.tuples(st.booleans(), st.integers(1, 5), st.integers(1, 9)), min_size=1, max_size=12
+    ),
+)
+def test_a_word_stream_draws_one_generators_numbers_whoever_draws(
+    seed: int, draws: list[tuple[bool, int, int]]
+) -> None:
+    """Kernels (through the words) and Python (through the generator) drawing in any order take
+    the numbers of one generator drawn alone, in that order."""
+    shared = WordStream(stream(seed, "acceptance"))
+    alone = stream(seed, "acceptance")
+    for compiled, rows, width in draws:
+        if compiled:
+            ours = np.empty((rows, width))
+            fill_doubles(shared.words(), ours)
+        else:
+            ours = shared.generator().random((rows, width))
+        assert np.array_equal(ours, alone.random((rows, width)))
+    assert shared.generator().random(3).tolist() == alone.random(3).tolist()

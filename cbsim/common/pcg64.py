@@ -10,6 +10,11 @@ top 53 bits of an output over 2**53, as numpy's ``Generator.random`` takes it. S
 the state as four 64-bit words (:func:`state_words`), draws exactly the numbers the generator
 would, and the generator is then set to where the kernel left the state (:func:`set_state`):
 the same stream, number for number (``tests/test_pcg64.py`` against numpy).
+
+A stream drawn from by kernels far more often than by Python is held as a :class:`WordStream`:
+its words are the stream's state, advanced in place by each kernel, and the generator is set from
+them only when Python code asks for it (and read back before the next kernel draws), so a kernel
+call costs no conversion of the state at all.
 """
 
 from __future__ import annotations
@@ -87,3 +92,40 @@ def next_double(words: WordArray) -> float:  # pragma: no cover - compiled
     rotation = new_high >> np.uint64(58)
     output = (value >> rotation) | (value << ((np.uint64(64) - rotation) & np.uint64(63)))
     return float(output >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(cache=True)
+def fill_doubles(words: WordArray, out: npt.NDArray[np.float64]) -> None:  # pragma: no cover
+    """Fill ``out`` (any shape, in C order) with the stream's next doubles, as
+    ``Generator.random(out.shape)`` draws them."""
+    flat = out.reshape(-1)
+    for i in range(flat.size):
+        flat[i] = next_double(words)
+
+
+class WordStream:
+    """A PCG64 generator's stream drawn from by compiled code (through its words) and by Python
+    code (through the generator), in any interleaving: the same numbers as the generator alone."""
+
+    __slots__ = ("_generator", "_lent", "_words")
+
+    def __init__(self, generator: np.random.Generator) -> None:
+        self._generator = generator
+        self._words = state_words(generator.bit_generator.state)
+        self._lent = False  # the generator was handed out: it may have drawn past the words
+
+    def words(self) -> WordArray:
+        """The stream's state as words, for a kernel to advance in place (the stream's state
+        from then on)."""
+        if self._lent:
+            self._words = state_words(self._generator.bit_generator.state)
+            self._lent = False
+        return self._words
+
+    def generator(self) -> np.random.Generator:
+        """The stream as a numpy generator, where the kernels left it. Draw from it before the
+        next call of :meth:`words`, not after."""
+        if not self._lent:
+            set_state(self._generator, self._words)
+            self._lent = True
+        return self._generator

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple, cast
 
 import numpy as np
 
+from cbsim.common.pcg64 import WordStream
 from cbsim.common.rng import stream
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX
@@ -145,12 +146,12 @@ class SpeculativeDecoding:
         # TensorRT-LLM's k = 0 defect (see cbsim.engine.speculative.drafter_state)
         self.stale_drafter = config.drafter_state_at_k0 == "stale"
         self.stale_scale = float(config.stale_acceptance_scale)
-        self._stale_rngs: dict[int, np.random.Generator] = {}
+        self._stale_streams: dict[int, WordStream] = {}
         self.slots = SpecSlots()
         # per replica: its acceptance draws, its requests' own α, and its α so far (maximum
         # likelihood over its steps, the model's prior before any), so that a replica advanced
         # ahead of the others in one event draws and learns exactly as if stepped
-        self._draw_rngs: dict[int, np.random.Generator] = {}
+        self._draw_streams: dict[int, WordStream] = {}
         self._request_rngs: dict[int, np.random.Generator] = {}
         self._replica_alphas: dict[int, AlphaEstimator] = {}
         # the goodput policy (per batch or per request) chooses k in compiled code when the cost
@@ -182,20 +183,31 @@ class SpeculativeDecoding:
             self._verify_fused = acceptance
         self._verify_call = KernelCall(verify_step_kernel)
 
-    def draw_rng(self, replica: int) -> np.random.Generator:
-        """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream)."""
-        rng = self._draw_rngs.get(replica)
-        if rng is None:
+    def draw_stream(self, replica: int) -> WordStream:
+        """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream),
+        drawn from by the compiled verification and decode runs through its words."""
+        drawn = self._draw_streams.get(replica)
+        if drawn is None:
             extra = (replica,) if replica else ()
-            rng = self._draw_rngs[replica] = stream(self.seed, "acceptance", *extra)
-        return rng
+            drawn = WordStream(stream(self.seed, "acceptance", *extra))
+            self._draw_streams[replica] = drawn
+        return drawn
+
+    def draw_rng(self, replica: int) -> np.random.Generator:
+        """:meth:`draw_stream` as a generator, for Python draws."""
+        return self.draw_stream(replica).generator()
+
+    def stale_stream(self, replica: int) -> WordStream:
+        """Replica ``replica``'s draws thinning stale drafters' acceptance."""
+        drawn = self._stale_streams.get(replica)
+        if drawn is None:
+            drawn = WordStream(stream(self.seed, "acceptance:stale", replica))
+            self._stale_streams[replica] = drawn
+        return drawn
 
     def stale_rng(self, replica: int) -> np.random.Generator:
-        """Replica ``replica``'s draws thinning stale drafters' acceptance."""
-        rng = self._stale_rngs.get(replica)
-        if rng is None:
-            rng = self._stale_rngs[replica] = stream(self.seed, "acceptance:stale", replica)
-        return rng
+        """:meth:`stale_stream` as a generator, for Python draws."""
+        return self.stale_stream(replica).generator()
 
     def _request_rng(self, replica: int) -> np.random.Generator:
         rng = self._request_rngs.get(replica)
@@ -568,9 +580,8 @@ class SpeculativeDecoding:
         generated = _NO_OUTPUTS
         if model.drift:
             generated = np.fromiter(map(GENERATED, reqs), np.int64, count)
-        uniforms = self.draw_rng(replica).random((count, width))
         drawn, rejected_sum = self._verify_call(
-            uniforms, ks, slots, levels, generated, own.accepted, own.rejected, own.ema,
+            self.draw_stream(replica).words(), width, ks, slots, levels, generated, own.accepted, own.rejected, own.ema,
             model.code, model.iid_alpha, model.rates, model.drift, EMA_WEIGHT,
         )  # fmt: skip
         return drawn.tolist(), int(rejected_sum)

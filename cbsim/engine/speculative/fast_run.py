@@ -10,9 +10,8 @@ on the requests' state, the replica's acceptance statistics and its random strea
 the same goodput sweep over candidate k (:func:`~cbsim.engine.speculative.goodput_kernel.goodput_sweep`, scoring candidates with the
 compiled expected tokens the stepped policy also uses, :mod:`cbsim.engine.speculative.expected`), the
 same target and draft prices (:mod:`cbsim.cost.compiled`), the same acceptance draws from the
-replica's ``numpy.random.Generator`` (its PCG64 state stepped in the kernel as numpy steps it,
-:mod:`cbsim.common.pcg64`, and the generator set to where the kernel left it), the same α
-estimates and KV accounting.
+replica's stream (its PCG64 state stepped in the kernel as numpy steps it, held as words between
+calls: :class:`cbsim.common.pcg64.WordStream`), the same α estimates and KV accounting.
 
 What can run compiled: the ``fixed``, ``batch_table``, ``adaptive_hysteresis`` (its per-replica
 tier state copied in and written back when the run stands) and ``goodput`` k policies, per batch
@@ -36,7 +35,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from cbsim.common.pcg64 import WordArray, next_double, set_state, state_words
+from cbsim.common.pcg64 import WordArray, next_double
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
 from cbsim.engine.speculative.acceptance import (
@@ -571,10 +570,10 @@ class SpecRunEffects:
     ema: FloatArray
     cluster: IntArray
     counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
-    rng_state: Any
+    rng_state: WordArray  # the acceptance stream's words before the run
     tiers: ReplicaTiers
     stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
-    stale_rng_state: Any  # the adaptive_hysteresis policy's replica state after the run
+    stale_rng_state: WordArray  # the stale drafters' stream's words before the run
     slots: IntArray  # the requests' slots in the decoder's SpecSlots
 
 
@@ -625,27 +624,22 @@ def plan_spec_run(
     ema, model_alpha = reals
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
         model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
-    # the acceptance streams as PCG64 words (cbsim.common.pcg64), from where they stood before
-    # the run when it is planned again; the generators are set to where the kernel leaves them
-    rng = spec.draw_rng(replica)
+    # the acceptance streams as PCG64 words (cbsim.common.pcg64: WordStream), advanced in place
+    # by the kernel; planned again, a run starts from where they stood before it
+    words = spec.draw_stream(replica).words()
     if restart is not None:
         assert restart.spec is not None
-        rng_state = restart.spec.rng_state
-    else:
-        rng_state = rng.bit_generator.state
-    words = state_words(rng_state)
+        words[:] = restart.spec.rng_state
+    rng_state = words.copy()
     stale = _NO_STALE
-    stale_rng = None
     stale_words = _NO_WORDS
-    stale_rng_state = None
+    stale_rng_state = _NO_WORDS
     if spec.stale_drafter:
         stale = store.stale[slots].astype(np.int64)
-        stale_rng = spec.stale_rng(replica)
+        stale_words = spec.stale_stream(replica).words()
         if restart is not None and restart.spec is not None:
-            stale_rng_state = restart.spec.stale_rng_state
-        else:
-            stale_rng_state = stale_rng.bit_generator.state
-        stale_words = state_words(stale_rng_state)
+            stale_words[:] = restart.spec.stale_rng_state
+        stale_rng_state = stale_words.copy()
     remaining = output - generated
     target = spec.target.compiled(verify_bound)
     if settings.proposer == NGRAM:
@@ -690,9 +684,6 @@ def plan_spec_run(
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
         horizon_s, MAX_RUN_ITERATIONS, step_budget,
     )  # fmt: skip
-    set_state(rng, words)
-    if stale_rng is not None:
-        set_state(stale_rng, stale_words)
     if n <= 0:
         return None
     effects.counters = counters

@@ -30,6 +30,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from cbsim.common.pcg64 import WordArray, fill_doubles
 from cbsim.cost.compiled import CompiledCost
 from cbsim.engine.speculative.acceptance import (
     AcceptanceModel,
@@ -227,7 +228,8 @@ def position_rate(
 
 @numba.njit(cache=True)
 def verify_step_kernel(
-    uniforms: FloatArray,
+    words: WordArray,
+    width: int,
     ks: IntArray,
     slots: IntArray,
     levels: FloatArray,
@@ -243,13 +245,16 @@ def verify_step_kernel(
 ) -> tuple[IntArray, int]:  # pragma: no cover - compiled
     """A stepped iteration's verification of its speculating requests (their drafts ``ks`` > 0
     and slots, in batch order): each request's accepted drafts, the leading successes of its
-    trials (trial j succeeds when ``uniforms[i, j]`` is below its rate, as
+    trials (trial j succeeds when the uniform ``[i, j]`` of the stream's next ``len(ks) x width``,
+    drawn from its PCG64 ``words`` as ``Generator.random`` draws them, is below its rate, as
     :func:`~cbsim.engine.speculative.acceptance.leading_successes` counts them), and its slot's
     counts and EMA updated (:func:`~cbsim.engine.speculative.slots.observe_steps`); returns the
     counts and how many steps rejected a draft. ``levels``: each request's drawn α (its θ / m
     for ``SCALED``); ``generated``: its outputs so far (read with a ``drift``); ``rates``: the
     positional rates, the last repeated beyond them."""
-    n, width = uniforms.shape
+    n = len(ks)
+    uniforms = np.empty((n, width))
+    fill_doubles(words, uniforms)
     drawn = np.zeros(n, dtype=np.int64)
     for i in range(n):
         k = ks[i]

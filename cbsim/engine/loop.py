@@ -166,9 +166,7 @@ class Simulation:
         # its running requests between iterations
         if self.load is None and not self.disaggregated:
             for replica in self.replicas:
-                pool = replica.pool
-                if pool is not None and pool.spec is None and replica.scheduler.prefix is None:
-                    replica.scheduler.keep_cohort()
+                replica.keep_cohort()
 
     def _add_prefix_caches(self, workload: Workload) -> None:
         """Prefix caches on the replicas that cache prefixes, with the interner that turns

@@ -24,6 +24,7 @@ from cbsim.cost import CostModel
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.decode_run import DecodeRun, plan_decode_run
 from cbsim.engine.scheduler import SchedulerPolicy
+from cbsim.engine.speculative.cohort import SpecCohort
 from cbsim.engine.speculative.decoder import SpeculativeDecoding
 from cbsim.engine.speculative.fast_run import KernelSettings, plan_spec_run
 from cbsim.schema.pools import PoolPlan
@@ -178,6 +179,18 @@ class Replica:
         self.delivered_s = free
         return out
 
+    def keep_cohort(self) -> None:
+        """Keep the scheduler's running decodes in a decode cohort, plain or speculative
+        (:mod:`cbsim.engine.scheduler.cohort`, :mod:`cbsim.engine.speculative.cohort`), where
+        no prefix cache reads them and the speculative decoder plans and verifies compiled."""
+        pool, sched = self.pool, self.scheduler
+        if pool is None or sched.prefix is not None:
+            return
+        if pool.spec is None:
+            sched.keep_cohort()
+        elif pool.spec.forms_cohorts:
+            sched.keep_spec_cohort(SpecCohort(sched.kv.block_size, pool.spec.state))
+
     def plan_run(
         self,
         start: float,
@@ -196,6 +209,7 @@ class Replica:
         assert pool is not None
         if pool.spec is not None:
             assert pool.spec_kernel is not None
+            sched.dissolve_cohort()  # the run reads and advances the requests themselves
             return plan_spec_run(
                 pool.spec,
                 pool.spec_kernel,

@@ -23,7 +23,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from cbsim.common.errors import unknown_name
 from cbsim.cost.roofline import BatchStats
@@ -33,6 +33,9 @@ from cbsim.memory.kvcache import KVCache, blocks_for_tokens
 from cbsim.memory.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
 from cbsim.workload.request import Request, Status
+
+if TYPE_CHECKING:
+    from cbsim.engine.speculative.cohort import SpecCohort
 
 # running requests from which a decode cohort pays (joins, calendars and array reads cost more
 # than stepping a handful of requests one by one), and below which one is dissolved; for a
@@ -91,6 +94,8 @@ class Batch:
     load_s: float = 0.0  # KV loaded from the CPU tier for this step (prefix caching)
     gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration
     cohort: int = 0  # decodes of the scheduler's decode cohort, ahead of ``requests``
+    # the speculative decode cohort whose members are those decodes (None: the plain one)
+    members: SpecCohort | None = None
 
     def __len__(self) -> int:
         return len(self.requests) + self.cohort
@@ -152,6 +157,8 @@ class SchedulerPolicy(ABC):
         # the decode cohort (keep_cohort) and, while it has members, the running requests
         # outside it in running order (None: every running request is outside)
         self.cohort: DecodeCohort | None = None
+        # or, for speculative decoding, the speculative decode cohort (keep_spec_cohort)
+        self.spec_cohort: SpecCohort | None = None
         self._outsiders: list[Request] | None = None
         # joined the cohort since its last iteration completed (in the one formed, or before a
         # decode run was planned): their last tokens are their own, not the cohort's
@@ -167,17 +174,27 @@ class SchedulerPolicy(ABC):
         if self.forms_cohorts:
             self.cohort = DecodeCohort(self.kv.block_size)
 
+    def keep_spec_cohort(self, cohort: SpecCohort) -> None:
+        """Keep running speculative decodes in ``cohort`` (:mod:`cbsim.engine.speculative.cohort`),
+        where :meth:`keep_cohort` would keep plain ones."""
+        if self.forms_cohorts:
+            self.spec_cohort = cohort
+
     def materialize_cohort(self) -> None:
         """Write the cohort's members' current state into their requests (it carries on)."""
         if self.cohort is not None:
             self.cohort.materialize()
+        if self.spec_cohort is not None:
+            self.spec_cohort.materialize()
 
     def _in_cohort_now(self) -> bool:
         """Whether the running decodes go through the decode cohort now: from
         :data:`COHORT_FROM` running requests on, until they fall under :data:`COHORT_UNDER`
         (then it is dissolved); :data:`MIXED_COHORT_FROM` and :data:`MIXED_COHORT_UNDER` where
         the policy :attr:`mixes_decodes`. Either way the results are the same."""
-        cohort = self.cohort
+        cohort: DecodeCohort | SpecCohort | None = self.cohort
+        if cohort is None:
+            cohort = self.spec_cohort
         if cohort is None:
             return False
         mixed = self.mixes_decodes
@@ -214,11 +231,29 @@ class SchedulerPolicy(ABC):
 
     def dissolve_cohort(self) -> None:
         """Write the members back and empty the cohort: every running request is outside it."""
-        cohort = self.cohort
-        if cohort is not None and self._outsiders is not None:
-            cohort.dissolve()
-            self._outsiders = None
-            self._entrants = []
+        if self._outsiders is None:
+            return
+        if self.cohort is not None:
+            self.cohort.dissolve()
+        if self.spec_cohort is not None:
+            self.spec_cohort.dissolve()
+        self._outsiders = None
+        self._entrants = []
+
+    def spill_cohort(self, batch: Batch) -> None:
+        """Put the speculative cohort's members, formed into ``batch``, back into it as entries of
+        one token each (ahead of the others, as the one-by-one path puts them), written back, and
+        empty the cohort: for a step the cohort's compiled plan cannot take."""
+        cohort = batch.members
+        assert cohort is not None and cohort is self.spec_cohort
+        cohort.materialize()
+        members = cohort.requests
+        batch.requests[:0] = members
+        batch.new_tokens[:0] = [1] * len(members)
+        batch.cohort = 0
+        batch.members = None
+        cohort.requests = []
+        self._outsiders = None
 
     # ------------------------------------------------------------------ queue interface
 
@@ -250,8 +285,10 @@ class SchedulerPolicy(ABC):
                 prefill = req.prefill_target - req.kv_tokens  # Request.outstanding_tokens
                 total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
             if outsiders is not None:
-                assert self.cohort is not None
-                total += self.cohort.outputs_left()
+                if self.cohort is not None:
+                    total += self.cohort.outputs_left()
+                elif self.spec_cohort is not None:
+                    total += self.spec_cohort.outputs_left()
             self._running_tokens = total
         return total
 
@@ -541,7 +578,11 @@ class SchedulerPolicy(ABC):
             victim = self.running[-1]
             cohort = self.cohort
             if victim in batch.requests or (
-                batch.cohort and cohort is not None and victim in cohort
+                batch.cohort
+                and (
+                    (cohort is not None and victim in cohort)
+                    or (batch.members is not None and victim in batch.members)
+                )
             ):
                 victim = req
             self._preempt(victim)
@@ -559,7 +600,10 @@ class SchedulerPolicy(ABC):
         left. The decodes' sums go into the batch's stats at the end, in one
         :meth:`BatchStats.add_many`: they are whole numbers, so the sums are the same."""
         if self._in_cohort_now():
-            left = self._add_cohort(batch, budget, prefilling)
+            if self.spec_cohort is not None:
+                left = self._add_spec_cohort(batch, budget, prefilling)
+            else:
+                left = self._add_cohort(batch, budget, prefilling)
             if left is not None:
                 return left
             self.dissolve_cohort()
@@ -604,29 +648,16 @@ class SchedulerPolicy(ABC):
         batch (no ``prefilling`` list)."""
         cohort = self.cohort
         assert cohort is not None
-        outsiders = self._outside()
-        entrants: list[Request] = []
-        others: list[Request] = []
+        split = self._split_outsiders(len(cohort), budget, prefilling)
+        if split is None or isinstance(split, int):
+            return split
+        entrants, others = split
+        decodes = len(cohort) + len(entrants)
         block_size = self.kv.block_size
         blocks = cohort.blocks_due()
-        for req in outsiders:
-            kv = req.kv_tokens
-            if kv < req.prefill_target:
-                others.append(req)
-                continue
-            if req.generated == 0:
-                return None  # its next token is its first: not a plain decode
-            entrants.append(req)
-            if -(-(kv + 1) // block_size) > req.blocks:
+        for req in entrants:
+            if -(-(req.kv_tokens + 1) // block_size) > req.blocks:
                 blocks += 1
-        decodes = len(cohort) + len(entrants)
-        if decodes > budget or (others and prefilling is None):
-            return None
-        if not decodes:  # nothing decodes: no cohort iteration (none completes)
-            self._outsiders = others
-            if prefilling is not None:
-                prefilling.extend(others)
-            return budget
         if not self.kv.can_allocate(blocks):
             return None
         for req in entrants:
@@ -641,6 +672,99 @@ class SchedulerPolicy(ABC):
         batch.stats.add_many(decodes, 1, context)
         batch.decode_tokens += decodes
         return budget - decodes
+
+    def _split_outsiders(
+        self, members: int, budget: int, prefilling: list[Request] | None
+    ) -> tuple[list[Request], list[Request]] | int | None:
+        """The running requests outside a cohort of ``members`` that would join it (decoding)
+        and those still prefilling, in running order; or, when nothing decodes, the ``budget``
+        (the prefilling ones handed to ``prefilling``); None where the cohort cannot form: a
+        request's next token is its first, the budget does not hold every decode, or a request
+        still prefilling would be put in the batch (no ``prefilling`` list)."""
+        entrants: list[Request] = []
+        others: list[Request] = []
+        for req in self._outside():
+            if req.kv_tokens < req.prefill_target:
+                others.append(req)
+                continue
+            if req.generated == 0:
+                return None  # its next token is its first: not a plain decode
+            entrants.append(req)
+        decodes = members + len(entrants)
+        if decodes > budget or (others and prefilling is None):
+            return None
+        if not decodes:  # nothing decodes: no cohort iteration (none completes)
+            self._outsiders = others
+            if prefilling is not None:
+                prefilling.extend(others)
+            return budget
+        return entrants, others
+
+    def _add_spec_cohort(
+        self, batch: Batch, budget: int, prefilling: list[Request] | None
+    ) -> int | None:
+        """:meth:`_add_decodes` with the decodes in the speculative decode cohort: the running
+        requests outside it that decode join it (in running order, each drawing its α if new),
+        its members' blocks grow for one more token each, and the cohort is formed into the
+        batch. None, changing nothing, where :meth:`_add_cohort` would give None."""
+        cohort = self.spec_cohort
+        assert cohort is not None
+        split = self._split_outsiders(len(cohort), budget, prefilling)
+        if split is None or isinstance(split, int):
+            return split
+        entrants, others = split
+        decodes = len(cohort) + len(entrants)
+        block_size = self.kv.block_size
+        blocks = cohort.blocks_due()
+        for req in entrants:
+            need = -(-(req.kv_tokens + 1) // block_size) - req.blocks
+            if need > 0:
+                blocks += need
+        if not self.kv.can_allocate(blocks):
+            return None
+        cohort.grow_for_next_token()
+        for req in entrants:
+            need = -(-(req.kv_tokens + 1) // block_size) - req.blocks
+            if need > 0:
+                req.blocks += need
+            cohort.join(req)
+        self.kv.allocate(blocks)
+        self._outsiders = others
+        if prefilling is not None:
+            prefilling.extend(others)
+        batch.cohort = decodes
+        batch.members = cohort
+        batch.stats.add_many(decodes, 1, cohort.context())
+        batch.decode_tokens += decodes
+        return budget - decodes
+
+    def _complete_spec_cohort(
+        self, cohort: SpecCohort, now: float, row: int, prev_row: int, on_finish: FinishCallback
+    ) -> tuple[int, int, list[Request]]:
+        """Apply the speculative cohort's part of a finished step (see :meth:`complete`);
+        returns the tokens it emitted, those whose previous token came in the previous
+        iteration, and the members that finished (out of the cohort)."""
+        emitted, gap_tokens, zero_gaps, paused, done = cohort.complete(
+            row, prev_row, self.kv, not self.reserves_full_length
+        )
+        self.zero_gaps += zero_gaps
+        gap_pairs = self.gap_pairs
+        for previous in paused:
+            gap_pairs.append(row)
+            gap_pairs.append(previous)
+        finished = []
+        members = cohort.requests
+        for at in done:
+            req = members[at]
+            req.status = Status.FINISHED
+            req.finish_s = now
+            self.kv.free(req.blocks)
+            req.blocks = 0
+            finished.append(req)
+            on_finish(req)
+        if done:
+            cohort.leave(done)
+        return emitted, gap_tokens, finished
 
     def _complete_cohort(
         self, now: float, row: int, prev_row: int, on_finish: FinishCallback
@@ -715,7 +839,11 @@ class SchedulerPolicy(ABC):
         emitted_total = 0
         finished: list[Request] = []
         gap_tokens = 0
-        if batch.cohort:
+        if batch.members is not None:
+            emitted_total, gap_tokens, finished = self._complete_spec_cohort(
+                batch.members, now, row, prev_row, on_finish
+            )
+        elif batch.cohort:
             gap_tokens, finished = self._complete_cohort(now, row, prev_row, on_finish)
             emitted_total = batch.cohort
         accepted = batch.accepted

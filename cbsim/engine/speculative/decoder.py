@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import TYPE_CHECKING, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -28,8 +28,10 @@ from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX
 from cbsim.cost.compiled import CompiledCost
 from cbsim.cost.kernel_call import KernelCall
+from cbsim.engine.speculative import cohort as cohort_fields
 from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
+from cbsim.engine.speculative.cohort import IntArray, SpecCohort
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -69,7 +71,7 @@ from cbsim.engine.speculative.step_kernel import (
     reserve_kernel,
     verify_step_kernel,
 )
-from cbsim.memory.kvcache import blocks_for_tokens
+from cbsim.memory.kvcache import KVCache, blocks_for_tokens
 from cbsim.schema.speculative import Speculative
 from cbsim.workload.request import Request
 
@@ -256,6 +258,11 @@ class SpeculativeDecoding:
 
     def plan(self, batch: Batch, sched: SchedulerPolicy, replica: int = 0) -> float:
         """Choose k per decoding request, reserve KV, rewrite the batch; returns the draft seconds."""
+        if batch.members is not None:
+            drafting = self._plan_cohort(batch, sched, batch.members, replica)
+            if drafting is not None:
+                return drafting
+            sched.spill_cohort(batch)  # request by request, as if never formed
         requests = batch.requests
         new_tokens = batch.new_tokens
         ks_all = [0] * len(requests)
@@ -347,9 +354,41 @@ class SpeculativeDecoding:
         policy's, cut to the outputs left; the stale drafters marked) for the Python path to
         reserve from; None where the cost models do not compile for this step. ``spare``: the
         drafts the step's token budget leaves room for (:func:`draft_room`)."""
+        count = len(reqs)
+        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
+        call = self._fused_call(
+            len(batch.requests), slots, remaining, contexts, blocks, prefill, prior, replica, spare,
+            sched.kv,
+        )  # fmt: skip
+        if call is None:
+            return None
+        wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = call
+        if stop < count:
+            return wanted  # type: ignore[no-any-return]
+        allocate_grown(sched, reqs, grown)
+        set_drafts(batch, kept.tolist())
+        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
+
+    def _fused_call(
+        self,
+        batch_size: int,
+        slots: IntArray,
+        remaining: IntArray,
+        contexts: IntArray,
+        blocks: IntArray,
+        prefill: BatchStats,
+        prior: float,
+        replica: int,
+        spare: int,
+        kv: KVCache,
+    ) -> tuple[Any, ...] | None:
+        """The compiled plan of a step of ``batch_size`` entries whose decoding ones have
+        ``slots``, outputs ``remaining``, ``contexts`` and ``blocks`` (in batch order)
+        (:func:`~cbsim.engine.speculative.step_kernel.plan_step_kernel`'s results), or None
+        where the cost models do not compile for it."""
         step = self._step
         assert step is not None
-        count = len(reqs)
+        count = len(slots)
         target = self.target.compiled(prefill.num_tokens + count * (step.k_max + 1))
         if target is None:
             return None
@@ -361,34 +400,54 @@ class SpeculativeDecoding:
         policy, fixed_k = step.policy, step.fixed_k
         if policy == ADAPTIVE:  # the replica's tier for this batch (AdaptiveHysteresisK.choose)
             assert isinstance(self.policy, AdaptiveHysteresisK)
-            policy, fixed_k = FIXED, self.policy.k_for(len(batch.requests), replica)
-        kv = sched.kv
+            policy, fixed_k = FIXED, self.policy.k_for(batch_size, replica)
         room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
         own = self.slots
-        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
-        wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = self._step_call(
+        result: tuple[Any, ...] = self._step_call(
             own.accepted, own.rejected, own.stale, slots, prior, PRIOR_STRENGTH, remaining,
-            contexts, blocks, policy, fixed_k, step.table, len(batch.requests), step.k_max,
+            contexts, blocks, policy, fixed_k, step.table, batch_size, step.k_max,
             step.per_request, target, drafter.kind, draft, base, self.stale_drafter, spare,
             kv.block_size, room,
         )  # fmt: skip
-        if stop < count:
-            return wanted  # type: ignore[no-any-return]
-        allocate_grown(sched, reqs, grown)
-        set_drafts(batch, kept.tolist())
-        stats = prefill.copy()
-        stats.num_requests += count
-        stats.num_tokens += tokens
-        stats.sampled_tokens += tokens
-        stats.decode_tokens += tokens
-        stats.decode_kv_tokens += kv_tokens
-        stats.decode_pairs += pairs
-        stats.decode_requests += count
-        batch.stats = stats
-        batch.prefill_tokens = prefill.num_tokens
-        batch.decode_tokens = plain
-        batch.draft_s = drafting
-        return float(drafting)
+        return result
+
+    def _plan_cohort(
+        self, batch: Batch, sched: SchedulerPolicy, cohort: SpecCohort, replica: int
+    ) -> float | None:
+        """:meth:`plan` of a step whose decoding entries are the speculative cohort's members
+        (:mod:`~cbsim.engine.speculative.cohort`), on its table: the draft seconds, the batch
+        and the members' drafts and blocks set; None, changing nothing, where the compiled plan
+        does not take the step whole (the cost models do not compile for it, or a reservation
+        falls short) or an entry outside the cohort decodes."""
+        requests = batch.requests
+        new_tokens = batch.new_tokens
+        prefill = BatchStats()
+        for i, req in enumerate(requests):
+            kv = req.kv_tokens
+            if kv >= req.prefill_target:
+                return None
+            q = new_tokens[i]
+            prefill.add(q, kv, batch_sampled(req, q))
+        count = len(cohort)
+        spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
+        blocks = cohort.column(cohort_fields.BLOCKS)
+        remaining = cohort.column(cohort_fields.OUTPUTS) - cohort.column(cohort_fields.GENERATED)
+        call = self._fused_call(
+            len(batch), cohort.column(cohort_fields.SLOT), remaining,
+            cohort.column(cohort_fields.KV_TOKENS), blocks, prefill, self.prior_alpha(replica),
+            replica, spare, sched.kv,
+        )  # fmt: skip
+        if call is None or call[3] < count:
+            return None
+        _, kept, grown, _, tokens, kv_tokens, pairs, plain, drafting = call
+        total = int(grown.sum())
+        if total:
+            sched.kv.allocate(total)
+            blocks += grown
+        cohort.column(cohort_fields.DRAFTS)[:] = kept
+        batch.ks = [0] * len(requests)
+        batch.decoding = []
+        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
 
     def _choose(
         self,
@@ -496,6 +555,9 @@ class SpeculativeDecoding:
 
     def verify(self, batch: Batch, replica: int = 0) -> None:
         """Draw each speculating request's accepted drafts and update its decoder."""
+        if batch.members is not None:
+            self._verify_cohort(batch, batch.members, replica)
+            return
         ks_all = batch.ks
         assert ks_all is not None
         requests = batch.requests
@@ -529,6 +591,54 @@ class SpeculativeDecoding:
         k_min = min(ks_list) if len(rows) == len(decoding) else 0
         totals = (drafted + len(rows), drafted, accepted_sum, k_min, max(ks_list), len(decoding))
         batch.spec_totals = totals
+
+    def _verify_cohort(self, batch: Batch, cohort: SpecCohort, replica: int) -> None:
+        """:meth:`verify` of a step whose decoding entries are the speculative cohort's members,
+        on its table: the same draws (:meth:`_verify_compiled`'s kernel) and counts."""
+        batch.accepted = [0] * len(batch.requests)
+        count = len(cohort)
+        ks = cohort.column(cohort_fields.DRAFTS)
+        cohort.column(cohort_fields.DECODE_STEPS)[:] += 1
+        accepted = cohort.column(cohort_fields.ACCEPTED)
+        accepted[:] = 0
+        rows = np.flatnonzero(ks)
+        if not len(rows):
+            batch.spec_totals = (0, 0, 0, 0, 0, count)
+            return
+        model = self._verify_fused
+        assert model is not None
+        own = self.slots
+        ks_rows = ks[rows]
+        slots = cohort.column(cohort_fields.SLOT)[rows]
+        levels = own.model_alpha[slots]
+        if model.code == SCALED:
+            levels = level_scale(levels, self.acceptance.prior_alpha())
+        generated = _NO_OUTPUTS
+        if model.drift:
+            generated = cohort.column(cohort_fields.GENERATED)[rows]
+        k_max = int(ks_rows.max())
+        drawn, rejected_sum = self._verify_call(
+            self.draw_stream(replica).words(), k_max, ks_rows, slots, levels, generated,
+            own.accepted, own.rejected, own.ema, model.code, model.iid_alpha, model.rates,
+            model.drift, EMA_WEIGHT,
+        )  # fmt: skip
+        if self.policy.observes_batches:
+            self.policy.observe_batch(replica, ks_rows.tolist(), drawn.tolist())
+        accepted[rows] = drawn
+        cohort.column(cohort_fields.SPEC_STEPS)[rows] += 1
+        cohort.column(cohort_fields.DRAFTED)[rows] += ks_rows
+        cohort.column(cohort_fields.ACCEPTED_TOTAL)[rows] += drawn
+        accepted_sum = int(drawn.sum())
+        self.replica_alpha(replica).observe_counts(accepted_sum, int(rejected_sum))
+        drafted = int(ks_rows.sum())
+        k_min = int(ks_rows.min()) if len(rows) == count else 0
+        batch.spec_totals = (drafted + len(rows), drafted, accepted_sum, k_min, k_max, count)
+
+    @property
+    def forms_cohorts(self) -> bool:
+        """Whether a speculative decode cohort can hold this decoder's running requests: its
+        steps are planned and verified in compiled calls."""
+        return self._step is not None and self._verify_fused is not None
 
     def _verify_python(
         self, reqs: list[Request], ks: np.ndarray, ks_list: list[int], replica: int
@@ -585,6 +695,34 @@ class SpeculativeDecoding:
             model.code, model.iid_alpha, model.rates, model.drift, EMA_WEIGHT,
         )  # fmt: skip
         return drawn.tolist(), int(rejected_sum)
+
+
+def _priced(
+    batch: Batch,
+    prefill: BatchStats,
+    count: int,
+    tokens: int,
+    kv_tokens: int,
+    pairs: float,
+    plain: int,
+    drafting: float,
+) -> float:
+    """Set ``batch``'s work to ``prefill`` plus the verify entries of its ``count`` decoding
+    requests (``tokens`` verified over ``kv_tokens`` keys and values, ``pairs`` causal pairs,
+    ``plain`` of them drafting nothing) and its drafting seconds, which it returns."""
+    stats = prefill.copy()
+    stats.num_requests += count
+    stats.num_tokens += tokens
+    stats.sampled_tokens += tokens
+    stats.decode_tokens += tokens
+    stats.decode_kv_tokens += kv_tokens
+    stats.decode_pairs += pairs
+    stats.decode_requests += count
+    batch.stats = stats
+    batch.prefill_tokens = prefill.num_tokens
+    batch.decode_tokens = plain
+    batch.draft_s = drafting
+    return float(drafting)
 
 
 class FusedStep(NamedTuple):

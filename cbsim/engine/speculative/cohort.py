@@ -1,0 +1,253 @@
+"""The speculative decode cohort: a busy replica's decoding requests held as columns.
+
+Under load a replica's batch holds a hundred decoding requests or more, and a speculative
+iteration touches each of them four times in Python: to grow its KV for the token it decodes, to
+gather what the k policy reads, to count what it accepted, and to advance it when the step ends.
+That was most of a speculative capacity search's time. A scheduler that forms its decodes in
+running order under a budget that holds them all (``sarathi``, ``prefill_first``: see
+:mod:`cbsim.engine.scheduler.cohort`, the plain decode cohort) keeps those requests here instead,
+each as a column of one integer table in running (admission) order: its KV tokens, outputs so far
+and to come, blocks, last token's row, speculative slot and counts, and this step's drafts and
+accepted drafts. A step then reads and writes the table in a few array operations and compiled
+calls, and a request's own fields are written back only when it leaves: when it finishes, when the
+cohort is dissolved (before a decode run, a preemption or anything that changes requests one by
+one), and at the end of the run.
+
+Nothing changes in what is computed: the members are the batch's decoding entries in the order
+the one-by-one path puts them, a request joining draws its α in that order, its blocks grow as
+they would one by one (the cohort forms only when all of them fit, which is when no request
+would be preempted), the policy, reservation and verification are the same compiled calls on the
+same arrays, and the step's end applies each member's accepted drafts, released blocks, pauses
+and finish in batch order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+from cbsim.cost.kernel_call import KernelCall
+from cbsim.memory.kvcache import KVCache
+from cbsim.workload.request import Request
+
+
+class Slotted(Protocol):
+    """A request's speculative state as the cohort reads it: its slot in the decoder's
+    :class:`~cbsim.engine.speculative.slots.SpecSlots`."""
+
+    @property
+    def slot(self) -> int: ...
+
+
+IntArray = npt.NDArray[np.int64]
+
+# the rows of the table, one column per member
+(
+    KV_TOKENS,
+    GENERATED,
+    OUTPUTS,
+    BLOCKS,
+    LAST_ROW,
+    SLOT,
+    ADMITTED,
+    SPEC_STEPS,
+    DRAFTED,
+    ACCEPTED_TOTAL,
+    DECODE_STEPS,
+    DRAFTS,
+    ACCEPTED,
+) = range(13)
+FIELDS = 13
+
+
+class SpecCohort:
+    """One replica scheduler's speculative decode cohort (see the module docstring)."""
+
+    __slots__ = ("_complete_call", "_state", "block_size", "requests", "table")
+
+    def __init__(self, block_size: int, state: Callable[[Request], Slotted]) -> None:
+        self.block_size = block_size
+        self._state = state  # gives a request its speculative state (drawing its α if new)
+        self.requests: list[Request] = []
+        self.table: IntArray = np.zeros((FIELDS, 64), dtype=np.int64)
+        self._complete_call = KernelCall(complete_members)  # dispatched once
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __contains__(self, req: Request) -> bool:
+        return req in self.requests
+
+    def column(self, field: int) -> IntArray:
+        """The members' ``field`` (a view: writing it writes the table)."""
+        column: IntArray = self.table[field, : len(self.requests)]
+        return column
+
+    # ------------------------------------------------------------------ joining and leaving
+
+    def join(self, req: Request) -> None:
+        """``req`` (decoding) joins in running order, its speculative state drawn if it has
+        none."""
+        slot = self._state(req).slot
+        count = len(self.requests)
+        if count == self.table.shape[1]:
+            self.table = np.concatenate([self.table, np.zeros_like(self.table)], axis=1)
+        table = self.table
+        at = count
+        if count and req.admit_seq < table[ADMITTED, count - 1]:
+            at = int(np.searchsorted(table[ADMITTED, :count], req.admit_seq))
+            table[:, at + 1 : count + 1] = table[:, at:count]
+        table[:, at] = (
+            req.kv_tokens,
+            req.generated,
+            req.output_tokens,
+            req.blocks,
+            req.last_row,
+            slot,
+            req.admit_seq,
+            req.spec_steps,
+            req.drafted_tokens,
+            req.accepted_tokens,
+            req.decode_steps,
+            0,
+            0,
+        )
+        self.requests.insert(at, req)
+
+    def write_back(self, at: int) -> Request:
+        """Write member ``at``'s state into its request, which it returns."""
+        req = self.requests[at]
+        (
+            req.kv_tokens,
+            req.generated,
+            _,
+            req.blocks,
+            req.last_row,
+            _,
+            _,
+            req.spec_steps,
+            req.drafted_tokens,
+            req.accepted_tokens,
+            req.decode_steps,
+            _,
+            _,
+        ) = self.table[:, at].tolist()
+        return req
+
+    def materialize(self) -> None:
+        """Write every member's state into its request (the cohort carries on)."""
+        for at in range(len(self.requests)):
+            self.write_back(at)
+
+    def dissolve(self) -> None:
+        """Write every member back and empty the cohort."""
+        self.materialize()
+        self.requests = []
+
+    def leave(self, positions: list[int]) -> None:
+        """Members at ``positions`` (ascending, written back) leave."""
+        count = len(self.requests)
+        keep = np.ones(count, dtype=np.bool_)
+        keep[positions] = False
+        kept = np.flatnonzero(keep)
+        self.table[:, : len(kept)] = self.table[:, kept]
+        gone = set(positions)
+        self.requests = [req for at, req in enumerate(self.requests) if at not in gone]
+
+    # ------------------------------------------------------------------ a step
+
+    def _shortfall(self) -> IntArray:
+        """Each member's blocks short of its next token (0 or less: none)."""
+        kv = self.column(KV_TOKENS)
+        short: IntArray = (kv + self.block_size) // self.block_size - self.column(BLOCKS)
+        return short
+
+    def blocks_due(self) -> int:
+        """The blocks the members need for one more token each."""
+        short = self._shortfall()
+        return int(short[short > 0].sum())
+
+    def grow_for_next_token(self) -> None:
+        """Give each member the blocks its next token needs (allocated by the caller)."""
+        short = self._shortfall()
+        growing = short > 0
+        self.column(BLOCKS)[growing] += short[growing]
+
+    def outputs_left(self) -> int:
+        """The outputs the members still have to sample (their outstanding tokens)."""
+        return int(self.column(OUTPUTS).sum() - self.column(GENERATED).sum())
+
+    def context(self) -> int:
+        """The KV tokens the members read (before the step)."""
+        return int(self.column(KV_TOKENS).sum())
+
+    def complete(
+        self, row: int, prev_row: int, kv: KVCache, release: bool
+    ) -> tuple[int, int, int, list[int], list[int]]:
+        """The formed step ended as recorder row ``row`` (the replica's previous one:
+        ``prev_row``): every member emits one token and its accepted drafts, gives back the
+        blocks reserved for rejected ones (``release``) and moves its last row. Returns the tokens
+        emitted, those whose previous token came in ``prev_row``, the accepted drafts (tokens
+        with no gap before them), the previous rows of the members that paused (in order) and
+        the positions of those that finished (their requests written back, still members)."""
+        emitted, gaps, zero_gaps, freed, paused, finished = self._complete_call(
+            self.table, len(self.requests), row, prev_row, self.block_size, release
+        )
+        if freed:
+            kv.free(freed)
+        done: list[int] = finished.tolist()
+        for at in done:
+            self.write_back(at)
+        return int(emitted), int(gaps), int(zero_gaps), paused.tolist(), done
+
+
+@numba.njit(cache=True)
+def complete_members(
+    table: IntArray, count: int, row: int, prev_row: int, block_size: int, release: bool
+) -> tuple[int, int, int, int, IntArray, IntArray]:  # pragma: no cover - compiled
+    """:meth:`SpecCohort.complete`'s arithmetic, member by member in order as
+    :meth:`~cbsim.engine.scheduler.base.SchedulerPolicy.complete` does it one request at a time:
+    the tokens emitted, the gapless ones, the zero gaps, the blocks released, the previous rows of
+    those that paused, the positions of those that finished."""
+    emitted_total = 0
+    gaps = 0
+    zero_gaps = 0
+    freed = 0
+    paused = np.empty(count, dtype=np.int64)
+    paused_count = 0
+    finished = np.empty(count, dtype=np.int64)
+    finished_count = 0
+    for i in range(count):
+        emitted = 1 + table[ACCEPTED, i]
+        kv = table[KV_TOKENS, i] + emitted
+        table[KV_TOKENS, i] = kv
+        if release:  # the blocks reserved for rejected drafts
+            surplus = table[BLOCKS, i] + (-kv // block_size)
+            if surplus > 0:
+                freed += surplus
+                table[BLOCKS, i] -= surplus
+        if table[LAST_ROW, i] == prev_row:
+            gaps += 1
+        else:
+            paused[paused_count] = table[LAST_ROW, i]
+            paused_count += 1
+        zero_gaps += emitted - 1
+        table[LAST_ROW, i] = row
+        generated = table[GENERATED, i] + emitted
+        table[GENERATED, i] = generated
+        emitted_total += emitted
+        if generated >= table[OUTPUTS, i]:
+            finished[finished_count] = i
+            finished_count += 1
+    return (
+        emitted_total,
+        gaps,
+        zero_gaps,
+        freed,
+        paused[:paused_count].copy(),
+        finished[:finished_count].copy(),
+    )

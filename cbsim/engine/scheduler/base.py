@@ -715,20 +715,13 @@ class SchedulerPolicy(ABC):
         entrants, others = split
         decodes = len(cohort) + len(entrants)
         block_size = self.kv.block_size
-        blocks = cohort.blocks_due()
-        for req in entrants:
-            need = -(-(req.kv_tokens + 1) // block_size) - req.blocks
-            if need > 0:
-                blocks += need
-        if not self.kv.can_allocate(blocks):
+        needs = [-(-(req.kv_tokens + 1) // block_size) - req.blocks for req in entrants]
+        if not cohort.grow_for_next_token(self.kv, sum(n for n in needs if n > 0)):
             return None
-        cohort.grow_for_next_token()
-        for req in entrants:
-            need = -(-(req.kv_tokens + 1) // block_size) - req.blocks
+        for req, need in zip(entrants, needs, strict=True):
             if need > 0:
                 req.blocks += need
             cohort.join(req)
-        self.kv.allocate(blocks)
         self._outsiders = others
         if prefilling is not None:
             prefilling.extend(others)

@@ -31,6 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.cost.kernel_call import KernelCall
+from cbsim.engine.speculative.step_kernel import verify_step_kernel
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request
 
@@ -44,6 +45,7 @@ class Slotted(Protocol):
 
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 # the rows of the table, one column per member
 (
@@ -155,27 +157,25 @@ class SpecCohort:
         keep[positions] = False
         kept = np.flatnonzero(keep)
         self.table[:, : len(kept)] = self.table[:, kept]
-        gone = set(positions)
-        self.requests = [req for at, req in enumerate(self.requests) if at not in gone]
+        requests = self.requests
+        for at in reversed(positions):
+            del requests[at]
 
     # ------------------------------------------------------------------ a step
 
-    def _shortfall(self) -> IntArray:
-        """Each member's blocks short of its next token (0 or less: none)."""
-        kv = self.column(KV_TOKENS)
-        short: IntArray = (kv + self.block_size) // self.block_size - self.column(BLOCKS)
-        return short
-
-    def blocks_due(self) -> int:
-        """The blocks the members need for one more token each."""
-        short = self._shortfall()
-        return int(short[short > 0].sum())
-
-    def grow_for_next_token(self) -> None:
-        """Give each member the blocks its next token needs (allocated by the caller)."""
-        short = self._shortfall()
+    def grow_for_next_token(self, kv: KVCache, extra: int) -> bool:
+        """Give each member the blocks its next token needs, allocated with ``extra`` more (the
+        joining requests'); False, changing nothing, where they do not all fit."""
+        tokens = self.column(KV_TOKENS)
+        short = (tokens + self.block_size) // self.block_size - self.column(BLOCKS)
         growing = short > 0
-        self.column(BLOCKS)[growing] += short[growing]
+        grown = short[growing]
+        total = int(grown.sum()) + extra
+        if not kv.can_allocate(total):
+            return False
+        self.column(BLOCKS)[growing] += grown
+        kv.allocate(total)
+        return True
 
     def outputs_left(self) -> int:
         """The outputs the members still have to sample (their outstanding tokens)."""
@@ -251,3 +251,68 @@ def complete_members(
         paused[:paused_count].copy(),
         finished[:finished_count].copy(),
     )
+
+
+@numba.njit(cache=True)
+def verify_members(
+    table: IntArray,
+    count: int,
+    words: npt.NDArray[np.uint64],
+    levels: FloatArray,
+    slot_accepted: IntArray,
+    slot_rejected: IntArray,
+    ema: FloatArray,
+    acceptance: int,
+    iid_alpha: float,
+    rates: FloatArray,
+    drift: float,
+    ema_weight: float,
+) -> tuple[int, int, int, int, int, int]:  # pragma: no cover - compiled
+    """A step's verification of the members drafting (k > 0, in order), as
+    :func:`~cbsim.engine.speculative.step_kernel.verify_step_kernel` verifies a batch's: their
+    accepted drafts and counts in the table (every member's decode steps counted), their slots'
+    counts and EMAs updated. ``levels``: each member's drawn α (scaled as the model reads it).
+    Returns the members drafting, the drafts, those accepted, the steps rejecting one, and the
+    least and most drafts of a member (the least 0 where some member drafted none)."""
+    rows = 0
+    width = 0
+    k_min = 1 << 62
+    for i in range(count):
+        table[DECODE_STEPS, i] += 1
+        table[ACCEPTED, i] = 0
+        k = table[DRAFTS, i]
+        if k > 0:
+            rows += 1
+            width = max(width, k)
+        k_min = min(k_min, k)
+    if rows == 0:
+        return 0, 0, 0, 0, 0, 0
+    ks = np.empty(rows, dtype=np.int64)
+    slots = np.empty(rows, dtype=np.int64)
+    row_levels = np.empty(rows)
+    generated = np.empty(rows, dtype=np.int64)
+    members = np.empty(rows, dtype=np.int64)
+    j = 0
+    for i in range(count):
+        if table[DRAFTS, i] > 0:
+            ks[j] = table[DRAFTS, i]
+            slots[j] = table[SLOT, i]
+            row_levels[j] = levels[i]
+            generated[j] = table[GENERATED, i]
+            members[j] = i
+            j += 1
+    drawn, rejecting = verify_step_kernel(
+        words, width, ks, slots, row_levels, generated, slot_accepted, slot_rejected, ema,
+        acceptance, iid_alpha, rates, drift, ema_weight,
+    )  # fmt: skip
+    drafted = 0
+    accepted = 0
+    for j in range(rows):
+        i = members[j]
+        table[ACCEPTED, i] = drawn[j]
+        table[SPEC_STEPS, i] += 1
+        table[DRAFTED, i] += ks[j]
+        table[ACCEPTED_TOTAL, i] += drawn[j]
+        drafted += ks[j]
+        accepted += drawn[j]
+    return rows, drafted, accepted, rejecting, k_min, width

@@ -31,7 +31,7 @@ from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative import cohort as cohort_fields
 from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
-from cbsim.engine.speculative.cohort import IntArray, SpecCohort
+from cbsim.engine.speculative.cohort import IntArray, SpecCohort, verify_members
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -184,6 +184,7 @@ class SpeculativeDecoding:
         ):
             self._verify_fused = acceptance
         self._verify_call = KernelCall(verify_step_kernel)
+        self._members_call = KernelCall(verify_members)
 
     def draw_stream(self, replica: int) -> WordStream:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream),
@@ -594,45 +595,33 @@ class SpeculativeDecoding:
 
     def _verify_cohort(self, batch: Batch, cohort: SpecCohort, replica: int) -> None:
         """:meth:`verify` of a step whose decoding entries are the speculative cohort's members,
-        on its table: the same draws (:meth:`_verify_compiled`'s kernel) and counts."""
+        in one compiled call on its table (:func:`~cbsim.engine.speculative.cohort.verify_members`):
+        the same draws as :meth:`_verify_compiled`'s, the same counts."""
         batch.accepted = [0] * len(batch.requests)
-        count = len(cohort)
-        ks = cohort.column(cohort_fields.DRAFTS)
-        cohort.column(cohort_fields.DECODE_STEPS)[:] += 1
-        accepted = cohort.column(cohort_fields.ACCEPTED)
-        accepted[:] = 0
-        rows = np.flatnonzero(ks)
-        if not len(rows):
-            batch.spec_totals = (0, 0, 0, 0, 0, count)
-            return
         model = self._verify_fused
         assert model is not None
         own = self.slots
-        ks_rows = ks[rows]
-        slots = cohort.column(cohort_fields.SLOT)[rows]
-        levels = own.model_alpha[slots]
+        count = len(cohort)
+        levels = own.model_alpha[cohort.column(cohort_fields.SLOT)]
         if model.code == SCALED:
             levels = level_scale(levels, self.acceptance.prior_alpha())
-        generated = _NO_OUTPUTS
-        if model.drift:
-            generated = cohort.column(cohort_fields.GENERATED)[rows]
-        k_max = int(ks_rows.max())
-        drawn, rejected_sum = self._verify_call(
-            self.draw_stream(replica).words(), k_max, ks_rows, slots, levels, generated,
-            own.accepted, own.rejected, own.ema, model.code, model.iid_alpha, model.rates,
-            model.drift, EMA_WEIGHT,
+        rows, drafted, accepted, rejected, k_min, k_max = self._members_call(
+            cohort.table, count, self.draw_stream(replica).words(), levels, own.accepted,
+            own.rejected, own.ema, model.code, model.iid_alpha, model.rates, model.drift,
+            EMA_WEIGHT,
         )  # fmt: skip
+        if not rows:
+            batch.spec_totals = (0, 0, 0, 0, 0, count)
+            return
         if self.policy.observes_batches:
-            self.policy.observe_batch(replica, ks_rows.tolist(), drawn.tolist())
-        accepted[rows] = drawn
-        cohort.column(cohort_fields.SPEC_STEPS)[rows] += 1
-        cohort.column(cohort_fields.DRAFTED)[rows] += ks_rows
-        cohort.column(cohort_fields.ACCEPTED_TOTAL)[rows] += drawn
-        accepted_sum = int(drawn.sum())
-        self.replica_alpha(replica).observe_counts(accepted_sum, int(rejected_sum))
-        drafted = int(ks_rows.sum())
-        k_min = int(ks_rows.min()) if len(rows) == count else 0
-        batch.spec_totals = (drafted + len(rows), drafted, accepted_sum, k_min, k_max, count)
+            drafting = np.flatnonzero(cohort.column(cohort_fields.DRAFTS))
+            self.policy.observe_batch(
+                replica,
+                cohort.column(cohort_fields.DRAFTS)[drafting].tolist(),
+                cohort.column(cohort_fields.ACCEPTED)[drafting].tolist(),
+            )
+        self.replica_alpha(replica).observe_counts(accepted, rejected)
+        batch.spec_totals = (drafted + rows, drafted, accepted, k_min, k_max, count)
 
     @property
     def forms_cohorts(self) -> bool:

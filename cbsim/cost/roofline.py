@@ -65,6 +65,7 @@ from cbsim.cost.compiled import (
     TOKEN,
     CompiledCost,
     FloatArray,
+    prefill_attention,
     stepped_seconds,
 )
 from cbsim.cost.kernel_call import KernelCall
@@ -372,7 +373,7 @@ class CostModel(OpPricing):
             stepped = self._stepped = _stepped_pricing(self)
         if stepped is None:
             return self.python_time_stats(stats)
-        call, compiled, fit, grid = stepped
+        call, compiled, fit, grid, _ = stepped
         return call(  # type: ignore[no-any-return]
             compiled,
             fit,
@@ -389,6 +390,21 @@ class CostModel(OpPricing):
             stats.decode_pairs,
             stats.decode_requests,
         )
+
+    def compiled_prefill_attention(
+        self, tokens: int, kv_tokens: int, pairs: float, requests: int
+    ) -> float | None:
+        """:meth:`attention_time` of one layer's prefill (``decode=False``) by the compiled
+        pricing :meth:`time_stats` calls (the same float), or None where the model does not
+        compile. For callers already pricing compiled: it does not count as a cold call."""
+        stepped = self._stepped
+        if stepped is False:
+            stepped = self._stepped = _stepped_pricing(self)
+        if stepped is None:
+            return None
+        _, compiled, fit, grid, prefill = stepped
+        seconds: float = prefill(compiled, fit, grid, tokens, kv_tokens, pairs, requests)
+        return seconds
 
     def python_time_stats(self, stats: BatchStats) -> float:
         """:meth:`time_stats` priced in Python, term by term."""
@@ -565,15 +581,21 @@ def _compiled_fit(cost: CostModel, fit: RooflineFit | None) -> dict[str, Any] | 
 
 def _stepped_pricing(
     cost: CostModel,
-) -> tuple[KernelCall, CompiledCost, FloatArray, FloatArray] | None:
+) -> tuple[KernelCall, CompiledCost, FloatArray, FloatArray, KernelCall] | None:
     """What :meth:`CostModel.time_stats` calls its compiled pricing with: the kernel, the model's
     pricing without tables (the batch's other kernels come from its token cache) and its prefill
-    fit; None when either cannot be compiled."""
+    fit; and the prefill attention's own kernel; None when either cannot be compiled."""
     base = _compiled_base(cost)
     prefill = compile_prefill(cost) if base is not None else None
     if base is None or prefill is None:
         return None
-    return KernelCall(stepped_seconds), base, prefill[0], prefill[1]
+    return (
+        KernelCall(stepped_seconds),
+        base,
+        prefill[0],
+        prefill[1],
+        KernelCall(prefill_attention),
+    )
 
 
 def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:

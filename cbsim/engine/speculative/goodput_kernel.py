@@ -396,14 +396,13 @@ def compiled_proposer(proposer: Proposer, target: CostModel) -> CompiledProposer
 
 
 def step_base(target: CostModel, prefill: BatchStats) -> StepBase:
-    """``prefill`` (a step's work beside its decoding requests) as the sweep's :class:`StepBase`."""
-    attention = target.attention_time(
-        prefill.prefill_tokens,
-        prefill.prefill_kv_tokens,
-        prefill.prefill_pairs,
-        decode=False,
-        requests=prefill.prefill_requests,
-    )
+    """``prefill`` (a step's work beside its decoding requests) as the sweep's :class:`StepBase`
+    (its prefill attention priced compiled where the model compiles: the same float)."""
+    tokens, kv_tokens = prefill.prefill_tokens, prefill.prefill_kv_tokens
+    pairs, requests = prefill.prefill_pairs, prefill.prefill_requests
+    attention = target.compiled_prefill_attention(tokens, kv_tokens, pairs, requests)
+    if attention is None:
+        attention = target.attention_time(tokens, kv_tokens, pairs, decode=False, requests=requests)
     return StepBase(
         int(prefill.num_requests),
         int(prefill.num_tokens),

@@ -209,7 +209,6 @@ class Replica:
         assert pool is not None
         if pool.spec is not None:
             assert pool.spec_kernel is not None
-            sched.dissolve_cohort()  # the run reads and advances the requests themselves
             return plan_spec_run(
                 pool.spec,
                 pool.spec_kernel,

@@ -240,6 +240,23 @@ class SchedulerPolicy(ABC):
         self._outsiders = None
         self._entrants = []
 
+    def spec_cohort_for_run(self) -> SpecCohort | None:
+        """The speculative cohort, holding every running request (the decoding ones outside it
+        joining, in running order), for a decode run to read and advance on its table; None,
+        the cohort dissolved, where it is not in use or a running request does not decode."""
+        cohort = self.spec_cohort
+        if cohort is None or not self._in_cohort_now():
+            self.dissolve_cohort()
+            return None
+        outsiders = self._outside()
+        if not self._all_decoding(outsiders):
+            self.dissolve_cohort()
+            return None
+        for req in outsiders:
+            cohort.join(req)
+        self._outsiders = []
+        return cohort
+
     def spill_cohort(self, batch: Batch) -> None:
         """Put the speculative cohort's members, formed into ``batch``, back into it as entries of
         one token each (ahead of the others, as the one-by-one path puts them), written back, and

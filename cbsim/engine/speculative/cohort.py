@@ -69,14 +69,25 @@ FIELDS = 13
 class SpecCohort:
     """One replica scheduler's speculative decode cohort (see the module docstring)."""
 
-    __slots__ = ("_complete_call", "_state", "block_size", "requests", "table")
+    __slots__ = (
+        "_complete_call",
+        "_state",
+        "advance_call",
+        "block_size",
+        "requests",
+        "rows_call",
+        "table",
+    )
 
     def __init__(self, block_size: int, state: Callable[[Request], Slotted]) -> None:
         self.block_size = block_size
         self._state = state  # gives a request its speculative state (drawing its α if new)
         self.requests: list[Request] = []
         self.table: IntArray = np.zeros((FIELDS, 64), dtype=np.int64)
-        self._complete_call = KernelCall(complete_members)  # dispatched once
+        # each dispatched once (cbsim.cost.kernel_call)
+        self._complete_call = KernelCall(complete_members)
+        self.rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
+        self.advance_call = KernelCall(advance_members)  # a decode run applied to the table
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -316,3 +327,61 @@ def verify_members(
         drafted += ks[j]
         accepted += drawn[j]
     return rows, drafted, accepted, rejecting, k_min, width
+
+
+@numba.njit(cache=True)
+def members_as_rows(table: IntArray, count: int, ints: IntArray, k_top: int) -> int:
+    """Copy the members' KV tokens, blocks, outputs so far and outputs into ``ints``' first four
+    rows (a decode run's state); returns the most tokens an iteration can verify (min(``k_top``,
+    outputs left) each)."""  # pragma: no cover - compiled
+    bound = 0
+    for i in range(count):
+        ints[0, i] = table[KV_TOKENS, i]
+        ints[1, i] = table[BLOCKS, i]
+        ints[2, i] = table[GENERATED, i]
+        ints[3, i] = table[OUTPUTS, i]
+        left = table[OUTPUTS, i] - table[GENERATED, i]
+        bound += left if left < k_top else k_top
+    return bound
+
+
+@numba.njit(cache=True)
+def advance_members(
+    table: IntArray,
+    count: int,
+    kv: IntArray,
+    generated: IntArray,
+    blocks: IntArray,
+    counters: IntArray,
+    first_row: int,
+    prev_row: int,
+    iterations: int,
+) -> tuple[IntArray, IntArray]:  # pragma: no cover - compiled
+    """A decode run of ``iterations`` iterations (rows from ``first_row``; the replica's
+    previous one ``prev_row``) applied to the members: their KV tokens, outputs and blocks after
+    it, its per-member ``counters`` (steps, drafts, accepted, decode steps, the iteration each
+    finished in or -1) added, their last rows moved. Returns the previous rows of the members
+    that paused before it, and the positions of those that finished (in order)."""
+    paused = np.empty(count, dtype=np.int64)
+    paused_count = 0
+    finished = np.empty(count, dtype=np.int64)
+    finished_count = 0
+    for i in range(count):
+        if table[LAST_ROW, i] != prev_row:
+            paused[paused_count] = table[LAST_ROW, i]
+            paused_count += 1
+        table[KV_TOKENS, i] = kv[i]
+        table[GENERATED, i] = generated[i]
+        table[BLOCKS, i] = blocks[i]
+        table[SPEC_STEPS, i] += counters[0, i]
+        table[DRAFTED, i] += counters[1, i]
+        table[ACCEPTED_TOTAL, i] += counters[2, i]
+        table[DECODE_STEPS, i] += counters[3, i]
+        done = counters[4, i]
+        if done >= 0:
+            table[LAST_ROW, i] = first_row + done
+            finished[finished_count] = i
+            finished_count += 1
+        else:
+            table[LAST_ROW, i] = first_row + iterations - 1
+    return paused[:paused_count].copy(), finished[:finished_count].copy()

@@ -38,10 +38,12 @@ import numpy.typing as npt
 from cbsim.common.pcg64 import WordArray, next_double
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
+from cbsim.engine.speculative import cohort as cohort_rows
 from cbsim.engine.speculative.acceptance import (
     level_scale,
 )
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
+from cbsim.engine.speculative.cohort import SpecCohort
 from cbsim.engine.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, UNBUDGETED, SpecState
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -575,6 +577,32 @@ class SpecRunEffects:
     stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
     stale_rng_state: WordArray  # the stale drafters' stream's words before the run
     slots: IntArray  # the requests' slots in the decoder's SpecSlots
+    cohort: SpecCohort | None = None  # the speculative cohort holding the requests, if one does
+
+
+def _rows_of_requests(
+    spec: SpeculativeDecoding, running: list[Request], ints: IntArray, k_top: int
+) -> tuple[IntArray, int]:
+    """Fill ``ints``' first four rows with the ``running`` requests' KV tokens, blocks, outputs
+    so far and outputs; return their slots (each request without a state drawing its α, in
+    running order) and the most tokens an iteration can verify (min(``k_top``, outputs left)
+    each)."""
+    slot_list = []
+    kv_list, block_list, generated_list, output_list = [], [], [], []
+    verify_bound = 0
+    for req in running:
+        state = req.spec
+        if not isinstance(state, SpecState) or state.slots is not spec.slots:
+            state = spec.state(req)
+        slot_list.append(state.slot)
+        kv_list.append(req.kv_tokens)
+        block_list.append(req.blocks)
+        generated_list.append(req.generated)
+        output_list.append(req.output_tokens)
+        left = req.output_tokens - req.generated
+        verify_bound += left if left < k_top else k_top
+    ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
+    return np.array(slot_list, dtype=np.int64), verify_bound
 
 
 def plan_spec_run(
@@ -596,27 +624,19 @@ def plan_spec_run(
     running = sched.running
     count = len(running)
     kv_cache = sched.kv
-    # the requests' state as rows (one array per field, contiguous), updated in place by the
-    # kernel; a request's first speculative step draws its own α (in running order, as stepping)
-    slot_list = []
-    kv_list, block_list, generated_list, output_list = [], [], [], []
     k_top = settings.k_max + 1
-    verify_bound = 0  # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
-    for req in running:
-        state = req.spec
-        if not isinstance(state, SpecState) or state.slots is not spec.slots:
-            state = spec.state(req)
-        slot_list.append(state.slot)
-        kv_list.append(req.kv_tokens)
-        block_list.append(req.blocks)
-        generated_list.append(req.generated)
-        output_list.append(req.output_tokens)
-        left = req.output_tokens - req.generated
-        verify_bound += left if left < k_top else k_top
-    slots = np.array(slot_list, dtype=np.int64)
-    store = spec.slots
+    # the requests' state as rows (one array per field, contiguous), updated in place by the
+    # kernel: from the speculative cohort's table where it holds them all, else request by
+    # request; a request's first speculative step draws its own α (in running order, as stepping)
+    cohort = sched.spec_cohort_for_run()
     ints = np.empty((6, count), dtype=np.int64)
-    ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
+    if cohort is not None:
+        # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
+        verify_bound = cohort.rows_call(cohort.table, count, ints, k_top)
+        slots = cohort.table[cohort_rows.SLOT, :count].copy()
+    else:
+        slots, verify_bound = _rows_of_requests(spec, running, ints, k_top)
+    store = spec.slots
     ints[4], ints[5] = store.accepted[slots], store.rejected[slots]
     kv, blocks, generated, output, accepted_total, rejected_total = ints
     reals = np.empty((2, count))
@@ -654,6 +674,7 @@ def plan_spec_run(
         tiers = _NO_TIERS
     effects = SpecRunEffects(
         requests=list(running),
+        cohort=cohort,
         kv=kv,
         generated=generated,
         blocks=blocks,
@@ -726,6 +747,76 @@ def apply_spec_run(
     ``first_row``; ``prev_row`` is the replica's row before it), as stepping would have."""
     effects = run.spec
     assert effects is not None
+    store = spec.slots
+    store.accepted[effects.slots] = effects.accepted_total
+    store.rejected[effects.slots] = effects.rejected_total
+    store.ema[effects.slots] = effects.ema
+    if spec.stale_drafter:
+        store.stale[effects.slots] = effects.stale != 0
+    if effects.cohort is not None:
+        finished, accepted_sum = _apply_to_cohort(
+            effects.cohort, sched, run, on_finish, first_row, prev_row
+        )
+    else:
+        finished, accepted_sum = _apply_to_requests(sched, run, on_finish, first_row, prev_row)
+    sched.zero_gaps += accepted_sum
+    sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
+    sched.settle_run(run, finished)
+    sched.kv.check("a speculative run")
+    spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
+    if isinstance(spec.policy, AdaptiveHysteresisK):
+        spec.policy.replica_tiers(replica).restore(effects.tiers)
+
+
+def _apply_to_cohort(
+    cohort: SpecCohort,
+    sched: SchedulerPolicy,
+    run: DecodeRun,
+    on_finish: FinishCallback,
+    first_row: int,
+    prev_row: int,
+) -> tuple[list[tuple[int, Request, int]], int]:
+    """:func:`apply_spec_run`'s advance of the requests, on the speculative cohort's table that
+    held them all (members that finished written back and out): the finishes (iteration,
+    request, blocks) in running order and the accepted drafts."""
+    effects = run.spec
+    assert effects is not None
+    paused, done = cohort.advance_call(
+        cohort.table, len(cohort), effects.kv, effects.generated, effects.blocks,
+        effects.counters, first_row, prev_row, run.iterations,
+    )  # fmt: skip
+    gap_pairs = sched.gap_pairs
+    for previous in paused.tolist():
+        gap_pairs.append(first_row)
+        gap_pairs.append(previous)
+    run.paused_at_start = len(paused)
+    finished = []
+    positions = done.tolist()
+    if positions:
+        ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+        iterations = effects.counters[4].tolist()
+        for at in positions:
+            req = cohort.write_back(at)
+            req.status = Status.FINISHED
+            req.finish_s = ends[iterations[at]]
+            finished.append((iterations[at], req, req.blocks))  # the run freed all its blocks
+            on_finish(req)
+        cohort.leave(positions)
+        sched.running = list(cohort.requests)
+    return finished, int(effects.counters[2].sum())
+
+
+def _apply_to_requests(
+    sched: SchedulerPolicy,
+    run: DecodeRun,
+    on_finish: FinishCallback,
+    first_row: int,
+    prev_row: int,
+) -> tuple[list[tuple[int, Request, int]], int]:
+    """:func:`apply_spec_run`'s advance of the requests, one by one: the finishes (iteration,
+    request, blocks) in running order and the accepted drafts."""
+    effects = run.spec
+    assert effects is not None
     ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
     last = run.iterations - 1
     gap_pairs = sched.gap_pairs
@@ -735,12 +826,6 @@ def apply_spec_run(
     kv = effects.kv.tolist()
     generated = effects.generated.tolist()
     blocks = effects.blocks.tolist()
-    store = spec.slots
-    store.accepted[effects.slots] = effects.accepted_total
-    store.rejected[effects.slots] = effects.rejected_total
-    store.ema[effects.slots] = effects.ema
-    if spec.stale_drafter:
-        store.stale[effects.slots] = effects.stale != 0
     steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:
@@ -764,12 +849,6 @@ def apply_spec_run(
         else:
             req.last_row = first_row + last
             still_running.append(req)
-    sched.zero_gaps += sum(accepted)
     sched.running = still_running
-    sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
-    sched.settle_run(run, finished)
-    sched.kv.check("a speculative run")
-    spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
-    if isinstance(spec.policy, AdaptiveHysteresisK):
-        spec.policy.replica_tiers(replica).restore(effects.tiers)
     run.paused_at_start = paused
+    return finished, sum(accepted)

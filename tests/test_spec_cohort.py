@@ -6,6 +6,7 @@ completing requests one by one."""
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from cbsim.engine.speculative.decoder import SpecState, SpeculativeDecoding
 from cbsim.engine.speculative.policy_base import StaticController
 from cbsim.engine.speculative.slots import SpecSlots
 from cbsim.memory.kvcache import KVCache
-from cbsim.workload.request import Request
+from cbsim.workload.request import Request, Status
 from tests.conftest import small_scenario, summaries_equal
 from tests.test_decode_cohort import _small_cohorts  # noqa: F401  (cohorts from 3 requests)
 from tests.test_spec_fast_forward import per_request_scenarios
@@ -277,23 +278,28 @@ def test_the_table_completes_a_step_as_requests_one_by_one(
         expected.append((kv, generated, blocks, generated >= req.output_tokens))
     kv_cache = KVCache(total_blocks=10**6, block_size=16)
     kv_cache.allocate(10**5)
-    got = cohort.complete(row, prev_row, kv_cache, release)
     done = [i for i, e in enumerate(expected) if e[3]]
-    assert got == (total, gaps, zero, paused, done)
-    assert kv_cache.used_blocks == 10**5 - freed
-    for i, (kv, generated, blocks, _) in enumerate(expected):
-        assert cohort.column(fields.KV_TOKENS)[i] == kv
-        assert cohort.column(fields.GENERATED)[i] == generated
-        assert cohort.column(fields.BLOCKS)[i] == blocks
-        assert cohort.column(fields.LAST_ROW)[i] == row
-    for i in done:  # written back
-        assert (requests[i].kv_tokens, requests[i].generated) == expected[i][:2]
-    cohort.leave(done)
-    kept = [r for i, r in enumerate(requests) if i not in set(done)]
-    assert cohort.requests == kept
-    assert cohort.column(fields.KV_TOKENS).tolist() == [
-        e[0] for i, e in enumerate(expected) if i not in set(done)
-    ]
+    pairs: array[int] = array("i")
+    ended: list[Request] = []
+    got = cohort.complete(2.5, row, prev_row, kv_cache, release, pairs, ended.append)
+    assert got == (total, gaps, zero, ended)
+    assert ended == [requests[i] for i in done]
+    assert pairs.tolist() == [x for previous in paused for x in (row, previous)]
+    finished_blocks = sum(expected[i][2] for i in done)
+    assert kv_cache.used_blocks == 10**5 - freed - finished_blocks
+    kept = [i for i in range(len(requests)) if i not in set(done)]
+    for at, i in enumerate(kept):
+        kv, generated, blocks, _ = expected[i]
+        assert cohort.column(fields.KV_TOKENS)[at] == kv
+        assert cohort.column(fields.GENERATED)[at] == generated
+        assert cohort.column(fields.BLOCKS)[at] == blocks
+        assert cohort.column(fields.LAST_ROW)[at] == row
+    for i in done:  # written back, finished, their blocks freed
+        req = requests[i]
+        assert (req.kv_tokens, req.generated) == expected[i][:2]
+        assert req.status == Status.FINISHED and req.finish_s == 2.5 and req.blocks == 0
+        assert req.last_row == row
+    assert cohort.requests == [requests[i] for i in kept]
 
 
 def test_the_table_arithmetic_is_the_compiled_kernels() -> None:

@@ -748,34 +748,6 @@ class SchedulerPolicy(ABC):
         batch.decode_tokens += decodes
         return budget - decodes
 
-    def _complete_spec_cohort(
-        self, cohort: SpecCohort, now: float, row: int, prev_row: int, on_finish: FinishCallback
-    ) -> tuple[int, int, list[Request]]:
-        """Apply the speculative cohort's part of a finished step (see :meth:`complete`);
-        returns the tokens it emitted, those whose previous token came in the previous
-        iteration, and the members that finished (out of the cohort)."""
-        emitted, gap_tokens, zero_gaps, paused, done = cohort.complete(
-            row, prev_row, self.kv, not self.reserves_full_length
-        )
-        self.zero_gaps += zero_gaps
-        gap_pairs = self.gap_pairs
-        for previous in paused:
-            gap_pairs.append(row)
-            gap_pairs.append(previous)
-        finished = []
-        members = cohort.requests
-        for at in done:
-            req = members[at]
-            req.status = Status.FINISHED
-            req.finish_s = now
-            self.kv.free(req.blocks)
-            req.blocks = 0
-            finished.append(req)
-            on_finish(req)
-        if done:
-            cohort.leave(done)
-        return emitted, gap_tokens, finished
-
     def _complete_cohort(
         self, now: float, row: int, prev_row: int, on_finish: FinishCallback
     ) -> tuple[int, list[Request]]:
@@ -850,9 +822,16 @@ class SchedulerPolicy(ABC):
         finished: list[Request] = []
         gap_tokens = 0
         if batch.members is not None:
-            emitted_total, gap_tokens, finished = self._complete_spec_cohort(
-                batch.members, now, row, prev_row, on_finish
+            emitted_total, gap_tokens, zero_gaps, finished = batch.members.complete(
+                now,
+                row,
+                prev_row,
+                self.kv,
+                not self.reserves_full_length,
+                self.gap_pairs,
+                on_finish,
             )
+            self.zero_gaps += zero_gaps
         elif batch.cohort:
             gap_tokens, finished = self._complete_cohort(now, row, prev_row, on_finish)
             emitted_total = batch.cohort

@@ -23,6 +23,7 @@ and finish in batch order.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,7 +34,7 @@ import numpy.typing as npt
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.step_kernel import verify_step_kernel
 from cbsim.memory.kvcache import KVCache
-from cbsim.workload.request import Request
+from cbsim.workload.request import Request, Status
 
 
 class Slotted(Protocol):
@@ -197,23 +198,43 @@ class SpecCohort:
         return int(self.column(KV_TOKENS).sum())
 
     def complete(
-        self, row: int, prev_row: int, kv: KVCache, release: bool
-    ) -> tuple[int, int, int, list[int], list[int]]:
-        """The formed step ended as recorder row ``row`` (the replica's previous one:
+        self,
+        now: float,
+        row: int,
+        prev_row: int,
+        kv: KVCache,
+        release: bool,
+        gap_pairs: array[int],
+        on_finish: Callable[[Request], None],
+    ) -> tuple[int, int, int, list[Request]]:
+        """The formed step ended at ``now`` as recorder row ``row`` (the replica's previous one:
         ``prev_row``): every member emits one token and its accepted drafts, gives back the
-        blocks reserved for rejected ones (``release``) and moves its last row. Returns the tokens
+        blocks reserved for rejected ones (``release``) and moves its last row; those that paused
+        add (row, previous row) to ``gap_pairs``; those that finished are written back, finished
+        (their blocks freed, ``on_finish`` called, in order) and leave. Returns the tokens
         emitted, those whose previous token came in ``prev_row``, the accepted drafts (tokens
-        with no gap before them), the previous rows of the members that paused (in order) and
-        the positions of those that finished (their requests written back, still members)."""
-        emitted, gaps, zero_gaps, freed, paused, finished = self._complete_call(
+        with no gap before them) and the finished requests."""
+        emitted, gaps, zero_gaps, freed, paused, done = self._complete_call(
             self.table, len(self.requests), row, prev_row, self.block_size, release
         )
         if freed:
             kv.free(freed)
-        done: list[int] = finished.tolist()
-        for at in done:
-            self.write_back(at)
-        return int(emitted), int(gaps), int(zero_gaps), paused.tolist(), done
+        for previous in paused.tolist():
+            gap_pairs.append(row)
+            gap_pairs.append(previous)
+        finished = []
+        positions: list[int] = done.tolist()
+        for at in positions:
+            req = self.write_back(at)
+            req.status = Status.FINISHED
+            req.finish_s = now
+            kv.free(req.blocks)
+            req.blocks = 0
+            finished.append(req)
+            on_finish(req)
+        if positions:
+            self.leave(positions)
+        return int(emitted), int(gaps), int(zero_gaps), finished
 
 
 @numba.njit(cache=True)

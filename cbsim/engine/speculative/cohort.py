@@ -73,6 +73,7 @@ class SpecCohort:
     __slots__ = (
         "_complete_call",
         "_state",
+        "_sums_call",
         "advance_call",
         "block_size",
         "requests",
@@ -87,6 +88,7 @@ class SpecCohort:
         self.table: IntArray = np.zeros((FIELDS, 64), dtype=np.int64)
         # each dispatched once (cbsim.cost.kernel_call)
         self._complete_call = KernelCall(complete_members)
+        self._sums_call = KernelCall(member_sums)  # sums, growth and leaving on the table
         self.rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
         self.advance_call = KernelCall(advance_members)  # a decode run applied to the table
 
@@ -164,11 +166,8 @@ class SpecCohort:
 
     def leave(self, positions: list[int]) -> None:
         """Members at ``positions`` (ascending, written back) leave."""
-        count = len(self.requests)
-        keep = np.ones(count, dtype=np.bool_)
-        keep[positions] = False
-        kept = np.flatnonzero(keep)
-        self.table[:, : len(kept)] = self.table[:, kept]
+        leaving = np.array(positions, dtype=np.int64)
+        self._sums_call(self.table, len(self.requests), _LEAVE, leaving, 0, 0)
         requests = self.requests
         for at in reversed(positions):
             del requests[at]
@@ -178,24 +177,22 @@ class SpecCohort:
     def grow_for_next_token(self, kv: KVCache, extra: int) -> bool:
         """Give each member the blocks its next token needs, allocated with ``extra`` more (the
         joining requests'); False, changing nothing, where they do not all fit."""
-        tokens = self.column(KV_TOKENS)
-        short = (tokens + self.block_size) // self.block_size - self.column(BLOCKS)
-        growing = short > 0
-        grown = short[growing]
-        total = int(grown.sum()) + extra
-        if not kv.can_allocate(total):
+        room = kv.free_blocks - extra
+        total = self._sums_call(
+            self.table, len(self.requests), _GROW, _NO_POSITIONS, self.block_size, room
+        )
+        if total < 0:
             return False
-        self.column(BLOCKS)[growing] += grown
-        kv.allocate(total)
+        kv.allocate(total + extra)
         return True
 
     def outputs_left(self) -> int:
         """The outputs the members still have to sample (their outstanding tokens)."""
-        return int(self.column(OUTPUTS).sum() - self.column(GENERATED).sum())
+        return int(self._sums_call(self.table, len(self.requests), _LEFT, _NO_POSITIONS, 0, 0))
 
     def context(self) -> int:
         """The KV tokens the members read (before the step)."""
-        return int(self.column(KV_TOKENS).sum())
+        return int(self._sums_call(self.table, len(self.requests), _CONTEXT, _NO_POSITIONS, 0, 0))
 
     def complete(
         self,
@@ -235,6 +232,53 @@ class SpecCohort:
         if positions:
             self.leave(positions)
         return int(emitted), int(gaps), int(zero_gaps), finished
+
+
+_NO_POSITIONS = np.zeros(0, dtype=np.int64)
+_LEAVE, _LEFT, _CONTEXT, _GROW = range(4)  # what member_sums does
+
+
+@numba.njit(cache=True)
+def member_sums(
+    table: IntArray, count: int, mode: int, leaving: IntArray, block_size: int, room: int
+) -> int:  # pragma: no cover - compiled
+    """One pass over the members, as ``mode`` asks: ``_LEAVE`` closes the table over the members
+    at positions ``leaving`` (ascending; returns 0); ``_LEFT`` sums the outputs left, ``_CONTEXT``
+    the KV tokens; ``_GROW`` gives each member the blocks (of ``block_size`` tokens) its next
+    token needs and returns how many, or -1, changing nothing, where they are more than
+    ``room``."""
+    if mode == _LEAVE:
+        kept = 0
+        skip = 0
+        for i in range(count):
+            if skip < len(leaving) and leaving[skip] == i:
+                skip += 1
+                continue
+            if kept != i:
+                for field in range(table.shape[0]):
+                    table[field, kept] = table[field, i]
+            kept += 1
+        return 0
+    total = 0
+    if mode == _LEFT:
+        for i in range(count):
+            total += table[OUTPUTS, i] - table[GENERATED, i]
+        return total
+    if mode == _CONTEXT:
+        for i in range(count):
+            total += table[KV_TOKENS, i]
+        return total
+    for i in range(count):
+        short = (table[KV_TOKENS, i] + block_size) // block_size - table[BLOCKS, i]
+        if short > 0:
+            total += short
+    if total > room:
+        return -1
+    for i in range(count):
+        short = (table[KV_TOKENS, i] + block_size) // block_size - table[BLOCKS, i]
+        if short > 0:
+            table[BLOCKS, i] += short
+    return total
 
 
 @numba.njit(cache=True)

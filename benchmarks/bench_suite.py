@@ -5,6 +5,11 @@ Cases (``--quick`` shortens them; labels say which ran):
     h100-sxm, vllm scheduler (``--quick``: its first 600 s, ``azure-600s-plain``);
   * ``azure-1h-spec``: the same with speculative decoding (EAGLE proposer, per-request acceptance
     Beta(mean 0.6, concentration 8), goodput k policy, k_max 8);
+  * ``busy-10m-plain`` / ``busy-10m-spec``: one busy replica (llama-3-70b on four h100-sxm,
+    sarathi, 256 requests and 1,024 tokens a step) serving the Azure trace at 2.4 times its rate
+    for ten minutes, about 150 requests running, without and with the same speculative decoding
+    (its k policy's k_max 6): what a capacity search's fleet checks simulate
+    (``--quick``: two minutes);
   * ``mooncake-1h-nocache`` / ``mooncake-1h-prefix``: the Mooncake conversation trace, one hour,
     12,031 requests (prompt blocks with content ids), llama-3.1-8b on h100-sxm, prefix caching off
     and on; ``mooncake-1h-4x-*``: the same on four replicas, least-loaded routing, and
@@ -72,6 +77,14 @@ SPECULATIVE: dict[str, Any] = {
     "proposer": {"kind": "eagle"},
     "acceptance": {"kind": "per_request", "mean": 0.6, "concentration": 8},
     "policy": {"kind": "goodput", "k_max": 8},
+}
+# one busy replica of the capacity plan's kind (about 150 requests running)
+BUSY: dict[str, Any] = {
+    "name": "bench-busy",
+    "seed": 1,
+    "workload": {"trace": {"path": "azure-conv-2023", "rate_scale": 2.4}, "duration_s": 600.0},
+    "cluster": {"model": "llama-3-70b", "gpu": "h100-sxm", "tp": 4},
+    "scheduler": {"kind": "sarathi", "max_batch_size": 256, "chunk_size": 1024},
 }
 CAPACITY_SCENARIO = ROOT / "scenarios" / "capacity-70b-azure.yaml"
 # the README's 70B plan, as `cbsim capacity` arguments (parsed by the same functions)
@@ -228,9 +241,18 @@ def cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
     moon = {**MOONCAKE, "workload": moon_wl}
     moon_on = {**moon, "cluster": {**moon["cluster"], "prefix_caching": True}}
     fleet = {"replicas": 4, "router": "least_loaded"}
+    busy_wl: dict[str, Any] = dict(BUSY["workload"])
+    busy_tag = "10m"
+    if quick:
+        busy_wl["duration_s"] = 120.0
+        busy_tag = "2m"
+    busy = {**BUSY, "workload": busy_wl}
+    busy_spec = {**busy, "speculative": {**SPECULATIVE, "policy": {"kind": "goodput", "k_max": 6}}}
     sims: list[tuple[str, dict[str, Any]]] = [
         (f"azure-{tag}-plain", plain),
         (f"azure-{tag}-spec", spec),
+        (f"busy-{busy_tag}-plain", busy),
+        (f"busy-{busy_tag}-spec", busy_spec),
         (f"mooncake-{tag}-nocache", moon),
         (f"mooncake-{tag}-prefix", moon_on),
         (f"mooncake-{tag}-4x-nocache", {**moon, "cluster": {**moon["cluster"], **fleet}}),

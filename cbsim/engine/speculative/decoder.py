@@ -680,8 +680,9 @@ class SpeculativeDecoding:
         if model.drift:
             generated = np.fromiter(map(GENERATED, reqs), np.int64, count)
         drawn, rejected_sum = self._verify_call(
-            self.draw_stream(replica).words(), width, ks, slots, levels, generated, own.accepted, own.rejected, own.ema,
-            model.code, model.iid_alpha, model.rates, model.drift, EMA_WEIGHT,
+            self.draw_stream(replica).words(), width, ks, slots, levels, generated,
+            own.accepted, own.rejected, own.ema, model.code, model.iid_alpha, model.rates,
+            model.drift, EMA_WEIGHT,
         )  # fmt: skip
         return drawn.tolist(), int(rejected_sum)
 

@@ -351,7 +351,7 @@ def verify_members(
     Returns the members drafting, the drafts, those accepted, the steps rejecting one, and the
     least and most drafts of a member (the least 0 where some member drafted none)."""
     rows = 0
-    width = np.int64(0)  # not the literal 0: the verification kernel takes any int64 width
+    width = int(np.int64(0))  # not the literal 0: the verification kernel takes an int64 width
     k_min = 1 << 62
     for i in range(count):
         table[DECODE_STEPS, i] += 1

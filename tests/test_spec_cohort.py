@@ -10,7 +10,6 @@ from array import array
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,8 +23,11 @@ from cbsim.engine.speculative.policy_base import StaticController
 from cbsim.engine.speculative.slots import SpecSlots
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request, Status
-from tests.conftest import small_scenario, summaries_equal
-from tests.test_decode_cohort import _small_cohorts  # noqa: F401  (cohorts from 3 requests)
+from tests.conftest import small_scenario
+from tests.test_decode_cohort import (
+    _assert_same,
+    _small_cohorts,  # noqa: F401  (cohorts from 3 requests)
+)
 from tests.test_spec_fast_forward import per_request_scenarios
 from tests.test_speculative_properties import engine_settings, scenarios
 
@@ -35,15 +37,6 @@ def _run(data: dict[str, Any], cohort: bool) -> cbsim.Results:
         if not cohort:
             patch.setattr(SchedulerPolicy, "keep_spec_cohort", lambda self, cohort: None)
         return cbsim.simulate(cbsim.load_scenario(data))
-
-
-def _assert_same(a: cbsim.Results, b: cbsim.Results) -> None:
-    for name in ("requests", "iterations", "timeseries"):
-        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
-    assert summaries_equal(
-        {k: v for k, v in a.summary.items() if "wall" not in k},
-        {k: v for k, v in b.summary.items() if "wall" not in k},
-    )
 
 
 def _count_use(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:

@@ -192,9 +192,7 @@ class SchedulerPolicy(ABC):
         :data:`COHORT_FROM` running requests on, until they fall under :data:`COHORT_UNDER`
         (then it is dissolved); :data:`MIXED_COHORT_FROM` and :data:`MIXED_COHORT_UNDER` where
         the policy :attr:`mixes_decodes`. Either way the results are the same."""
-        cohort: DecodeCohort | SpecCohort | None = self.cohort
-        if cohort is None:
-            cohort = self.spec_cohort
+        cohort = self._kept_cohort()
         if cohort is None:
             return False
         mixed = self.mixes_decodes
@@ -204,6 +202,10 @@ class SchedulerPolicy(ABC):
             self.dissolve_cohort()
             return False
         return len(self.running) >= (MIXED_COHORT_FROM if mixed else COHORT_FROM)
+
+    def _kept_cohort(self) -> DecodeCohort | SpecCohort | None:
+        """The decode cohort this scheduler keeps, plain or speculative (None: none)."""
+        return self.cohort if self.cohort is not None else self.spec_cohort
 
     def cohort_decode_state(self) -> tuple[IntArray, IntArray, IntArray] | None:
         """Every running request's KV tokens, outputs left and blocks (in no particular order),
@@ -263,13 +265,12 @@ class SchedulerPolicy(ABC):
         empty the cohort: for a step the cohort's compiled plan cannot take."""
         cohort = batch.members
         assert cohort is not None and cohort is self.spec_cohort
-        cohort.materialize()
         members = cohort.requests
+        cohort.dissolve()  # written back; ``members`` keeps the list it emptied
         batch.requests[:0] = members
         batch.new_tokens[:0] = [1] * len(members)
         batch.cohort = 0
         batch.members = None
-        cohort.requests = []
         self._outsiders = None
 
     # ------------------------------------------------------------------ queue interface
@@ -302,10 +303,9 @@ class SchedulerPolicy(ABC):
                 prefill = req.prefill_target - req.kv_tokens  # Request.outstanding_tokens
                 total += (prefill if prefill > 0 else 0) + req.output_tokens - req.generated
             if outsiders is not None:
-                if self.cohort is not None:
-                    total += self.cohort.outputs_left()
-                elif self.spec_cohort is not None:
-                    total += self.spec_cohort.outputs_left()
+                cohort = self._kept_cohort()
+                assert cohort is not None
+                total += cohort.outputs_left()
             self._running_tokens = total
         return total
 
@@ -680,15 +680,8 @@ class SchedulerPolicy(ABC):
         for req in entrants:
             cohort.join(req)
         self.kv.allocate(blocks)
-        context = cohort.form()
         self._entrants.extend(entrants)
-        self._outsiders = others
-        if prefilling is not None:
-            prefilling.extend(others)
-        batch.cohort = decodes
-        batch.stats.add_many(decodes, 1, context)
-        batch.decode_tokens += decodes
-        return budget - decodes
+        return self._formed(batch, budget, decodes, cohort.form(), others, prefilling)
 
     def _split_outsiders(
         self, members: int, budget: int, prefilling: list[Request] | None
@@ -711,11 +704,33 @@ class SchedulerPolicy(ABC):
         if decodes > budget or (others and prefilling is None):
             return None
         if not decodes:  # nothing decodes: no cohort iteration (none completes)
-            self._outsiders = others
-            if prefilling is not None:
-                prefilling.extend(others)
+            self._keep_outside(others, prefilling)
             return budget
         return entrants, others
+
+    def _keep_outside(self, others: list[Request], prefilling: list[Request] | None) -> None:
+        """``others`` (still prefilling, in running order) stay outside the cohort, handed to
+        ``prefilling``."""
+        self._outsiders = others
+        if prefilling is not None:
+            prefilling.extend(others)
+
+    def _formed(
+        self,
+        batch: Batch,
+        budget: int,
+        decodes: int,
+        context: int,
+        others: list[Request],
+        prefilling: list[Request] | None,
+    ) -> int:
+        """The cohort formed into ``batch``: its ``decodes`` (reading ``context`` KV tokens) ahead
+        of the entries, ``others`` outside it; returns the budget left."""
+        self._keep_outside(others, prefilling)
+        batch.cohort = decodes
+        batch.stats.add_many(decodes, 1, context)
+        batch.decode_tokens += decodes
+        return budget - decodes
 
     def _add_spec_cohort(
         self, batch: Batch, budget: int, prefilling: list[Request] | None
@@ -739,14 +754,8 @@ class SchedulerPolicy(ABC):
             if need > 0:
                 req.blocks += need
             cohort.join(req)
-        self._outsiders = others
-        if prefilling is not None:
-            prefilling.extend(others)
-        batch.cohort = decodes
         batch.members = cohort
-        batch.stats.add_many(decodes, 1, cohort.context())
-        batch.decode_tokens += decodes
-        return budget - decodes
+        return self._formed(batch, budget, decodes, cohort.context(), others, prefilling)
 
     def _complete_cohort(
         self, now: float, row: int, prev_row: int, on_finish: FinishCallback

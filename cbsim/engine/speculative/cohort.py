@@ -71,13 +71,13 @@ class SpecCohort:
     """One replica scheduler's speculative decode cohort (see the module docstring)."""
 
     __slots__ = (
+        "_advance_call",
         "_complete_call",
+        "_rows_call",
         "_state",
         "_sums_call",
-        "advance_call",
         "block_size",
         "requests",
-        "rows_call",
         "table",
     )
 
@@ -89,8 +89,8 @@ class SpecCohort:
         # each dispatched once (cbsim.cost.kernel_call)
         self._complete_call = KernelCall(complete_members)
         self._sums_call = KernelCall(member_sums)  # sums, growth and leaving on the table
-        self.rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
-        self.advance_call = KernelCall(advance_members)  # a decode run applied to the table
+        self._rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
+        self._advance_call = KernelCall(advance_members)  # a decode run applied to the table
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -193,6 +193,32 @@ class SpecCohort:
     def context(self) -> int:
         """The KV tokens the members read (before the step)."""
         return int(self._sums_call(self.table, len(self.requests), _CONTEXT, _NO_POSITIONS, 0, 0))
+
+    def run_state(self, ints: IntArray, k_top: int) -> tuple[IntArray, int]:
+        """A decode run's state from the table: the members' KV tokens, blocks, outputs so far
+        and outputs into ``ints``' first four rows; returns their slots and the most tokens an
+        iteration can verify (min(``k_top``, outputs left) each)."""
+        count = len(self.requests)
+        bound: int = self._rows_call(self.table, count, ints, k_top)
+        return self.table[SLOT, :count].copy(), bound
+
+    def advance(
+        self,
+        kv: IntArray,
+        generated: IntArray,
+        blocks: IntArray,
+        counters: IntArray,
+        first_row: int,
+        prev_row: int,
+        iterations: int,
+    ) -> tuple[IntArray, IntArray]:
+        """A decode run applied to the members (:func:`advance_members`): the previous rows of
+        those that paused before it and the positions of those that finished."""
+        moved: tuple[IntArray, IntArray] = self._advance_call(
+            self.table, len(self.requests), kv, generated, blocks, counters, first_row, prev_row,
+            iterations,
+        )  # fmt: skip
+        return moved
 
     def complete(
         self,

@@ -38,7 +38,6 @@ import numpy.typing as npt
 from cbsim.common.pcg64 import WordArray, next_double
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
-from cbsim.engine.speculative import cohort as cohort_rows
 from cbsim.engine.speculative.acceptance import (
     level_scale,
 )
@@ -632,8 +631,7 @@ def plan_spec_run(
     ints = np.empty((6, count), dtype=np.int64)
     if cohort is not None:
         # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
-        verify_bound = cohort.rows_call(cohort.table, count, ints, k_top)
-        slots = cohort.table[cohort_rows.SLOT, :count].copy()
+        slots, verify_bound = cohort.run_state(ints, k_top)
     else:
         slots, verify_bound = _rows_of_requests(spec, running, ints, k_top)
     store = spec.slots
@@ -781,9 +779,9 @@ def _apply_to_cohort(
     request, blocks) in running order and the accepted drafts."""
     effects = run.spec
     assert effects is not None
-    paused, done = cohort.advance_call(
-        cohort.table, len(cohort), effects.kv, effects.generated, effects.blocks,
-        effects.counters, first_row, prev_row, run.iterations,
+    paused, done = cohort.advance(
+        effects.kv, effects.generated, effects.blocks, effects.counters, first_row, prev_row,
+        run.iterations,
     )  # fmt: skip
     gap_pairs = sched.gap_pairs
     for previous in paused.tolist():

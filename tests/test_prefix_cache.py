@@ -405,3 +405,17 @@ def test_a_mixed_fleet_reuses_only_the_shared_prefix_in_its_own_blocks(
         cached = req.loc[req["replica"] == replica, "cached_tokens"].to_numpy()
         reusable = 64 // block * block
         assert cached[0] == 0 and (cached[1:] == reusable).all(), (replica, cached)
+
+
+class _Unweighed:
+    load_scale = 1.0
+
+    def outstanding_tokens(self) -> int:
+        raise AssertionError("a lone replica's load was read")
+
+
+def test_least_loaded_takes_a_lone_replica_without_weighing_it() -> None:
+    from cbsim.engine.router import least_loaded
+
+    assert least_loaded([_Unweighed()]) == 0
+    assert least_loaded([_Replica(30, 0), _Replica(20, 0), _Replica(20, 0)]) == 1

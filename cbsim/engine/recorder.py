@@ -151,8 +151,10 @@ class Recorder:
         self._k_max = array("q")
         self._draft_s = array("d")
         self._decoding = array("q")
-        self.requests = pd.DataFrame(columns=REQUEST_COLUMNS)
-        self.iterations = pd.DataFrame(columns=ITERATION_COLUMNS)
+        # the frames :meth:`finish` builds (a pandas frame of many columns costs a millisecond or
+        # two to create: not made empty here for a capacity search's many short runs to discard)
+        self.requests: pd.DataFrame
+        self.iterations: pd.DataFrame
         self.end_s = 0.0
         self.preemptions = 0
         # what every replica did (held, served; autoscaled: scale events), set by the engine

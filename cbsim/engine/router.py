@@ -71,7 +71,9 @@ class RoundRobinRouter:
 
 def least_loaded(replicas: Sequence[Loaded]) -> int:
     """The replica with the fewest outstanding tokens, each weighted by its ``load_scale`` (the
-    lowest index on ties)."""
+    lowest index on ties); the only one without weighing it (a replica's load is only read)."""
+    if len(replicas) == 1:
+        return 0
     loads = [r.outstanding_tokens() * r.load_scale for r in replicas]
     return loads.index(min(loads))
 

@@ -363,10 +363,11 @@ class SpeculativeDecoding:
         )  # fmt: skip
         if call is None:
             return None
-        wanted, kept, grown, stop, tokens, kv_tokens, pairs, plain, drafting = call
+        wanted, kept, grown, stop, grown_total, tokens, kv_tokens, pairs, plain, drafting = call
         if stop < count:
             return wanted  # type: ignore[no-any-return]
-        allocate_grown(sched, reqs, grown)
+        if grown_total:
+            allocate_grown(sched, reqs, grown, grown_total)
         set_drafts(batch, kept.tolist())
         return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
 
@@ -440,11 +441,9 @@ class SpeculativeDecoding:
         )  # fmt: skip
         if call is None or call[3] < count:
             return None
-        _, kept, grown, _, tokens, kv_tokens, pairs, plain, drafting = call
-        total = int(grown.sum())
-        if total:
-            sched.kv.allocate(total)
-            blocks += grown
+        _, kept, _, _, grown_total, tokens, kv_tokens, pairs, plain, drafting = call
+        if grown_total:  # the kernel grew the members' blocks in the table
+            sched.kv.allocate(grown_total)
         cohort.column(cohort_fields.DRAFTS)[:] = kept
         batch.ks = [0] * len(requests)
         batch.decoding = []
@@ -787,14 +786,15 @@ def set_drafts(batch: Batch, ks: list[int]) -> None:
         new_tokens[e] = k + 1
 
 
-def allocate_grown(sched: SchedulerPolicy, reqs: Sequence[Request], grown: np.ndarray) -> None:
-    """Allocate the blocks each of ``reqs`` grows by (``grown``, from a compiled reservation)."""
-    total = int(grown.sum())
-    if total:
-        sched.kv.allocate(total)
-        for req, extra in zip(reqs, grown.tolist(), strict=True):
-            if extra:
-                req.blocks += extra
+def allocate_grown(
+    sched: SchedulerPolicy, reqs: Sequence[Request], grown: np.ndarray, total: int
+) -> None:
+    """Allocate the blocks each of ``reqs`` grows by (``grown``, ``total`` in all, from a
+    compiled reservation)."""
+    sched.kv.allocate(total)
+    for req, extra in zip(reqs, grown.tolist(), strict=True):
+        if extra:
+            req.blocks += extra
 
 
 def reserve_drafts(
@@ -824,7 +824,9 @@ def reserve_drafts(
         kernel = reserve_kernel if call is None else call
         kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
         chosen_ks = kept.tolist()
-        allocate_grown(sched, reqs, grown)
+        total = int(grown.sum())
+        if total:
+            allocate_grown(sched, reqs, grown, total)
         if stop == count:
             return chosen_ks
         spare -= sum(chosen_ks[:stop])

@@ -139,12 +139,13 @@ def plan_step_kernel(
     spare: int,
     block_size: int,
     room: int,
-) -> tuple[IntArray, IntArray, IntArray, int, int, int, float, int, float]:  # pragma: no cover
+) -> tuple[IntArray, IntArray, IntArray, int, int, int, int, float, int, float]:  # pragma: no cover
     """The drafts of an iteration's decoding requests (their slots, outputs left, contexts and
     blocks, in batch order): each request's drafts wanted (the policy's, cut to its outputs
     left) and kept (cut to the step's budget and its blocks), the blocks it grows by, the
     request the reservation stopped at (``len(slots)``: none; where it stopped, kept and grown
-    hold the requests before it, and the sums are meaningless), the verify entries' tokens,
+    hold the requests before it, ``blocks`` is untouched and the sums are meaningless), the
+    blocks grown in all (each request's added into ``blocks``, in place), the verify entries' tokens,
     keys and values read and causal pairs, the requests drafting nothing, and the drafting
     seconds. ``stale`` (by slot) marks the drafters
     the policy gave k = 0 where ``stale_on``; ``batch_size``: the batch's entries, which the
@@ -176,7 +177,11 @@ def plan_step_kernel(
             ks[j] = 0
     kept, grown, stop = reserve_kernel(ks, contexts, blocks, spare, block_size, room)
     if stop < n:
-        return ks, kept, grown, stop, 0, 0, 0.0, 0, 0.0
+        return ks, kept, grown, stop, 0, 0, 0, 0.0, 0, 0.0
+    grown_total = 0
+    for j in range(n):
+        grown_total += grown[j]
+        blocks[j] += grown[j]
     tokens = 0
     kv_tokens = 0
     pairs = 0.0
@@ -189,7 +194,7 @@ def plan_step_kernel(
         if q == 1:
             plain += 1
     drafting = draft_seconds(proposer, draft, kept, contexts, n)
-    return ks, kept, grown, n, tokens, kv_tokens, pairs, plain, drafting
+    return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting
 
 
 @numba.njit(cache=True)

@@ -40,6 +40,7 @@ from cbsim.catalog.hardware import get_gpu
 from cbsim.common.documents import decode_utf8, parse_json
 from cbsim.common.errors import CbsimError, unknown_name
 from cbsim.cost.grid import LogGrid
+from cbsim.cost.profile_cache import cached_json, store_json
 
 SCHEMA_VERSION = 1
 PROFILE_DIR = "profiles"
@@ -249,6 +250,8 @@ class CalibrationProfile(_Strict):
 
 
 def _read_json(path: Path | Any) -> dict[str, Any]:
+    """The calibration file's JSON object, checked (valid JSON, an object, the schema version
+    this cbsim reads); parsed once for every process (:mod:`cbsim.cost.profile_cache`)."""
     name = str(path)
     try:
         raw = path.read_bytes()
@@ -256,6 +259,9 @@ def _read_json(path: Path | Any) -> dict[str, Any]:
         raise CbsimError(
             f"cannot read calibration file: {err.strerror or err}", source=name
         ) from None
+    kept = cached_json(raw)
+    if kept is not None and kept.get("schema_version") == SCHEMA_VERSION:
+        return kept
     data = parse_json(decode_utf8(raw, name), name, invalid="not valid JSON")
     if not isinstance(data, dict):
         raise CbsimError("a calibration file must hold a JSON object", source=name)
@@ -266,6 +272,7 @@ def _read_json(path: Path | Any) -> dict[str, Any]:
             f"{SCHEMA_VERSION}); refit with `cbsim calibrate fit`",
             source=name,
         )
+    store_json(raw, data)
     return data
 
 

@@ -199,9 +199,10 @@ def stability_summary(
         figures["queue_growth"] = _queue_growth(timeseries, first, last)
         if not closed_loop:
             figures["served_rps"] = _served_while_arriving(requests, first, last, served_rps)
-    growth, by_3q = _in_system_growth(requests)
+    kept = _kept_times(requests)
+    growth, by_3q = _in_system_growth(requests, kept)
     figures["in_system_growth"] = growth
-    trend = _in_system_trend(requests)
+    trend = _in_system_trend(kept)
     first_q, later_q = _quarter_latencies(requests)
     figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
     first_pace, later_pace = _quarter_latencies(requests, per_output_token=True)
@@ -267,9 +268,11 @@ def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np
     return counts
 
 
-def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
-    """Growth of the requests in the system over the second half of the arrivals, and over its
-    first half (to three quarters of the arrivals)."""
+def _in_system_growth(
+    requests: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]
+) -> tuple[int, int]:
+    """Growth of the requests in the system (``kept``: :func:`_kept_times`) over the second half
+    of the arrivals, and over its first half (to three quarters of the arrivals)."""
     arrival = requests["arrival_s"].to_numpy(dtype=float)
     arrival = arrival[np.isfinite(arrival)]
     if len(arrival) < 2:
@@ -277,7 +280,7 @@ def _in_system_growth(requests: pd.DataFrame) -> tuple[int, int]:
     first, last = float(arrival.min()), float(arrival.max())
     mid, q3 = first + 0.5 * (last - first), first + 0.75 * (last - first)
     times = np.array([mid, q3, last])
-    at_mid, at_q3, at_last = _in_system(*_kept_times(requests), times).tolist()
+    at_mid, at_q3, at_last = _in_system(*kept, times).tolist()
     return at_last - at_mid, at_q3 - at_mid
 
 
@@ -286,12 +289,13 @@ TREND_SAMPLES = 64
 their trend."""
 
 
-def _in_system_trend(requests: pd.DataFrame) -> float:
+def _in_system_trend(kept: tuple[np.ndarray, np.ndarray]) -> float:
     """The mean count of requests in the system over the last quarter of the arrival span less
     its mean over the second quarter: about the growth over the second half where the system
     fills at a steady pace, near nothing where a burst at one instant made the count jump (a
-    Poisson stream's clusters come and go; a queue that grows keeps growing)."""
-    arrival, finish = _kept_times(requests)
+    Poisson stream's clusters come and go; a queue that grows keeps growing). ``kept``: the
+    arrival and finish times of :func:`_kept_times`."""
+    arrival, finish = kept
     arrived = arrival[np.isfinite(arrival)]
     if len(arrived) < 2:
         return 0.0

@@ -111,3 +111,16 @@ def test_a_folder_that_cannot_be_written_is_not_used(
     assert read_profile(path).elementwise.floor_s == 1e-6
     assert read_profile(path).elementwise.floor_s == 1e-6
     assert blocker.read_text().startswith("a file")
+
+
+def test_without_a_home_folder_there_is_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv(profile_cache.CACHE_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert profile_cache.cache_folder() is None
+    assert read_profile(_small_profile(tmp_path)).elementwise.floor_s == 1e-6

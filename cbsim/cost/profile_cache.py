@@ -43,7 +43,10 @@ def cache_folder() -> Path | None:
     if root is not None:
         return Path(root) / SUBFOLDER if root else None
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
+    try:
+        base = Path(xdg) if xdg else Path.home() / ".cache"
+    except RuntimeError:  # no home folder to be found: no cache
+        return None
     return base / "cbsim" / SUBFOLDER
 
 

@@ -22,14 +22,15 @@ The folder is ``$CBSIM_CACHE_DIR/profiles``, else ``$XDG_CACHE_HOME/cbsim/profil
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import marshal
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from cbsim.common.errors import CbsimError
+from cbsim.common.output_folders import write_bytes
 
 __all__ = ["cache_folder", "cached_json", "store_json"]
 
@@ -77,21 +78,13 @@ def cached_json(raw: bytes) -> dict[str, Any] | None:
 
 def store_json(raw: bytes, data: dict[str, Any]) -> None:
     """Keep ``data``, the parsed JSON object of the file whose bytes are ``raw``, for later reads;
-    quietly nothing where the cache is off or its folder cannot be written. Written whole, then
-    renamed into place, so a reader never sees half an entry."""
+    quietly nothing where the cache is off or its folder cannot be written. Written as cbsim
+    writes every file (:func:`~cbsim.common.output_folders.write_bytes`: whole, then renamed into
+    place), so a reader never sees half an entry."""
     entry = _entry(raw)
     if entry is None:
         return
     try:
-        payload = marshal.dumps(data)
-        entry.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=entry.parent, suffix=".tmp")
-    except (OSError, ValueError):
+        write_bytes(entry, marshal.dumps(data), description="a cached calibration profile")
+    except (OSError, ValueError, CbsimError):
         return
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(payload)
-        os.replace(temporary, entry)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_an_entry_holding_another_schema_version_is_not_used(cache: Path, tmp_pa
     raw = path.read_bytes()
     read_profile(path)
     (entry,) = _entries(cache)
-    entry.write_bytes(__import__("marshal").dumps({"schema_version": 999}))
+    entry.write_bytes(marshal.dumps({"schema_version": 999}))
     assert read_profile(path).elementwise.floor_s == 1e-6
     assert profile_cache.cached_json(raw) == json.loads(raw)
 

@@ -14,15 +14,10 @@ kept out of every later collection), and what is alive when the command ends is 
 process is ending: its memory goes back with it). The command's own garbage is collected as
 usual in between.
 
-When cbsim's first compiled kernel loads, numba fills its registries of implementations, and one
-of them (``numba.np.arraymath``) probes at import for a BLAS by importing ``scipy.linalg``: a
-fifth of a second of imports (f2py and scipy's array API layer among them) in every command that
-simulates. cbsim's kernels do no linear algebra and the command line no longer needs
-``scipy.linalg`` on a run's path, so the launcher imports that module with the probe answering
-"no BLAS" and puts the probe back at once: the only effect is that numba's ``np.cov`` and
-``np.corrcoef`` take their plain loops in this process; ``np.dot`` and ``np.linalg`` still find
-the BLAS when a kernel using them compiles. (Not done for the Python API: a notebook's numba is
-its own.)
+cbsim's kernels load from numba's cache without numba's compiler set-up
+(:mod:`cbsim.cost.kernel_loading`), so a command whose kernels are cached imports neither numba's
+registries of implementations nor ``scipy.linalg``, which one of them (``numba.np.arraymath``)
+imports to probe for a BLAS.
 
 When a command found cbsim's kernels missing from numba's cache (a fresh install: it compiled
 them, or priced in Python without them), the console script then starts priming the cache for the kernels other runs use, in a detached
@@ -62,7 +57,6 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         if collecting:
             gc.enable()
     try:
-        _skip_numba_blas_probe()  # imports numba's registries: a Ctrl-C may land here too
         cli_main(argv)
     except KeyboardInterrupt:  # outside the command's own handling (between its steps)
         _interrupted()
@@ -129,31 +123,3 @@ def _exit_status(code: object) -> int:
         return code & 0xFF
     print(code, file=sys.stderr)
     return 1
-
-
-def _skip_numba_blas_probe() -> None:
-    """Import ``numba.np.arraymath`` (which numba would import on its first compiled call) with
-    its BLAS probe answering "none", then restore the probe (see the module docstring). Nothing
-    happens when numba is not imported, the module is already, or numba's layout differs."""
-    if "numba" not in sys.modules or "numba.np.arraymath" in sys.modules:
-        return
-    try:
-        import numba.np.linalg as linalg
-    except ImportError:
-        return
-    probe = getattr(linalg, "ensure_blas", None)
-    if probe is None:
-        return
-
-    def no_blas() -> None:
-        raise ImportError("BLAS probe skipped by the cbsim launcher")
-
-    linalg.ensure_blas = no_blas
-    try:
-        import numba.np.arraymath as arraymath
-    except ImportError:
-        return
-    finally:
-        linalg.ensure_blas = probe
-    if getattr(arraymath, "ensure_blas", None) is no_blas:
-        setattr(arraymath, "ensure_blas", probe)  # noqa: B010 (numba does not export the name)

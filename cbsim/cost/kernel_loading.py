@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["LightLoad", "load_lightly", "load_package_lightly"]
+__all__ = ["LightLoad", "load_lightly", "load_package_lightly", "package_kernels"]
 
 
 class LightLoad:

@@ -19,7 +19,7 @@ import cbsim
 from cbsim.engine.speculative import decoder
 from cbsim.engine.speculative.policies import make_policy
 from tests.conftest import summaries_equal
-from tests.test_spec_fast_forward import ACCEPTANCE, POLICIES, speculative
+from tests.test_spec_fast_forward import ACCEPTANCE, PER_REQUEST_GOODPUT, POLICIES, speculative
 
 ROOT = Path(__file__).resolve().parents[1]
 TIGHT_KV = 0.235  # of each h100-sxm beside llama-3-8b and its EAGLE head: about 100 blocks
@@ -148,3 +148,30 @@ def test_the_fused_plan_beside_a_prefix_cache(
     }
     _both_ways(data, monkeypatch)
     assert "short" in outcomes and "done" in outcomes
+
+
+@pytest.mark.parametrize("policy", [POLICIES[0], PER_REQUEST_GOODPUT])
+def test_a_step_the_plan_prices_costs_what_the_cost_model_says(
+    policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The goodput policy's compiled plan prices its step (``Batch.target_s``) as
+    ``CostModel.time_stats`` of the batch it leaves, the same float, with and without the
+    speculative cohort (a busy sarathi replica forms one); the engine loop then skips pricing."""
+    priced: list[tuple[float, float, bool]] = []
+    plan = decoder.SpeculativeDecoding.plan
+
+    def spy(self: decoder.SpeculativeDecoding, batch: Any, sched: Any, replica: int = 0) -> float:
+        drafting = plan(self, batch, sched, replica)
+        if batch.target_s >= 0.0:
+            priced.append(
+                (batch.target_s, self.target.time_stats(batch.stats), batch.members is not None)
+            )
+        return drafting
+
+    monkeypatch.setattr(decoder.SpeculativeDecoding, "plan", spy)
+    data = speculative("sarathi", policy, ACCEPTANCE[0], {"kind": "eagle"})
+    data["workload"]["arrival"]["rate"] = 80.0
+    data["fast_forward"] = False
+    cbsim.simulate(cbsim.load_scenario(data))
+    assert {members for _, _, members in priced} == {False, True}
+    assert all(target == reference for target, reference, _ in priced)

@@ -383,7 +383,9 @@ class Simulation:
             if spec is None:
                 duration = cost.time_stats(batch.stats)
             else:
-                duration = spec.plan(batch, sched, index) + cost.time_stats(batch.stats)
+                duration = spec.plan(batch, sched, index)
+                target_s = batch.target_s  # priced by the plan, or not (-1)
+                duration += target_s if target_s >= 0.0 else cost.time_stats(batch.stats)
                 sched.forget_running_tokens()  # drafts' KV may have preempted requests
             if batch.load_s > duration:  # a CPU-tier load overlapped layer by layer
                 duration = batch.load_s

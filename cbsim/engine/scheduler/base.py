@@ -91,6 +91,9 @@ class Batch:
     # decoding entry, decoding entries (set by SpeculativeDecoding.verify)
     spec_totals: tuple[int, int, int, int, int, int] | None = None
     draft_s: float = 0.0
+    # the target's seconds for the step where the speculative plan priced it (the goodput
+    # policy's compiled plan: CostModel.time_stats of ``stats``, the same float); -1: not priced
+    target_s: float = -1.0
     load_s: float = 0.0  # KV loaded from the CPU tier for this step (prefix caching)
     gap_tokens: int = 0  # tokens whose previous token came in the replica's previous iteration
     cohort: int = 0  # decodes of the scheduler's decode cohort, ahead of ``requests``

@@ -363,12 +363,13 @@ class SpeculativeDecoding:
         )  # fmt: skip
         if call is None:
             return None
-        wanted, kept, grown, stop, grown_total, tokens, kv_tokens, pairs, plain, drafting = call
+        wanted, kept, grown, stop, grown_total, *sums = call
         if stop < count:
             return wanted  # type: ignore[no-any-return]
         if grown_total:
             allocate_grown(sched, reqs, grown, grown_total)
         set_drafts(batch, kept.tolist())
+        tokens, kv_tokens, pairs, plain, drafting, batch.target_s = sums
         return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
 
     def _fused_call(
@@ -441,12 +442,13 @@ class SpeculativeDecoding:
         )  # fmt: skip
         if call is None or call[3] < count:
             return None
-        _, kept, _, _, grown_total, tokens, kv_tokens, pairs, plain, drafting = call
+        _, kept, _, _, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s = call
         if grown_total:  # the kernel grew the members' blocks in the table
             sched.kv.allocate(grown_total)
         cohort.column(cohort_fields.DRAFTS)[:] = kept
         batch.ks = [0] * len(requests)
         batch.decoding = []
+        batch.target_s = target_s
         return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
 
     def _choose(

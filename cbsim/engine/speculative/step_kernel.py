@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.common.pcg64 import WordArray, fill_doubles
-from cbsim.cost.compiled import CompiledCost
+from cbsim.cost.compiled import CompiledCost, attention_factor, scaled_step_seconds
 from cbsim.engine.speculative.acceptance import (
     AcceptanceModel,
     IidModel,
@@ -139,15 +139,20 @@ def plan_step_kernel(
     spare: int,
     block_size: int,
     room: int,
-) -> tuple[IntArray, IntArray, IntArray, int, int, int, int, float, int, float]:  # pragma: no cover
+) -> tuple[
+    IntArray, IntArray, IntArray, int, int, int, int, float, int, float, float
+]:  # pragma: no cover
     """The drafts of an iteration's decoding requests (their slots, outputs left, contexts and
     blocks, in batch order): each request's drafts wanted (the policy's, cut to its outputs
     left) and kept (cut to the step's budget and its blocks), the blocks it grows by, the
     request the reservation stopped at (``len(slots)``: none; where it stopped, kept and grown
     hold the requests before it, ``blocks`` is untouched and the sums are meaningless), the
     blocks grown in all (each request's added into ``blocks``, in place), the verify entries' tokens,
-    keys and values read and causal pairs, the requests drafting nothing, and the drafting
-    seconds. ``stale`` (by slot) marks the drafters
+    keys and values read and causal pairs, the requests drafting nothing, the drafting
+    seconds, and, for the goodput policy, the target's seconds for the step (``base``, the
+    step's other work, plus the verify entries: ``CostModel.time_stats`` of the batch, the
+    same floats as the sweep prices a candidate; -1 for other policies, whose ``base`` is
+    empty). ``stale`` (by slot) marks the drafters
     the policy gave k = 0 where ``stale_on``; ``batch_size``: the batch's entries, which the
     ``batch_table`` policy reads."""
     n = len(slots)
@@ -177,7 +182,7 @@ def plan_step_kernel(
             ks[j] = 0
     kept, grown, stop = reserve_kernel(ks, contexts, blocks, spare, block_size, room)
     if stop < n:
-        return ks, kept, grown, stop, 0, 0, 0, 0.0, 0, 0.0
+        return ks, kept, grown, stop, 0, 0, 0, 0.0, 0, 0.0, -1.0
     grown_total = 0
     for j in range(n):
         grown_total += grown[j]
@@ -186,15 +191,27 @@ def plan_step_kernel(
     kv_tokens = 0
     pairs = 0.0
     plain = 0
+    context = 0
     for j in range(n):
         q = kept[j] + 1
         tokens += q
         kv_tokens += contexts[j] + q
         pairs += q * (contexts[j] + (q + 1) * 0.5)
+        context += contexts[j]
         if q == 1:
             plain += 1
     drafting = draft_seconds(proposer, draft, kept, contexts, n)
-    return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting
+    target_s = -1.0
+    if policy == GOODPUT:
+        factor = attention_factor(
+            target, base.decode_requests + n, (base.decode_kv_tokens - base.decode_tokens) + context
+        )
+        target_s = scaled_step_seconds(
+            target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
+            base.prefill_attention_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
+            base.decode_pairs + pairs, factor,
+        )  # fmt: skip
+    return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s
 
 
 @numba.njit(cache=True)

@@ -3,8 +3,9 @@
 Runs the quick start (``cbsim run scenarios/chat-llama3-8b-h100.yaml``, README's set-up command)
 in pairs: *cold* as on a fresh install (an empty numba cache, so every kernel the run uses
 compiles, no bytecode for cbsim's own modules and no parsed calibration profiles kept,
-``CBSIM_CACHE_DIR``), then *warm* (the same caches and bytecode again). Each run is a fresh ``cbsim`` process; its wall time and CPU time (user + system, what a
-machine shared with other work still measures fairly) are printed per run and as medians.
+``CBSIM_CACHE_DIR``), then *warm* (the same caches and bytecode again). Each run is a fresh
+``cbsim`` process; its wall time and CPU time (user + system, what a machine shared with other
+work still measures fairly) are printed per run and as medians.
 
     python benchmarks/cold_start.py [--pairs 3] [--scenario scenarios/chat-llama3-8b-h100.yaml]
                                     [--root CHECKOUT]  # another checkout's cbsim (a before/after)
@@ -64,8 +65,8 @@ def _fresh_copy(root: Path, target: Path) -> Path:
 
 def _timed_run(source: Path, cache: Path, scenario: str, out: Path) -> tuple[float, float]:
     """One ``cbsim run`` of ``scenario`` from ``source`` with numba's cache in ``cache`` (and
-    cbsim's parsed profiles beside it): its
-    wall seconds and CPU seconds (user + system of the process and its children)."""
+    cbsim's parsed profiles beside it): its wall seconds and CPU seconds (user + system of the
+    process and its children)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(source),

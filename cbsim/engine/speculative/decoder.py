@@ -363,14 +363,13 @@ class SpeculativeDecoding:
         )  # fmt: skip
         if call is None:
             return None
-        wanted, kept, grown, stop, grown_total, *sums = call
+        (wanted, kept, grown, stop, grown_total, tokens, kv_tokens, pairs, plain, drafting,
+         target_s) = call  # fmt: skip
         if stop < count:
             return wanted  # type: ignore[no-any-return]
-        if grown_total:
-            allocate_grown(sched, reqs, grown, grown_total)
+        allocate_grown(sched, reqs, grown, grown_total)
         set_drafts(batch, kept.tolist())
-        tokens, kv_tokens, pairs, plain, drafting, batch.target_s = sums
-        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
+        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting, target_s)
 
     def _fused_call(
         self,
@@ -448,8 +447,7 @@ class SpeculativeDecoding:
         cohort.column(cohort_fields.DRAFTS)[:] = kept
         batch.ks = [0] * len(requests)
         batch.decoding = []
-        batch.target_s = target_s
-        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting)
+        return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting, target_s)
 
     def _choose(
         self,
@@ -697,10 +695,12 @@ def _priced(
     pairs: float,
     plain: int,
     drafting: float,
+    target_s: float,
 ) -> float:
     """Set ``batch``'s work to ``prefill`` plus the verify entries of its ``count`` decoding
     requests (``tokens`` verified over ``kv_tokens`` keys and values, ``pairs`` causal pairs,
-    ``plain`` of them drafting nothing) and its drafting seconds, which it returns."""
+    ``plain`` of them drafting nothing), its drafting seconds, which it returns, and the target's
+    seconds for it where the plan priced them (``target_s``; -1: not priced)."""
     stats = prefill.copy()
     stats.num_requests += count
     stats.num_tokens += tokens
@@ -713,6 +713,7 @@ def _priced(
     batch.prefill_tokens = prefill.num_tokens
     batch.decode_tokens = plain
     batch.draft_s = drafting
+    batch.target_s = target_s
     return float(drafting)
 
 
@@ -793,6 +794,8 @@ def allocate_grown(
 ) -> None:
     """Allocate the blocks each of ``reqs`` grows by (``grown``, ``total`` in all, from a
     compiled reservation)."""
+    if not total:
+        return
     sched.kv.allocate(total)
     for req, extra in zip(reqs, grown.tolist(), strict=True):
         if extra:
@@ -826,9 +829,7 @@ def reserve_drafts(
         kernel = reserve_kernel if call is None else call
         kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
         chosen_ks = kept.tolist()
-        total = int(grown.sum())
-        if total:
-            allocate_grown(sched, reqs, grown, total)
+        allocate_grown(sched, reqs, grown, int(grown.sum()))
         if stop == count:
             return chosen_ks
         spare -= sum(chosen_ks[:stop])

@@ -191,25 +191,25 @@ def plan_step_kernel(
     kv_tokens = 0
     pairs = 0.0
     plain = 0
-    context = 0
     for j in range(n):
         q = kept[j] + 1
         tokens += q
         kv_tokens += contexts[j] + q
         pairs += q * (contexts[j] + (q + 1) * 0.5)
-        context += contexts[j]
         if q == 1:
             plain += 1
     drafting = draft_seconds(proposer, draft, kept, contexts, n)
     target_s = -1.0
-    if policy == GOODPUT:
+    if policy == GOODPUT:  # as time_stats prices the batch: its decode entries' sums
+        decode_tokens = base.decode_tokens + tokens
+        decode_kv_tokens = base.decode_kv_tokens + kv_tokens
         factor = attention_factor(
-            target, base.decode_requests + n, (base.decode_kv_tokens - base.decode_tokens) + context
+            target, base.decode_requests + n, decode_kv_tokens - decode_tokens
         )
         target_s = scaled_step_seconds(
             target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
-            base.prefill_attention_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
-            base.decode_pairs + pairs, factor,
+            base.prefill_attention_s, decode_tokens, decode_kv_tokens, base.decode_pairs + pairs,
+            factor,
         )  # fmt: skip
     return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s
 

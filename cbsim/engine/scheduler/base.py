@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 from cbsim.common.errors import unknown_name
 from cbsim.cost.roofline import BatchStats
 from cbsim.engine.decode_plan import DecodeRun
+from cbsim.engine.pause_log import log_own_pauses, log_shared_pause
 from cbsim.engine.scheduler.cohort import BY_ADMISSION, DecodeCohort, IntArray
 from cbsim.memory.kvcache import KVCache, blocks_for_tokens
 from cbsim.memory.prefix_cache import NO_HIT, Hit, PrefixCache
@@ -405,16 +406,7 @@ class SchedulerPolicy(ABC):
         paused = 0
         fresh = self._entrants
         if outsiders or fresh or cohort.row != prev_row:
-            gap_pairs = self.gap_pairs
-            members = cohort.members
-            own = set(fresh)
-            last = cohort.row
-            for req in self.running:
-                previous = last if req in members and req not in own else req.last_row
-                if previous != prev_row:
-                    gap_pairs.append(first_row)
-                    gap_pairs.append(previous)
-                    paused += 1
+            paused = self._log_cohort_pauses(cohort.row, len(cohort), first_row, prev_row)
             for req in outsiders:
                 cohort.join(req)
             self._outsiders = []
@@ -433,6 +425,22 @@ class SchedulerPolicy(ABC):
         if finished:
             self._drop_finished([req for _, req in finished])
         return True
+
+    def _log_cohort_pauses(self, last: int, members: int, row: int, prev_row: int) -> int:
+        """Log the pauses of the running requests' tokens in row ``row`` (the previous row of this
+        replica ``prev_row``), the cohort's ``members`` last decoding in row ``last``; returns
+        how many paused. The members that were in that iteration share one pair, logged in one
+        call (:mod:`cbsim.engine.pause_log`); the entrants and the requests outside the cohort
+        have their own last rows."""
+        own = self._entrants
+        paused = log_own_pauses(
+            self.gap_pairs, row, prev_row, itertools.chain(own, self._outside())
+        )
+        stayed = members - len(own)
+        if stayed and last != prev_row:
+            log_shared_pause(self.gap_pairs, row, last, stayed)
+            paused += stayed
+        return paused
 
     def _drop_finished(self, finished: list[Request]) -> None:
         """Take the requests that just finished out of the running set (and the outsiders)."""
@@ -771,29 +779,11 @@ class SchedulerPolicy(ABC):
         entrants = self._entrants
         if len(entrants) > 1:
             entrants.sort(key=BY_ADMISSION)  # some joined before a run was planned
-        gap_pairs = self.gap_pairs
+        gap_tokens = len(entrants) - log_own_pauses(self.gap_pairs, row, prev_row, entrants)
         if cohort.row == prev_row:  # the members before this iteration were in that one
-            gap_tokens = len(cohort) - len(entrants)
-            for req in entrants:
-                if req.last_row == prev_row:
-                    gap_tokens += 1
-                else:
-                    gap_pairs.append(row)
-                    gap_pairs.append(req.last_row)
-        else:  # every member paused, entrants as their own last tokens say: in running order
-            gap_tokens = 0
-            joined = set(entrants)
-            last = cohort.row
-            members = cohort.members
-            for req in self.running:
-                if req not in members:
-                    continue
-                previous = req.last_row if req in joined else last
-                if previous == prev_row:
-                    gap_tokens += 1
-                else:
-                    gap_pairs.append(row)
-                    gap_pairs.append(previous)
+            gap_tokens += len(cohort) - len(entrants)
+        else:  # every member before it paused
+            log_shared_pause(self.gap_pairs, row, cohort.row, len(cohort) - len(entrants))
         self._entrants = []
         finished = cohort.complete(row)
         for req in finished:

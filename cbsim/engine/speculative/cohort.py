@@ -32,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.cost.kernel_call import KernelCall
+from cbsim.engine.pause_log import log_pauses
 from cbsim.engine.speculative.step_kernel import verify_step_kernel
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request, Status
@@ -242,9 +243,7 @@ class SpecCohort:
         )
         if freed:
             kv.free(freed)
-        for previous in paused.tolist():
-            gap_pairs.append(row)
-            gap_pairs.append(previous)
+        log_pauses(gap_pairs, row, paused)
         finished = []
         positions: list[int] = done.tolist()
         for at in positions:

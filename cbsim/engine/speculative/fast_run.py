@@ -38,6 +38,7 @@ import numpy.typing as npt
 from cbsim.common.pcg64 import WordArray, next_double
 from cbsim.cost.compiled import CompiledCost, verify_seconds
 from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
+from cbsim.engine.pause_log import log_pauses
 from cbsim.engine.speculative.acceptance import (
     level_scale,
 )
@@ -783,10 +784,7 @@ def _apply_to_cohort(
         effects.kv, effects.generated, effects.blocks, effects.counters, first_row, prev_row,
         run.iterations,
     )  # fmt: skip
-    gap_pairs = sched.gap_pairs
-    for previous in paused.tolist():
-        gap_pairs.append(first_row)
-        gap_pairs.append(previous)
+    log_pauses(sched.gap_pairs, first_row, paused)
     run.paused_at_start = len(paused)
     finished = []
     positions = done.tolist()

@@ -4,10 +4,11 @@ A token a request emits in the iteration right after its previous one has that i
 and only a count of them is kept; a token after a pause (its request preempted, left out by a
 token budget, or waiting while a prompt ran alone) is logged in its scheduler's ``gap_pairs``, a
 flat ``array("i")`` of (this iteration's row, the row of its previous token) pairs that the
-inter-token latency reads at the end (:mod:`cbsim.outputs.itl`). The latency reads the pairs in
-any order, so a group of requests is logged in one call: a decode cohort whose members all
-decoded last in one row shares a single pair, and the rows compiled code hands back are written
-as one block of memory.
+inter-token latency reads at the end (:mod:`cbsim.outputs.itl`). The latency sorts the pairs'
+gaps before it reads them, so the order they were logged in does not matter, and a group of
+requests is logged in one call: the members of a decode cohort that all decoded last in one row
+get copies of one pair, and the rows compiled code hands back are written as one block of
+memory.
 """
 
 from __future__ import annotations

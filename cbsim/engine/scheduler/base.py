@@ -21,7 +21,7 @@ import operator
 from abc import ABC, abstractmethod
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -406,7 +406,7 @@ class SchedulerPolicy(ABC):
         paused = 0
         fresh = self._entrants
         if outsiders or fresh or cohort.row != prev_row:
-            paused = self._log_cohort_pauses(cohort.row, len(cohort), first_row, prev_row)
+            paused = self._log_cohort_pauses(first_row, prev_row, outsiders)
             for req in outsiders:
                 cohort.join(req)
             self._outsiders = []
@@ -426,19 +426,19 @@ class SchedulerPolicy(ABC):
             self._drop_finished([req for _, req in finished])
         return True
 
-    def _log_cohort_pauses(self, last: int, members: int, row: int, prev_row: int) -> int:
-        """Log the pauses of the running requests' tokens in row ``row`` (the previous row of this
-        replica ``prev_row``), the cohort's ``members`` last decoding in row ``last``; returns
-        how many paused. The members that were in that iteration share one pair, logged in one
-        call (:mod:`cbsim.engine.pause_log`); the entrants and the requests outside the cohort
+    def _log_cohort_pauses(self, row: int, prev_row: int, outsiders: Iterable[Request] = ()) -> int:
+        """Log the pauses of the tokens in row ``row`` (this replica's previous row: ``prev_row``)
+        of the decode cohort's members and ``outsiders`` (running requests about to join it);
+        returns how many paused. The members that were in the cohort's last iteration share one
+        pair, logged in one call (:mod:`cbsim.engine.pause_log`); the entrants and the outsiders
         have their own last rows."""
+        cohort = self.cohort
+        assert cohort is not None
         own = self._entrants
-        paused = log_own_pauses(
-            self.gap_pairs, row, prev_row, itertools.chain(own, self._outside())
-        )
-        stayed = members - len(own)
-        if stayed and last != prev_row:
-            log_shared_pause(self.gap_pairs, row, last, stayed)
+        paused = log_own_pauses(self.gap_pairs, row, prev_row, itertools.chain(own, outsiders))
+        stayed = len(cohort) - len(own)
+        if stayed and cohort.row != prev_row:
+            log_shared_pause(self.gap_pairs, row, cohort.row, stayed)
             paused += stayed
         return paused
 
@@ -776,12 +776,7 @@ class SchedulerPolicy(ABC):
         members that finished."""
         cohort = self.cohort
         assert cohort is not None
-        entrants = self._entrants
-        gap_tokens = len(entrants) - log_own_pauses(self.gap_pairs, row, prev_row, entrants)
-        if cohort.row == prev_row:  # the members before this iteration were in that one
-            gap_tokens += len(cohort) - len(entrants)
-        else:  # every member before it paused
-            log_shared_pause(self.gap_pairs, row, cohort.row, len(cohort) - len(entrants))
+        gap_tokens = len(cohort) - self._log_cohort_pauses(row, prev_row)
         self._entrants = []
         finished = cohort.complete(row)
         for req in finished:

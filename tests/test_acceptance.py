@@ -14,11 +14,14 @@ from typing import Any
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import cbsim
 from cbsim.common.errors import CbsimError
 from cbsim.engine.speculative.acceptance import (
     ACCEPTANCE_KINDS,
+    BetaLevels,
     IidModel,
     PerRequestModel,
     PositionalModel,
@@ -320,6 +323,44 @@ def test_per_request_start_draws_from_beta_with_the_mean():
     variance = mean * (1 - mean) / (concentration + 1)  # Beta(mean·c, (1 − mean)·c)
     assert_mean_within(draws, mean, math.sqrt(variance))
     assert float(draws.var()) == pytest.approx(variance, rel=0.05)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    mean=st.floats(0.0, 1.0, exclude_min=True, exclude_max=True)
+    | st.sampled_from([5e-324, 1.0 - 2**-53]),
+    concentration=st.floats(1e-3, 1e3),
+    block=st.integers(1, 9),
+    count=st.integers(0, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_levels_drawn_by_the_block_are_the_scalar_draws(
+    mean: float, concentration: float, block: int, count: int, seed: int
+) -> None:
+    """A replica's requests' levels drawn a block at a time are, one by one, what successive
+    ``start`` calls draw from the same generator (the degenerate Beta parameters included)."""
+    model = PerRequestModel(
+        PerRequestAcceptance(kind="per_request", mean=mean, concentration=concentration)
+    )
+    req = Request(0, 0.0, 16, 100)
+    scalar_rng = np.random.default_rng(seed)
+    expected = [model.start(req, scalar_rng) for _ in range(count)]
+    levels = BetaLevels(np.random.default_rng(seed), mean, concentration, block=block)
+    assert [levels(req) for _ in range(count)] == expected
+    by_model = model.levels(np.random.default_rng(seed))
+    assert [by_model(req) for _ in range(count)] == expected
+
+
+def test_positional_levels_match_start_with_and_without_variation():
+    req = Request(0, 0.0, 16, 100)
+    for concentration in (None, 6.0):
+        model = PositionalModel(
+            PositionalAcceptance(kind="positional", rates=[0.8, 0.6], concentration=concentration)
+        )
+        scalar_rng = np.random.default_rng(2)
+        expected = [model.start(req, scalar_rng) for _ in range(70)]
+        levels = model.levels(np.random.default_rng(2))
+        assert [levels(req) for _ in range(70)] == expected
 
 
 def test_per_request_draw_uses_each_requests_alpha():

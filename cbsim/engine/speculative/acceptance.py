@@ -166,6 +166,38 @@ def beta_level(rng: np.random.Generator, mean: float, concentration: float) -> f
     return float(rng.beta(a, b))
 
 
+class BetaLevels:
+    """Successive requests' levels θ ~ Beta(m·c, (1 − m)·c) (:func:`beta_level`) from one
+    generator, drawn :attr:`block` at a time. numpy draws an array value after value from the same
+    bit generator, so the n-th level is the n-th scalar draw whatever the block: a block only
+    saves the call per request (a scalar draw costs several microseconds amid a simulation)."""
+
+    __slots__ = ("_a", "_b", "_drawn", "_next", "_rng", "block")
+
+    def __init__(
+        self, rng: np.random.Generator, mean: float, concentration: float, block: int = 64
+    ) -> None:
+        self._rng = rng
+        self._a = mean * concentration
+        self._b = (1.0 - mean) * concentration
+        self.block = block
+        self._drawn: list[float] = []
+        self._next = 0
+
+    def __call__(self, req: Request) -> float:
+        """The next request's level (``req``'s: every request draws alike)."""
+        if self._a <= 0.0:
+            return 0.0
+        if self._b <= 0.0:
+            return 1.0
+        if self._next == len(self._drawn):
+            self._drawn = self._rng.beta(self._a, self._b, size=self.block).tolist()
+            self._next = 0
+        level = self._drawn[self._next]
+        self._next += 1
+        return level
+
+
 def level_scale(levels: np.ndarray, mean: float) -> np.ndarray:
     """Each request's level over the model's mean (θ / m), what its positional rates are scaled
     by. A zero mean (every rate zero) gives NaN, which accepts nothing, as the zero rates would."""
@@ -182,6 +214,12 @@ class AcceptanceModel(ABC):
     def start(self, req: Request, rng: np.random.Generator) -> float:
         """Per-request set-up when the request first speculates; returns its prior α estimate."""
         return self.prior_alpha()
+
+    def levels(self, rng: np.random.Generator) -> Callable[[Request], float]:
+        """:meth:`start` of one replica's requests, one after the other, drawing from ``rng``:
+        the same values in the same order (the models that draw a level per request draw them
+        a block at a time, :class:`BetaLevels`)."""
+        return lambda req: self.start(req, rng)
 
     @abstractmethod
     def prior_alpha(self) -> float:
@@ -276,6 +314,12 @@ class PositionalModel(AcceptanceModel):
             return mean
         return beta_level(rng, mean, self.concentration)
 
+    def levels(self, rng: np.random.Generator) -> Callable[[Request], float]:
+        mean = self.prior_alpha()
+        if self.concentration is None or not 0.0 < mean < 1.0:
+            return lambda req: mean
+        return BetaLevels(rng, mean, self.concentration)
+
     def rates_for(self, width: int) -> np.ndarray:
         index = np.minimum(np.arange(width), len(self.rates) - 1)
         return np.asarray(self.rates[index])
@@ -309,6 +353,9 @@ class PerRequestModel(AcceptanceModel):
 
     def start(self, req: Request, rng: np.random.Generator) -> float:
         return beta_level(rng, self.mean, self.concentration)
+
+    def levels(self, rng: np.random.Generator) -> Callable[[Request], float]:
+        return BetaLevels(rng, self.mean, self.concentration)
 
     def draw(
         self,

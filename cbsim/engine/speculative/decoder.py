@@ -16,7 +16,7 @@ conditional-acceptance estimate used by batch-aware policies, and the draft and 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -154,7 +154,7 @@ class SpeculativeDecoding:
         # likelihood over its steps, the model's prior before any), so that a replica advanced
         # ahead of the others in one event draws and learns exactly as if stepped
         self._draw_streams: dict[int, WordStream] = {}
-        self._request_rngs: dict[int, np.random.Generator] = {}
+        self._request_levels: dict[int, Callable[[Request], float]] = {}
         self._replica_alphas: dict[int, AlphaEstimator] = {}
         # the goodput policy (per batch or per request) chooses k in compiled code when the cost
         # models compile
@@ -212,12 +212,14 @@ class SpeculativeDecoding:
         """:meth:`stale_stream` as a generator, for Python draws."""
         return self.stale_stream(replica).generator()
 
-    def _request_rng(self, replica: int) -> np.random.Generator:
-        rng = self._request_rngs.get(replica)
-        if rng is None:
+    def _request_levels_of(self, replica: int) -> Callable[[Request], float]:
+        """Replica ``replica``'s requests' own α at their start, one after the other."""
+        levels = self._request_levels.get(replica)
+        if levels is None:
             extra = (replica,) if replica else ()
-            rng = self._request_rngs[replica] = stream(self.seed, "acceptance:requests", *extra)
-        return rng
+            rng = stream(self.seed, "acceptance:requests", *extra)
+            levels = self._request_levels[replica] = self.acceptance.levels(rng)
+        return levels
 
     def replica_alpha(self, replica: int) -> AlphaEstimator:
         """What replica ``replica`` has learnt of α over its steps."""
@@ -232,8 +234,8 @@ class SpeculativeDecoding:
     def state(self, req: Request) -> SpecState:
         spec = req.spec
         if spec is None:
-            rng = self._request_rng(max(req.replica, 0))
-            spec = SpecState(self.policy.controller(), self.slots, self.acceptance.start(req, rng))
+            level = self._request_levels_of(max(req.replica, 0))(req)
+            spec = SpecState(self.policy.controller(), self.slots, level)
             req.spec = spec
         assert isinstance(spec, SpecState)
         if spec.slots is not self.slots:  # decoded by another pool before: its figures move here

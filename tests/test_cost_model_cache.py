@@ -6,7 +6,9 @@ import cbsim
 from cbsim.engine.cost_models import CostModelCache
 
 
-def _scenario(rate: float, speculative: bool, tp: int = 1) -> cbsim.Scenario:
+def _scenario(
+    rate: float, speculative: bool, tp: int = 1, proposer: dict[str, str] | None = None
+) -> cbsim.Scenario:
     return cbsim.load_scenario(
         {
             "name": "shared-cost",
@@ -19,7 +21,7 @@ def _scenario(rate: float, speculative: bool, tp: int = 1) -> cbsim.Scenario:
             },
             "cluster": {"model": "llama-3-8b", "gpu": "h100-sxm", "tp": tp},
             "scheduler": {"kind": "sarathi"},
-            "speculative": {"enabled": speculative, "proposer": {"kind": "eagle"}},
+            "speculative": {"enabled": speculative, "proposer": proposer or {"kind": "eagle"}},
         }
     )
 
@@ -31,9 +33,28 @@ def test_one_cost_model_per_cluster() -> None:
     assert cache.get(_scenario(2.0, False, tp=2)) is not first
 
 
+def test_one_proposer_per_target_and_proposer() -> None:
+    cache = CostModelCache()
+    eagle = _scenario(2.0, True)
+    target = cache.get(eagle)
+    first = cache.proposer(eagle.speculative.proposer, target)
+    assert cache.proposer(_scenario(9.0, True).speculative.proposer, target) is first
+    draft = _scenario(2.0, True, proposer={"kind": "draft_model", "model": "llama-3.2-1b"})
+    assert cache.proposer(draft.speculative.proposer, target) is not first
+    wider = cache.get(_scenario(2.0, True, tp=2))
+    assert cache.proposer(eagle.speculative.proposer, wider) is not first
+
+
 def test_shared_cost_models_change_no_result() -> None:
     cache = CostModelCache()
-    scenarios = [_scenario(20.0, True), _scenario(2.0, False), _scenario(6.0, True)]
+    draft = {"kind": "draft_model", "model": "llama-3.2-1b"}
+    scenarios = [
+        _scenario(20.0, True),
+        _scenario(2.0, False),
+        _scenario(6.0, True),
+        _scenario(12.0, True, proposer=draft),
+        _scenario(4.0, True, proposer=draft),
+    ]
     shared = [cbsim.simulate(s, cost_models=cache).summary for s in scenarios]
     alone = [cbsim.simulate(s).summary for s in scenarios]
     for a, b in zip(shared, alone, strict=True):

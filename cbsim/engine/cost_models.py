@@ -22,6 +22,7 @@ from cbsim.cost.kernel_cache import INTERPRETED_CALLS, all_cached
 from cbsim.cost.op_pricing import calibration_profile, gemm_fit_for
 from cbsim.cost.profile import DEFAULT_PROFILE, CalibrationProfile, transfer_note
 from cbsim.engine.decode_run import decode_run_kernel
+from cbsim.engine.speculative.proposers import Proposer, ProposerConfig, make_proposer
 from cbsim.schema.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -154,6 +155,7 @@ class CostModelCache:
 
     def __init__(self) -> None:
         self._models: dict[str, CostModel] = {}
+        self._proposers: dict[tuple[int, str], tuple[CostModel, Proposer]] = {}
 
     def get(self, scenario: Scenario) -> CostModel:
         """``cost_model_for(scenario)``, built on first use."""
@@ -162,3 +164,12 @@ class CostModelCache:
         if model is None:
             model = self._models[key] = cost_model_for(scenario)
         return model
+
+    def proposer(self, config: ProposerConfig, target: CostModel) -> Proposer:
+        """``make_proposer(config, target)``, built on first use for each target and proposer
+        (a proposer is a function of them alone, its cost model's tables as the target's)."""
+        key = (id(target), config.model_dump_json())
+        held = self._proposers.get(key)
+        if held is None or held[0] is not target:
+            held = self._proposers[key] = (target, make_proposer(config, target))
+        return held[1]

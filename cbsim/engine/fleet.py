@@ -46,7 +46,9 @@ def new_pool(plan: PoolPlan, source: str | None, cost_models: CostModelCache | N
     spec = None
     if scenario.speculative.enabled:
         cost.cold_start.stop()  # its kernels compile: it runs them whatever pricing does
-        spec = SpeculativeDecoding(scenario.speculative, cost, scenario.seed, source)
+        config = scenario.speculative
+        proposer = None if cost_models is None else cost_models.proposer(config.proposer, cost)
+        spec = SpeculativeDecoding(config, cost, scenario.seed, source, proposer)
     spec_kernel: KernelSettings | None = None
     note = ""
     if spec is not None and scenario.fast_forward:

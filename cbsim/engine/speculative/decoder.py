@@ -137,11 +137,20 @@ class SpeculativeDecoding:
     """The speculative decoders of every request on one cluster (shared policy and models)."""
 
     def __init__(
-        self, config: Speculative, target: CostModel, seed: int, source: str | None = None
+        self,
+        config: Speculative,
+        target: CostModel,
+        seed: int,
+        source: str | None = None,
+        proposer: Proposer | None = None,
     ) -> None:
         self.policy: KPolicy = make_policy(config.policy)
         self.acceptance: AcceptanceModel = make_acceptance_model(config.acceptance, source)
-        self.proposer: Proposer = make_proposer(config.proposer, target)
+        # ``proposer``: ``config.proposer`` drafting for ``target`` built already (a search's,
+        # shared by its simulations as their cost models are)
+        self.proposer: Proposer = (
+            make_proposer(config.proposer, target) if proposer is None else proposer
+        )
         self.target = target
         self.seed = seed
         check_vocabulary(config.proposer, target)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import replace
+from functools import cached_property
 from typing import ClassVar
 
 import numba
@@ -47,6 +48,9 @@ from cbsim.cost.compiled import EXTRA, CompiledCost, decode_seconds
 from cbsim.cost.engine_profile import Frontend, StepOverhead
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.schema.speculative import DraftModelProposer, EagleProposer, MtpProposer, NgramProposer
+
+ProposerConfig = DraftModelProposer | EagleProposer | NgramProposer | MtpProposer
+"""A scenario's ``speculative.proposer``."""
 
 DRAFT_STEP_OVERHEAD_FRACTION = 0.2
 NGRAM_SECONDS_PER_REQUEST = 5e-6
@@ -113,6 +117,22 @@ class _ModelProposer(Proposer):
     shares_layout: ClassVar[bool] = False  # its experts spread as the target's
 
     def __init__(self, shape: ModelShape, target: CostModel) -> None:
+        self.shape = shape
+        self.tp = target.tp
+        # experts spread as the target's: an MTP module's (its layers are the target's), or any
+        # mixture of experts drafting on data-parallel ranks (whose layout requires it)
+        self._spread = shape.is_moe and (self.shares_layout or target.dp > 1)
+        self.dp = target.dp if self._spread else 1
+        # a cost model of one rank (a dense head's) takes a rank's share of the batch per step
+        self._ranks = target.dp // self.dp
+        self.dtype = target.dtype
+        self.kv_dtype = target.kv_dtype
+        self._target = target
+
+    @cached_property
+    def cost(self) -> CostModel:
+        """The proposer's own cost model, built when first priced (its memory needs none)."""
+        target = self._target
         step = target.overhead
         overhead = StepOverhead(
             cpu_s=step.cpu_s * DRAFT_STEP_OVERHEAD_FRACTION,
@@ -120,18 +140,8 @@ class _ModelProposer(Proposer):
             serial_s=step.serial_s * DRAFT_STEP_OVERHEAD_FRACTION,
         )
         engine = target.engine.model_copy(update={"overhead": overhead, "frontend": Frontend()})
-        self.shape = shape
-        self.tp = target.tp
-        # experts spread as the target's: an MTP module's (its layers are the target's), or any
-        # mixture of experts drafting on data-parallel ranks (whose layout requires it)
-        spread = shape.is_moe and (self.shares_layout or target.dp > 1)
-        self.dp = target.dp if spread else 1
-        # a cost model of one rank (a dense head's) takes a rank's share of the batch per step
-        self._ranks = target.dp // self.dp
-        self.dtype = target.dtype
-        self.kv_dtype = target.kv_dtype
-        self.cost = CostModel(
-            shape,
+        return CostModel(
+            self.shape,
             target.gpu,
             tp=target.tp,
             dtype=target.dtype,
@@ -139,8 +149,8 @@ class _ModelProposer(Proposer):
             params=target.params,
             calibration=target.calibration,
             engine=engine,
-            expert_routing=target.expert_routing if spread else "balanced",
-            ep=target.ep if spread else 1,
+            expert_routing=target.expert_routing if self._spread else "balanced",
+            ep=target.ep if self._spread else 1,
             dp=self.dp,
         )
 
@@ -283,9 +293,7 @@ class Ngram(Proposer):
         return NGRAM_SECONDS_PER_REQUEST * count if k > 0 else 0.0
 
 
-def make_proposer(
-    config: DraftModelProposer | EagleProposer | NgramProposer | MtpProposer, target: CostModel
-) -> Proposer:
+def make_proposer(config: ProposerConfig, target: CostModel) -> Proposer:
     if isinstance(config, DraftModelProposer):
         return DraftModel(get_model(config.model), target)
     if isinstance(config, EagleProposer):

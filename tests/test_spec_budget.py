@@ -96,7 +96,7 @@ def test_drafts_are_cut_in_batch_order() -> None:
 
 
 def test_draft_room() -> None:
-    from cbsim.engine.speculative.decoder import UNBUDGETED, draft_room
+    from cbsim.engine.speculative.draft_reservation import UNBUDGETED, draft_room
 
     assert draft_room(64, 20) == 44
     assert draft_room(64, 80) == 0  # a lone prompt over the budget leaves no room

@@ -20,7 +20,7 @@ from cbsim.engine.speculative import cohort as fields
 from cbsim.engine.speculative.cohort import SpecCohort, complete_members
 from cbsim.engine.speculative.decoder import SpecState, SpeculativeDecoding
 from cbsim.engine.speculative.policy_base import StaticController
-from cbsim.engine.speculative.slots import SpecSlots
+from cbsim.engine.speculative.slots import EMA_WEIGHT, SpecSlots, observe_steps
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request, Status
 from tests.conftest import small_scenario
@@ -70,6 +70,24 @@ def test_the_cohort_equals_stepping_requests_one_by_one(data: dict[str, Any], cl
 @given(data=per_request_scenarios())
 def test_the_cohort_with_per_request_choices_and_levels(data: dict[str, Any]) -> None:
     _assert_same(_run(data, True), _run(data, False))
+
+
+def _run_verifying_at_step_end(data: dict[str, Any]) -> cbsim.Results:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SpeculativeDecoding, "_verifies_with_plan", lambda self: False)
+        return cbsim.simulate(cbsim.load_scenario(data))
+
+
+@engine_settings(15)
+@given(data=scenarios() | per_request_scenarios(), horizon=st.sampled_from([None, 7.0, 19.5]))
+def test_a_cohort_step_verified_with_its_plan_equals_verifying_at_its_end(
+    data: dict[str, Any], horizon: float | None
+) -> None:
+    """The cohort's verification drawn in its plan's call (cohort_step) gives what drawing it
+    when the step ends gives, bit for bit, steps cut by the horizon included."""
+    if horizon is not None:
+        data["horizon_s"] = horizon
+    _assert_same(_run(data, True), _run_verifying_at_step_end(data))
 
 
 @pytest.mark.parametrize("kind", ["sarathi", "vllm"])
@@ -209,7 +227,7 @@ def _cohort(slots: SpecSlots) -> SpecCohort:
         assert isinstance(req.spec, SpecState)
         return req.spec
 
-    return SpecCohort(16, state)
+    return SpecCohort(16, state, slots)
 
 
 @settings(max_examples=60, deadline=None)
@@ -221,6 +239,7 @@ def _cohort(slots: SpecSlots) -> SpecCohort:
             st.integers(0, 400),  # outputs still to come
             st.integers(0, 8),  # accepted drafts this step
             st.integers(0, 2),  # blocks beyond the KV's
+            st.integers(0, 3),  # drafts rejected this step
         ),
         min_size=1,
         max_size=40,
@@ -229,15 +248,16 @@ def _cohort(slots: SpecSlots) -> SpecCohort:
     release=st.booleans(),
 )
 def test_the_table_completes_a_step_as_requests_one_by_one(
-    members: list[tuple[int, int, int, int, int]], order: Any, release: bool
+    members: list[tuple[int, int, int, int, int, int]], order: Any, release: bool
 ) -> None:
     """Members joined in any order sit in admission order; a step's end on the table equals
     :meth:`SchedulerPolicy.complete`'s arithmetic request by request (tokens, blocks given back,
-    pauses, finishes, zero gaps)."""
+    pauses, finishes, zero gaps) and adds the step's counts as verifying it one request at a time
+    did (the members' steps, drafts and accepted drafts; their slots' counts and EMAs)."""
     slots = SpecSlots()
     cohort = _cohort(slots)
     requests = []
-    for i, (kv, generated, left, _, spare) in enumerate(members):
+    for i, (kv, generated, left, _, spare, _) in enumerate(members):
         outputs = generated + max(left, 1)
         requests.append(_request(i, i, kv, generated, outputs, -(-kv // 16) + spare))
     joining = list(requests)
@@ -247,7 +267,19 @@ def test_the_table_completes_a_step_as_requests_one_by_one(
     assert cohort.requests == requests
     assert cohort.column(fields.ADMITTED).tolist() == list(range(len(requests)))
     accepted = [m[3] for m in members]
+    drafts = [m[3] + m[5] for m in members]  # none where none was drafted or accepted
     cohort.column(fields.ACCEPTED)[:] = accepted
+    cohort.column(fields.DRAFTS)[:] = drafts
+    counted = cohort.table[:, : len(requests)].copy()
+    drafting = [i for i, k in enumerate(drafts) if k > 0]
+    reference = [slots.accepted.copy(), slots.rejected.copy(), slots.ema.copy()]
+    observe_steps(
+        *reference,
+        np.array([requests[i].spec.slot for i in drafting], dtype=np.int64),  # type: ignore[union-attr]
+        np.array([drafts[i] for i in drafting], dtype=np.int64),
+        np.array([accepted[i] for i in drafting], dtype=np.int64),
+        EMA_WEIGHT,
+    )
     row, prev_row = 7, 1
     expected = []  # (kv, generated, blocks, finished) per request, one by one
     total = gaps = zero = freed = 0
@@ -276,6 +308,20 @@ def test_the_table_completes_a_step_as_requests_one_by_one(
     ended: list[Request] = []
     got = cohort.complete(2.5, row, prev_row, kv_cache, release, pairs, ended.append)
     assert got == (total, gaps, zero, ended)
+    for got_slots, want in zip((slots.accepted, slots.rejected, slots.ema), reference, strict=True):
+        np.testing.assert_array_equal(got_slots, want)
+    for i, req in enumerate(requests):  # finished ones written back, the others in the table
+        at = cohort.requests.index(req) if req in cohort.requests else None
+        steps = (
+            cohort.table[[fields.DECODE_STEPS, fields.SPEC_STEPS, fields.DRAFTED,
+                          fields.ACCEPTED_TOTAL], at].tolist()
+            if at is not None
+            else [req.decode_steps, req.spec_steps, req.drafted_tokens, req.accepted_tokens]
+        )  # fmt: skip
+        before = counted[[fields.DECODE_STEPS, fields.SPEC_STEPS, fields.DRAFTED,
+                          fields.ACCEPTED_TOTAL], i].tolist()  # fmt: skip
+        step = [1, int(drafts[i] > 0), drafts[i], accepted[i] if drafts[i] else 0]
+        assert steps == [b + d for b, d in zip(before, step, strict=True)]
     assert ended == [requests[i] for i in done]
     assert pairs.tolist() == [x for previous in paused for x in (row, previous)]
     finished_blocks = sum(expected[i][2] for i in done)
@@ -298,9 +344,11 @@ def test_the_table_completes_a_step_as_requests_one_by_one(
 def test_the_table_arithmetic_is_the_compiled_kernels() -> None:
     """The compiled step's end on an empty table and on one member."""
     table = np.zeros((fields.FIELDS, 4), dtype=np.int64)
-    assert complete_members(table, 0, 3, 2, 16, True)[:4] == (0, 0, 0, 0)
+    slots = SpecSlots()
+    counts = (slots.accepted, slots.rejected, slots.ema)
+    assert complete_members(table, 0, 3, 2, 16, True, *counts)[:4] == (0, 0, 0, 0)
     table[:, 0] = (31, 5, 8, 3, 2, 0, 0, 0, 0, 0, 0, 2, 2)  # 3 emitted: KV 34 needs 3 blocks
-    emitted, gaps, zero, freed, _, finished = complete_members(table, 1, 3, 2, 16, True)
+    emitted, gaps, zero, freed, _, finished = complete_members(table, 1, 3, 2, 16, True, *counts)
     assert (emitted, gaps, zero, freed) == (3, 1, 2, 0)
     assert finished.tolist() == [0]  # 5 + 3 outputs of 8
     assert table[fields.KV_TOKENS, 0] == 34 and table[fields.LAST_ROW, 0] == 3

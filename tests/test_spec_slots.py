@@ -7,9 +7,10 @@ import math
 import numpy as np
 
 from cbsim.engine.scheduler.base import SchedulerPolicy
-from cbsim.engine.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, UNBUDGETED, reserve_drafts
+from cbsim.engine.speculative.decoder import PRIOR_STRENGTH
+from cbsim.engine.speculative.draft_reservation import UNBUDGETED, reserve_drafts
 from cbsim.engine.speculative.policy_base import AlphaEstimator
-from cbsim.engine.speculative.slots import SpecSlots
+from cbsim.engine.speculative.slots import EMA_WEIGHT, SpecSlots
 from cbsim.memory.kvcache import KVCache
 
 

@@ -189,7 +189,9 @@ class Replica:
         if pool.spec is None:
             sched.keep_cohort()
         elif pool.spec.forms_cohorts:
-            sched.keep_spec_cohort(SpecCohort(sched.kv.block_size, pool.spec.state))
+            sched.keep_spec_cohort(
+                SpecCohort(sched.kv.block_size, pool.spec.state, pool.spec.slots)
+            )
 
     def plan_run(
         self,

@@ -91,6 +91,7 @@ class Batch:
     # the verification's totals: verified tokens, drafted, accepted, the least and most k of a
     # decoding entry, decoding entries (set by SpeculativeDecoding.verify)
     spec_totals: tuple[int, int, int, int, int, int] | None = None
+    verified: tuple[int, ...] | None = None  # a cohort's verification drawn with its plan
     draft_s: float = 0.0
     # the target's seconds for the step where the speculative plan priced it (the goodput
     # policy's compiled plan: CostModel.time_stats of ``stats``, the same float); -1: not priced
@@ -759,14 +760,16 @@ class SchedulerPolicy(ABC):
         decodes = len(cohort) + len(entrants)
         block_size = self.kv.block_size
         needs = [-(-(req.kv_tokens + 1) // block_size) - req.blocks for req in entrants]
-        if not cohort.grow_for_next_token(self.kv, sum(n for n in needs if n > 0)):
+        context = cohort.grow_for_next_token(self.kv, sum(n for n in needs if n > 0))
+        if context < 0:
             return None
         for req, need in zip(entrants, needs, strict=True):
             if need > 0:
                 req.blocks += need
             cohort.join(req)
+            context += req.kv_tokens
         batch.members = cohort
-        return self._formed(batch, budget, decodes, cohort.context(), others, prefilling)
+        return self._formed(batch, budget, decodes, context, others, prefilling)
 
     def _complete_cohort(
         self, now: float, row: int, prev_row: int, on_finish: FinishCallback

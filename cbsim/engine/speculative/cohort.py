@@ -33,7 +33,8 @@ import numpy.typing as npt
 
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.pause_log import log_pauses
-from cbsim.engine.speculative.step_kernel import verify_step_kernel
+from cbsim.engine.speculative.slots import EMA_WEIGHT, SpecSlots, observe_step
+from cbsim.engine.speculative.step_kernel import draw_accepted
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request, Status
 
@@ -74,22 +75,28 @@ class SpecCohort:
     __slots__ = (
         "_advance_call",
         "_complete_call",
+        "_grow_call",
         "_rows_call",
         "_state",
         "_sums_call",
         "block_size",
         "requests",
+        "slots",
         "table",
     )
 
-    def __init__(self, block_size: int, state: Callable[[Request], Slotted]) -> None:
+    def __init__(
+        self, block_size: int, state: Callable[[Request], Slotted], slots: SpecSlots
+    ) -> None:
         self.block_size = block_size
         self._state = state  # gives a request its speculative state (drawing its α if new)
+        self.slots = slots  # the members' slots' counts and EMAs
         self.requests: list[Request] = []
         self.table: IntArray = np.zeros((FIELDS, 64), dtype=np.int64)
         # each dispatched once (cbsim.cost.kernel_call)
         self._complete_call = KernelCall(complete_members)
-        self._sums_call = KernelCall(member_sums)  # sums, growth and leaving on the table
+        self._sums_call = KernelCall(member_sums)  # sums and leaving on the table
+        self._grow_call = KernelCall(grow_members)
         self._rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
         self._advance_call = KernelCall(advance_members)  # a decode run applied to the table
 
@@ -168,32 +175,28 @@ class SpecCohort:
     def leave(self, positions: list[int]) -> None:
         """Members at ``positions`` (ascending, written back) leave."""
         leaving = np.array(positions, dtype=np.int64)
-        self._sums_call(self.table, len(self.requests), _LEAVE, leaving, 0, 0)
+        self._sums_call(self.table, len(self.requests), _LEAVE, leaving)
         requests = self.requests
         for at in reversed(positions):
             del requests[at]
 
     # ------------------------------------------------------------------ a step
 
-    def grow_for_next_token(self, kv: KVCache, extra: int) -> bool:
+    def grow_for_next_token(self, kv: KVCache, extra: int) -> int:
         """Give each member the blocks its next token needs, allocated with ``extra`` more (the
-        joining requests'); False, changing nothing, where they do not all fit."""
-        room = kv.free_blocks - extra
-        total = self._sums_call(
-            self.table, len(self.requests), _GROW, _NO_POSITIONS, self.block_size, room
+        joining requests'); returns the KV tokens the members read (:meth:`context`), or -1,
+        changing nothing, where the blocks do not all fit."""
+        total, context = self._grow_call(
+            self.table, len(self.requests), self.block_size, kv.free_blocks - extra
         )
         if total < 0:
-            return False
+            return -1
         kv.allocate(total + extra)
-        return True
+        return int(context)
 
     def outputs_left(self) -> int:
         """The outputs the members still have to sample (their outstanding tokens)."""
-        return int(self._sums_call(self.table, len(self.requests), _LEFT, _NO_POSITIONS, 0, 0))
-
-    def context(self) -> int:
-        """The KV tokens the members read (before the step)."""
-        return int(self._sums_call(self.table, len(self.requests), _CONTEXT, _NO_POSITIONS, 0, 0))
+        return int(self._sums_call(self.table, len(self.requests), _LEFT, _NO_POSITIONS))
 
     def run_state(self, ints: IntArray, k_top: int) -> tuple[IntArray, int]:
         """A decode run's state from the table: the members' KV tokens, blocks, outputs so far
@@ -238,9 +241,11 @@ class SpecCohort:
         (their blocks freed, ``on_finish`` called, in order) and leave. Returns the tokens
         emitted, those whose previous token came in ``prev_row``, the accepted drafts (tokens
         with no gap before them) and the finished requests."""
+        slots = self.slots
         emitted, gaps, zero_gaps, freed, paused, done = self._complete_call(
-            self.table, len(self.requests), row, prev_row, self.block_size, release
-        )
+            self.table, len(self.requests), row, prev_row, self.block_size, release,
+            slots.accepted, slots.rejected, slots.ema,
+        )  # fmt: skip
         if freed:
             kv.free(freed)
         log_pauses(gap_pairs, row, paused)
@@ -260,18 +265,15 @@ class SpecCohort:
 
 
 _NO_POSITIONS = np.zeros(0, dtype=np.int64)
-_LEAVE, _LEFT, _CONTEXT, _GROW = range(4)  # what member_sums does
+_LEAVE, _LEFT = range(2)  # what member_sums does
 
 
 @numba.njit(cache=True)
 def member_sums(
-    table: IntArray, count: int, mode: int, leaving: IntArray, block_size: int, room: int
+    table: IntArray, count: int, mode: int, leaving: IntArray
 ) -> int:  # pragma: no cover - compiled
     """One pass over the members, as ``mode`` asks: ``_LEAVE`` closes the table over the members
-    at positions ``leaving`` (ascending; returns 0); ``_LEFT`` sums the outputs left, ``_CONTEXT``
-    the KV tokens; ``_GROW`` gives each member the blocks (of ``block_size`` tokens) its next
-    token needs and returns how many, or -1, changing nothing, where they are more than
-    ``room``."""
+    at positions ``leaving`` (ascending; returns 0); ``_LEFT`` sums the outputs left."""
     if mode == _LEAVE:
         kept = 0
         skip = 0
@@ -285,35 +287,54 @@ def member_sums(
             kept += 1
         return 0
     total = 0
-    if mode == _LEFT:
-        for i in range(count):
-            total += table[OUTPUTS, i] - table[GENERATED, i]
-        return total
-    if mode == _CONTEXT:
-        for i in range(count):
-            total += table[KV_TOKENS, i]
-        return total
     for i in range(count):
-        short = (table[KV_TOKENS, i] + block_size) // block_size - table[BLOCKS, i]
-        if short > 0:
-            total += short
-    if total > room:
-        return -1
-    for i in range(count):
-        short = (table[KV_TOKENS, i] + block_size) // block_size - table[BLOCKS, i]
-        if short > 0:
-            table[BLOCKS, i] += short
+        total += table[OUTPUTS, i] - table[GENERATED, i]
     return total
 
 
 @numba.njit(cache=True)
+def grow_members(
+    table: IntArray, count: int, block_size: int, room: int
+) -> tuple[int, int]:  # pragma: no cover - compiled
+    """Give each member the blocks (of ``block_size`` tokens) its next token needs; returns how
+    many and the members' KV tokens, or -1 (and 0), changing nothing, where they are more than
+    ``room``."""
+    total = 0
+    context = 0
+    for i in range(count):
+        kv = table[KV_TOKENS, i]
+        context += kv
+        short = (kv + block_size) // block_size - table[BLOCKS, i]
+        if short > 0:
+            total += short
+    if total > room:
+        return -1, 0
+    for i in range(count):
+        short = (table[KV_TOKENS, i] + block_size) // block_size - table[BLOCKS, i]
+        if short > 0:
+            table[BLOCKS, i] += short
+    return total, context
+
+
+@numba.njit(cache=True)
 def complete_members(
-    table: IntArray, count: int, row: int, prev_row: int, block_size: int, release: bool
+    table: IntArray,
+    count: int,
+    row: int,
+    prev_row: int,
+    block_size: int,
+    release: bool,
+    slot_accepted: IntArray,
+    slot_rejected: IntArray,
+    ema: FloatArray,
 ) -> tuple[int, int, int, int, IntArray, IntArray]:  # pragma: no cover - compiled
     """:meth:`SpecCohort.complete`'s arithmetic, member by member in order as
     :meth:`~cbsim.engine.scheduler.base.SchedulerPolicy.complete` does it one request at a time:
-    the tokens emitted, the gapless ones, the zero gaps, the blocks released, the previous rows of
-    those that paused, the positions of those that finished."""
+    the step's counts added (every member's decode steps; the speculative steps, drafts and
+    accepted drafts of those drafting, and their slots' counts and EMAs as
+    :func:`~cbsim.engine.speculative.slots.observe_steps` adds them), and the tokens emitted, the gapless ones, the zero gaps,
+    the blocks released, the previous rows of those that paused, the positions of those that
+    finished."""
     emitted_total = 0
     gaps = 0
     zero_gaps = 0
@@ -323,6 +344,16 @@ def complete_members(
     finished = np.empty(count, dtype=np.int64)
     finished_count = 0
     for i in range(count):
+        drafts = table[DRAFTS, i]  # the step's counts, verified already
+        table[DECODE_STEPS, i] += 1
+        if drafts > 0:
+            table[SPEC_STEPS, i] += 1
+            table[DRAFTED, i] += drafts
+            table[ACCEPTED_TOTAL, i] += table[ACCEPTED, i]
+            observe_step(
+                slot_accepted, slot_rejected, ema, table[SLOT, i], drafts, table[ACCEPTED, i],
+                EMA_WEIGHT,
+            )  # fmt: skip
         emitted = 1 + table[ACCEPTED, i]
         kv = table[KV_TOKENS, i] + emitted
         table[KV_TOKENS, i] = kv
@@ -360,26 +391,22 @@ def verify_members(
     count: int,
     words: npt.NDArray[np.uint64],
     levels: FloatArray,
-    slot_accepted: IntArray,
-    slot_rejected: IntArray,
-    ema: FloatArray,
     acceptance: int,
     iid_alpha: float,
     rates: FloatArray,
     drift: float,
-    ema_weight: float,
 ) -> tuple[int, int, int, int, int, int]:  # pragma: no cover - compiled
-    """A step's verification of the members drafting (k > 0, in order), as
-    :func:`~cbsim.engine.speculative.step_kernel.verify_step_kernel` verifies a batch's: their
-    accepted drafts and counts in the table (every member's decode steps counted), their slots'
-    counts and EMAs updated. ``levels``: each member's drawn α (scaled as the model reads it).
-    Returns the members drafting, the drafts, those accepted, the steps rejecting one, and the
-    least and most drafts of a member (the least 0 where some member drafted none)."""
+    """A step's verification of the members drafting (k > 0, in order), the draws of
+    :func:`~cbsim.engine.speculative.step_kernel.verify_step_kernel` for a batch of them: their
+    accepted drafts in the table (counted, and their slots' counts and EMAs updated, when the
+    step completes: :func:`complete_members`). ``levels``: each member's drawn α (scaled as the
+    model reads it). Returns the members drafting, the drafts, those accepted, the steps
+    rejecting one, and the least and most drafts of a member (the least 0 where some member
+    drafted none)."""
     rows = 0
     width = int(np.int64(0))  # not the literal 0: the verification kernel takes an int64 width
     k_min = 1 << 62
     for i in range(count):
-        table[DECODE_STEPS, i] += 1
         table[ACCEPTED, i] = 0
         k = table[DRAFTS, i]
         if k > 0:
@@ -389,7 +416,6 @@ def verify_members(
     if rows == 0:
         return 0, 0, 0, 0, 0, 0
     ks = np.empty(rows, dtype=np.int64)
-    slots = np.empty(rows, dtype=np.int64)
     row_levels = np.empty(rows)
     generated = np.empty(rows, dtype=np.int64)
     members = np.empty(rows, dtype=np.int64)
@@ -397,25 +423,22 @@ def verify_members(
     for i in range(count):
         if table[DRAFTS, i] > 0:
             ks[j] = table[DRAFTS, i]
-            slots[j] = table[SLOT, i]
             row_levels[j] = levels[i]
             generated[j] = table[GENERATED, i]
             members[j] = i
             j += 1
-    drawn, rejecting = verify_step_kernel(
-        words, width, ks, slots, row_levels, generated, slot_accepted, slot_rejected, ema,
-        acceptance, iid_alpha, rates, drift, ema_weight,
-    )  # fmt: skip
+    drawn = draw_accepted(
+        words, width, ks, row_levels, generated, acceptance, iid_alpha, rates, drift
+    )
     drafted = 0
     accepted = 0
+    rejecting = 0
     for j in range(rows):
-        i = members[j]
-        table[ACCEPTED, i] = drawn[j]
-        table[SPEC_STEPS, i] += 1
-        table[DRAFTED, i] += ks[j]
-        table[ACCEPTED_TOTAL, i] += drawn[j]
+        table[ACCEPTED, members[j]] = drawn[j]
         drafted += ks[j]
         accepted += drawn[j]
+        if drawn[j] < ks[j]:
+            rejecting += 1
     return rows, drafted, accepted, rejecting, k_min, width
 
 

@@ -32,6 +32,15 @@ from cbsim.engine.speculative import cohort as cohort_fields
 from cbsim.engine.speculative.acceptance import AcceptanceModel, level_scale, make_acceptance_model
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
 from cbsim.engine.speculative.cohort import IntArray, SpecCohort, verify_members
+from cbsim.engine.speculative.cohort_step import NOT_TAKEN, plan_verify_members
+from cbsim.engine.speculative.draft_reservation import (
+    GROUPED_ENTRIES,
+    allocate_grown,
+    draft_room,
+    mark_skipped_slots,
+    reserve_drafts,
+    set_drafts,
+)
 from cbsim.engine.speculative.drafter_state import check_vocabulary, stale_accepted
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -58,7 +67,7 @@ from cbsim.engine.speculative.policies import (
     make_policy,
 )
 from cbsim.engine.speculative.proposers import Proposer, make_proposer
-from cbsim.engine.speculative.slots import SpecSlots
+from cbsim.engine.speculative.slots import EMA_WEIGHT, SpecSlots
 from cbsim.engine.speculative.step_kernel import (
     ADAPTIVE,
     BATCH_TABLE,
@@ -71,7 +80,7 @@ from cbsim.engine.speculative.step_kernel import (
     reserve_kernel,
     verify_step_kernel,
 )
-from cbsim.memory.kvcache import KVCache, blocks_for_tokens
+from cbsim.memory.kvcache import KVCache
 from cbsim.schema.speculative import Speculative
 from cbsim.workload.request import Request
 
@@ -80,10 +89,6 @@ if TYPE_CHECKING:
 
 BLOCKS = attrgetter("blocks")
 GENERATED = attrgetter("generated")
-EMA_WEIGHT = 0.1
-GROUPED_ENTRIES = 32
-"""From this many speculating requests in a batch on, their verify entries are added to its stats
-grouped by k (numpy's fixed cost is then below the per-entry loop's)."""
 PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a request's α
 
 
@@ -194,6 +199,14 @@ class SpeculativeDecoding:
             self._verify_fused = acceptance
         self._verify_call = KernelCall(verify_step_kernel)
         self._members_call = KernelCall(verify_members)
+        self._cohort_step_call = KernelCall(plan_verify_members)
+        self._verify_with_plan = self._verifies_with_plan()
+
+    def _verifies_with_plan(self) -> bool:
+        """Whether a cohort's step is verified in its plan's compiled call (``cohort_step``):
+        with a compiled acceptance model whose levels are not scaled."""
+        model = self._verify_fused
+        return model is not None and model.code != SCALED
 
     def draw_stream(self, replica: int) -> WordStream:
         """Replica ``replica``'s acceptance draws (replica 0 keeps the single-replica stream),
@@ -382,6 +395,38 @@ class SpeculativeDecoding:
         set_drafts(batch, kept.tolist())
         return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting, target_s)
 
+    def _step_settings(
+        self,
+        batch_size: int,
+        count: int,
+        prefill: BatchStats,
+        replica: int,
+        spare: int,
+        kv: KVCache,
+    ) -> tuple[Any, ...] | None:
+        """:func:`~cbsim.engine.speculative.step_kernel.plan_step_kernel`'s arguments after the
+        decoding entries' (the policy to the free blocks) for a step of ``batch_size`` entries,
+        ``count`` of them decoding beside ``prefill``; None where the cost models do not compile
+        for it."""
+        step = self._step
+        assert step is not None
+        target = self.target.compiled(prefill.num_tokens + count * (step.k_max + 1))
+        if target is None:
+            return None
+        draft = self._draft_cost(count, target)
+        if draft is None:
+            return None
+        base = step_base(self.target, prefill) if step.policy == GOODPUT else _NO_BASE
+        policy, fixed_k = step.policy, step.fixed_k
+        if policy == ADAPTIVE:  # the replica's tier for this batch (AdaptiveHysteresisK.choose)
+            assert isinstance(self.policy, AdaptiveHysteresisK)
+            policy, fixed_k = FIXED, self.policy.k_for(batch_size, replica)
+        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
+        return (
+            policy, fixed_k, step.table, batch_size, step.k_max, step.per_request, target,
+            step.drafter.kind, draft, base, self.stale_drafter, spare, kv.block_size, room,
+        )  # fmt: skip
+
     def _fused_call(
         self,
         batch_size: int,
@@ -399,28 +444,13 @@ class SpeculativeDecoding:
         ``slots``, outputs ``remaining``, ``contexts`` and ``blocks`` (in batch order)
         (:func:`~cbsim.engine.speculative.step_kernel.plan_step_kernel`'s results), or None
         where the cost models do not compile for it."""
-        step = self._step
-        assert step is not None
-        count = len(slots)
-        target = self.target.compiled(prefill.num_tokens + count * (step.k_max + 1))
-        if target is None:
+        settings = self._step_settings(batch_size, len(slots), prefill, replica, spare, kv)
+        if settings is None:
             return None
-        drafter = step.drafter
-        draft = self._draft_cost(count, target)
-        if draft is None:
-            return None
-        base = step_base(self.target, prefill) if step.policy == GOODPUT else _NO_BASE
-        policy, fixed_k = step.policy, step.fixed_k
-        if policy == ADAPTIVE:  # the replica's tier for this batch (AdaptiveHysteresisK.choose)
-            assert isinstance(self.policy, AdaptiveHysteresisK)
-            policy, fixed_k = FIXED, self.policy.k_for(batch_size, replica)
-        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
         own = self.slots
         result: tuple[Any, ...] = self._step_call(
             own.accepted, own.rejected, own.stale, slots, prior, PRIOR_STRENGTH, remaining,
-            contexts, blocks, policy, fixed_k, step.table, batch_size, step.k_max,
-            step.per_request, target, drafter.kind, draft, base, self.stale_drafter, spare,
-            kv.block_size, room,
+            contexts, blocks, *settings,
         )  # fmt: skip
         return result
 
@@ -429,9 +459,10 @@ class SpeculativeDecoding:
     ) -> float | None:
         """:meth:`plan` of a step whose decoding entries are the speculative cohort's members
         (:mod:`~cbsim.engine.speculative.cohort`), on its table: the draft seconds, the batch
-        and the members' drafts and blocks set; None, changing nothing, where the compiled plan
-        does not take the step whole (the cost models do not compile for it, or a reservation
-        falls short) or an entry outside the cohort decodes."""
+        and the members' drafts and blocks set (and, with an unscaled compiled acceptance, their
+        verification drawn: :mod:`~cbsim.engine.speculative.cohort_step`); None, changing
+        nothing, where the compiled plan does not take the step whole (the cost models do not
+        compile for it, or a reservation falls short) or an entry outside the cohort decodes."""
         requests = batch.requests
         new_tokens = batch.new_tokens
         prefill = BatchStats()
@@ -443,19 +474,36 @@ class SpeculativeDecoding:
             prefill.add(q, kv, batch_sampled(req, q))
         count = len(cohort)
         spare = draft_room(sched.step_budget(), sum(new_tokens) + batch.cohort)
-        blocks = cohort.column(cohort_fields.BLOCKS)
-        remaining = cohort.column(cohort_fields.OUTPUTS) - cohort.column(cohort_fields.GENERATED)
-        call = self._fused_call(
-            len(batch), cohort.column(cohort_fields.SLOT), remaining,
-            cohort.column(cohort_fields.KV_TOKENS), blocks, prefill, self.prior_alpha(replica),
-            replica, spare, sched.kv,
-        )  # fmt: skip
-        if call is None or call[3] < count:
+        prior = self.prior_alpha(replica)
+        settings = self._step_settings(len(batch), count, prefill, replica, spare, sched.kv)
+        if settings is None:
             return None
-        _, kept, _, _, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s = call
+        own, model = self.slots, self._verify_fused
+        if self._verify_with_plan and model is not None:
+            call = self._cohort_step_call(
+                cohort.table, count, own.accepted, own.rejected, own.stale, prior,
+                PRIOR_STRENGTH, *settings, self.draw_stream(replica).words(), own.model_alpha,
+                model.code, model.iid_alpha, model.rates, model.drift,
+            )  # fmt: skip
+            if call[0] == NOT_TAKEN:
+                return None
+            grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s = call[:7]
+            batch.verified = call[7:]
+        else:
+            remaining = cohort.column(cohort_fields.OUTPUTS) - cohort.column(
+                cohort_fields.GENERATED
+            )
+            call = self._step_call(
+                own.accepted, own.rejected, own.stale, cohort.column(cohort_fields.SLOT), prior,
+                PRIOR_STRENGTH, remaining, cohort.column(cohort_fields.KV_TOKENS),
+                cohort.column(cohort_fields.BLOCKS), *settings,
+            )  # fmt: skip
+            if call[3] < count:
+                return None
+            _, kept, _, _, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s = call
+            cohort.column(cohort_fields.DRAFTS)[:] = kept
         if grown_total:  # the kernel grew the members' blocks in the table
             sched.kv.allocate(grown_total)
-        cohort.column(cohort_fields.DRAFTS)[:] = kept
         batch.ks = [0] * len(requests)
         batch.decoding = []
         return _priced(batch, prefill, count, tokens, kv_tokens, pairs, plain, drafting, target_s)
@@ -612,14 +660,16 @@ class SpeculativeDecoding:
         assert model is not None
         own = self.slots
         count = len(cohort)
-        levels = own.model_alpha[cohort.column(cohort_fields.SLOT)]
-        if model.code == SCALED:
-            levels = level_scale(levels, self.acceptance.prior_alpha())
-        rows, drafted, accepted, rejected, k_min, k_max = self._members_call(
-            cohort.table, count, self.draw_stream(replica).words(), levels, own.accepted,
-            own.rejected, own.ema, model.code, model.iid_alpha, model.rates, model.drift,
-            EMA_WEIGHT,
-        )  # fmt: skip
+        drawn = batch.verified  # drawn with the plan (cohort_step), or now
+        if drawn is None:
+            levels = own.model_alpha[cohort.column(cohort_fields.SLOT)]
+            if model.code == SCALED:
+                levels = level_scale(levels, self.acceptance.prior_alpha())
+            drawn = self._members_call(
+                cohort.table, count, self.draw_stream(replica).words(), levels, model.code,
+                model.iid_alpha, model.rates, model.drift,
+            )  # fmt: skip
+        rows, drafted, accepted, rejected, k_min, k_max = drawn
         if not rows:
             batch.spec_totals = (0, 0, 0, 0, 0, count)
             return
@@ -765,98 +815,6 @@ _NO_OUTPUTS = np.zeros(1, dtype=np.int64)
 _NO_BASE = StepBase(0, 0, 0, 0.0, 0, 0, 0.0, 0)
 """The sweep's base where the policy does not sweep (never read)."""
 
-UNBUDGETED = 1 << 62
-"""The draft room of a step whose scheduler puts no budget on decodes."""
-
-
-def draft_room(budget: int | None, scheduled: int) -> int:
-    """Drafts a step may add to its ``scheduled`` tokens (prefill chunks and one per decode)
-    within the scheduler's token ``budget`` (None: unbudgeted).
-
-    vLLM V1 schedules a running request's ``num_tokens_with_spec - num_computed_tokens`` tokens
-    capped by what is left of the token budget and trims its draft tokens to what was scheduled
-    (``vllm/v1/core/sched/scheduler.py``); TensorRT-LLM's ``MicroBatchScheduler`` counts a
-    generation request as ``beamWidth + numDraftTokens`` against ``maxNumTokens``. cbsim forms the
-    batch first and cuts the drafts, request by request in batch order, to the room it leaves."""
-    if budget is None:
-        return UNBUDGETED
-    return max(0, budget - scheduled)
-
-
-def mark_skipped_slots(slots: SpecSlots, rows: np.ndarray, ks: np.ndarray) -> None:
-    """:func:`mark_skipped` over slot arrays: the drafter of each of ``rows`` whose k is 0 goes
-    stale."""
-    slots.stale[rows[np.asarray(ks) == 0]] = True
-
-
-def set_drafts(batch: Batch, ks: list[int]) -> None:
-    """Give the batch's decoding entries their drafts ``ks`` (in order): each verifies k + 1
-    tokens."""
-    ks_all = batch.ks
-    assert ks_all is not None
-    new_tokens = batch.new_tokens
-    for e, k in zip(batch.decoding, ks, strict=True):
-        ks_all[e] = k
-        new_tokens[e] = k + 1
-
-
-def allocate_grown(
-    sched: SchedulerPolicy, reqs: Sequence[Request], grown: np.ndarray, total: int
-) -> None:
-    """Allocate the blocks each of ``reqs`` grows by (``grown``, ``total`` in all, from a
-    compiled reservation)."""
-    if not total:
-        return
-    sched.kv.allocate(total)
-    for req, extra in zip(reqs, grown.tolist(), strict=True):
-        if extra:
-            req.blocks += extra
-
-
-def reserve_drafts(
-    sched: SchedulerPolicy,
-    reqs: Sequence[Request],
-    ks: np.ndarray,
-    contexts: np.ndarray,
-    spare: int,
-    call: KernelCall | None = None,
-) -> list[int]:
-    """Each request's drafts once cut, in batch order, to the ``spare`` room of the step and to
-    the KV blocks that can be reserved for its k + 1 verified tokens (fewer drafts where blocks
-    are short), the blocks reserved. Compiled while the blocks fit without evicting (each
-    reservation then succeeds as it would one by one); from the first that does not, request by
-    request (a batch of fewer than ``GROUPED_ENTRIES``: all of it, as the call costs more).
-    ``call``: the simulation's call of :func:`reserve_kernel`."""
-    kv = sched.kv
-    block_size = kv.block_size
-    wanted: list[int] = ks.tolist()
-    count = len(wanted)
-    chosen_ks: list[int]
-    if count < GROUPED_ENTRIES:
-        chosen_ks, stop = list(wanted), 0
-    else:
-        room = kv.total_blocks - kv.used_blocks - kv.cached_blocks
-        blocks = np.fromiter(map(BLOCKS, reqs), np.int64, count)
-        kernel = reserve_kernel if call is None else call
-        kept, grown, stop = kernel(ks, contexts, blocks, spare, block_size, room)
-        chosen_ks = kept.tolist()
-        allocate_grown(sched, reqs, grown, int(grown.sum()))
-        if stop == count:
-            return chosen_ks
-        spare -= sum(chosen_ks[:stop])
-    context_list = contexts.tolist()
-    for j in range(stop, len(chosen_ks)):
-        req = reqs[j]
-        k = wanted[j]
-        if k > spare:
-            k = spare
-        if k > 0 and -(-(context_list[j] + k + 1) // block_size) > req.blocks:
-            while k > 0 and not sched._try_grow(req, k + 1):
-                k -= 1
-        chosen_ks[j] = k
-        spare -= k
-    return chosen_ks
-
 
 def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) -> None:
     """Add the verify entries of requests drafting ``ks`` over ``contexts`` cached tokens (k + 1
@@ -871,8 +829,3 @@ def add_verify_entries(stats: BatchStats, ks: np.ndarray, contexts: np.ndarray) 
 def batch_sampled(req: Request, new_tokens: int) -> int:
     """Logits a prefill chunk needs: one when it completes the prefill, else none."""
     return 1 if req.kv_tokens + new_tokens >= req.prefill_target else 0
-
-
-def release_rejected(req: Request, block_size: int) -> int:
-    """Blocks a request holds beyond what its KV now needs (freed after a verification step)."""
-    return max(0, req.blocks - blocks_for_tokens(req.kv_tokens, block_size))

@@ -44,7 +44,8 @@ from cbsim.engine.speculative.acceptance import (
 )
 from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK, ReplicaTiers
 from cbsim.engine.speculative.cohort import SpecCohort
-from cbsim.engine.speculative.decoder import EMA_WEIGHT, PRIOR_STRENGTH, UNBUDGETED, SpecState
+from cbsim.engine.speculative.decoder import PRIOR_STRENGTH, SpecState
+from cbsim.engine.speculative.draft_reservation import UNBUDGETED
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
     SWEPT_COST,
@@ -66,6 +67,7 @@ from cbsim.engine.speculative.goodput_refine import (
     refine_scratch,
 )
 from cbsim.engine.speculative.policies import BatchTableK, FixedK, GoodputK
+from cbsim.engine.speculative.slots import EMA_WEIGHT
 from cbsim.engine.speculative.step_kernel import (
     ADAPTIVE,
     BATCH_TABLE,
@@ -271,7 +273,7 @@ def spec_run_kernel(
     speculative decode iterations until a stop rule fires; returns the iterations' rows, the
     per-request counters and where each request finished (see the module docstring).
     ``step_budget``: the tokens a step may schedule, drafts cut to it in running order as
-    :func:`~cbsim.engine.speculative.decoder.draft_room` does (:data:`UNBUDGETED`: none)."""
+    :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does (:data:`UNBUDGETED`: none)."""
     count = len(kv)
     size = 0
     for i in range(count):

@@ -20,6 +20,8 @@ from cbsim.cost.kernel_call import KernelCall
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 INITIAL_SLOTS = 256
+EMA_WEIGHT = 0.1
+"""The weight of a request's latest step in the EMA of its acceptance rate."""
 
 
 class SpecSlots:
@@ -92,6 +94,29 @@ def _alphas(
     return out
 
 
+@numba.njit(cache=True, inline="always")
+def observe_step(
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    slot: int,
+    k: int,
+    a: int,
+    weight: float,
+) -> int:  # pragma: no cover - compiled
+    """One verification step of ``slot`` (``a`` of ``k`` drafts accepted) added to its counts
+    and EMA; returns 1 where it rejected a draft."""
+    accepted[slot] += a
+    rejecting = 0
+    if a < k:
+        rejected[slot] += 1
+        rejecting = 1
+    rate = a / k
+    last = ema[slot]
+    ema[slot] = rate if last != last else weight * rate + (1.0 - weight) * last  # NaN: first
+    return rejecting
+
+
 @numba.njit(cache=True)
 def observe_steps(
     accepted: IntArray,
@@ -104,17 +129,8 @@ def observe_steps(
 ) -> int:  # pragma: no cover - compiled
     rejecting = 0
     for j in range(len(slots)):
-        slot = slots[j]
-        a = drawn[j]
-        k = ks[j]
-        accepted[slot] += a
-        if a < k:
-            rejected[slot] += 1
-            rejecting += 1
-        rate = a / k
-        last = ema[slot]
-        ema[slot] = rate if last != last else weight * rate + (1.0 - weight) * last  # NaN: first
+        rejecting += observe_step(accepted, rejected, ema, slots[j], ks[j], drawn[j], weight)
     return rejecting
 
 
-__all__ = ["SpecSlots"]
+__all__ = ["EMA_WEIGHT", "SpecSlots"]

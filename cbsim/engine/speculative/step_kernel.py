@@ -11,7 +11,7 @@ in one call, with the functions the stepped path and the runs call (the same flo
 α estimate of :class:`~cbsim.engine.speculative.slots.SpecSlots`, the goodput choice of
 :mod:`~cbsim.engine.speculative.goodput_kernel` and
 :mod:`~cbsim.engine.speculative.goodput_refine`, the cut and reservation of
-:func:`reserve_kernel` (which :func:`~cbsim.engine.speculative.decoder.reserve_drafts` calls too)
+:func:`reserve_kernel` (which :func:`~cbsim.engine.speculative.draft_reservation.reserve_drafts` calls too)
 and the drafting time of
 :func:`~cbsim.engine.speculative.goodput_kernel.draft_seconds`. Where a request's blocks do not
 fit without evicting cached prefixes, it stops there and the Python path finishes the iteration
@@ -82,7 +82,7 @@ def reserve_kernel(
     ks: np.ndarray, contexts: np.ndarray, blocks: np.ndarray, spare: int, block_size: int, room: int
 ) -> tuple[np.ndarray, np.ndarray, int]:  # pragma: no cover - compiled
     """The draft cut and KV reservation of
-    :func:`~cbsim.engine.speculative.decoder.reserve_drafts`, in batch order, while every
+    :func:`~cbsim.engine.speculative.draft_reservation.reserve_drafts`, in batch order, while every
     block asked for fits in the ``room`` free without evicting: the drafts kept, the blocks each
     request grows by, and the request it stopped at (``len(ks)``: none)."""
     n = len(ks)
@@ -274,6 +274,24 @@ def verify_step_kernel(
     counts and how many steps rejected a draft. ``levels``: each request's drawn α (its θ / m
     for ``SCALED``); ``generated``: its outputs so far (read with a ``drift``); ``rates``: the
     positional rates, the last repeated beyond them."""
+    drawn = draw_accepted(words, width, ks, levels, generated, acceptance, iid_alpha, rates, drift)
+    rejecting = observe_steps(accepted, rejected, ema, slots, ks, drawn, ema_weight)
+    return drawn, rejecting
+
+
+@numba.njit(cache=True)
+def draw_accepted(
+    words: WordArray,
+    width: int,
+    ks: IntArray,
+    levels: FloatArray,
+    generated: IntArray,
+    acceptance: int,
+    iid_alpha: float,
+    rates: FloatArray,
+    drift: float,
+) -> IntArray:  # pragma: no cover - compiled
+    """:func:`verify_step_kernel`'s draws alone: each request's accepted drafts."""
     n = len(ks)
     uniforms = np.empty((n, width))
     fill_doubles(words, uniforms)
@@ -287,5 +305,4 @@ def verify_step_kernel(
                 drawn[i] += 1
             else:
                 break
-    rejecting = observe_steps(accepted, rejected, ema, slots, ks, drawn, ema_weight)
-    return drawn, rejecting
+    return drawn

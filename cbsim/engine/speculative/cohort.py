@@ -122,7 +122,7 @@ class SpecCohort:
             self.table = np.concatenate([self.table, np.zeros_like(self.table)], axis=1)
         table = self.table
         at = count
-        if count and req.admit_seq < table[ADMITTED, count - 1]:
+        if count and req.admit_seq < self.requests[count - 1].admit_seq:  # the table's order
             at = int(np.searchsorted(table[ADMITTED, :count], req.admit_seq))
             table[:, at + 1 : count + 1] = table[:, at:count]
         table[:, at] = (

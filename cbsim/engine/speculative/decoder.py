@@ -176,7 +176,10 @@ class SpeculativeDecoding:
         per_request = isinstance(self.policy, GoodputK) and self.policy.per_request
         self._goodput_call = KernelCall(goodput_k_per_request if per_request else goodput_k)
         # whether requests' k controllers learn from outcomes (batch-level policies' do not)
-        self._controllers_learn = not isinstance(self.policy.controller(), StaticController)
+        controller = self.policy.controller()
+        self._controllers_learn = not isinstance(controller, StaticController)
+        # a constant k ignores outcomes: one controller serves every request
+        self._shared_controller = None if self._controllers_learn else controller
         policy = self.policy
         self._per_request_goodput = per_request
         self._reserve_call = KernelCall(reserve_kernel)
@@ -257,7 +260,8 @@ class SpeculativeDecoding:
         spec = req.spec
         if spec is None:
             level = self._request_levels_of(max(req.replica, 0))(req)
-            spec = SpecState(self.policy.controller(), self.slots, level)
+            controller = self._shared_controller or self.policy.controller()
+            spec = SpecState(controller, self.slots, level)
             req.spec = spec
         assert isinstance(spec, SpecState)
         if spec.slots is not self.slots:  # decoded by another pool before: its figures move here

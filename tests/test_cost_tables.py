@@ -12,7 +12,7 @@ from cbsim.catalog.hardware import GPU_NAMES
 from cbsim.common.errors import CbsimError
 from cbsim.cost.compiled import EXTRA, HEAD, HEAD_FLOOR, LINEAR, LINEAR_FLOOR, TABLE_ROWS, TOKEN
 from cbsim.cost.profile import load_profile, profile_names
-from cbsim.cost.roofline import CostModel, compile_cost, extend_tables
+from cbsim.cost.roofline import ROW_LIMIT, CostModel, compile_cost, extend_tables
 
 MODELS = (
     ("llama-3-8b", 1, "bf16"),  # dense
@@ -106,6 +106,37 @@ def test_tables_equal_the_scalar_pricing(
     twin = _cost(model, tp, dtype, gpu, calibration, engine)
     assert cost is not None and twin is not None
     _assert_same_tables(cost, twin, 3000)
+
+
+TOKEN_CASES = [
+    ("h100-sxm", "default", "vllm", "llama-3-70b", 4, "bf16"),
+    ("h100-sxm", "default", "sglang", "qwen2-57b-a14b", 2, "fp8"),  # MoE with shared experts
+    ("h200", "default", "tensorrt-llm", "qwen3-30b-a3b", 2, "bf16"),
+    ("a100-80gb", "default", "vllm", "qwen2.5-7b", 2, "bf16"),
+    ("h100-sxm", "vidur", "deepspeed-mii", "llama-3-8b", 2, "bf16"),
+    ("h100-sxm", "none", "vllm", "deepseek-v2-lite", 1, "bf16"),  # latent attention
+]
+
+
+@pytest.mark.parametrize(("gpu", "calibration", "engine", "model", "tp", "dtype"), TOKEN_CASES)
+def test_a_batchs_token_time_is_the_scalar_pricing(
+    gpu: str, calibration: str, engine: str, model: str, tp: int, dtype: str
+) -> None:
+    """``_token_time`` of a whole batch, read from rows priced a block at a time, is the sum
+    pricing its token count and sampled count alone gives, in any order of first use (counts
+    past the rows' limit priced alone)."""
+    cost = _cost(model, tp, dtype, gpu, calibration, engine)
+    twin = _cost(model, tp, dtype, gpu, calibration, engine)
+    assert cost is not None and twin is not None
+    rng = np.random.default_rng(11)
+    counts = [*rng.integers(1, 700, 120).tolist(), 1, 255, 256, 257, 4100, ROW_LIMIT - 1]
+    counts += [ROW_LIMIT, ROW_LIMIT + 3]
+    for n in counts:
+        for sampled in {1, n, int(rng.integers(1, n + 1))}:
+            qkv, o_proj, mlp, elementwise, allreduce = twin._linear_times(n)
+            alone = qkv + o_proj + mlp + elementwise + allreduce
+            alone += twin._lm_head_time(sampled)
+            assert cost._token_time(n, sampled) == alone, (n, sampled)
 
 
 def test_extended_tables_equal_tables_built_at_once() -> None:

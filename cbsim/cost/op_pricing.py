@@ -353,6 +353,9 @@ class OpPricing:
             int | tuple[int, int], tuple[float, float, float, float, float]
         ] = {}
         self._token_cache: dict[tuple[int, ...], float] = {}
+        # a whole batch's linear and LM-head seconds by token count (CostModel._token_rows)
+        self._linear_row: np.ndarray = np.full(1, np.nan)
+        self._head_row: np.ndarray = np.full(1, np.nan)
         self._lm_head_cache: dict[int | tuple[int, int], float] = {}
         self._gemm_cache: dict[tuple[int, int, int], float] = {}
         self._gemm_predict = self._gemm_fit.compiled() if self._gemm_fit is not None else None

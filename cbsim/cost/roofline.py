@@ -442,9 +442,11 @@ class CostModel(OpPricing):
         (:func:`compile_cost`; None when it cannot be compiled), kept and extended as larger
         batches come. None too while numba's cache is cold (:attr:`cold_start`): the caller then
         prices in Python, with the same results."""
+        have = self._compiled.get(extra_gemm, False)
+        if have and tokens < have.size and not self.cold_start.left:
+            return have  # the tables cover the batch (a call per stepped speculative iteration)
         if self.cold_start.left and self.cold_start.interpreted():
             return None
-        have = self._compiled.get(extra_gemm, False)
         if have is False:
             have = compile_cost(self, tokens, extra_gemm)
         elif have is not None and have.size <= tokens:

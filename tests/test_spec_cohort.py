@@ -345,10 +345,13 @@ def test_the_table_arithmetic_is_the_compiled_kernels() -> None:
     """The compiled step's end on an empty table and on one member."""
     table = np.zeros((fields.FIELDS, 4), dtype=np.int64)
     slots = SpecSlots()
-    counts = (slots.accepted, slots.rejected, slots.ema)
-    assert complete_members(table, 0, 3, 2, 16, True, *counts)[:4] == (0, 0, 0, 0)
+    out = np.full(4, -1, dtype=np.int64), np.full(4, -1, dtype=np.int64)
+    counts = (slots.accepted, slots.rejected, slots.ema, *out)
+    assert complete_members(table, 0, 3, 2, 16, True, *counts) == (0, 0, 0, 0, 0, 0)
     table[:, 0] = (31, 5, 8, 3, 2, 0, 0, 0, 0, 0, 0, 2, 2)  # 3 emitted: KV 34 needs 3 blocks
-    emitted, gaps, zero, freed, _, finished = complete_members(table, 1, 3, 2, 16, True, *counts)
-    assert (emitted, gaps, zero, freed) == (3, 1, 2, 0)
-    assert finished.tolist() == [0]  # 5 + 3 outputs of 8
+    emitted, gaps, zero, freed, paused, finished = complete_members(
+        table, 1, 3, 2, 16, True, *counts
+    )
+    assert (emitted, gaps, zero, freed, paused) == (3, 1, 2, 0, 0)
+    assert finished == 1 and out[1][0] == 0  # 5 + 3 outputs of 8
     assert table[fields.KV_TOKENS, 0] == 34 and table[fields.LAST_ROW, 0] == 3

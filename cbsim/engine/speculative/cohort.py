@@ -75,7 +75,9 @@ class SpecCohort:
     __slots__ = (
         "_advance_call",
         "_complete_call",
+        "_finished",
         "_grow_call",
+        "_paused",
         "_rows_call",
         "_state",
         "_sums_call",
@@ -93,6 +95,9 @@ class SpecCohort:
         self.slots = slots  # the members' slots' counts and EMAs
         self.requests: list[Request] = []
         self.table: IntArray = np.zeros((FIELDS, 64), dtype=np.int64)
+        # what a step's end hands back: the paused members' previous rows, the finished ones
+        self._paused: IntArray = np.empty(64, dtype=np.int64)
+        self._finished: IntArray = np.empty(64, dtype=np.int64)
         # each dispatched once (cbsim.cost.kernel_call)
         self._complete_call = KernelCall(complete_members)
         self._sums_call = KernelCall(member_sums)  # sums and leaving on the table
@@ -241,16 +246,19 @@ class SpecCohort:
         (their blocks freed, ``on_finish`` called, in order) and leave. Returns the tokens
         emitted, those whose previous token came in ``prev_row``, the accepted drafts (tokens
         with no gap before them) and the finished requests."""
-        slots = self.slots
+        slots, count = self.slots, len(self.requests)
+        if len(self._paused) < count:
+            self._paused = np.empty(self.table.shape[1], dtype=np.int64)
+            self._finished = np.empty(self.table.shape[1], dtype=np.int64)
         emitted, gaps, zero_gaps, freed, paused, done = self._complete_call(
-            self.table, len(self.requests), row, prev_row, self.block_size, release,
-            slots.accepted, slots.rejected, slots.ema,
+            self.table, count, row, prev_row, self.block_size, release, slots.accepted,
+            slots.rejected, slots.ema, self._paused, self._finished,
         )  # fmt: skip
         if freed:
             kv.free(freed)
-        log_pauses(gap_pairs, row, paused)
+        log_pauses(gap_pairs, row, self._paused[:paused])
         finished = []
-        positions: list[int] = done.tolist()
+        positions: list[int] = self._finished[:done].tolist()
         for at in positions:
             req = self.write_back(at)
             req.status = Status.FINISHED
@@ -327,21 +335,23 @@ def complete_members(
     slot_accepted: IntArray,
     slot_rejected: IntArray,
     ema: FloatArray,
-) -> tuple[int, int, int, int, IntArray, IntArray]:  # pragma: no cover - compiled
+    paused: IntArray,
+    finished: IntArray,
+) -> tuple[int, int, int, int, int, int]:  # pragma: no cover - compiled
     """:meth:`SpecCohort.complete`'s arithmetic, member by member in order as
     :meth:`~cbsim.engine.scheduler.base.SchedulerPolicy.complete` does it one request at a time:
     the step's counts added (every member's decode steps; the speculative steps, drafts and
     accepted drafts of those drafting, and their slots' counts and EMAs as
     :func:`~cbsim.engine.speculative.slots.observe_steps` adds them), and the tokens emitted, the gapless ones, the zero gaps,
-    the blocks released, the previous rows of those that paused, the positions of those that
-    finished."""
+    the blocks released, and how many paused and finished: the previous rows of those that
+    paused written into ``paused``, the positions of those that finished into ``finished``
+    (each of at least ``count``; no arrays handed back, which would cost each call their
+    allocation and boxing)."""
     emitted_total = 0
     gaps = 0
     zero_gaps = 0
     freed = 0
-    paused = np.empty(count, dtype=np.int64)
     paused_count = 0
-    finished = np.empty(count, dtype=np.int64)
     finished_count = 0
     for i in range(count):
         drafts = table[DRAFTS, i]  # the step's counts, verified already
@@ -375,14 +385,7 @@ def complete_members(
         if generated >= table[OUTPUTS, i]:
             finished[finished_count] = i
             finished_count += 1
-    return (
-        emitted_total,
-        gaps,
-        zero_gaps,
-        freed,
-        paused[:paused_count].copy(),
-        finished[:finished_count].copy(),
-    )
+    return emitted_total, gaps, zero_gaps, freed, paused_count, finished_count
 
 
 @numba.njit(cache=True)

@@ -69,6 +69,26 @@ def test_a_run_after_the_launcher_imports_neither_numbas_registries_nor_scipy_li
     assert done.stdout.split()[-3:] == ["20", "False", "False"]
 
 
+JSON_SEARCH = """
+import sys
+import cbsim_launcher
+try:
+    cbsim_launcher.main([
+        "capacity", "scenarios/chat-llama3-8b-h100.yaml", "--slo", "ttft_p99_s=2",
+        "--target-rps", "4", "--window-s", "20", "--seeds", "1", "--json", "--workers", "1",
+    ])
+except SystemExit as end:
+    print(end.code, any(name.split(".")[0] == "rich" for name in sys.modules), file=sys.stderr)
+"""
+
+
+def test_a_command_that_prints_no_table_does_not_import_rich() -> None:
+    """rich (some 30 ms of a process's start) is imported where a table or bar is printed."""
+    done = _python(JSON_SEARCH)
+    assert done.stderr.split()[-2:] == ["0", "False"], done.stderr[-2000:]
+    assert '"max_rate_rps"' in done.stdout
+
+
 CONSOLE = """
 import atexit, sys
 import cbsim_launcher

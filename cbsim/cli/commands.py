@@ -27,19 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 import pandas as pd
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Table
 
 from cbsim import __version__
 from cbsim.catalog.hardware import get_gpu
@@ -71,6 +62,9 @@ from cbsim.schema.slo_syntax import (
 )
 from cbsim.workload.build import build_workload
 from cbsim.workload.drawn import ClosedLoopWorkload
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 EXIT_USER_ERROR = 2
 
@@ -209,6 +203,15 @@ def progress_display(enabled: bool, quiet: bool = True) -> Iterator[ProgressCall
     if not enabled:
         yield None if quiet else CountLines("run", "requests")
         return
+    from rich.console import Console  # a terminal's bar: rich is imported when one shows
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
     progress = Progress(
         TextColumn("[bold]simulating"),
         BarColumn(),
@@ -671,6 +674,8 @@ def cost(
         f"{len(entries)} request{'s' if len(entries) != 1 else ''}, {tokens} new tokens",
         highlight=False,
     )
+    from rich.table import Table
+
     table = Table()
     table.add_column("op")
     table.add_column("ms", justify="right")
@@ -697,6 +702,8 @@ def calibrate() -> None:
 
 
 def _error_table(frame: pd.DataFrame, title: str) -> Table:
+    from rich.table import Table
+
     table = Table(title=title)
     for column in ("gpu", "family", "method", "median APE %", "P90 APE %", "points"):
         table.add_column(column, justify="right" if "%" in column or column == "points" else "left")
@@ -831,6 +838,8 @@ def calibrate_report(
 )  # fmt: skip
 def calibrate_compare(gpu: str, data: Path, calibration: str) -> None:
     """How well the shipped profile for GPU predicts your own measurements, per table."""
+    from rich.table import Table
+
     from cbsim.studies.calibration.compare import compare_measurements
 
     frame = compare_measurements(gpu, data, calibration)

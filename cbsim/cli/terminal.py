@@ -26,10 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from rich.console import Console
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from cbsim.common.errors import CbsimError
 from cbsim.cost.engine_profile import load_engine_profile
@@ -38,6 +35,10 @@ from cbsim.outputs.stability import is_unstable, load_note, slo_verdict
 from cbsim.run.preflight import gpu_layout
 from cbsim.run.results import Results
 from cbsim.schema.scenario import Scenario
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 __all__ = [
     "GOODPUT_PASS_FRACTION",
@@ -239,6 +240,8 @@ def _verdict(met: bool, summary: Mapping[str, Any]) -> str:
 
 def slo_table(summary: Mapping[str, Any], scenario: Scenario) -> Table | None:
     """The SLO targets against what the run measured, or None when the scenario sets none."""
+    from rich.table import Table  # imported when printing: a --json run never does
+
     rows = slo_rows(summary, scenario)
     if not rows:
         return None
@@ -259,6 +262,8 @@ def slo_table(summary: Mapping[str, Any], scenario: Scenario) -> Table | None:
 
 def summary_table(results: Results) -> Table:
     """The set-up and key figures of a run as a rich table."""
+    from rich.table import Table  # imported when printing: a --json run never does
+
     s = results.summary
     table = Table(title="set-up and key figures")
     table.add_column("")
@@ -344,6 +349,8 @@ def _value(value: Any, kind: str) -> str:
 
 def comparison_table(summary: Mapping[str, Any], baseline: Mapping[str, Any]) -> Table:
     """The speculative run and the same scenario without speculation, side by side."""
+    from rich.table import Table  # imported when printing: a --json run never does
+
     table = Table(
         title="speculation vs the same run without it (same seed; speed-up > 1 favours speculation)"
     )

@@ -9,8 +9,11 @@ tables only take the width their cells need, so nothing is padded.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 __all__ = ["PIPE_WIDTH", "wide_console"]
 
@@ -20,6 +23,8 @@ PIPE_WIDTH = 200
 
 def wide_console(*, stderr: bool = False, record: bool = False) -> Console:
     """A console: a terminal's own width, else ``COLUMNS`` or :data:`PIPE_WIDTH`."""
+    from rich.console import Console  # rich's import is a command's to pay only when it prints
+
     console = Console(stderr=stderr, record=record)
     if console.is_terminal or os.environ.get("COLUMNS"):
         return console

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from cbsim.common.numbers import figure
 from cbsim.outputs.metric_names import slo_text
 from cbsim.studies.capacity.headroom import headroom_facts
 from cbsim.studies.capacity.planning import _describe_overrides
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def _money(value: Any, spec: str = ",.2f") -> str:
@@ -48,6 +47,9 @@ def _status(alt: Mapping[str, Any]) -> str:
 
 def render(result: Mapping[str, Any], console: Console) -> None:
     """Print a :func:`plan` result: the headline to buy on, the table, the knee and margin."""
+    from rich.markup import escape
+    from rich.table import Table  # imported when printing: a --json run never does
+
     headline = result.get("headline")
     if headline:
         console.print(f"[bold]{escape(str(headline))}[/bold]", highlight=False)
@@ -130,6 +132,8 @@ def render_disaggregated(result: Mapping[str, Any], console: Console) -> None:
     """Print a disaggregated plan (:func:`~cbsim.studies.capacity.disaggregated.plan_disaggregated`):
     each pool's candidates, every xPyD layout checked at the target, the aggregated fleet, the
     verdict."""
+    from rich.table import Table  # imported when printing: a --json run never does
+
     console.print(
         f"SLO: {slo_text(result['slo'])} · target {figure(result['target_rps'])} req/s",
         highlight=False,

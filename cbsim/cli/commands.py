@@ -204,13 +204,7 @@ def progress_display(enabled: bool, quiet: bool = True) -> Iterator[ProgressCall
         yield None if quiet else CountLines("run", "requests")
         return
     from rich.console import Console  # a terminal's bar: rich is imported when one shows
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(
         TextColumn("[bold]simulating"),

@@ -170,6 +170,6 @@ class CostModelCache:
         (a proposer is a function of them alone, its cost model's tables as the target's)."""
         key = (id(target), config.model_dump_json())
         held = self._proposers.get(key)
-        if held is None or held[0] is not target:
+        if held is None:  # the target is held too: its id is not reused while the key stands
             held = self._proposers[key] = (target, make_proposer(config, target))
         return held[1]

@@ -157,13 +157,24 @@ def beta_level(rng: np.random.Generator, mean: float, concentration: float) -> f
     """A request's level θ ~ Beta(m·c, (1 − m)·c) for a mean m in (0, 1). Where m·c is below the
     smallest float (a mean such as 5e-324) the first parameter is 0, which numpy refuses: the
     distribution's limit there, θ = 0, with nothing drawn (likewise θ = 1 for the second)."""
-    a = mean * concentration
-    b = (1.0 - mean) * concentration
+    a, b = beta_shape(mean, concentration)
+    fixed = fixed_level(a, b)
+    return float(rng.beta(a, b)) if fixed is None else fixed
+
+
+def beta_shape(mean: float, concentration: float) -> tuple[float, float]:
+    """The Beta parameters (m·c, (1 − m)·c) of a level of mean ``mean``."""
+    return mean * concentration, (1.0 - mean) * concentration
+
+
+def fixed_level(a: float, b: float) -> float | None:
+    """The level Beta(``a``, ``b``) gives with nothing drawn where a parameter is 0 (its limit:
+    0 for ``a``, 1 for ``b``), else None."""
     if a <= 0.0:
         return 0.0
     if b <= 0.0:
         return 1.0
-    return float(rng.beta(a, b))
+    return None
 
 
 class BetaLevels:
@@ -172,24 +183,22 @@ class BetaLevels:
     bit generator, so the n-th level is the n-th scalar draw whatever the block: a block only
     saves the call per request (a scalar draw costs several microseconds amid a simulation)."""
 
-    __slots__ = ("_a", "_b", "_drawn", "_next", "_rng", "block")
+    __slots__ = ("_a", "_b", "_drawn", "_fixed", "_next", "_rng", "block")
 
     def __init__(
         self, rng: np.random.Generator, mean: float, concentration: float, block: int = 64
     ) -> None:
         self._rng = rng
-        self._a = mean * concentration
-        self._b = (1.0 - mean) * concentration
+        self._a, self._b = beta_shape(mean, concentration)
+        self._fixed = fixed_level(self._a, self._b)
         self.block = block
         self._drawn: list[float] = []
         self._next = 0
 
     def __call__(self, req: Request) -> float:
         """The next request's level (``req``'s: every request draws alike)."""
-        if self._a <= 0.0:
-            return 0.0
-        if self._b <= 0.0:
-            return 1.0
+        if self._fixed is not None:
+            return self._fixed
         if self._next == len(self._drawn):
             self._drawn = self._rng.beta(self._a, self._b, size=self.block).tolist()
             self._next = 0

@@ -34,6 +34,7 @@ from cbsim.engine.speculative.adaptive_hysteresis import AdaptiveHysteresisK
 from cbsim.engine.speculative.cohort import IntArray, SpecCohort, verify_members
 from cbsim.engine.speculative.cohort_step import NOT_TAKEN, plan_verify_members
 from cbsim.engine.speculative.draft_reservation import (
+    BLOCKS,
     GROUPED_ENTRIES,
     allocate_grown,
     draft_room,
@@ -87,7 +88,6 @@ from cbsim.workload.request import Request
 if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
-BLOCKS = attrgetter("blocks")
 GENERATED = attrgetter("generated")
 PRIOR_STRENGTH = 4.0  # pseudo-observations of the prior when estimating a request's α
 

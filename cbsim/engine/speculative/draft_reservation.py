@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from cbsim.engine.scheduler.base import Batch, SchedulerPolicy
 
 __all__ = [
+    "BLOCKS",
     "GROUPED_ENTRIES",
     "UNBUDGETED",
     "allocate_grown",
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 BLOCKS = attrgetter("blocks")
+"""A request's KV blocks held."""
 GROUPED_ENTRIES = 32
 """From this many speculating requests in a batch on, their drafts are reserved in one compiled
 call and their verify entries added to its stats grouped by k (numpy's fixed cost is then below

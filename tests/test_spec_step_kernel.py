@@ -7,6 +7,7 @@ request)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 import cbsim
+from cbsim.engine.scheduler import base
 from cbsim.engine.speculative import decoder
 from cbsim.engine.speculative.policies import make_policy
 from tests.conftest import summaries_equal
@@ -23,6 +25,17 @@ from tests.test_spec_fast_forward import ACCEPTANCE, PER_REQUEST_GOODPUT, POLICI
 
 ROOT = Path(__file__).resolve().parents[1]
 TIGHT_KV = 0.235  # of each h100-sxm beside llama-3-8b and its EAGLE head: about 100 blocks
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _steps_planned_request_by_request() -> Iterator[None]:
+    """Sarathi's speculative cohort from as many running requests as its plain one (16): the
+    default (4) would plan most steps of these small runs on the cohort's table
+    (``tests/test_spec_cohort.py``), not request by request as this module checks."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(base, "SPEC_MIXED_COHORT_FROM", base.MIXED_COHORT_FROM)
+        patch.setattr(base, "SPEC_MIXED_COHORT_UNDER", base.MIXED_COHORT_UNDER)
+        yield
 
 
 def _both_ways(data: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -46,6 +46,12 @@ COHORT_FROM = 64
 COHORT_UNDER = 32
 MIXED_COHORT_FROM = 16
 MIXED_COHORT_UNDER = 8
+# the speculative cohort of such a policy, from fewer still: each of its steps is planned,
+# verified and priced in one compiled call (cbsim.engine.speculative.cohort_step) where stepping
+# plans and verifies request by request (a prefill-first policy's keeps COHORT_FROM: its
+# speculative decodes are stepped one by one only between decode runs)
+SPEC_MIXED_COHORT_FROM = 4
+SPEC_MIXED_COHORT_UNDER = 2
 
 
 class WaitingQueue(deque[Request]):
@@ -196,17 +202,24 @@ class SchedulerPolicy(ABC):
         """Whether the running decodes go through the decode cohort now: from
         :data:`COHORT_FROM` running requests on, until they fall under :data:`COHORT_UNDER`
         (then it is dissolved); :data:`MIXED_COHORT_FROM` and :data:`MIXED_COHORT_UNDER` where
-        the policy :attr:`mixes_decodes`. Either way the results are the same."""
+        the policy :attr:`mixes_decodes`, :data:`SPEC_MIXED_COHORT_FROM` and
+        :data:`SPEC_MIXED_COHORT_UNDER` for its speculative cohort. Either way the results are
+        the same."""
         cohort = self._kept_cohort()
         if cohort is None:
             return False
-        mixed = self.mixes_decodes
+        if not self.mixes_decodes:
+            start, under = COHORT_FROM, COHORT_UNDER
+        elif cohort is self.spec_cohort:
+            start, under = SPEC_MIXED_COHORT_FROM, SPEC_MIXED_COHORT_UNDER
+        else:
+            start, under = MIXED_COHORT_FROM, MIXED_COHORT_UNDER
         if len(cohort):
-            if len(self.running) >= (MIXED_COHORT_UNDER if mixed else COHORT_UNDER):
+            if len(self.running) >= under:
                 return True
             self.dissolve_cohort()
             return False
-        return len(self.running) >= (MIXED_COHORT_FROM if mixed else COHORT_FROM)
+        return len(self.running) >= start
 
     def _kept_cohort(self) -> DecodeCohort | SpecCohort | None:
         """The decode cohort this scheduler keeps, plain or speculative (None: none)."""

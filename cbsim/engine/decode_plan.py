@@ -10,17 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
 
 @dataclass(slots=True)
 class SpecColumns:
-    """A speculative run's per-iteration columns (as the recorder keeps them for stepped ones)."""
+    """A speculative run's per-iteration columns (as the recorder keeps them for stepped ones),
+    contiguous rows of the run kernel's output that the recorder copies as they are."""
 
-    verify: list[int]
-    drafted: list[int]
-    accepted: list[int]
-    k_min: list[int]
-    k_max: list[int]
-    draft_s: list[float]
+    verify: IntArray
+    drafted: IntArray
+    accepted: IntArray
+    k_min: IntArray
+    k_max: IntArray
+    draft_s: FloatArray
 
 
 @dataclass(slots=True)
@@ -41,7 +48,7 @@ class DecodeRun:
     # when the run is applied; their first token in the run has a gap of its own)
     paused_at_start: int = 0
     emitted: list[int] | None = None
-    decode_tokens: list[int] | None = None
+    decode_tokens: IntArray | None = None  # a speculative run's plain decodes (as SpecColumns)
     speculation: SpecColumns | None = None
     remaining_after: list[int] | None = None
     spec: Any = None

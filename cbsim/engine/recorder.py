@@ -250,17 +250,21 @@ class Recorder:
         self._duration.extend(run.durations)
         self._batch.extend(run.batch_sizes)
         self._prefill.extend([0] * n)
-        self._decode.extend(run.batch_sizes if run.decode_tokens is None else run.decode_tokens)
+        if run.decode_tokens is None:
+            self._decode.extend(run.batch_sizes)
+        else:  # a speculative run's columns: int64 and float64 rows, copied as machine words
+            self._decode.frombytes(run.decode_tokens.tobytes())
         self._emitted.extend(run.batch_sizes if run.emitted is None else run.emitted)
         spec = run.speculation
         if spec is not None:
-            self._verify.extend(spec.verify)
-            self._drafted.extend(spec.drafted)
-            self._accepted.extend(spec.accepted)
-            self._k_sum.extend(spec.drafted)  # every request decodes: Σ k over them is Σ drafted
-            self._k_min.extend(spec.k_min)
-            self._k_max.extend(spec.k_max)
-            self._draft_s.extend(spec.draft_s)
+            self._verify.frombytes(spec.verify.tobytes())
+            drafted = spec.drafted.tobytes()
+            self._drafted.frombytes(drafted)
+            self._accepted.frombytes(spec.accepted.tobytes())
+            self._k_sum.frombytes(drafted)  # every request decodes: Σ k over them is Σ drafted
+            self._k_min.frombytes(spec.k_min.tobytes())
+            self._k_max.frombytes(spec.k_max.tobytes())
+            self._draft_s.frombytes(spec.draft_s.tobytes())
             self._decoding.extend(run.batch_sizes)
         self._kv_used.extend(run.kv_used)
         self._waiting.extend([waiting] * n)

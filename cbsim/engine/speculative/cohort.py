@@ -220,10 +220,11 @@ class SpecCohort:
         first_row: int,
         prev_row: int,
         iterations: int,
-    ) -> tuple[IntArray, IntArray]:
+    ) -> tuple[IntArray, IntArray, int]:
         """A decode run applied to the members (:func:`advance_members`): the previous rows of
-        those that paused before it and the positions of those that finished."""
-        moved: tuple[IntArray, IntArray] = self._advance_call(
+        those that paused before it, the positions of those that finished and the drafts the
+        run accepted."""
+        moved: tuple[IntArray, IntArray, int] = self._advance_call(
             self.table, len(self.requests), kv, generated, blocks, counters, first_row, prev_row,
             iterations,
         )  # fmt: skip
@@ -472,17 +473,20 @@ def advance_members(
     first_row: int,
     prev_row: int,
     iterations: int,
-) -> tuple[IntArray, IntArray]:  # pragma: no cover - compiled
+) -> tuple[IntArray, IntArray, int]:  # pragma: no cover - compiled
     """A decode run of ``iterations`` iterations (rows from ``first_row``; the replica's
     previous one ``prev_row``) applied to the members: their KV tokens, outputs and blocks after
     it, its per-member ``counters`` (steps, drafts, accepted, decode steps, the iteration each
     finished in or -1) added, their last rows moved. Returns the previous rows of the members
-    that paused before it, and the positions of those that finished (in order)."""
+    that paused before it, the positions of those that finished (in order) and the drafts the
+    run accepted."""
     paused = np.empty(count, dtype=np.int64)
     paused_count = 0
     finished = np.empty(count, dtype=np.int64)
     finished_count = 0
+    accepted = 0
     for i in range(count):
+        accepted += counters[2, i]
         if table[LAST_ROW, i] != prev_row:
             paused[paused_count] = table[LAST_ROW, i]
             paused_count += 1
@@ -500,4 +504,4 @@ def advance_members(
             finished_count += 1
         else:
             table[LAST_ROW, i] = first_row + iterations - 1
-    return paused[:paused_count].copy(), finished[:finished_count].copy()
+    return paused[:paused_count].copy(), finished[:finished_count].copy(), accepted

@@ -89,11 +89,15 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# the kernel's output rows: per iteration (real, integer), per request (counters)
+# the kernel's output rows: per iteration (real, integer), per request (counters); the engine
+# reads the rows before LISTED_REALS and LISTED_INTS as lists, the recorder copies the rest as
+# they are (the speculative columns of the iterations table)
 START, DURATION, DRAFT_S = range(3)
 REAL_COLUMNS = 3
-BATCH, PLAIN, VERIFY, DRAFTED, ACCEPTED, EMITTED, KV_USED, K_LOW, K_HIGH, OUTSTANDING = range(10)
+LISTED_REALS = DRAFT_S
+BATCH, EMITTED, KV_USED, OUTSTANDING, PLAIN, VERIFY, DRAFTED, ACCEPTED, K_LOW, K_HIGH = range(10)
 INT_COLUMNS = 10
+LISTED_INTS = PLAIN
 STEPS, DRAFTS, ACCEPTS, DECODE_STEPS, FINISHED_AT = range(5)
 COUNTERS = 5
 
@@ -638,10 +642,9 @@ def plan_spec_run(
     else:
         slots, verify_bound = _rows_of_requests(spec, running, ints, k_top)
     store = spec.slots
-    ints[4], ints[5] = store.accepted[slots], store.rejected[slots]
-    kv, blocks, generated, output, accepted_total, rejected_total = ints
     reals = np.empty((2, count))
-    reals[0], reals[1] = store.ema[slots], store.model_alpha[slots]
+    remaining = store.run_rows(slots, ints, reals)
+    kv, blocks, generated, output, accepted_total, rejected_total = ints
     ema, model_alpha = reals
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
         model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
@@ -661,7 +664,6 @@ def plan_spec_run(
         if restart is not None and restart.spec is not None:
             stale_words[:] = restart.spec.stale_rng_state
         stale_rng_state = stale_words.copy()
-    remaining = output - generated
     target = spec.target.compiled(verify_bound)
     if settings.proposer == NGRAM:
         draft = target
@@ -709,9 +711,9 @@ def plan_spec_run(
     if n <= 0:
         return None
     effects.counters = counters
-    starts, durations, draft_s = real_rows[:, :n].tolist()
-    (batch_sizes, plain, verify, drafted, accepted, emitted, kv_used, k_low, k_high,
-     outstanding) = int_rows[:, :n].tolist()  # fmt: skip
+    starts, durations = real_rows[:LISTED_REALS, :n].tolist()
+    batch_sizes, emitted, kv_used, outstanding = int_rows[:LISTED_INTS, :n].tolist()
+    columns = int_rows[:, :n]
     return DecodeRun(
         starts=starts,
         durations=durations,
@@ -720,14 +722,14 @@ def plan_spec_run(
         end_s=end,
         kv_used_after=used_after,
         emitted=emitted,
-        decode_tokens=plain,
+        decode_tokens=columns[PLAIN],
         speculation=SpecColumns(
-            verify=verify,
-            drafted=drafted,
-            accepted=accepted,
-            k_min=k_low,
-            k_max=k_high,
-            draft_s=draft_s,
+            verify=columns[VERIFY],
+            drafted=columns[DRAFTED],
+            accepted=columns[ACCEPTED],
+            k_min=columns[K_LOW],
+            k_max=columns[K_HIGH],
+            draft_s=real_rows[DRAFT_S, :n],
         ),
         remaining_after=outstanding,
         spec=effects,
@@ -782,7 +784,7 @@ def _apply_to_cohort(
     request, blocks) in running order and the accepted drafts."""
     effects = run.spec
     assert effects is not None
-    paused, done = cohort.advance(
+    paused, done, accepted = cohort.advance(
         effects.kv, effects.generated, effects.blocks, effects.counters, first_row, prev_row,
         run.iterations,
     )  # fmt: skip
@@ -801,7 +803,7 @@ def _apply_to_cohort(
             on_finish(req)
         cohort.leave(positions)
         sched.running = list(cohort.requests)
-    return finished, int(effects.counters[2].sum())
+    return finished, accepted
 
 
 def _apply_to_requests(

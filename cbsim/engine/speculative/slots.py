@@ -30,6 +30,7 @@ class SpecSlots:
     __slots__ = (
         "_alphas_call",
         "_observe_call",
+        "_rows_call",
         "accepted",
         "count",
         "ema",
@@ -43,6 +44,7 @@ class SpecSlots:
         # compiled: a batch costs one call, not a dozen numpy calls (most batches are small)
         self._alphas_call = KernelCall(_alphas)
         self._observe_call = KernelCall(observe_steps)
+        self._rows_call = KernelCall(_run_rows)
         self.accepted: IntArray = np.zeros(capacity, dtype=np.int64)
         self.rejected: IntArray = np.zeros(capacity, dtype=np.int64)
         self.ema: FloatArray = np.full(capacity, np.nan)
@@ -72,6 +74,16 @@ class SpecSlots:
         alphas: FloatArray = self._alphas_call(self.accepted, self.rejected, slots, prior, weight)
         return alphas
 
+    def run_rows(self, slots: IntArray, ints: IntArray, reals: FloatArray) -> IntArray:
+        """A speculative decode run's per-request figures of ``slots`` (in run order) into
+        ``ints``' rows 4 and 5 (accepted drafts, rejecting steps) and ``reals``' rows 0 and 1
+        (acceptance EMA, drawn α), beside the KV tokens, blocks, outputs so far and outputs
+        already in ``ints``' rows 0-3; returns each request's outputs left."""
+        left: IntArray = self._rows_call(
+            self.accepted, self.rejected, self.ema, self.model_alpha, slots, ints, reals
+        )
+        return left
+
     def observe(self, slots: IntArray, ks: IntArray, accepted: IntArray, ema_weight: float) -> int:
         """Add one verification step of each of ``slots`` (``accepted`` of ``ks`` drafts, every
         k > 0, no slot twice): the counts and the EMA of a / k (the first sample sets it).
@@ -92,6 +104,27 @@ def _alphas(
         a = accepted[slot]
         out[j] = (a + prior * weight) / ((a + rejected[slot]) + weight)
     return out
+
+
+@numba.njit(cache=True)
+def _run_rows(
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    model_alpha: FloatArray,
+    slots: IntArray,
+    ints: IntArray,
+    reals: FloatArray,
+) -> IntArray:  # pragma: no cover - compiled
+    left = np.empty(len(slots), dtype=np.int64)
+    for j in range(len(slots)):
+        slot = slots[j]
+        ints[4, j] = accepted[slot]
+        ints[5, j] = rejected[slot]
+        reals[0, j] = ema[slot]
+        reals[1, j] = model_alpha[slot]
+        left[j] = ints[3, j] - ints[2, j]
+    return left
 
 
 @numba.njit(cache=True, inline="always")

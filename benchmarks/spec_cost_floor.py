@@ -6,7 +6,8 @@ prefill chunks form stepped iterations), and on top of them its compiled kernels
 decoding request's acceptance, choose its k and price the drafts and the verification every
 iteration. For each case this script measures, in one process:
 
-* the plain and the speculative simulation's CPU seconds (best of ``--repeats``, no profiler);
+* the plain and the speculative simulation's CPU seconds (best of ``--repeats``, no profiler,
+  plain and speculative runs alternating: this machine's speed drifts within minutes);
 * under ``cProfile``, the seconds each spent inside cbsim's compiled kernels (the profile's
   built-in functions of ``cbsim`` modules: compiled code runs at full speed under the profiler,
   only each call's entry is counted);
@@ -73,12 +74,14 @@ def _warm(scenario: dict[str, Any]) -> None:
     cbsim.simulate(cbsim.load_scenario(short))
 
 
-def _cpu(scenario: Any, repeats: int) -> float:
-    best = float("inf")
+def _best_cpu(scenarios: list[Any], repeats: int) -> list[float]:
+    """Each scenario's least CPU seconds over ``repeats`` rounds, the scenarios alternating."""
+    best = [float("inf")] * len(scenarios)
     for _ in range(repeats):
-        start = time.process_time()
-        cbsim.simulate(scenario)
-        best = min(best, time.process_time() - start)
+        for i, scenario in enumerate(scenarios):
+            start = time.process_time()
+            cbsim.simulate(scenario)
+            best[i] = min(best[i], time.process_time() - start)
     return best
 
 
@@ -111,13 +114,14 @@ def main() -> None:
     for label, plain_data, policies in _cases(args.quick):
         _warm(plain_data)
         plain = cbsim.load_scenario(plain_data)
-        plain_s = _cpu(plain, args.repeats)
-        plain_kernels = _kernel_seconds(plain)
+        specs = []
         for policy in policies:
             spec_data = _speculative(plain_data, policy)
             _warm(spec_data)
-            spec = cbsim.load_scenario(spec_data)
-            spec_s = _cpu(spec, args.repeats)
+            specs.append(cbsim.load_scenario(spec_data))
+        plain_s, *spec_seconds = _best_cpu([plain, *specs], args.repeats)
+        plain_kernels = _kernel_seconds(plain)
+        for policy, spec, spec_s in zip(policies, specs, spec_seconds, strict=True):
             spec_kernels = _kernel_seconds(spec)
             floor = (plain_s - plain_kernels + spec_kernels) / plain_s
             print(

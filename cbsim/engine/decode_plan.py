@@ -31,6 +31,17 @@ class SpecColumns:
 
 
 @dataclass(slots=True)
+class RunRows:
+    """A compiled run's per-iteration columns as its kernel wrote them (contiguous float64 and
+    int64 rows), which the recorder copies as machine words rather than from the run's lists."""
+
+    starts: FloatArray
+    durations: FloatArray
+    batch_sizes: IntArray
+    emitted: IntArray | None = None  # a speculative run's tokens emitted (None: the batch sizes)
+
+
+@dataclass(slots=True)
 class DecodeRun:
     """A planned run of ``len(durations)`` pure-decode iterations starting at ``starts[0]``.
 
@@ -54,6 +65,7 @@ class DecodeRun:
     spec: Any = None
     # the running requests' outputs still to come when the run started (in running order)
     remaining: Any = None
+    rows: RunRows | None = None  # the columns as the kernel wrote them (None: a Python plan)
 
     @property
     def iterations(self) -> int:

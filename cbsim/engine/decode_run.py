@@ -23,6 +23,7 @@ schedulers that apply a run can import it without importing the engine side; it 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 import numba
 import numpy as np
@@ -32,17 +33,22 @@ from cbsim.common.stable_sort import stable_argsort
 from cbsim.cost import CostModel
 from cbsim.cost.compiled import CompiledCost, decode_seconds
 from cbsim.cost.kernel_call import KernelCall
-from cbsim.engine.decode_plan import DecodeRun, SpecColumns
+from cbsim.engine.decode_plan import DecodeRun, RunRows, SpecColumns
 from cbsim.workload.request import Request
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
 MAX_RUN_ITERATIONS = 8192
+KV_TOKENS = attrgetter("kv_tokens")
+OUTPUTS = attrgetter("output_tokens")
+GENERATED = attrgetter("generated")
+BLOCKS = attrgetter("blocks")
 
 __all__ = [
     "MAX_RUN_ITERATIONS",
     "DecodeRun",
+    "RunRows",
     "SpecColumns",
     "decode_run_kernel",
     "plan_decode_run",
@@ -93,11 +99,11 @@ def plan_decode_run(
         kv, rem, blocks = state
         shared = _NO_SHARED
     else:
-        kv = np.fromiter((r.kv_tokens for r in running), dtype=np.int64, count=count)
-        rem = np.fromiter(
-            (r.output_tokens - r.generated for r in running), dtype=np.int64, count=count
+        kv = np.fromiter(map(KV_TOKENS, running), np.int64, count)
+        rem = np.fromiter(map(OUTPUTS, running), np.int64, count) - np.fromiter(
+            map(GENERATED, running), np.int64, count
         )
-        blocks = np.fromiter((r.blocks for r in running), dtype=np.int64, count=count)
+        blocks = np.fromiter(map(BLOCKS, running), np.int64, count)
         shared = _shared_blocks(running, shares_blocks)
     planned = (decode_run_kernel if kernel is None else kernel)(
         kv, rem, blocks, shared, compiled, start_s, block_size, used_blocks, total_blocks,
@@ -106,14 +112,16 @@ def plan_decode_run(
     n, starts, durations, batch_sizes, kv_used, end, used_after = planned
     if n <= 0:
         return None
+    rows = RunRows(starts[:n], durations[:n], batch_sizes[:n])
     return DecodeRun(
-        starts=starts[:n].tolist(),
-        durations=durations[:n].tolist(),
-        batch_sizes=batch_sizes[:n].tolist(),
+        starts=rows.starts.tolist(),
+        durations=rows.durations.tolist(),
+        batch_sizes=rows.batch_sizes.tolist(),
         kv_used=kv_used[:n].tolist(),
         end_s=end,
         kv_used_after=used_after,
         remaining=rem,
+        rows=rows,
     )
 
 

@@ -246,15 +246,22 @@ class Recorder:
             self._replica.extend([replica] * n)
         if self.disaggregated:
             self._transfers.extend([transfers] * n)
-        self._start.extend(run.starts)
-        self._duration.extend(run.durations)
-        self._batch.extend(run.batch_sizes)
-        self._prefill.extend([0] * n)
-        if run.decode_tokens is None:
+        rows = run.rows
+        if rows is None:  # planned in Python
+            self._start.extend(run.starts)
+            self._duration.extend(run.durations)
+            self._batch.extend(run.batch_sizes)
             self._decode.extend(run.batch_sizes)
-        else:  # a speculative run's columns: int64 and float64 rows, copied as machine words
-            self._decode.frombytes(run.decode_tokens.tobytes())
-        self._emitted.extend(run.batch_sizes if run.emitted is None else run.emitted)
+            self._emitted.extend(run.batch_sizes)
+        else:  # the kernel's float64 and int64 rows, copied as machine words
+            batch = rows.batch_sizes.tobytes()
+            self._start.frombytes(rows.starts.tobytes())
+            self._duration.frombytes(rows.durations.tobytes())
+            self._batch.frombytes(batch)
+            tokens = run.decode_tokens
+            self._decode.frombytes(batch if tokens is None else tokens.tobytes())
+            self._emitted.frombytes(batch if rows.emitted is None else rows.emitted.tobytes())
+        self._prefill.frombytes(bytes(8 * n))
         spec = run.speculation
         if spec is not None:
             self._verify.frombytes(spec.verify.tobytes())

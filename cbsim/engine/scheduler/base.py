@@ -377,21 +377,26 @@ class SchedulerPolicy(ABC):
         paused = 0
         gap_pairs = self.gap_pairs
         for req in self.running:
-            if req.last_row != prev_row:
+            last_row = req.last_row
+            if last_row != prev_row:
                 gap_pairs.append(first_row)
-                gap_pairs.append(req.last_row)
+                gap_pairs.append(last_row)
                 paused += 1
-            steps = req.output_tokens - req.generated
+            output = req.output_tokens
+            generated = req.generated
+            steps = output - generated
             if steps > iterations:
                 steps = iterations
-            req.kv_tokens += steps
-            req.generated += steps
+            kv_tokens = req.kv_tokens + steps
+            req.kv_tokens = kv_tokens
+            generated += steps
+            req.generated = generated
             req.last_row = first_row + steps - 1
             if grows:
-                needed = -(-req.kv_tokens // block_size)
+                needed = -(-kv_tokens // block_size)
                 if needed > req.blocks:
                     req.blocks = needed
-            if req.generated >= req.output_tokens:
+            if generated >= output:
                 req.status = Status.FINISHED
                 req.finish_s = ends[steps - 1]
                 # holding its final blocks until settled; the run freed its private ones

@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from cbsim.common.pcg64 import WordArray, next_double
 from cbsim.cost.compiled import CompiledCost, verify_seconds
-from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, SpecColumns
+from cbsim.engine.decode_run import MAX_RUN_ITERATIONS, DecodeRun, RunRows, SpecColumns
 from cbsim.engine.pause_log import log_pauses
 from cbsim.engine.speculative.acceptance import (
     level_scale,
@@ -722,6 +722,9 @@ def plan_spec_run(
         end_s=end,
         kv_used_after=used_after,
         emitted=emitted,
+        rows=RunRows(
+            real_rows[START, :n], real_rows[DURATION, :n], columns[BATCH], columns[EMITTED]
+        ),
         decode_tokens=columns[PLAIN],
         speculation=SpecColumns(
             verify=columns[VERIFY],

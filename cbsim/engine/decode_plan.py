@@ -38,7 +38,9 @@ class RunRows:
     starts: FloatArray
     durations: FloatArray
     batch_sizes: IntArray
-    emitted: IntArray | None = None  # a speculative run's tokens emitted (None: the batch sizes)
+    # a speculative run's tokens emitted and plain decodes (None: the batch sizes)
+    emitted: IntArray | None = None
+    decode_tokens: IntArray | None = None
 
 
 @dataclass(slots=True)
@@ -59,7 +61,6 @@ class DecodeRun:
     # when the run is applied; their first token in the run has a gap of its own)
     paused_at_start: int = 0
     emitted: list[int] | None = None
-    decode_tokens: IntArray | None = None  # a speculative run's plain decodes (as SpecColumns)
     speculation: SpecColumns | None = None
     remaining_after: list[int] | None = None
     spec: Any = None

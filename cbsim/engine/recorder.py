@@ -258,8 +258,8 @@ class Recorder:
             self._start.frombytes(rows.starts.tobytes())
             self._duration.frombytes(rows.durations.tobytes())
             self._batch.frombytes(batch)
-            tokens = run.decode_tokens
-            self._decode.frombytes(batch if tokens is None else tokens.tobytes())
+            plain = rows.decode_tokens
+            self._decode.frombytes(batch if plain is None else plain.tobytes())
             self._emitted.frombytes(batch if rows.emitted is None else rows.emitted.tobytes())
         self._prefill.frombytes(bytes(8 * n))
         spec = run.speculation

@@ -344,10 +344,10 @@ def complete_members(
     the step's counts added (every member's decode steps; the speculative steps, drafts and
     accepted drafts of those drafting, and their slots' counts and EMAs as
     :func:`~cbsim.engine.speculative.slots.observe_steps` adds them), and the tokens emitted, the
-    gapless ones, the zero gaps, the blocks released, and how many paused and finished: the previous rows of those that
-    paused written into ``paused``, the positions of those that finished into ``finished``
-    (each of at least ``count``; no arrays handed back, which would cost each call their
-    allocation and boxing)."""
+    gapless ones, the zero gaps, the blocks released, and how many paused and finished: the
+    previous rows of those that paused written into ``paused``, the positions of those that
+    finished into ``finished`` (each of at least ``count``; no arrays handed back, which would
+    cost each call their allocation and boxing)."""
     emitted_total = 0
     gaps = 0
     zero_gaps = 0

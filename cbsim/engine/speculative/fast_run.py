@@ -723,9 +723,12 @@ def plan_spec_run(
         kv_used_after=used_after,
         emitted=emitted,
         rows=RunRows(
-            real_rows[START, :n], real_rows[DURATION, :n], columns[BATCH], columns[EMITTED]
+            real_rows[START, :n],
+            real_rows[DURATION, :n],
+            columns[BATCH],
+            emitted=columns[EMITTED],
+            decode_tokens=columns[PLAIN],
         ),
-        decode_tokens=columns[PLAIN],
         speculation=SpecColumns(
             verify=columns[VERIFY],
             drafted=columns[DRAFTED],

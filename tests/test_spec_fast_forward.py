@@ -15,8 +15,23 @@ from hypothesis import strategies as st
 import cbsim
 from cbsim.cost import BatchStats, CostModel
 from cbsim.cost.compiled import decode_seconds, verify_seconds
+from cbsim.engine.loop import Simulation
 from cbsim.engine.speculative.expected import expected_tokens, pairwise_sum
-from cbsim.engine.speculative.goodput_kernel import DRAFT_MODEL, EAGLE, NGRAM, goodput_k, no_base
+from cbsim.engine.speculative.goodput_kernel import (
+    DRAFT_MODEL,
+    EAGLE,
+    NGRAM,
+    SWEPT_REQUESTS,
+    CompiledProposer,
+    _draft_step_seconds,
+    _least_draft_step,
+    compiled_proposer,
+    goodput_k,
+    goodput_sweep,
+    no_base,
+    sweep_ints,
+    sweep_reals,
+)
 from cbsim.engine.speculative.policies import expected_emitted
 from tests.conftest import small_scenario, summaries_equal
 from tests.test_speculative_properties import engine_settings, scenarios
@@ -329,6 +344,55 @@ def test_the_goodput_sweep_stops_early_only_where_no_candidate_can_win(
         np.testing.assert_array_equal(stopped, swept)
         chosen.add(int(swept.max()))
     assert len(chosen) > 3  # the batches chose several different k
+
+
+@pytest.mark.parametrize("proposer", [EAGLE, DRAFT_MODEL])
+def test_no_draft_step_costs_less_than_the_sweeps_floor(proposer: int) -> None:
+    draft = CostModel(model="llama-3.2-1b").compiled(256, (2048, 2 * 2048))
+    assert draft is not None
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 64, 256):
+        floor = _least_draft_step(proposer, draft, n)
+        assert floor > 0.0
+        for _ in range(50):
+            requests = int(rng.integers(1, n + 1))
+            kv = int(rng.integers(0, 200_000))
+            assert _draft_step_seconds(proposer, draft, requests, kv) >= floor
+    assert _least_draft_step(NGRAM, draft, 8) == 0.0
+
+
+def test_the_sweep_stops_before_k_max_where_more_drafts_cannot_pay() -> None:
+    """Four requests of Llama-3-8B on one H100 with an EAGLE head, α 0.6: verifying more tokens
+    costs almost nothing, so only the draft steps' cost shows that no larger k wins; the bound
+    counts them and stops (the draft steps it never priced keep -1 requests), choosing what the
+    full sweep chooses."""
+    scenario = cbsim.load_scenario(
+        small_scenario(speculative={"enabled": True, "proposer": {"kind": "eagle"}})
+    )
+    spec = Simulation(scenario).pools[0].spec
+    assert spec is not None
+    drafter = compiled_proposer(spec.proposer, spec.target)
+    assert isinstance(drafter, CompiledProposer) and drafter.kind == EAGLE
+    target = spec.target.compiled(64 * 9)
+    draft = spec.proposer.cost.compiled(64, drafter.extra_gemm)  # type: ignore[attr-defined]
+    assert target is not None and draft is not None
+    alphas = np.full(4, 0.6)
+    remaining = np.full(4, 300, dtype=np.int64)
+    contexts = np.full(4, 1500, dtype=np.int64)
+    k_max = 8
+    reals, ints = sweep_reals(4, k_max), sweep_ints(4, k_max)
+    best = np.empty(4, dtype=np.int64)
+    goodput_sweep(
+        4, alphas, remaining, contexts, k_max, target, EAGLE, draft, no_base(), reals, ints, best
+    )  # fmt: skip
+    priced = int((ints[SWEPT_REQUESTS, :k_max] >= 0).sum())
+    assert 2 <= best.max() <= k_max - 3
+    assert priced == best.max() + 1  # the first check after the best candidate stops it
+    full = goodput_k(
+        alphas, remaining, contexts, k_max, target._replace(overhead_rises=False), EAGLE, draft,
+        no_base(),
+    )  # fmt: skip
+    np.testing.assert_array_equal(best, full)
 
 
 def test_token_tables_split_into_linear_and_head_with_their_floors() -> None:

@@ -7,7 +7,8 @@ speculative run kernel (:mod:`cbsim.engine.speculative.fast_run`, pure decode st
 that mix prefill chunks with decoding requests (:meth:`SpeculativeDecoding.plan
 <cbsim.engine.speculative.decoder.SpeculativeDecoding.plan>`), bit for bit as the Python policy: the
 same floats in the same order. What the candidates share is carried from one to the next, and
-the sweep stops once no larger k can win (a bound with a margin far above float rounding).
+the sweep stops once no larger k can win: a bound on the tokens each larger k could add against
+the draft steps it must pay for, with a margin far above float rounding.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from cbsim.cost.compiled import (
     HEAD_FLOOR,
     LINEAR,
     LINEAR_FLOOR,
+    TOKEN,
     CompiledCost,
     attention_factor,
     decode_seconds,
     scaled_step_seconds,
+    step_seconds,
 )
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.speculative.expected import emitted, log_alpha, pairwise_sum_head
@@ -50,10 +53,12 @@ TIE_TOLERANCE = GoodputK.tie_tolerance
 # relative slack of the sweep's early stop (float rounding is ~1e-15 relative)
 STOP_MARGIN = 1e-9
 # rows of the sweep's scratch and of the per-request refinement's
-SWEEP_REALS, SWEEP_INTS = 6, 5
+SWEEP_REALS, SWEEP_INTS = 8, 5
 # rows the sweep leaves for the per-request refinement: each request's log α, its expected tokens
 # at the chosen k, the draft steps it priced (seconds; requests, keys/values)
 SWEPT_LOGS, SWEPT_VALUES, SWEPT_COST, SWEPT_REQUESTS, SWEPT_KV = 0, 5, 4, 3, 4
+# rows of the early stop's bound: each request's α^j and its expected tokens gained from k on
+POWERS, GAINS = 6, 7
 # proposers
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 
@@ -236,6 +241,7 @@ def goodput_sweep(
     )  # fmt: skip
     best_rate = tokens / seconds
     can_stop = target.overhead_rises
+    least_draft = -1.0  # the least a draft step can cost (priced at the sweep's first bound)
     verified = n  # the verify tokens of the candidate priced last
     for k in range(1, top + 1):
         # requests whose cap is k - 1 stay there from now on: their group joins the prefix
@@ -265,12 +271,17 @@ def goodput_sweep(
             ints[SWEPT_KV, k - 1] = step_kv
         # every candidate from k on pays at least candidate k - 1's step (but for what its token
         # kernels could save at more tokens) and this draft step
-        if can_stop and _beyond_reach(
-            tokens,
-            seconds + (drafted - before) - _token_slack(target, base, verified),
-            best_rate, k - 1, n, caps, values, raw, limits, remaining,
-        ):  # fmt: skip
-            break
+        # (and each draft step after it at least the least a draft step can cost)
+        if can_stop:
+            if least_draft < 0.0:
+                least_draft = _least_draft_step(proposer, draft, n)
+            if _beyond_reach(
+                tokens,
+                seconds + (drafted - before) - _token_slack(target, base, verified),
+                best_rate, k - 1, top, least_draft, n, caps, alphas, values, raw, limits,
+                remaining, reals[POWERS], reals[GAINS],
+            ):  # fmt: skip
+                break
         for i in range(n):
             if caps[i] >= k:
                 e = emitted(alphas[i], logs[i], k)
@@ -308,33 +319,72 @@ def _token_slack(target: CompiledCost, base: StepBase, verified: int) -> float:
 
 
 @numba.njit(cache=True)
+def _least_draft_step(kind: int, draft: CompiledCost, n: int) -> float:
+    """A floor under any draft step of at most ``n`` requests: the least over 1 .. ``n`` requests
+    of the step with its attention left out (attention costs no less than nothing, and a step
+    costs no less with more kernel time); 0 for n-gram drafting, whose time does not grow with k."""
+    if kind == NGRAM:
+        return 0.0
+    tables = draft.tables
+    least = math.inf
+    for r in range(1, n + 1):
+        step = step_seconds(draft, tables[TOKEN, r], r, r)
+        if kind == EAGLE:
+            step = step + tables[EXTRA, r]
+        if step < least:
+            least = step
+    return least if least > 0.0 else 0.0
+
+
+@numba.njit(cache=True)
 def _beyond_reach(
     tokens: float,
     seconds: float,
     best_rate: float,
     k: int,
+    top: int,
+    least_draft: float,
     n: int,
     caps: IntArray,
+    alphas: FloatArray,
     values: FloatArray,
     raw: FloatArray,
     limits: FloatArray,
     remaining: IntArray,
+    powers: FloatArray,
+    gains: FloatArray,
 ) -> bool:
-    """Whether no candidate above k can beat ``best_rate`` (so the sweep may stop): above k a
-    request gains at most Σ_{j>k} α^j = 1/(1−α) − E_k more expected tokens (and never past its
-    outputs left), while the predicted step costs at least ``seconds`` (every draft step adds
-    time; more verified tokens add attention and CPU time, and the caller has taken off what the
-    token kernels could save). The bound carries a margin far
-    above float rounding, so a stop never changes the choice the full sweep makes."""
-    gain = 0.0
-    for i in range(n):
-        if caps[i] > k:
-            room = float(remaining[i]) - values[i]
-            more = limits[i] - raw[i]
-            more = 0.0 if more < 0.0 else more
-            gain += more if more < room else room
-    bound = (tokens + gain) / seconds
-    return bound * (1.0 + STOP_MARGIN) <= best_rate * (1.0 + TIE_TOLERANCE)
+    """Whether no candidate above k (up to ``top``) can beat ``best_rate`` (so the sweep may
+    stop). Candidate k + 1 + j adds to a request at most Σ_{m=k+1..k+1+j} α^m expected tokens
+    (never more than 1/(1−α) − E_k, nor past its outputs left), while its predicted step costs
+    at least ``seconds`` (every draft step adds time; more verified tokens add attention and CPU
+    time, and the caller has taken off what the token kernels could save) plus j more draft
+    steps of at least ``least_draft`` each. The bound carries a margin far above float rounding,
+    so a stop never changes the choice the full sweep makes. ``powers`` and ``gains``: scratch."""
+    beaten = best_rate * (1.0 + TIE_TOLERANCE)
+    for j in range(top - k):
+        gain = 0.0
+        for i in range(n):
+            if caps[i] > k:
+                if j == 0:
+                    # α^(k+1) from E_k = (1 − α^(k+1)) / (1 − α)
+                    alpha = alphas[i]
+                    power = 1.0 - (1.0 - alpha) * raw[i] if alpha < 1.0 else 1.0
+                    power = 0.0 if power < 0.0 else power
+                    powers[i] = power
+                    gains[i] = power
+                else:
+                    powers[i] *= alphas[i]
+                    gains[i] += powers[i]
+                room = float(remaining[i]) - values[i]
+                more = limits[i] - raw[i]
+                more = 0.0 if more < 0.0 else more
+                more = more if more < gains[i] else gains[i]
+                gain += more if more < room else room
+        bound = (tokens + gain) / (seconds + j * least_draft)
+        if bound * (1.0 + STOP_MARGIN) > beaten:
+            return False
+    return True
 
 
 @numba.njit(cache=True, inline="always")

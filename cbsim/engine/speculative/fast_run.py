@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numba
 import numpy as np
@@ -670,9 +670,8 @@ def plan_spec_run(
     else:
         draft = spec.proposer.cost.compiled(count, settings.extra_gemm)  # type: ignore[attr-defined]
     estimator = spec.replica_alpha(replica)
-    policy = spec.policy
-    if isinstance(policy, AdaptiveHysteresisK):
-        tiers = policy.replica_tiers(replica).copy()
+    if settings.policy == ADAPTIVE:  # the policy is an AdaptiveHysteresisK (kernel_settings)
+        tiers = cast(AdaptiveHysteresisK, spec.policy).replica_tiers(replica).copy()
     else:
         tiers = _NO_TIERS
     effects = SpecRunEffects(
@@ -773,8 +772,8 @@ def apply_spec_run(
     sched.settle_run(run, finished)
     sched.kv.check("a speculative run")
     spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
-    if isinstance(spec.policy, AdaptiveHysteresisK):
-        spec.policy.replica_tiers(replica).restore(effects.tiers)
+    if effects.tiers is not _NO_TIERS:  # an AdaptiveHysteresisK's (plan_spec_run)
+        cast(AdaptiveHysteresisK, spec.policy).replica_tiers(replica).restore(effects.tiers)
 
 
 def _apply_to_cohort(

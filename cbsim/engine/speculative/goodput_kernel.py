@@ -382,7 +382,7 @@ def _beyond_reach(
                 more = more if more < gains[i] else gains[i]
                 gain += more if more < room else room
         bound = (tokens + gain) / (seconds + j * least_draft)
-        if bound * (1.0 + STOP_MARGIN) > beaten:
+        if not bound * (1.0 + STOP_MARGIN) <= beaten:  # (a NaN bound stops nothing)
             return False
     return True
 

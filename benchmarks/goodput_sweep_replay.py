@@ -107,26 +107,35 @@ def load_module(path: Path, folder: Path) -> ModuleType:
     return module
 
 
-def sweeps(module: ModuleType, data: dict[str, Any], inputs: list[tuple[Any, ...]]) -> list[Sweep]:
-    """``module``'s goodput_sweep arguments for each captured input, its scratch included."""
+def costs(data: dict[str, Any], inputs: list[tuple[Any, ...]]) -> list[Sweep]:
+    """Each captured input as goodput_sweep's arguments from n to the draft's cost tables, the
+    same for every version (the sweep only reads them)."""
     spec = Simulation(cbsim.load_scenario(data)).pools[0].spec
     assert spec is not None
     drafter = goodput_kernel.compiled_proposer(spec.proposer, spec.target)
     assert not isinstance(drafter, str)
     cost = spec.proposer.cost  # type: ignore[attr-defined]
     out = []
-    for alphas, remaining, contexts, base, tokens in inputs:
+    for alphas, remaining, contexts, _, tokens in inputs:
         n = len(alphas)
         out.append(
             (
                 n, np.clip(alphas, 0.0, 1.0), remaining.astype(np.int64),
                 contexts.astype(np.int64), K_MAX, spec.target.compiled(tokens + n * (K_MAX + 1)),
-                drafter.kind, cost.compiled(n, drafter.extra_gemm), module.StepBase(*base),
-                module.sweep_reals(n, K_MAX), module.sweep_ints(n, K_MAX),
-                np.empty(n, dtype=np.int64),
+                drafter.kind, cost.compiled(n, drafter.extra_gemm),
             )
         )  # fmt: skip
     return out
+
+
+def sweeps(module: ModuleType, shared: list[Sweep], inputs: list[tuple[Any, ...]]) -> list[Sweep]:
+    """``module``'s goodput_sweep arguments for each captured input: the ``shared`` ones, then
+    the step's other work and the scratch as ``module`` defines them."""
+    return [
+        (*head, module.StepBase(*base), module.sweep_reals(head[0], K_MAX),
+         module.sweep_ints(head[0], K_MAX), np.empty(head[0], dtype=np.int64))
+        for head, (_, _, _, base, _) in zip(shared, inputs, strict=True)
+    ]  # fmt: skip
 
 
 def entry_point(kernel: Any, first: Sweep) -> Any:
@@ -201,7 +210,8 @@ def report(
     modules: list[ModuleType],
 ) -> None:
     """Time ``modules``' sweeps of ``inputs`` paired and print the figures."""
-    arguments = [sweeps(module, data, inputs) for module in modules]
+    shared = costs(data, inputs)
+    arguments = [sweeps(module, shared, inputs) for module in modules]
     pairs = list(zip(modules, arguments, strict=True))
     entries = [entry_point(module.goodput_sweep, swept[0]) for module, swept in pairs]
     digests = [choices(module.goodput_sweep, swept) for module, swept in pairs]

@@ -33,7 +33,21 @@ import numpy.typing as npt
 
 from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.pause_log import log_pauses
-from cbsim.engine.speculative.slots import EMA_WEIGHT, SpecSlots, observe_step
+from cbsim.engine.speculative.slots import (
+    EMA_WEIGHT,
+    RUN_ACCEPTED,
+    RUN_ALPHA,
+    RUN_BLOCKS,
+    RUN_EMA,
+    RUN_GENERATED,
+    RUN_INTS,
+    RUN_KV,
+    RUN_OUTPUT,
+    RUN_REALS,
+    RUN_REJECTED,
+    SpecSlots,
+    observe_step,
+)
 from cbsim.engine.speculative.step_kernel import draw_accepted
 from cbsim.memory.kvcache import KVCache
 from cbsim.workload.request import Request, Status
@@ -102,7 +116,7 @@ class SpecCohort:
         self._complete_call = KernelCall(complete_members)
         self._sums_call = KernelCall(member_sums)  # sums and leaving on the table
         self._grow_call = KernelCall(grow_members)
-        self._rows_call = KernelCall(members_as_rows)  # a decode run's state from the table
+        self._rows_call = KernelCall(members_run_state)  # a decode run's state from the table
         self._advance_call = KernelCall(advance_members)  # a decode run applied to the table
 
     def __len__(self) -> int:
@@ -203,30 +217,35 @@ class SpecCohort:
         """The outputs the members still have to sample (their outstanding tokens)."""
         return int(self._sums_call(self.table, len(self.requests), _LEFT, _NO_POSITIONS))
 
-    def run_state(self, ints: IntArray, k_top: int) -> tuple[IntArray, int]:
-        """A decode run's state from the table: the members' KV tokens, blocks, outputs so far
-        and outputs into ``ints``' first four rows; returns their slots and the most tokens an
-        iteration can verify (min(``k_top``, outputs left) each)."""
-        count = len(self.requests)
-        bound: int = self._rows_call(self.table, count, ints, k_top)
-        return self.table[SLOT, :count].copy(), bound
+    def run_state(self, k_top: int) -> tuple[IntArray, FloatArray, IntArray, IntArray, int]:
+        """A decode run's state from the table and the members' slots (:func:`members_run_state`):
+        its integer and real rows (``RUN_KV`` .., ``RUN_EMA`` ..), the members' slots and outputs
+        left, and the most tokens an iteration can verify (min(``k_top``, outputs left) each)."""
+        slots = self.slots
+        state: tuple[IntArray, FloatArray, IntArray, IntArray, int] = self._rows_call(
+            self.table, len(self.requests), k_top, slots.accepted, slots.rejected, slots.ema,
+            slots.model_alpha,
+        )  # fmt: skip
+        return state
 
     def advance(
         self,
-        kv: IntArray,
-        generated: IntArray,
-        blocks: IntArray,
+        ints: IntArray,
+        reals: FloatArray,
+        run_slots: IntArray,
         counters: IntArray,
         first_row: int,
         prev_row: int,
         iterations: int,
     ) -> tuple[IntArray, IntArray, int]:
-        """A decode run applied to the members (:func:`advance_members`): the previous rows of
-        those that paused before it, the positions of those that finished and the drafts the
-        run accepted."""
+        """A decode run (its state after it, ``ints`` and ``reals``, of the members whose slots
+        are ``run_slots``) applied to the members and their slots (:func:`advance_members`): the
+        previous rows of those that paused before it, the positions of those that finished and
+        the drafts the run accepted."""
+        slots = self.slots
         moved: tuple[IntArray, IntArray, int] = self._advance_call(
-            self.table, len(self.requests), kv, generated, blocks, counters, first_row, prev_row,
-            iterations,
+            self.table, len(self.requests), ints, reals, run_slots, counters, first_row,
+            prev_row, iterations, slots.accepted, slots.rejected, slots.ema,
         )  # fmt: skip
         return moved
 
@@ -447,39 +466,68 @@ def verify_members(
 
 
 @numba.njit(cache=True)
-def members_as_rows(table: IntArray, count: int, ints: IntArray, k_top: int) -> int:
-    """Copy the members' KV tokens, blocks, outputs so far and outputs into ``ints``' first four
-    rows (a decode run's state); returns the most tokens an iteration can verify (min(``k_top``,
-    outputs left) each)."""  # pragma: no cover - compiled
+def members_run_state(
+    table: IntArray,
+    count: int,
+    k_top: int,
+    accepted: IntArray,
+    rejected: IntArray,
+    ema: FloatArray,
+    model_alpha: FloatArray,
+) -> tuple[IntArray, FloatArray, IntArray, IntArray, int]:  # pragma: no cover - compiled
+    """A decode run's state of the members (:meth:`SpecCohort.run_state`): their KV tokens,
+    blocks, outputs so far and outputs from the table, and their slots' accepted drafts,
+    rejecting steps (``accepted``, ``rejected``), EMA and drawn α, as the run's integer and real
+    rows; their slots; their outputs left; the most tokens an iteration can verify."""
+    ints = np.empty((RUN_INTS, count), dtype=np.int64)
+    reals = np.empty((RUN_REALS, count))
+    slots = np.empty(count, dtype=np.int64)
+    left = np.empty(count, dtype=np.int64)
     bound = 0
     for i in range(count):
-        ints[0, i] = table[KV_TOKENS, i]
-        ints[1, i] = table[BLOCKS, i]
-        ints[2, i] = table[GENERATED, i]
-        ints[3, i] = table[OUTPUTS, i]
-        left = table[OUTPUTS, i] - table[GENERATED, i]
-        bound += left if left < k_top else k_top
-    return bound
+        slot = table[SLOT, i]
+        slots[i] = slot
+        ints[RUN_KV, i] = table[KV_TOKENS, i]
+        ints[RUN_BLOCKS, i] = table[BLOCKS, i]
+        ints[RUN_GENERATED, i] = table[GENERATED, i]
+        ints[RUN_OUTPUT, i] = table[OUTPUTS, i]
+        ints[RUN_ACCEPTED, i] = accepted[slot]
+        ints[RUN_REJECTED, i] = rejected[slot]
+        reals[RUN_EMA, i] = ema[slot]
+        reals[RUN_ALPHA, i] = model_alpha[slot]
+        outputs_left = table[OUTPUTS, i] - table[GENERATED, i]
+        left[i] = outputs_left
+        bound += outputs_left if outputs_left < k_top else k_top
+    return ints, reals, slots, left, bound
 
 
 @numba.njit(cache=True)
 def advance_members(
     table: IntArray,
     count: int,
-    kv: IntArray,
-    generated: IntArray,
-    blocks: IntArray,
+    ints: IntArray,
+    reals: FloatArray,
+    run_slots: IntArray,
     counters: IntArray,
     first_row: int,
     prev_row: int,
     iterations: int,
+    accepted_by_slot: IntArray,
+    rejected_by_slot: IntArray,
+    ema_by_slot: FloatArray,
 ) -> tuple[IntArray, IntArray, int]:  # pragma: no cover - compiled
     """A decode run of ``iterations`` iterations (rows from ``first_row``; the replica's
     previous one ``prev_row``) applied to the members: their KV tokens, outputs and blocks after
-    it, its per-member ``counters`` (steps, drafts, accepted, decode steps, the iteration each
-    finished in or -1) added, their last rows moved. Returns the previous rows of the members
-    that paused before it, the positions of those that finished (in order) and the drafts the
-    run accepted."""
+    it (``ints``' rows), its per-member ``counters`` (steps, drafts, accepted, decode steps, the
+    iteration each finished in or -1) added, their last rows moved; and to their slots
+    (``run_slots``): the accepted drafts, rejecting steps and EMA after it. Returns the previous
+    rows of the members that paused before it, the positions of those that finished (in order)
+    and the drafts the run accepted."""
+    for j in range(len(run_slots)):
+        slot = run_slots[j]
+        accepted_by_slot[slot] = ints[RUN_ACCEPTED, j]
+        rejected_by_slot[slot] = ints[RUN_REJECTED, j]
+        ema_by_slot[slot] = reals[RUN_EMA, j]
     paused = np.empty(count, dtype=np.int64)
     paused_count = 0
     finished = np.empty(count, dtype=np.int64)
@@ -490,9 +538,9 @@ def advance_members(
         if table[LAST_ROW, i] != prev_row:
             paused[paused_count] = table[LAST_ROW, i]
             paused_count += 1
-        table[KV_TOKENS, i] = kv[i]
-        table[GENERATED, i] = generated[i]
-        table[BLOCKS, i] = blocks[i]
+        table[KV_TOKENS, i] = ints[RUN_KV, i]
+        table[GENERATED, i] = ints[RUN_GENERATED, i]
+        table[BLOCKS, i] = ints[RUN_BLOCKS, i]
         table[SPEC_STEPS, i] += counters[0, i]
         table[DRAFTED, i] += counters[1, i]
         table[ACCEPTED_TOTAL, i] += counters[2, i]

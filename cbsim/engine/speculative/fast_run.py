@@ -67,7 +67,19 @@ from cbsim.engine.speculative.goodput_refine import (
     refine_scratch,
 )
 from cbsim.engine.speculative.policies import BatchTableK, FixedK, GoodputK
-from cbsim.engine.speculative.slots import EMA_WEIGHT
+from cbsim.engine.speculative.slots import (
+    EMA_WEIGHT,
+    RUN_ACCEPTED,
+    RUN_ALPHA,
+    RUN_BLOCKS,
+    RUN_EMA,
+    RUN_GENERATED,
+    RUN_INTS,
+    RUN_KV,
+    RUN_OUTPUT,
+    RUN_REALS,
+    RUN_REJECTED,
+)
 from cbsim.engine.speculative.step_kernel import (
     ADAPTIVE,
     BATCH_TABLE,
@@ -228,14 +240,8 @@ def _thin_stale(
 
 @numba.njit(cache=True)
 def spec_run_kernel(
-    kv: IntArray,
-    generated: IntArray,
-    output: IntArray,
-    blocks: IntArray,
-    accepted_total: IntArray,
-    rejected_total: IntArray,
-    model_alpha: FloatArray,
-    ema: FloatArray,
+    ints: IntArray,
+    reals: FloatArray,
     cluster: IntArray,
     prior: float,
     target: CompiledCost,
@@ -273,11 +279,20 @@ def spec_run_kernel(
     max_iterations: int,
     step_budget: int,
 ) -> tuple[Any, ...]:
-    """Advance the running requests (arrays in running order, updated in place) through
-    speculative decode iterations until a stop rule fires; returns the iterations' rows, the
-    per-request counters and where each request finished (see the module docstring).
-    ``step_budget``: the tokens a step may schedule, drafts cut to it in running order as
+    """Advance the running requests (``ints`` and ``reals``, their state's rows ``RUN_KV`` ..
+    and ``RUN_EMA`` .. in running order, updated in place) through speculative decode
+    iterations until a stop rule fires; returns the iterations' rows, the per-request counters
+    and where each request finished (see the module docstring). ``step_budget``: the tokens a
+    step may schedule, drafts cut to it in running order as
     :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does (:data:`UNBUDGETED`: none)."""
+    kv, blocks, generated, output = (
+        ints[RUN_KV],
+        ints[RUN_BLOCKS],
+        ints[RUN_GENERATED],
+        ints[RUN_OUTPUT],
+    )
+    accepted_total, rejected_total = ints[RUN_ACCEPTED], ints[RUN_REJECTED]
+    ema, model_alpha = reals[RUN_EMA], reals[RUN_ALPHA]
     count = len(kv)
     size = 0
     for i in range(count):
@@ -570,12 +585,8 @@ class SpecRunEffects:
     """What a planned speculative run does to its requests and replica (applied if it stands)."""
 
     requests: list[Request]
-    kv: IntArray
-    generated: IntArray
-    blocks: IntArray
-    accepted_total: IntArray
-    rejected_total: IntArray
-    ema: FloatArray
+    ints: IntArray  # the requests' state after the run: rows RUN_KV .. (slots.py)
+    reals: FloatArray  # rows RUN_EMA, RUN_ALPHA (the latter scaled for SCALED acceptance)
     cluster: IntArray
     counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
     rng_state: WordArray  # the acceptance stream's words before the run
@@ -631,23 +642,19 @@ def plan_spec_run(
     count = len(running)
     kv_cache = sched.kv
     k_top = settings.k_max + 1
-    # the requests' state as rows (one array per field, contiguous), updated in place by the
-    # kernel: from the speculative cohort's table where it holds them all, else request by
+    # the requests' state as the rows of two tables (RUN_KV .., RUN_EMA ..), updated in place by
+    # the kernel: from the speculative cohort's table where it holds them all, else request by
     # request; a request's first speculative step draws its own α (in running order, as stepping)
     cohort = sched.spec_cohort_for_run()
-    ints = np.empty((6, count), dtype=np.int64)
     if cohort is not None:
-        # the most tokens an iteration can verify: min(k_max + 1, outputs left) each
-        slots, verify_bound = cohort.run_state(ints, k_top)
+        ints, reals, slots, remaining, verify_bound = cohort.run_state(k_top)
     else:
+        ints = np.empty((RUN_INTS, count), dtype=np.int64)
         slots, verify_bound = _rows_of_requests(spec, running, ints, k_top)
-    store = spec.slots
-    reals = np.empty((2, count))
-    remaining = store.run_rows(slots, ints, reals)
-    kv, blocks, generated, output, accepted_total, rejected_total = ints
-    ema, model_alpha = reals
+        reals = np.empty((RUN_REALS, count))
+        remaining = spec.slots.run_rows(slots, ints, reals)
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
-        model_alpha = level_scale(model_alpha, spec.acceptance.prior_alpha())
+        reals[RUN_ALPHA] = level_scale(reals[RUN_ALPHA], spec.acceptance.prior_alpha())
     # the acceptance streams as PCG64 words (cbsim.common.pcg64: WordStream), advanced in place
     # by the kernel; planned again, a run starts from where they stood before it
     words = spec.draw_stream(replica).words()
@@ -659,7 +666,7 @@ def plan_spec_run(
     stale_words = _NO_WORDS
     stale_rng_state = _NO_WORDS
     if spec.stale_drafter:
-        stale = store.stale[slots].astype(np.int64)
+        stale = spec.slots.stale[slots].astype(np.int64)
         stale_words = spec.stale_stream(replica).words()
         if restart is not None and restart.spec is not None:
             stale_words[:] = restart.spec.stale_rng_state
@@ -677,12 +684,8 @@ def plan_spec_run(
     effects = SpecRunEffects(
         requests=list(running),
         cohort=cohort,
-        kv=kv,
-        generated=generated,
-        blocks=blocks,
-        accepted_total=accepted_total,
-        rejected_total=rejected_total,
-        ema=ema,
+        ints=ints,
+        reals=reals,
         cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
         counters=_NO_COUNTERS,
         rng_state=rng_state,
@@ -696,8 +699,7 @@ def plan_spec_run(
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
     n, end, used_after, real_rows, int_rows, counters = call(
-        kv, generated, output, blocks, accepted_total, rejected_total, model_alpha, ema,
-        effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
+        ints, reals, effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
         settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
         settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
         settings.per_request, settings.acceptance, settings.iid_alpha,
@@ -756,16 +758,17 @@ def apply_spec_run(
     effects = run.spec
     assert effects is not None
     store = spec.slots
-    store.accepted[effects.slots] = effects.accepted_total
-    store.rejected[effects.slots] = effects.rejected_total
-    store.ema[effects.slots] = effects.ema
     if spec.stale_drafter:
         store.stale[effects.slots] = effects.stale != 0
-    if effects.cohort is not None:
+    if effects.cohort is not None:  # the slots' figures written by the cohort's advance
         finished, accepted_sum = _apply_to_cohort(
             effects.cohort, sched, run, on_finish, first_row, prev_row
         )
     else:
+        ints, slots = effects.ints, effects.slots
+        store.accepted[slots] = ints[RUN_ACCEPTED]
+        store.rejected[slots] = ints[RUN_REJECTED]
+        store.ema[slots] = effects.reals[RUN_EMA]
         finished, accepted_sum = _apply_to_requests(sched, run, on_finish, first_row, prev_row)
     sched.zero_gaps += accepted_sum
     sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
@@ -790,7 +793,7 @@ def _apply_to_cohort(
     effects = run.spec
     assert effects is not None
     paused, done, accepted = cohort.advance(
-        effects.kv, effects.generated, effects.blocks, effects.counters, first_row, prev_row,
+        effects.ints, effects.reals, effects.slots, effects.counters, first_row, prev_row,
         run.iterations,
     )  # fmt: skip
     log_pauses(sched.gap_pairs, first_row, paused)
@@ -828,9 +831,10 @@ def _apply_to_requests(
     paused = 0
     still_running = []
     finished = []
-    kv = effects.kv.tolist()
-    generated = effects.generated.tolist()
-    blocks = effects.blocks.tolist()
+    ints = effects.ints
+    kv = ints[RUN_KV].tolist()
+    generated = ints[RUN_GENERATED].tolist()
+    blocks = ints[RUN_BLOCKS].tolist()
     steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:

@@ -23,6 +23,14 @@ INITIAL_SLOTS = 256
 EMA_WEIGHT = 0.1
 """The weight of a request's latest step in the EMA of its acceptance rate."""
 
+# a speculative decode run's per-request state, one column per request in running order: the
+# rows of its integer table (KV tokens, blocks, outputs so far, outputs, accepted drafts,
+# rejecting steps) and of its real one (acceptance EMA, drawn α)
+RUN_KV, RUN_BLOCKS, RUN_GENERATED, RUN_OUTPUT, RUN_ACCEPTED, RUN_REJECTED = range(6)
+RUN_INTS = 6
+RUN_EMA, RUN_ALPHA = range(2)
+RUN_REALS = 2
+
 
 class SpecSlots:
     """The per-request speculative figures of one cluster's requests, by slot."""
@@ -76,9 +84,9 @@ class SpecSlots:
 
     def run_rows(self, slots: IntArray, ints: IntArray, reals: FloatArray) -> IntArray:
         """A speculative decode run's per-request figures of ``slots`` (in run order) into
-        ``ints``' rows 4 and 5 (accepted drafts, rejecting steps) and ``reals``' rows 0 and 1
-        (acceptance EMA, drawn α), beside the KV tokens, blocks, outputs so far and outputs
-        already in ``ints``' rows 0-3; returns each request's outputs left."""
+        ``ints``' rows ``RUN_ACCEPTED`` and ``RUN_REJECTED`` and ``reals``' rows, beside the KV
+        tokens, blocks, outputs so far and outputs already in ``ints``' first four rows; returns
+        each request's outputs left."""
         left: IntArray = self._rows_call(
             self.accepted, self.rejected, self.ema, self.model_alpha, slots, ints, reals
         )
@@ -119,11 +127,11 @@ def _run_rows(
     left = np.empty(len(slots), dtype=np.int64)
     for j in range(len(slots)):
         slot = slots[j]
-        ints[4, j] = accepted[slot]
-        ints[5, j] = rejected[slot]
-        reals[0, j] = ema[slot]
-        reals[1, j] = model_alpha[slot]
-        left[j] = ints[3, j] - ints[2, j]
+        ints[RUN_ACCEPTED, j] = accepted[slot]
+        ints[RUN_REJECTED, j] = rejected[slot]
+        reals[RUN_EMA, j] = ema[slot]
+        reals[RUN_ALPHA, j] = model_alpha[slot]
+        left[j] = ints[RUN_OUTPUT, j] - ints[RUN_GENERATED, j]
     return left
 
 
@@ -166,4 +174,17 @@ def observe_steps(
     return rejecting
 
 
-__all__ = ["EMA_WEIGHT", "SpecSlots"]
+__all__ = [
+    "EMA_WEIGHT",
+    "RUN_ACCEPTED",
+    "RUN_ALPHA",
+    "RUN_BLOCKS",
+    "RUN_EMA",
+    "RUN_GENERATED",
+    "RUN_INTS",
+    "RUN_KV",
+    "RUN_OUTPUT",
+    "RUN_REALS",
+    "RUN_REJECTED",
+    "SpecSlots",
+]

@@ -36,15 +36,22 @@ from cbsim.engine.pause_log import log_pauses
 from cbsim.engine.speculative.slots import (
     EMA_WEIGHT,
     RUN_ACCEPTED,
+    RUN_ACCEPTS,
     RUN_ALPHA,
     RUN_BLOCKS,
+    RUN_DECODE_STEPS,
+    RUN_DRAFTS,
     RUN_EMA,
+    RUN_FINISHED_AT,
     RUN_GENERATED,
     RUN_INTS,
     RUN_KV,
+    RUN_LEFT,
     RUN_OUTPUT,
     RUN_REALS,
     RUN_REJECTED,
+    RUN_SLOT,
+    RUN_STEPS,
     SpecSlots,
     observe_step,
 )
@@ -217,35 +224,28 @@ class SpecCohort:
         """The outputs the members still have to sample (their outstanding tokens)."""
         return int(self._sums_call(self.table, len(self.requests), _LEFT, _NO_POSITIONS))
 
-    def run_state(self, k_top: int) -> tuple[IntArray, FloatArray, IntArray, IntArray, int]:
+    def run_state(self, k_top: int) -> tuple[IntArray, FloatArray, int]:
         """A decode run's state from the table and the members' slots (:func:`members_run_state`):
-        its integer and real rows (``RUN_KV`` .., ``RUN_EMA`` ..), the members' slots and outputs
-        left, and the most tokens an iteration can verify (min(``k_top``, outputs left) each)."""
+        its integer and real tables (rows ``RUN_KV`` .., ``RUN_EMA`` ..) and the most tokens an
+        iteration can verify (min(``k_top``, outputs left) each)."""
         slots = self.slots
-        state: tuple[IntArray, FloatArray, IntArray, IntArray, int] = self._rows_call(
+        state: tuple[IntArray, FloatArray, int] = self._rows_call(
             self.table, len(self.requests), k_top, slots.accepted, slots.rejected, slots.ema,
             slots.model_alpha,
         )  # fmt: skip
         return state
 
     def advance(
-        self,
-        ints: IntArray,
-        reals: FloatArray,
-        run_slots: IntArray,
-        counters: IntArray,
-        first_row: int,
-        prev_row: int,
-        iterations: int,
-    ) -> tuple[IntArray, IntArray, int]:
-        """A decode run (its state after it, ``ints`` and ``reals``, of the members whose slots
-        are ``run_slots``) applied to the members and their slots (:func:`advance_members`): the
-        previous rows of those that paused before it, the positions of those that finished and
-        the drafts the run accepted."""
+        self, ints: IntArray, reals: FloatArray, first_row: int, prev_row: int, iterations: int
+    ) -> tuple[IntArray, int, int]:
+        """A decode run (its state after it, ``ints`` and ``reals``) applied to the members and
+        their slots (:func:`advance_members`): the previous rows of those that paused before it
+        followed by the positions of those that finished, how many paused and the drafts the
+        run accepted."""
         slots = self.slots
-        moved: tuple[IntArray, IntArray, int] = self._advance_call(
-            self.table, len(self.requests), ints, reals, run_slots, counters, first_row,
-            prev_row, iterations, slots.accepted, slots.rejected, slots.ema,
+        moved: tuple[IntArray, int, int] = self._advance_call(
+            self.table, len(self.requests), ints, reals, first_row, prev_row, iterations,
+            slots.accepted, slots.rejected, slots.ema,
         )  # fmt: skip
         return moved
 
@@ -474,31 +474,30 @@ def members_run_state(
     rejected: IntArray,
     ema: FloatArray,
     model_alpha: FloatArray,
-) -> tuple[IntArray, FloatArray, IntArray, IntArray, int]:  # pragma: no cover - compiled
+) -> tuple[IntArray, FloatArray, int]:  # pragma: no cover - compiled
     """A decode run's state of the members (:meth:`SpecCohort.run_state`): their KV tokens,
-    blocks, outputs so far and outputs from the table, and their slots' accepted drafts,
-    rejecting steps (``accepted``, ``rejected``), EMA and drawn α, as the run's integer and real
-    rows; their slots; their outputs left; the most tokens an iteration can verify."""
+    blocks, outputs so far, outputs, slots and outputs left from the table and their slots'
+    accepted drafts, rejecting steps (``accepted``, ``rejected``), EMA and drawn α, as the run's
+    integer and real tables (its counters' rows left for the run kernel to set); the most
+    tokens an iteration can verify."""
     ints = np.empty((RUN_INTS, count), dtype=np.int64)
     reals = np.empty((RUN_REALS, count))
-    slots = np.empty(count, dtype=np.int64)
-    left = np.empty(count, dtype=np.int64)
     bound = 0
     for i in range(count):
         slot = table[SLOT, i]
-        slots[i] = slot
         ints[RUN_KV, i] = table[KV_TOKENS, i]
         ints[RUN_BLOCKS, i] = table[BLOCKS, i]
         ints[RUN_GENERATED, i] = table[GENERATED, i]
         ints[RUN_OUTPUT, i] = table[OUTPUTS, i]
         ints[RUN_ACCEPTED, i] = accepted[slot]
         ints[RUN_REJECTED, i] = rejected[slot]
+        ints[RUN_SLOT, i] = slot
         reals[RUN_EMA, i] = ema[slot]
         reals[RUN_ALPHA, i] = model_alpha[slot]
-        outputs_left = table[OUTPUTS, i] - table[GENERATED, i]
-        left[i] = outputs_left
-        bound += outputs_left if outputs_left < k_top else k_top
-    return ints, reals, slots, left, bound
+        left = table[OUTPUTS, i] - table[GENERATED, i]
+        ints[RUN_LEFT, i] = left
+        bound += left if left < k_top else k_top
+    return ints, reals, bound
 
 
 @numba.njit(cache=True)
@@ -507,24 +506,23 @@ def advance_members(
     count: int,
     ints: IntArray,
     reals: FloatArray,
-    run_slots: IntArray,
-    counters: IntArray,
     first_row: int,
     prev_row: int,
     iterations: int,
     accepted_by_slot: IntArray,
     rejected_by_slot: IntArray,
     ema_by_slot: FloatArray,
-) -> tuple[IntArray, IntArray, int]:  # pragma: no cover - compiled
+) -> tuple[IntArray, int, int]:  # pragma: no cover - compiled
     """A decode run of ``iterations`` iterations (rows from ``first_row``; the replica's
-    previous one ``prev_row``) applied to the members: their KV tokens, outputs and blocks after
-    it (``ints``' rows), its per-member ``counters`` (steps, drafts, accepted, decode steps, the
-    iteration each finished in or -1) added, their last rows moved; and to their slots
-    (``run_slots``): the accepted drafts, rejecting steps and EMA after it. Returns the previous
-    rows of the members that paused before it, the positions of those that finished (in order)
-    and the drafts the run accepted."""
-    for j in range(len(run_slots)):
-        slot = run_slots[j]
+    previous one ``prev_row``) applied to the members, its state after it ``ints`` and ``reals``
+    (rows ``RUN_KV`` .., ``RUN_EMA`` ..): their KV tokens, outputs and blocks, its counters
+    (steps, drafts, accepted, decode steps) added, their last rows moved (to the iteration each
+    finished in, if one); and to their slots: the accepted drafts, rejecting steps and EMA.
+    Returns the previous rows of the members that paused before it followed by the positions
+    of those that finished (in order; one array: an array handed back costs a microsecond), how
+    many paused, and the drafts the run accepted."""
+    for j in range(ints.shape[1]):
+        slot = ints[RUN_SLOT, j]
         accepted_by_slot[slot] = ints[RUN_ACCEPTED, j]
         rejected_by_slot[slot] = ints[RUN_REJECTED, j]
         ema_by_slot[slot] = reals[RUN_EMA, j]
@@ -534,22 +532,25 @@ def advance_members(
     finished_count = 0
     accepted = 0
     for i in range(count):
-        accepted += counters[2, i]
+        accepted += ints[RUN_ACCEPTS, i]
         if table[LAST_ROW, i] != prev_row:
             paused[paused_count] = table[LAST_ROW, i]
             paused_count += 1
         table[KV_TOKENS, i] = ints[RUN_KV, i]
         table[GENERATED, i] = ints[RUN_GENERATED, i]
         table[BLOCKS, i] = ints[RUN_BLOCKS, i]
-        table[SPEC_STEPS, i] += counters[0, i]
-        table[DRAFTED, i] += counters[1, i]
-        table[ACCEPTED_TOTAL, i] += counters[2, i]
-        table[DECODE_STEPS, i] += counters[3, i]
-        done = counters[4, i]
+        table[SPEC_STEPS, i] += ints[RUN_STEPS, i]
+        table[DRAFTED, i] += ints[RUN_DRAFTS, i]
+        table[ACCEPTED_TOTAL, i] += ints[RUN_ACCEPTS, i]
+        table[DECODE_STEPS, i] += ints[RUN_DECODE_STEPS, i]
+        done = ints[RUN_FINISHED_AT, i]
         if done >= 0:
             table[LAST_ROW, i] = first_row + done
             finished[finished_count] = i
             finished_count += 1
         else:
             table[LAST_ROW, i] = first_row + iterations - 1
-    return paused[:paused_count].copy(), finished[:finished_count].copy(), accepted
+    moved = np.empty(paused_count + finished_count, dtype=np.int64)
+    moved[:paused_count] = paused[:paused_count]
+    moved[paused_count:] = finished[:finished_count]
+    return moved, paused_count, accepted

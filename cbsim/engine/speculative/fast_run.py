@@ -70,15 +70,22 @@ from cbsim.engine.speculative.policies import BatchTableK, FixedK, GoodputK
 from cbsim.engine.speculative.slots import (
     EMA_WEIGHT,
     RUN_ACCEPTED,
+    RUN_ACCEPTS,
     RUN_ALPHA,
     RUN_BLOCKS,
+    RUN_DECODE_STEPS,
+    RUN_DRAFTS,
     RUN_EMA,
+    RUN_FINISHED_AT,
     RUN_GENERATED,
     RUN_INTS,
     RUN_KV,
+    RUN_LEFT,
     RUN_OUTPUT,
     RUN_REALS,
     RUN_REJECTED,
+    RUN_SLOT,
+    RUN_STEPS,
 )
 from cbsim.engine.speculative.step_kernel import (
     ADAPTIVE,
@@ -101,17 +108,16 @@ if TYPE_CHECKING:
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
-# the kernel's output rows: per iteration (real, integer), per request (counters); the engine
-# reads the rows before LISTED_REALS and LISTED_INTS as lists, the recorder copies the rest as
-# they are (the speculative columns of the iterations table)
+# the kernel's output rows, per iteration (real, integer; its per-request counters go to the
+# run state's rows RUN_STEPS .., slots.py); the engine reads the rows before LISTED_REALS and
+# LISTED_INTS as lists, the recorder copies the rest as they are (the speculative columns of
+# the iterations table)
 START, DURATION, DRAFT_S = range(3)
 REAL_COLUMNS = 3
 LISTED_REALS = DRAFT_S
 BATCH, EMITTED, KV_USED, OUTSTANDING, PLAIN, VERIFY, DRAFTED, ACCEPTED, K_LOW, K_HIGH = range(10)
 INT_COLUMNS = 10
 LISTED_INTS = PLAIN
-STEPS, DRAFTS, ACCEPTS, DECODE_STEPS, FINISHED_AT = range(5)
-COUNTERS = 5
 
 
 # --------------------------------------------------------------------------- the run kernel
@@ -281,16 +287,13 @@ def spec_run_kernel(
 ) -> tuple[Any, ...]:
     """Advance the running requests (``ints`` and ``reals``, their state's rows ``RUN_KV`` ..
     and ``RUN_EMA`` .. in running order, updated in place) through speculative decode
-    iterations until a stop rule fires; returns the iterations' rows, the per-request counters
-    and where each request finished (see the module docstring). ``step_budget``: the tokens a
-    step may schedule, drafts cut to it in running order as
-    :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does (:data:`UNBUDGETED`: none)."""
-    kv, blocks, generated, output = (
-        ints[RUN_KV],
-        ints[RUN_BLOCKS],
-        ints[RUN_GENERATED],
-        ints[RUN_OUTPUT],
-    )
+    iterations until a stop rule fires; returns the iterations' rows, its per-request counters
+    and the iteration each request finished in written to ``ints``' rows ``RUN_STEPS`` .. (see
+    the module docstring). ``step_budget``: the tokens a step may schedule, drafts cut to it in
+    running order as :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does
+    (:data:`UNBUDGETED`: none)."""
+    kv, blocks = ints[RUN_KV], ints[RUN_BLOCKS]
+    generated, output = ints[RUN_GENERATED], ints[RUN_OUTPUT]
     accepted_total, rejected_total = ints[RUN_ACCEPTED], ints[RUN_REJECTED]
     ema, model_alpha = reals[RUN_EMA], reals[RUN_ALPHA]
     count = len(kv)
@@ -299,11 +302,12 @@ def spec_run_kernel(
         if output[i] - generated[i] > size:
             size = output[i] - generated[i]
     size = min(size, max_iterations)
-    # one row per iteration column (as the recorder keeps them), one per per-request counter
+    # one row per iteration column (as the recorder keeps them); the counters start at none
     real_rows = np.empty((REAL_COLUMNS, size))
     int_rows = np.empty((INT_COLUMNS, size), dtype=np.int64)
-    counters = np.zeros((COUNTERS, count), dtype=np.int64)
-    counters[FINISHED_AT, :] = -1
+    for row in range(RUN_STEPS, RUN_FINISHED_AT):
+        ints[row, :] = 0
+    ints[RUN_FINISHED_AT, :] = -1
     active = np.arange(count)
     # per-iteration scratch, the first n entries in use (n = requests still running)
     new_blocks = np.empty(count, dtype=np.int64)
@@ -439,7 +443,7 @@ def spec_run_kernel(
                 n, chosen, outcome, tiers, emas, tier_steps, last_range, candidates, hysteresis
             )
         for a in range(n):
-            counters[DECODE_STEPS, active[a]] += 1
+            ints[RUN_DECODE_STEPS, active[a]] += 1
         for a in range(n):
             k = chosen[a]
             if k == 0:
@@ -456,9 +460,9 @@ def spec_run_kernel(
                 ema[i] = rate
             else:
                 ema[i] = EMA_WEIGHT * rate + (1.0 - EMA_WEIGHT) * ema[i]
-            counters[STEPS, i] += 1
-            counters[DRAFTS, i] += k
-            counters[ACCEPTS, i] += got
+            ints[RUN_STEPS, i] += 1
+            ints[RUN_DRAFTS, i] += k
+            ints[RUN_ACCEPTS, i] += got
             iteration_accepted += got
             verified += k + 1
             draft_total += k
@@ -481,7 +485,7 @@ def spec_run_kernel(
             emitted_total += emitted
             if generated[i] >= output[i]:
                 used -= blocks[i]  # its final blocks stay in blocks[i] (see apply_spec_run)
-                counters[FINISHED_AT, i] = j_row
+                ints[RUN_FINISHED_AT, i] = j_row
                 finishing = True
             else:
                 active[still] = i
@@ -505,7 +509,7 @@ def spec_run_kernel(
         j += 1
         if end > next_arrival_s or (finishing and stop_on_finish):
             break
-    return j, now, used, real_rows, int_rows, counters
+    return j, now, used, real_rows, int_rows
 
 
 # --------------------------------------------------------------------------- the Python side
@@ -571,7 +575,6 @@ def kernel_settings(spec: SpeculativeDecoding) -> KernelSettings | str:
     )  # fmt: skip
 
 
-_NO_COUNTERS = np.zeros((COUNTERS, 0), dtype=np.int64)
 # never indexed: the kernel reads it only for stale drafters
 _NO_STALE = np.zeros(0, dtype=np.int64)
 # never drawn from: the kernel draws from the stale stream only for stale drafters
@@ -585,25 +588,24 @@ class SpecRunEffects:
     """What a planned speculative run does to its requests and replica (applied if it stands)."""
 
     requests: list[Request]
-    ints: IntArray  # the requests' state after the run: rows RUN_KV .. (slots.py)
+    # the requests' state after the run: rows RUN_KV .. (slots.py), its counters included
+    ints: IntArray
     reals: FloatArray  # rows RUN_EMA, RUN_ALPHA (the latter scaled for SCALED acceptance)
     cluster: IntArray
-    counters: IntArray  # the kernel's per-request counters (STEPS, DRAFTS, ... rows)
     rng_state: WordArray  # the acceptance stream's words before the run
     tiers: ReplicaTiers
     stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
     stale_rng_state: WordArray  # the stale drafters' stream's words before the run
-    slots: IntArray  # the requests' slots in the decoder's SpecSlots
     cohort: SpecCohort | None = None  # the speculative cohort holding the requests, if one does
 
 
 def _rows_of_requests(
     spec: SpeculativeDecoding, running: list[Request], ints: IntArray, k_top: int
-) -> tuple[IntArray, int]:
-    """Fill ``ints``' first four rows with the ``running`` requests' KV tokens, blocks, outputs
-    so far and outputs; return their slots (each request without a state drawing its α, in
-    running order) and the most tokens an iteration can verify (min(``k_top``, outputs left)
-    each)."""
+) -> int:
+    """Fill ``ints``' rows ``RUN_KV`` .. ``RUN_OUTPUT`` and ``RUN_SLOT`` with the ``running``
+    requests' KV tokens, blocks, outputs so far, outputs and slots (each request without a
+    state drawing its α, in running order); return the most tokens an iteration can verify
+    (min(``k_top``, outputs left) each)."""
     slot_list = []
     kv_list, block_list, generated_list, output_list = [], [], [], []
     verify_bound = 0
@@ -618,8 +620,10 @@ def _rows_of_requests(
         output_list.append(req.output_tokens)
         left = req.output_tokens - req.generated
         verify_bound += left if left < k_top else k_top
-    ints[0], ints[1], ints[2], ints[3] = kv_list, block_list, generated_list, output_list
-    return np.array(slot_list, dtype=np.int64), verify_bound
+    ints[RUN_KV], ints[RUN_BLOCKS] = kv_list, block_list
+    ints[RUN_GENERATED], ints[RUN_OUTPUT] = generated_list, output_list
+    ints[RUN_SLOT] = slot_list
+    return verify_bound
 
 
 def plan_spec_run(
@@ -647,12 +651,12 @@ def plan_spec_run(
     # request; a request's first speculative step draws its own α (in running order, as stepping)
     cohort = sched.spec_cohort_for_run()
     if cohort is not None:
-        ints, reals, slots, remaining, verify_bound = cohort.run_state(k_top)
+        ints, reals, verify_bound = cohort.run_state(k_top)
     else:
         ints = np.empty((RUN_INTS, count), dtype=np.int64)
-        slots, verify_bound = _rows_of_requests(spec, running, ints, k_top)
+        verify_bound = _rows_of_requests(spec, running, ints, k_top)
         reals = np.empty((RUN_REALS, count))
-        remaining = spec.slots.run_rows(slots, ints, reals)
+        spec.slots.run_rows(ints, reals)
     if settings.acceptance == SCALED:  # each request's rates scaled as PositionalModel.draw does
         reals[RUN_ALPHA] = level_scale(reals[RUN_ALPHA], spec.acceptance.prior_alpha())
     # the acceptance streams as PCG64 words (cbsim.common.pcg64: WordStream), advanced in place
@@ -666,7 +670,7 @@ def plan_spec_run(
     stale_words = _NO_WORDS
     stale_rng_state = _NO_WORDS
     if spec.stale_drafter:
-        stale = spec.slots.stale[slots].astype(np.int64)
+        stale = spec.slots.stale[ints[RUN_SLOT]].astype(np.int64)
         stale_words = spec.stale_stream(replica).words()
         if restart is not None and restart.spec is not None:
             stale_words[:] = restart.spec.stale_rng_state
@@ -687,18 +691,16 @@ def plan_spec_run(
         ints=ints,
         reals=reals,
         cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
-        counters=_NO_COUNTERS,
         rng_state=rng_state,
         tiers=tiers,
         stale=stale,
         stale_rng_state=stale_rng_state,
-        slots=slots,
     )
     budget = sched.step_budget()
     step_budget = UNBUDGETED if budget is None else budget
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
-    n, end, used_after, real_rows, int_rows, counters = call(
+    n, end, used_after, real_rows, int_rows = call(
         ints, reals, effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
         settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
         settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
@@ -711,7 +713,6 @@ def plan_spec_run(
     )  # fmt: skip
     if n <= 0:
         return None
-    effects.counters = counters
     starts, durations = real_rows[:LISTED_REALS, :n].tolist()
     batch_sizes, emitted, kv_used, outstanding = int_rows[:LISTED_INTS, :n].tolist()
     columns = int_rows[:, :n]
@@ -740,7 +741,7 @@ def plan_spec_run(
         ),
         remaining_after=outstanding,
         spec=effects,
-        remaining=remaining,
+        remaining=ints[RUN_LEFT],
     )
 
 
@@ -758,14 +759,15 @@ def apply_spec_run(
     effects = run.spec
     assert effects is not None
     store = spec.slots
+    ints = effects.ints
     if spec.stale_drafter:
-        store.stale[effects.slots] = effects.stale != 0
+        store.stale[ints[RUN_SLOT]] = effects.stale != 0
     if effects.cohort is not None:  # the slots' figures written by the cohort's advance
         finished, accepted_sum = _apply_to_cohort(
             effects.cohort, sched, run, on_finish, first_row, prev_row
         )
     else:
-        ints, slots = effects.ints, effects.slots
+        slots = ints[RUN_SLOT]
         store.accepted[slots] = ints[RUN_ACCEPTED]
         store.rejected[slots] = ints[RUN_REJECTED]
         store.ema[slots] = effects.reals[RUN_EMA]
@@ -792,17 +794,17 @@ def _apply_to_cohort(
     request, blocks) in running order and the accepted drafts."""
     effects = run.spec
     assert effects is not None
-    paused, done, accepted = cohort.advance(
-        effects.ints, effects.reals, effects.slots, effects.counters, first_row, prev_row,
-        run.iterations,
-    )  # fmt: skip
-    log_pauses(sched.gap_pairs, first_row, paused)
-    run.paused_at_start = len(paused)
+    moved, paused, accepted = cohort.advance(
+        effects.ints, effects.reals, first_row, prev_row, run.iterations
+    )
+    if paused:
+        log_pauses(sched.gap_pairs, first_row, moved[:paused])
+    run.paused_at_start = paused
     finished = []
-    positions = done.tolist()
+    positions = moved[paused:].tolist()
     if positions:
         ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
-        iterations = effects.counters[4].tolist()
+        iterations = effects.ints[RUN_FINISHED_AT].tolist()
         for at in positions:
             req = cohort.write_back(at)
             req.status = Status.FINISHED
@@ -835,7 +837,7 @@ def _apply_to_requests(
     kv = ints[RUN_KV].tolist()
     generated = ints[RUN_GENERATED].tolist()
     blocks = ints[RUN_BLOCKS].tolist()
-    steps, drafted, accepted, decode_steps, finished_at = effects.counters.tolist()
+    steps, drafted, accepted, decode_steps, finished_at = ints[RUN_STEPS:].tolist()
     for i, req in enumerate(effects.requests):
         if req.last_row != prev_row:
             gap_pairs.append(first_row)

@@ -25,9 +25,25 @@ EMA_WEIGHT = 0.1
 
 # a speculative decode run's per-request state, one column per request in running order: the
 # rows of its integer table (KV tokens, blocks, outputs so far, outputs, accepted drafts,
-# rejecting steps) and of its real one (acceptance EMA, drawn α)
-RUN_KV, RUN_BLOCKS, RUN_GENERATED, RUN_OUTPUT, RUN_ACCEPTED, RUN_REJECTED = range(6)
-RUN_INTS = 6
+# rejecting steps, the request's slot, its outputs left when the run starts, then what the run
+# kernel counts: verification steps, drafts, accepted drafts, decode steps and the iteration the
+# request finished in, -1 if none) and of its real one (acceptance EMA, drawn α)
+(
+    RUN_KV,
+    RUN_BLOCKS,
+    RUN_GENERATED,
+    RUN_OUTPUT,
+    RUN_ACCEPTED,
+    RUN_REJECTED,
+    RUN_SLOT,
+    RUN_LEFT,
+    RUN_STEPS,
+    RUN_DRAFTS,
+    RUN_ACCEPTS,
+    RUN_DECODE_STEPS,
+    RUN_FINISHED_AT,
+) = range(13)
+RUN_INTS = 13
 RUN_EMA, RUN_ALPHA = range(2)
 RUN_REALS = 2
 
@@ -82,15 +98,12 @@ class SpecSlots:
         alphas: FloatArray = self._alphas_call(self.accepted, self.rejected, slots, prior, weight)
         return alphas
 
-    def run_rows(self, slots: IntArray, ints: IntArray, reals: FloatArray) -> IntArray:
-        """A speculative decode run's per-request figures of ``slots`` (in run order) into
-        ``ints``' rows ``RUN_ACCEPTED`` and ``RUN_REJECTED`` and ``reals``' rows, beside the KV
-        tokens, blocks, outputs so far and outputs already in ``ints``' first four rows; returns
-        each request's outputs left."""
-        left: IntArray = self._rows_call(
-            self.accepted, self.rejected, self.ema, self.model_alpha, slots, ints, reals
-        )
-        return left
+    def run_rows(self, ints: IntArray, reals: FloatArray) -> None:
+        """A speculative decode run's per-request figures of the slots in ``ints``' row
+        ``RUN_SLOT`` (in run order) into its rows ``RUN_ACCEPTED``, ``RUN_REJECTED`` and
+        ``RUN_LEFT`` (outputs left) and ``reals``' rows, beside the KV tokens, blocks, outputs
+        so far and outputs already in ``ints``' first four rows."""
+        self._rows_call(self.accepted, self.rejected, self.ema, self.model_alpha, ints, reals)
 
     def observe(self, slots: IntArray, ks: IntArray, accepted: IntArray, ema_weight: float) -> int:
         """Add one verification step of each of ``slots`` (``accepted`` of ``ks`` drafts, every
@@ -120,19 +133,16 @@ def _run_rows(
     rejected: IntArray,
     ema: FloatArray,
     model_alpha: FloatArray,
-    slots: IntArray,
     ints: IntArray,
     reals: FloatArray,
-) -> IntArray:  # pragma: no cover - compiled
-    left = np.empty(len(slots), dtype=np.int64)
-    for j in range(len(slots)):
-        slot = slots[j]
+) -> None:  # pragma: no cover - compiled
+    for j in range(ints.shape[1]):
+        slot = ints[RUN_SLOT, j]
         ints[RUN_ACCEPTED, j] = accepted[slot]
         ints[RUN_REJECTED, j] = rejected[slot]
         reals[RUN_EMA, j] = ema[slot]
         reals[RUN_ALPHA, j] = model_alpha[slot]
-        left[j] = ints[RUN_OUTPUT, j] - ints[RUN_GENERATED, j]
-    return left
+        ints[RUN_LEFT, j] = ints[RUN_OUTPUT, j] - ints[RUN_GENERATED, j]
 
 
 @numba.njit(cache=True, inline="always")
@@ -177,14 +187,21 @@ def observe_steps(
 __all__ = [
     "EMA_WEIGHT",
     "RUN_ACCEPTED",
+    "RUN_ACCEPTS",
     "RUN_ALPHA",
     "RUN_BLOCKS",
+    "RUN_DECODE_STEPS",
+    "RUN_DRAFTS",
     "RUN_EMA",
+    "RUN_FINISHED_AT",
     "RUN_GENERATED",
     "RUN_INTS",
     "RUN_KV",
+    "RUN_LEFT",
     "RUN_OUTPUT",
     "RUN_REALS",
     "RUN_REJECTED",
+    "RUN_SLOT",
+    "RUN_STEPS",
     "SpecSlots",
 ]

@@ -67,7 +67,16 @@ class DecodeRun:
     # the running requests' outputs still to come when the run started (in running order)
     remaining: Any = None
     rows: RunRows | None = None  # the columns as the kernel wrote them (None: a Python plan)
+    _ends: list[float] | None = None
 
     @property
     def iterations(self) -> int:
         return len(self.durations)
+
+    @property
+    def ends(self) -> list[float]:
+        """Each iteration's end (its start plus its duration), computed once."""
+        ends = self._ends
+        if ends is None:
+            ends = self._ends = [a + d for a, d in zip(self.starts, self.durations, strict=True)]
+        return ends

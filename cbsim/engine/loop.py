@@ -358,7 +358,7 @@ class Simulation:
                     sched.forget_running_tokens()
                     deliveries = None
                     if streams:
-                        ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+                        ends = run.ends
                         tokens = run.batch_sizes if run.emitted is None else run.emitted
                         deliveries = replica.deliveries(ends, tokens)
                     recorder.record_decode_run(index, run, waiting, deliveries, replica.in_transfer)

@@ -154,7 +154,7 @@ class Replica:
     def start_run(self, run: DecodeRun) -> None:
         self.run = run
         self.run_peak = self.run_peak_rows = 0
-        self.run_ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+        self.run_ends = run.ends
         self.poke_until = self.run_ends[-2] if len(self.run_ends) > 1 else -math.inf
         self.run_remaining = run.remaining
         self.run_left = run.remaining_after

@@ -369,7 +369,7 @@ class SchedulerPolicy(ABC):
             return
         self.dissolve_cohort()
         iterations = run.iterations
-        ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
+        ends = run.ends
         block_size = self.kv.block_size
         grows = not self.reserves_full_length
         still_running = []
@@ -431,7 +431,7 @@ class SchedulerPolicy(ABC):
             self._outsiders = []
             self._entrants = []
         run.paused_at_start = paused
-        ends = [start + duration for start, duration in zip(run.starts, run.durations, strict=True)]
+        ends = run.ends
         finished = cohort.advance(run.iterations, first_row)
         for steps, req in finished:
             req.status = Status.FINISHED

@@ -803,7 +803,7 @@ def _apply_to_cohort(
     finished = []
     positions = moved[paused:].tolist()
     if positions:
-        ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+        ends = run.ends
         iterations = effects.ints[RUN_FINISHED_AT].tolist()
         for at in positions:
             req = cohort.write_back(at)
@@ -827,7 +827,7 @@ def _apply_to_requests(
     request, blocks) in running order and the accepted drafts."""
     effects = run.spec
     assert effects is not None
-    ends = [a + d for a, d in zip(run.starts, run.durations, strict=True)]
+    ends = run.ends
     last = run.iterations - 1
     gap_pairs = sched.gap_pairs
     paused = 0

@@ -342,6 +342,8 @@ class OpPricing:
             self._decode_fit_model.compiled() if self._decode_fit_model is not None else None
         )
         self._compiled: dict[tuple[int, int] | None, Any] = {}
+        # the token counts each of them covers (0: none), read on every call of CostModel.compiled
+        self._compiled_size: dict[tuple[int, int] | None, int] = {}
         self._stepped: Any = False  # see CostModel.time_stats (False: not worked out yet)
         # pricing in Python while numba's cache is cold (cbsim.cost.kernel_cache)
         self.cold_start = ColdStart()

@@ -442,9 +442,10 @@ class CostModel(OpPricing):
         (:func:`compile_cost`; None when it cannot be compiled), kept and extended as larger
         batches come. None too while numba's cache is cold (:attr:`cold_start`): the caller then
         prices in Python, with the same results."""
+        if tokens < self._compiled_size.get(extra_gemm, 0) and not self.cold_start.left:
+            # the tables cover the batch (several calls per speculative iteration or run)
+            return self._compiled[extra_gemm]
         have = self._compiled.get(extra_gemm, False)
-        if have and tokens < have.size and not self.cold_start.left:
-            return have  # the tables cover the batch (a call per stepped speculative iteration)
         if self.cold_start.left and self.cold_start.interpreted():
             return None
         if have is False:
@@ -452,6 +453,7 @@ class CostModel(OpPricing):
         elif have is not None and have.size <= tokens:
             have = extend_tables(have, self, tokens, extra_gemm)
         self._compiled[extra_gemm] = have
+        self._compiled_size[extra_gemm] = 0 if have is None else have.size
         return have
 
     # ------------------------------------------------------------------ contract API

@@ -765,8 +765,10 @@ def _priced(
     """Set ``batch``'s work to ``prefill`` plus the verify entries of its ``count`` decoding
     requests (``tokens`` verified over ``kv_tokens`` keys and values, ``pairs`` causal pairs,
     ``plain`` of them drafting nothing), its drafting seconds, which it returns, and the target's
-    seconds for it where the plan priced them (``target_s``; -1: not priced)."""
-    stats = prefill.copy()
+    seconds for it where the plan priced them (``target_s``; -1: not priced). ``prefill``, the
+    caller's own and not read after, becomes the batch's stats."""
+    batch.prefill_tokens = prefill.num_tokens
+    stats = prefill
     stats.num_requests += count
     stats.num_tokens += tokens
     stats.sampled_tokens += tokens
@@ -775,7 +777,6 @@ def _priced(
     stats.decode_pairs += pairs
     stats.decode_requests += count
     batch.stats = stats
-    batch.prefill_tokens = prefill.num_tokens
     batch.decode_tokens = plain
     batch.draft_s = drafting
     batch.target_s = target_s

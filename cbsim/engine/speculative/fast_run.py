@@ -248,7 +248,8 @@ def _thin_stale(
 def spec_run_kernel(
     ints: IntArray,
     reals: FloatArray,
-    cluster: IntArray,
+    cluster_accepted: int,
+    cluster_rejected: int,
     prior: float,
     target: CompiledCost,
     proposer: int,
@@ -287,9 +288,10 @@ def spec_run_kernel(
 ) -> tuple[Any, ...]:
     """Advance the running requests (``ints`` and ``reals``, their state's rows ``RUN_KV`` ..
     and ``RUN_EMA`` .. in running order, updated in place) through speculative decode
-    iterations until a stop rule fires; returns the iterations' rows, its per-request counters
-    and the iteration each request finished in written to ``ints``' rows ``RUN_STEPS`` .. (see
-    the module docstring). ``step_budget``: the tokens a step may schedule, drafts cut to it in
+    iterations until a stop rule fires; returns the iterations' rows and the replica's
+    acceptance counts after them (``cluster_accepted``, ``cluster_rejected`` updated), its
+    per-request counters and the iteration each request finished in written to ``ints``' rows
+    ``RUN_STEPS`` .. (see the module docstring). ``step_budget``: the tokens a step may schedule, drafts cut to it in
     running order as :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does
     (:data:`UNBUDGETED`: none)."""
     kv, blocks = ints[RUN_KV], ints[RUN_BLOCKS]
@@ -339,8 +341,8 @@ def spec_run_kernel(
             break
         free -= need_total
         # the k policy over the batch
-        clus = cluster[0] + cluster[1] + 0.0
-        batch_prior = prior if clus == 0 else (cluster[0] + prior * 0.0) / clus
+        clus = cluster_accepted + cluster_rejected + 0.0
+        batch_prior = prior if clus == 0 else (cluster_accepted + prior * 0.0) / clus
         for a in range(n):
             i = active[a]
             denominator = accepted_total[i] + rejected_total[i] + PRIOR_STRENGTH
@@ -453,8 +455,8 @@ def spec_run_kernel(
             missed = 1 if got < k else 0
             accepted_total[i] += got
             rejected_total[i] += missed
-            cluster[0] += got
-            cluster[1] += missed
+            cluster_accepted += got
+            cluster_rejected += missed
             rate = got / k
             if math.isnan(ema[i]):
                 ema[i] = rate
@@ -509,7 +511,7 @@ def spec_run_kernel(
         j += 1
         if end > next_arrival_s or (finishing and stop_on_finish):
             break
-    return j, now, used, real_rows, int_rows
+    return j, now, used, real_rows, int_rows, cluster_accepted, cluster_rejected
 
 
 # --------------------------------------------------------------------------- the Python side
@@ -591,7 +593,9 @@ class SpecRunEffects:
     # the requests' state after the run: rows RUN_KV .. (slots.py), its counters included
     ints: IntArray
     reals: FloatArray  # rows RUN_EMA, RUN_ALPHA (the latter scaled for SCALED acceptance)
-    cluster: IntArray
+    # the replica's acceptance counts after the run (AlphaEstimator: accepted, rejected)
+    cluster_accepted: int
+    cluster_rejected: int
     rng_state: WordArray  # the acceptance stream's words before the run
     tiers: ReplicaTiers
     stale: IntArray  # 1 where the request's drafter is stale (drafter_state_at_k0: stale)
@@ -690,7 +694,8 @@ def plan_spec_run(
         cohort=cohort,
         ints=ints,
         reals=reals,
-        cluster=np.array([estimator.accepted, estimator.rejected], dtype=np.int64),
+        cluster_accepted=estimator.accepted,
+        cluster_rejected=estimator.rejected,
         rng_state=rng_state,
         tiers=tiers,
         stale=stale,
@@ -700,8 +705,8 @@ def plan_spec_run(
     step_budget = UNBUDGETED if budget is None else budget
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
-    n, end, used_after, real_rows, int_rows = call(
-        ints, reals, effects.cluster, estimator.prior, target, settings.proposer, draft, settings.policy,
+    n, end, used_after, real_rows, int_rows, accepted_after, rejected_after = call(
+        ints, reals, estimator.accepted, estimator.rejected, estimator.prior, target, settings.proposer, draft, settings.policy,
         settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
         settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
         settings.per_request, settings.acceptance, settings.iid_alpha,
@@ -713,6 +718,7 @@ def plan_spec_run(
     )  # fmt: skip
     if n <= 0:
         return None
+    effects.cluster_accepted, effects.cluster_rejected = accepted_after, rejected_after
     starts, durations = real_rows[:LISTED_REALS, :n].tolist()
     batch_sizes, emitted, kv_used, outstanding = int_rows[:LISTED_INTS, :n].tolist()
     columns = int_rows[:, :n]
@@ -776,7 +782,7 @@ def apply_spec_run(
     sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count
     sched.settle_run(run, finished)
     sched.kv.check("a speculative run")
-    spec.replica_alpha(replica).restore(int(effects.cluster[0]), int(effects.cluster[1]))
+    spec.replica_alpha(replica).restore(effects.cluster_accepted, effects.cluster_rejected)
     if effects.tiers is not _NO_TIERS:  # an AdaptiveHysteresisK's (plan_spec_run)
         cast(AdaptiveHysteresisK, spec.policy).replica_tiers(replica).restore(effects.tiers)
 

@@ -237,17 +237,22 @@ class SpecCohort:
 
     def advance(
         self, ints: IntArray, reals: FloatArray, first_row: int, prev_row: int, iterations: int
-    ) -> tuple[IntArray, int, int]:
+    ) -> tuple[IntArray, list[int], int]:
         """A decode run (its state after it, ``ints`` and ``reals``) applied to the members and
         their slots (:func:`advance_members`): the previous rows of those that paused before it
-        followed by the positions of those that finished, how many paused and the drafts the
-        run accepted."""
+        (a view, read before the cohort's next step or run), the positions of those that
+        finished and the drafts the run accepted."""
+        count = len(self.requests)
+        if len(self._paused) < count:
+            self._paused = np.empty(self.table.shape[1], dtype=np.int64)
+            self._finished = np.empty(self.table.shape[1], dtype=np.int64)
         slots = self.slots
-        moved: tuple[IntArray, int, int] = self._advance_call(
-            self.table, len(self.requests), ints, reals, first_row, prev_row, iterations,
-            slots.accepted, slots.rejected, slots.ema,
+        paused, done, accepted = self._advance_call(
+            self.table, count, ints, reals, first_row, prev_row, iterations, slots.accepted,
+            slots.rejected, slots.ema, self._paused, self._finished,
         )  # fmt: skip
-        return moved
+        positions: list[int] = self._finished[:done].tolist() if done else []
+        return self._paused[:paused], positions, accepted
 
     def complete(
         self,
@@ -512,23 +517,24 @@ def advance_members(
     accepted_by_slot: IntArray,
     rejected_by_slot: IntArray,
     ema_by_slot: FloatArray,
-) -> tuple[IntArray, int, int]:  # pragma: no cover - compiled
+    paused: IntArray,
+    finished: IntArray,
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """A decode run of ``iterations`` iterations (rows from ``first_row``; the replica's
     previous one ``prev_row``) applied to the members, its state after it ``ints`` and ``reals``
     (rows ``RUN_KV`` .., ``RUN_EMA`` ..): their KV tokens, outputs and blocks, its counters
     (steps, drafts, accepted, decode steps) added, their last rows moved (to the iteration each
     finished in, if one); and to their slots: the accepted drafts, rejecting steps and EMA.
-    Returns the previous rows of the members that paused before it followed by the positions
-    of those that finished (in order; one array: an array handed back costs a microsecond), how
-    many paused, and the drafts the run accepted."""
+    Writes the previous rows of the members that paused before it into ``paused`` and the
+    positions of those that finished (in order) into ``finished`` (buffers of at least ``count``:
+    an array handed back costs a microsecond); returns how many of each and the drafts the run
+    accepted."""
     for j in range(ints.shape[1]):
         slot = ints[RUN_SLOT, j]
         accepted_by_slot[slot] = ints[RUN_ACCEPTED, j]
         rejected_by_slot[slot] = ints[RUN_REJECTED, j]
         ema_by_slot[slot] = reals[RUN_EMA, j]
-    paused = np.empty(count, dtype=np.int64)
     paused_count = 0
-    finished = np.empty(count, dtype=np.int64)
     finished_count = 0
     accepted = 0
     for i in range(count):
@@ -550,7 +556,4 @@ def advance_members(
             finished_count += 1
         else:
             table[LAST_ROW, i] = first_row + iterations - 1
-    moved = np.empty(paused_count + finished_count, dtype=np.int64)
-    moved[:paused_count] = paused[:paused_count]
-    moved[paused_count:] = finished[:finished_count]
-    return moved, paused_count, accepted
+    return paused_count, finished_count, accepted

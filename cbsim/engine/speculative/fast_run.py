@@ -800,14 +800,13 @@ def _apply_to_cohort(
     request, blocks) in running order and the accepted drafts."""
     effects = run.spec
     assert effects is not None
-    moved, paused, accepted = cohort.advance(
+    paused, positions, accepted = cohort.advance(
         effects.ints, effects.reals, first_row, prev_row, run.iterations
     )
-    if paused:
-        log_pauses(sched.gap_pairs, first_row, moved[:paused])
-    run.paused_at_start = paused
+    if len(paused):
+        log_pauses(sched.gap_pairs, first_row, paused)
+    run.paused_at_start = len(paused)
     finished = []
-    positions = moved[paused:].tolist()
     if positions:
         ends = run.ends
         iterations = effects.ints[RUN_FINISHED_AT].tolist()

@@ -109,19 +109,21 @@ def plan_decode_run(
         kv, rem, blocks, shared, compiled, start_s, block_size, used_blocks, total_blocks,
         grows_kv, stop_on_finish, next_arrival_s, horizon_s, MAX_RUN_ITERATIONS,
     )  # fmt: skip
-    n, starts, durations, batch_sizes, kv_used, end, used_after = planned
+    n, reals, ints, end, used_after = planned
     if n <= 0:
         return None
-    rows = RunRows(starts[:n], durations[:n], batch_sizes[:n])
+    reals, ints = reals[:, :n], ints[:, :n]
+    starts, durations = reals.tolist()
+    batch_sizes, kv_used = ints.tolist()
     return DecodeRun(
-        starts=rows.starts.tolist(),
-        durations=rows.durations.tolist(),
-        batch_sizes=rows.batch_sizes.tolist(),
-        kv_used=kv_used[:n].tolist(),
+        starts=starts,
+        durations=durations,
+        batch_sizes=batch_sizes,
+        kv_used=kv_used,
         end_s=end,
         kv_used_after=used_after,
         remaining=rem,
-        rows=rows,
+        rows=RunRows(reals[0], reals[1], ints[0]),
     )
 
 
@@ -151,17 +153,20 @@ def decode_run_kernel(
     next_arrival_s: float,
     horizon_s: float,
     max_iterations: int,
-) -> tuple[int, FloatArray, FloatArray, IntArray, IntArray, float, int]:
-    """:func:`plan_decode_run_python`'s loop, compiled (the same arithmetic in the same order)."""
+) -> tuple[int, FloatArray, IntArray, float, int]:
+    """:func:`plan_decode_run_python`'s loop, compiled (the same arithmetic in the same order):
+    its iterations, their starts and durations (rows of one float table) and batch sizes and
+    KV blocks used (rows of one integer table: an array handed back costs a microsecond), its
+    end and the blocks used after it."""
     count = len(kv)
     longest = 0
     for i in range(count):
         longest = rem[i] if rem[i] > longest or i == 0 else longest
     size = max_iterations if max_iterations < longest else longest
-    starts = np.empty(size)
-    durations = np.empty(size)
-    batch_sizes = np.empty(size, dtype=np.int64)
-    kv_used = np.empty(size, dtype=np.int64)
+    reals = np.empty((2, size))
+    ints = np.empty((2, size), dtype=np.int64)
+    starts, durations = reals[0], reals[1]
+    batch_sizes, kv_used = ints[0], ints[1]
     order = stable_argsort(
         rem, count, np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
     )
@@ -177,7 +182,7 @@ def decode_run_kernel(
         if grows_kv:
             phase[i] = blocks[i] * block_size - kv[i]
             if phase[i] < 0 or phase[i] >= block_size:
-                return -1, starts, durations, batch_sizes, kv_used, start_s, used_blocks
+                return -1, reals, ints, start_s, used_blocks
             phase_counts[phase[i]] += 1
             needed = -(-(kv[i] + rem[i]) // block_size)
             final_blocks[i] = needed if needed > blocks[i] else blocks[i]
@@ -221,7 +226,7 @@ def decode_run_kernel(
             finishing = True
         if end > next_arrival_s or (finishing and stop_on_finish):
             break
-    return j, starts, durations, batch_sizes, kv_used, now, used
+    return j, reals, ints, now, used
 
 
 def plan_decode_run_python(

@@ -7,7 +7,7 @@ It imports nothing engine-side, so the schedulers can use it without knowing the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,7 +67,7 @@ class DecodeRun:
     # the running requests' outputs still to come when the run started (in running order)
     remaining: Any = None
     rows: RunRows | None = None  # the columns as the kernel wrote them (None: a Python plan)
-    _ends: list[float] | None = None
+    _ends: list[float] | None = field(default=None, init=False, repr=False)  # see ends
 
     @property
     def iterations(self) -> int:

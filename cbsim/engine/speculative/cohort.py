@@ -35,25 +35,22 @@ from cbsim.cost.kernel_call import KernelCall
 from cbsim.engine.pause_log import log_pauses
 from cbsim.engine.speculative.slots import (
     EMA_WEIGHT,
-    RUN_ACCEPTED,
     RUN_ACCEPTS,
-    RUN_ALPHA,
     RUN_BLOCKS,
     RUN_DECODE_STEPS,
     RUN_DRAFTS,
-    RUN_EMA,
     RUN_FINISHED_AT,
     RUN_GENERATED,
     RUN_INTS,
     RUN_KV,
-    RUN_LEFT,
     RUN_OUTPUT,
     RUN_REALS,
-    RUN_REJECTED,
     RUN_SLOT,
     RUN_STEPS,
     SpecSlots,
     observe_step,
+    read_run_rows,
+    write_run_rows,
 )
 from cbsim.engine.speculative.step_kernel import draw_accepted
 from cbsim.memory.kvcache import KVCache
@@ -243,9 +240,7 @@ class SpecCohort:
         (a view, read before the cohort's next step or run), the positions of those that
         finished and the drafts the run accepted."""
         count = len(self.requests)
-        if len(self._paused) < count:
-            self._paused = np.empty(self.table.shape[1], dtype=np.int64)
-            self._finished = np.empty(self.table.shape[1], dtype=np.int64)
+        self._hold_buffers(count)
         slots = self.slots
         paused, done, accepted = self._advance_call(
             self.table, count, ints, reals, first_row, prev_row, iterations, slots.accepted,
@@ -253,6 +248,13 @@ class SpecCohort:
         )  # fmt: skip
         positions: list[int] = self._finished[:done].tolist() if done else []
         return self._paused[:paused], positions, accepted
+
+    def _hold_buffers(self, count: int) -> None:
+        """Make the buffers a step's or a run's end hands the paused and finished members back in
+        hold ``count`` members."""
+        if len(self._paused) < count:
+            self._paused = np.empty(self.table.shape[1], dtype=np.int64)
+            self._finished = np.empty(self.table.shape[1], dtype=np.int64)
 
     def complete(
         self,
@@ -272,9 +274,7 @@ class SpecCohort:
         emitted, those whose previous token came in ``prev_row``, the accepted drafts (tokens
         with no gap before them) and the finished requests."""
         slots, count = self.slots, len(self.requests)
-        if len(self._paused) < count:
-            self._paused = np.empty(self.table.shape[1], dtype=np.int64)
-            self._finished = np.empty(self.table.shape[1], dtype=np.int64)
+        self._hold_buffers(count)
         emitted, gaps, zero_gaps, freed, paused, done = self._complete_call(
             self.table, count, row, prev_row, self.block_size, release, slots.accepted,
             slots.rejected, slots.ema, self._paused, self._finished,
@@ -481,27 +481,22 @@ def members_run_state(
     model_alpha: FloatArray,
 ) -> tuple[IntArray, FloatArray, int]:  # pragma: no cover - compiled
     """A decode run's state of the members (:meth:`SpecCohort.run_state`): their KV tokens,
-    blocks, outputs so far, outputs, slots and outputs left from the table and their slots'
-    accepted drafts, rejecting steps (``accepted``, ``rejected``), EMA and drawn α, as the run's
-    integer and real tables (its counters' rows left for the run kernel to set); the most
-    tokens an iteration can verify."""
+    blocks, outputs so far, outputs and slots from the table, their slots' figures
+    (:func:`~cbsim.engine.speculative.slots.read_run_rows`: accepted drafts, rejecting steps,
+    EMA, drawn α) and their outputs left, as the run's integer and real tables (its counters'
+    rows left for the run kernel to set); the most tokens an iteration can verify."""
     ints = np.empty((RUN_INTS, count), dtype=np.int64)
     reals = np.empty((RUN_REALS, count))
     bound = 0
     for i in range(count):
-        slot = table[SLOT, i]
         ints[RUN_KV, i] = table[KV_TOKENS, i]
         ints[RUN_BLOCKS, i] = table[BLOCKS, i]
         ints[RUN_GENERATED, i] = table[GENERATED, i]
         ints[RUN_OUTPUT, i] = table[OUTPUTS, i]
-        ints[RUN_ACCEPTED, i] = accepted[slot]
-        ints[RUN_REJECTED, i] = rejected[slot]
-        ints[RUN_SLOT, i] = slot
-        reals[RUN_EMA, i] = ema[slot]
-        reals[RUN_ALPHA, i] = model_alpha[slot]
+        ints[RUN_SLOT, i] = table[SLOT, i]
         left = table[OUTPUTS, i] - table[GENERATED, i]
-        ints[RUN_LEFT, i] = left
         bound += left if left < k_top else k_top
+    read_run_rows(accepted, rejected, ema, model_alpha, ints, reals)
     return ints, reals, bound
 
 
@@ -529,11 +524,7 @@ def advance_members(
     positions of those that finished (in order) into ``finished`` (buffers of at least ``count``:
     an array handed back costs a microsecond); returns how many of each and the drafts the run
     accepted."""
-    for j in range(ints.shape[1]):
-        slot = ints[RUN_SLOT, j]
-        accepted_by_slot[slot] = ints[RUN_ACCEPTED, j]
-        rejected_by_slot[slot] = ints[RUN_REJECTED, j]
-        ema_by_slot[slot] = reals[RUN_EMA, j]
+    write_run_rows(accepted_by_slot, rejected_by_slot, ema_by_slot, ints, reals)
     paused_count = 0
     finished_count = 0
     accepted = 0

@@ -291,9 +291,10 @@ def spec_run_kernel(
     iterations until a stop rule fires; returns the iterations' rows and the replica's
     acceptance counts after them (``cluster_accepted``, ``cluster_rejected`` updated), its
     per-request counters and the iteration each request finished in written to ``ints``' rows
-    ``RUN_STEPS`` .. (see the module docstring). ``step_budget``: the tokens a step may schedule, drafts cut to it in
-    running order as :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does
-    (:data:`UNBUDGETED`: none)."""
+    ``RUN_STEPS`` .. (see the module docstring). ``step_budget``: the tokens a step may
+    schedule, drafts cut to it in running order as
+    :func:`~cbsim.engine.speculative.draft_reservation.draft_room` does (:data:`UNBUDGETED`:
+    none)."""
     kv, blocks = ints[RUN_KV], ints[RUN_BLOCKS]
     generated, output = ints[RUN_GENERATED], ints[RUN_OUTPUT]
     accepted_total, rejected_total = ints[RUN_ACCEPTED], ints[RUN_REJECTED]
@@ -689,36 +690,34 @@ def plan_spec_run(
         tiers = cast(AdaptiveHysteresisK, spec.policy).replica_tiers(replica).copy()
     else:
         tiers = _NO_TIERS
-    effects = SpecRunEffects(
-        requests=list(running),
-        cohort=cohort,
-        ints=ints,
-        reals=reals,
-        cluster_accepted=estimator.accepted,
-        cluster_rejected=estimator.rejected,
-        rng_state=rng_state,
-        tiers=tiers,
-        stale=stale,
-        stale_rng_state=stale_rng_state,
-    )
     budget = sched.step_budget()
     step_budget = UNBUDGETED if budget is None else budget
     call = spec_run_kernel if kernel is None else kernel
     # a first step that does not fit in the KV cache plans nothing (stepping preempts)
     n, end, used_after, real_rows, int_rows, accepted_after, rejected_after = call(
-        ints, reals, estimator.accepted, estimator.rejected, estimator.prior, target, settings.proposer, draft, settings.policy,
-        settings.fixed_k, settings.table, tiers.tiers, tiers.emas, tiers.steps, tiers.last,
-        settings.candidates, settings.ranges, settings.hysteresis, settings.k_max,
-        settings.per_request, settings.acceptance, settings.iid_alpha,
-        settings.rates, settings.drift, words, stale, spec.stale_drafter, spec.stale_scale,
-        stale_words,
-        start_s, kv_cache.block_size, kv_cache.used_blocks,
+        ints, reals, estimator.accepted, estimator.rejected, estimator.prior, target,
+        settings.proposer, draft, settings.policy, settings.fixed_k, settings.table,
+        tiers.tiers, tiers.emas, tiers.steps, tiers.last, settings.candidates, settings.ranges,
+        settings.hysteresis, settings.k_max, settings.per_request, settings.acceptance,
+        settings.iid_alpha, settings.rates, settings.drift, words, stale, spec.stale_drafter,
+        spec.stale_scale, stale_words, start_s, kv_cache.block_size, kv_cache.used_blocks,
         kv_cache.total_blocks, not sched.reserves_full_length, stop_on_finish, next_arrival_s,
         horizon_s, MAX_RUN_ITERATIONS, step_budget,
     )  # fmt: skip
     if n <= 0:
         return None
-    effects.cluster_accepted, effects.cluster_rejected = accepted_after, rejected_after
+    effects = SpecRunEffects(
+        requests=list(running),
+        cohort=cohort,
+        ints=ints,
+        reals=reals,
+        cluster_accepted=accepted_after,
+        cluster_rejected=rejected_after,
+        rng_state=rng_state,
+        tiers=tiers,
+        stale=stale,
+        stale_rng_state=stale_rng_state,
+    )
     starts, durations = real_rows[:LISTED_REALS, :n].tolist()
     batch_sizes, emitted, kv_used, outstanding = int_rows[:LISTED_INTS, :n].tolist()
     columns = int_rows[:, :n]
@@ -773,10 +772,7 @@ def apply_spec_run(
             effects.cohort, sched, run, on_finish, first_row, prev_row
         )
     else:
-        slots = ints[RUN_SLOT]
-        store.accepted[slots] = ints[RUN_ACCEPTED]
-        store.rejected[slots] = ints[RUN_REJECTED]
-        store.ema[slots] = effects.reals[RUN_EMA]
+        store.store_run(ints, effects.reals)
         finished, accepted_sum = _apply_to_requests(sched, run, on_finish, first_row, prev_row)
     sched.zero_gaps += accepted_sum
     sched.kv.used_blocks = run.kv_used_after  # below 0 while finishes' shared blocks count

@@ -55,6 +55,7 @@ class SpecSlots:
         "_alphas_call",
         "_observe_call",
         "_rows_call",
+        "_store_call",
         "accepted",
         "count",
         "ema",
@@ -68,7 +69,8 @@ class SpecSlots:
         # compiled: a batch costs one call, not a dozen numpy calls (most batches are small)
         self._alphas_call = KernelCall(_alphas)
         self._observe_call = KernelCall(observe_steps)
-        self._rows_call = KernelCall(_run_rows)
+        self._rows_call = KernelCall(read_run_rows)
+        self._store_call = KernelCall(write_run_rows)
         self.accepted: IntArray = np.zeros(capacity, dtype=np.int64)
         self.rejected: IntArray = np.zeros(capacity, dtype=np.int64)
         self.ema: FloatArray = np.full(capacity, np.nan)
@@ -105,6 +107,12 @@ class SpecSlots:
         so far and outputs already in ``ints``' first four rows."""
         self._rows_call(self.accepted, self.rejected, self.ema, self.model_alpha, ints, reals)
 
+    def store_run(self, ints: IntArray, reals: FloatArray) -> None:
+        """A speculative decode run's figures after it (``ints``' rows ``RUN_ACCEPTED`` and
+        ``RUN_REJECTED``, ``reals``' row ``RUN_EMA``) written back to the slots in ``ints``' row
+        ``RUN_SLOT``: :meth:`run_rows` the other way."""
+        self._store_call(self.accepted, self.rejected, self.ema, ints, reals)
+
     def observe(self, slots: IntArray, ks: IntArray, accepted: IntArray, ema_weight: float) -> int:
         """Add one verification step of each of ``slots`` (``accepted`` of ``ks`` drafts, every
         k > 0, no slot twice): the counts and the EMA of a / k (the first sample sets it).
@@ -128,7 +136,7 @@ def _alphas(
 
 
 @numba.njit(cache=True)
-def _run_rows(
+def read_run_rows(
     accepted: IntArray,
     rejected: IntArray,
     ema: FloatArray,
@@ -136,6 +144,7 @@ def _run_rows(
     ints: IntArray,
     reals: FloatArray,
 ) -> None:  # pragma: no cover - compiled
+    """:meth:`SpecSlots.run_rows` on the slots' arrays (also called by compiled code)."""
     for j in range(ints.shape[1]):
         slot = ints[RUN_SLOT, j]
         ints[RUN_ACCEPTED, j] = accepted[slot]
@@ -143,6 +152,18 @@ def _run_rows(
         reals[RUN_EMA, j] = ema[slot]
         reals[RUN_ALPHA, j] = model_alpha[slot]
         ints[RUN_LEFT, j] = ints[RUN_OUTPUT, j] - ints[RUN_GENERATED, j]
+
+
+@numba.njit(cache=True)
+def write_run_rows(
+    accepted: IntArray, rejected: IntArray, ema: FloatArray, ints: IntArray, reals: FloatArray
+) -> None:  # pragma: no cover - compiled
+    """:meth:`SpecSlots.store_run` on the slots' arrays (also called by compiled code)."""
+    for j in range(ints.shape[1]):
+        slot = ints[RUN_SLOT, j]
+        accepted[slot] = ints[RUN_ACCEPTED, j]
+        rejected[slot] = ints[RUN_REJECTED, j]
+        ema[slot] = reals[RUN_EMA, j]
 
 
 @numba.njit(cache=True, inline="always")
@@ -204,4 +225,6 @@ __all__ = [
     "RUN_SLOT",
     "RUN_STEPS",
     "SpecSlots",
+    "read_run_rows",
+    "write_run_rows",
 ]

@@ -168,3 +168,29 @@ def test_trtllm_small_fp8_gemms_keep_the_measured_floor() -> None:
     small = trt.gemm_time(1, 1024, 4096)
     assert small > 12e-6
     assert small - vllm.gemm_time(1, 1024, 4096) == pytest.approx(fp8_scale.overhead_s(), rel=0.3)
+
+
+# one of each way an all-reduce is priced: the engine's own kernel from its mechanism (A100 vLLM),
+# a transfer GPU's engine/reference ratio (L40S), a measured table (H100), more than a node
+# (TP 16: a node's part plus the NICs), the raw ring without calibration
+PRICINGS = [
+    ("a100-80gb", "vllm", 4, "default"),
+    ("a100-80gb", "vllm", 16, "default"),
+    ("l40s", "sglang", 2, "default"),
+    ("h100-sxm", "vllm", 8, "default"),
+    ("h100-sxm", "tensorrt-llm", 16, "default"),
+    ("b200", "vllm", 8, "none"),
+]
+
+
+@pytest.mark.parametrize(("gpu", "engine", "tp", "calibration"), PRICINGS)
+def test_allreduce_times_are_allreduce_time_count_by_count(
+    gpu: str, engine: str, tp: int, calibration: str
+) -> None:
+    """The array pricing a cost model's tables use gives each count the scalar pricing's float,
+    bit for bit, from no tokens to messages far beyond the custom kernels' range."""
+    cost = CostModel("llama-3-70b", gpu, tp=tp, engine=engine, calibration=calibration)
+    tokens = np.unique(np.concatenate([np.arange(0, 300), np.geomspace(1, 2**21, 200)]).astype(int))
+    scalar = np.array([cost.allreduce_time(int(count)) for count in tokens])
+    assert np.array_equal(cost.allreduce_times(tokens).view(np.int64), scalar.view(np.int64))
+    assert cost.allreduce_times(tokens[:1])[0] == 0.0 and scalar[1] > 0.0

@@ -161,3 +161,21 @@ def test_every_profile_tables_equal_the_scalar_pricing(
         twin = _cost(model, tp, dtype, gpu, calibration, engine)
         if cost is not None and twin is not None:
             _assert_same_tables(cost, twin, 20000)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "engine", "dtype"),
+    [
+        ("l40s", "sglang", "bf16"),
+        ("a100-80gb", "tensorrt-llm", "fp16"),
+        ("h100-sxm", "vllm", "fp8"),
+    ],
+)
+def test_gemm_times_are_gemm_time_row_count_by_row_count(gpu: str, engine: str, dtype: str) -> None:
+    """GEMMs priced for many row counts at once, a transfer GPU's (its engine/reference ratio
+    per count) included, give each count the scalar pricing's float bit for bit."""
+    cost = CostModel("llama-3-70b", gpu, tp=2, dtype=dtype, engine=engine)
+    rows = np.unique(np.concatenate([np.arange(0, 200), np.geomspace(1, 70_000, 80)]).astype(int))
+    for n, k in ((1024, 8192), (28_672, 8192), (8192, 14_336), (128_256, 8192)):
+        scalar = np.array([cost.gemm_time(int(m), n, k) for m in rows])
+        assert np.array_equal(cost.gemm_times(rows, n, k).view(np.int64), scalar.view(np.int64))

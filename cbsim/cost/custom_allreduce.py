@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from cbsim.common.limits import ENGINE_TIME
@@ -93,3 +94,25 @@ class CustomAllreduce(BaseModel):
             return nccl_s
         own = self.kernel_time(size_bytes, gpus, nvlink_bandwidth, nccl_reference_s / reference)
         return own if own < nccl_s else nccl_s
+
+    def times(
+        self,
+        size_bytes: np.ndarray,
+        gpus: int,
+        nvlink_bandwidth: float,
+        nccl_s: np.ndarray,
+        nccl_reference_s: float | np.ndarray,
+    ) -> np.ndarray:
+        """:meth:`time` at each of the messages ``size_bytes`` (NCCL's ``nccl_s`` for each), the
+        same float per message bit for bit."""
+        reference = self.reference_latency_s.get(str(gpus))
+        if reference is None or gpus < 2:
+            return np.asarray(nccl_s, dtype=np.float64)
+        peers = gpus - 1
+        rate = nvlink_bandwidth * self.efficiency
+        scale = nccl_reference_s / reference
+        one = (self.latency_s + self.latency_per_peer_s * peers) * scale + peers * size_bytes / rate
+        two = (self.two_shot_latency_s + self.two_shot_latency_per_peer_s * peers) * scale
+        two = two + 2.0 * peers / gpus * size_bytes / rate
+        own = np.where(one < two, one, two)
+        return np.where((size_bytes > self.max_bytes) | (own >= nccl_s), nccl_s, own)

@@ -677,9 +677,13 @@ class OpPricing:
 
     def gemm_times(self, m: np.ndarray, n: int, k: int) -> np.ndarray:
         """:meth:`gemm_time` at each of ``m``'s row counts."""
+        seconds = self._gemm_points(m, n, k, self._gemm_dtype, self._gemm_fit, self._peak_flops)
         if self._transfer is not None:
-            return np.array([self.gemm_time(one, n, k) for one in m.tolist()], dtype=np.float64)
-        return self._gemm_points(m, n, k, self._gemm_dtype, self._gemm_fit, self._peak_flops)
+            engine, reference = self._transfer
+            scaled = seconds > 0.0
+            rows = m[scaled]
+            seconds[scaled] *= engine.gemm_times(rows, n, k) / reference.gemm_times(rows, n, k)
+        return seconds
 
     def _gemm_points(
         self, m: np.ndarray, n: int, k: int, dtype: str, fit: RooflineFit | None, peak: float
@@ -725,24 +729,41 @@ class OpPricing:
         return np.asarray(t + ELEMENTWISE_KERNELS_PER_LAYER * p.elementwise_floor_s)
 
     def allreduce_times(self, tokens: np.ndarray) -> np.ndarray:
-        """:meth:`allreduce_time` at each of ``tokens``' counts (count by count where the
-        engine's own kernel, a transfer or more than a node prices it)."""
+        """:meth:`allreduce_time` at each of ``tokens``' counts, the same float per count bit for
+        bit (the same operations in the same order, over arrays)."""
+        counts = np.asarray(tokens)
         if self.tp == 1:
-            return np.zeros(len(tokens))
-        if (
-            self.tp > self.gpu.gpus_per_node
-            or self._custom_allreduce is not None
-            or self._transfer is not None
-        ):
-            return np.array([self.allreduce_time(t) for t in tokens.tolist()], dtype=np.float64)
-        gpus = self.tp
-        message = tokens * self.model.hidden_size * self._act_bytes
-        measured = (
-            self.calibration.allreduce.get(str(gpus)) if self.calibration is not None else None
-        )
-        if measured is not None:
-            return measured.at_sizes(message)
+            return np.zeros(len(counts))
+        node = self.gpu.gpus_per_node
+        if self.tp > node:
+            # _across_nodes's arithmetic, element-wise over the shards
+            shard: Any = 2.0 * counts * self.model.hidden_size * self._act_bytes / node
+            inside = self._node_allreduces(counts, node)
+            seconds = inside + self._across_nodes(shard, self.tp // node)
+        else:
+            seconds = self._node_allreduces(counts, self.tp)
+        return np.where(counts <= 0, 0.0, seconds)
+
+    def _node_allreduces(self, tokens: np.ndarray, gpus: int) -> np.ndarray:
+        """:meth:`_node_allreduce` at each of ``tokens``' counts."""
         p = self.params
+        message = tokens * self.model.hidden_size * self._act_bytes
+        fit = self.calibration.allreduce.get(str(gpus)) if self.calibration is not None else None
+        if fit is not None:
+            measured = fit.at_sizes(message)
+            own = self._custom_allreduce
+            if own is not None:
+                small = fit(own.reference_size_bytes)
+                return own.times(
+                    message, gpus, self.gpu.nvlink_bandwidth, measured, small or measured
+                )
+            if self._transfer is not None and not self._own_allreduce:
+                engine, reference = self._transfer
+                mine = engine._node_allreduces(tokens, gpus)
+                theirs = reference._node_allreduces(tokens, gpus)
+                scaled = (mine > 0.0) & (theirs > 0.0)
+                measured[scaled] *= mine[scaled] / theirs[scaled]
+            return measured
         wire = 2.0 * (gpus - 1) / gpus * message
         return np.asarray(
             p.allreduce_latency_s + wire / (self.gpu.nvlink_bandwidth * p.allreduce_bw_eff)

@@ -7,6 +7,7 @@ SIGKILL a real ``cbsim sweep``'s parent) and then check what a user finds on dis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -804,15 +805,26 @@ def session_members(session: int) -> list[int]:
     return members
 
 
-def workers_of(parent: int) -> list[int]:
+def children_of(parent: int) -> list[tuple[int, bytes]]:
+    """Live children of a process, with their command lines."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             fields = _stat(int(entry.name))
-            if fields is not None and int(fields[1]) == parent:
-                with_args = (entry / "cmdline").read_bytes()
-                if b"spawn_main" in with_args:
-                    found.append(int(entry.name))
+            if fields is not None and fields[0] != "Z" and int(fields[1]) == parent:
+                with contextlib.suppress(OSError):
+                    found.append((int(entry.name), (entry / "cmdline").read_bytes()))
+    return found
+
+
+def workers_of(parent: int) -> list[int]:
+    """A sweep's worker processes: spawned by it, or forked by its fork server."""
+    found = []
+    for pid, command in children_of(parent):
+        if b"spawn_main" in command:
+            found.append(pid)
+        elif b"forkserver" in command:
+            found += [worker for worker, _ in children_of(pid)]
     return found
 
 

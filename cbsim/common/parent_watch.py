@@ -7,7 +7,10 @@ a watchdog thread (:func:`exit_with_parent`, a process pool's initializer) that 
 :data:`POLL_INTERVAL_S` whether the process that started it still runs, and ends the worker at once
 (exit status :data:`EXIT_ORPHANED`) when it does not. On POSIX a dead parent's children are adopted
 by another process, so the parent's id as the worker sees it changes; elsewhere the watchdog asks
-:mod:`multiprocessing` whether the parent is alive. A point being written when the worker ends
+:mod:`multiprocessing` whether the parent is alive. A worker forked by :mod:`multiprocessing`'s
+fork server (:mod:`cbsim.common.worker_start`) has the server as its parent, which ends when the
+process that started the pool dies: the watchdog then watches both, the server through the parent
+id it sees and the pool's process through its id. A point being written when the worker ends
 leaves only a hidden temporary, which the next sweep deletes (see :mod:`cbsim.common.output_folders`).
 """
 
@@ -17,6 +20,8 @@ import multiprocessing
 import os
 import threading
 import time
+
+from cbsim.common.processes import process_is_running
 
 __all__ = ["EXIT_ORPHANED", "POLL_INTERVAL_S", "exit_with_parent", "parent_is_gone"]
 
@@ -35,20 +40,34 @@ def parent_is_gone(parent_pid: int) -> bool:
     return parent is not None and not parent.is_alive()
 
 
-def _watch(parent_pid: int, poll_interval_s: float) -> None:
-    while not parent_is_gone(parent_pid):
+def _starter_is_gone(parent_pid: int, server_pid: int | None) -> bool:
+    """Whether ``parent_pid``, which started this process directly or (``server_pid``) through
+    a fork server, is gone."""
+    if server_pid is None:
+        return parent_is_gone(parent_pid)
+    return parent_is_gone(server_pid) or not process_is_running(parent_pid)
+
+
+def _watch(parent_pid: int, server_pid: int | None, poll_interval_s: float) -> None:
+    while not _starter_is_gone(parent_pid, server_pid):
         time.sleep(poll_interval_s)
     os._exit(EXIT_ORPHANED)
 
 
 def exit_with_parent(parent_pid: int, poll_interval_s: float = POLL_INTERVAL_S) -> None:
-    """End this process as soon as its parent ``parent_pid`` dies (watched from a daemon thread).
+    """End this process as soon as the process ``parent_pid`` that started it dies (watched from
+    a daemon thread), whether it started this one itself or through a fork server.
 
     Meant as ``initializer`` of a process pool, with ``initargs=(os.getpid(),)`` in the parent.
     """
-    if parent_is_gone(parent_pid):
+    direct = os.name != "posix" or os.getppid() == parent_pid
+    server_pid = None if direct else os.getppid()
+    if _starter_is_gone(parent_pid, server_pid):
         os._exit(EXIT_ORPHANED)
     watchdog = threading.Thread(
-        target=_watch, args=(parent_pid, poll_interval_s), name="cbsim-parent-watch", daemon=True
+        target=_watch,
+        args=(parent_pid, server_pid, poll_interval_s),
+        name="cbsim-parent-watch",
+        daemon=True,
     )
     watchdog.start()

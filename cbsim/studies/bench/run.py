@@ -356,8 +356,9 @@ def run_bench(
     """Simulate every load point (each scenario validated before any runs) and return vLLM's
     view of each; with ``out``, write cbsim's result folder(s) as the module docstring says.
 
-    Several points with ``out`` run as a ``cbsim sweep`` on a spawned worker process, so a
-    script that calls this at import level needs the usual ``if __name__ == "__main__":``."""
+    Several points with ``out`` run as a ``cbsim sweep`` on a worker process
+    (:mod:`cbsim.common.worker_start`), so a script that calls this at import level needs the
+    usual ``if __name__ == "__main__":``."""
     from cbsim.run.simulate import simulate
 
     reporting = reporting or Reporting()

@@ -251,8 +251,9 @@ def plan(
 
     The alternatives are searched on ``workers`` processes at once (None or 1: one
     after the other in this process; see :mod:`cbsim.studies.capacity.workers`), with the same result.
-    The processes are started with ``spawn``, so a script that asks for several at import level
-    needs the usual ``if __name__ == "__main__":`` guard.
+    The processes are started from a fork server (or spawned: :mod:`cbsim.common.worker_start`),
+    so a script that asks for several at import level needs the usual
+    ``if __name__ == "__main__":`` guard.
     """
     loaded, base = _resolve(scenario)
     targets = _checked_slo(loaded, slo)

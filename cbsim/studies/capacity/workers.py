@@ -4,14 +4,15 @@ The alternatives of ``cbsim capacity --vary``, the layouts of ``cbsim plan`` and
 a disaggregated plan are searches that do not depend on each other. A :class:`JobPool` runs lists
 of such :class:`Job` objects (one list per stage of a plan; :func:`run_jobs` for a single list):
 with one worker in this process, one after the other (the serial path); with ``N`` workers in this
-process and ``N - 1`` ``spawn`` processes started as ``cbsim sweep``'s local backend starts its
-own (:mod:`cbsim.studies.sweep.execution`): each ends as soon as this process dies
+process and ``N - 1`` worker processes started as ``cbsim sweep``'s local backend starts its
+own (:mod:`cbsim.common.worker_start`: forked from a server that imported cbsim once, where the
+platform has one): each ends as soon as this process dies
 (:func:`cbsim.common.parent_watch.exit_with_parent`). A search draws its randomness only from its
 scenario's seed and shares nothing with the others (each builds its own cost models), so a job
 gives the same result, bit for bit, in any process, and the results come back in the jobs' order.
 
-A worker's start costs seconds (importing cbsim, loading numba's cached kernels), so no job waits
-for one: a job goes to a worker only when that worker has started and is idle; meanwhile this
+A worker's start costs time (forking it, or importing cbsim where it is spawned; loading
+numba's cached kernels), so no job waits for one: a job goes to a worker only when that worker has started and is idle; meanwhile this
 process, already warm, takes the next job itself (checking for idle workers at every simulation).
 A small plan is then about as fast as the serial path, and the workers, started once per plan,
 serve all of its stages.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import multiprocessing
 import os
 import queue
 import signal
@@ -41,8 +41,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar, cast
 
 from cbsim.common.errors import CbsimError
-from cbsim.common.parent_watch import exit_with_parent
 from cbsim.common.progress import tell
+from cbsim.common.worker_start import parent_environment, start_worker, worker_context
 
 __all__ = ["Job", "JobPool", "Outcome", "cli_workers", "run_jobs", "worker_count"]
 
@@ -130,11 +130,11 @@ def run_jobs(
 _lines: Any = None  # the queue this worker reports to
 
 
-def _start_worker(parent_pid: int, lines: Any) -> None:
-    """A worker's initializer: end with the parent, leave Ctrl-C to it (SIGINT is ignored from
-    the start, see :func:`_sigint_ignored`), say it is ready."""
+def _start_worker(parent_pid: int, environment: dict[str, str], lines: Any) -> None:
+    """A worker's initializer: the parent's environment, end with the parent, leave Ctrl-C to it
+    (SIGINT is ignored from the start, see :func:`_sigint_ignored`), say it is ready."""
     global _lines
-    exit_with_parent(parent_pid)
+    start_worker(parent_pid, environment)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lines = lines
     import cbsim.run.simulate  # noqa: F401  (the searches' modules, loaded before it says so)
@@ -213,14 +213,14 @@ class JobPool:
         stage's) can use beside this process, at most ``workers - 1``."""
         if self._pool is None:
             processes = self.workers - 1 if jobs is None else min(self.workers, jobs) - 1
-            context = multiprocessing.get_context("spawn")
+            context = worker_context()
             self._lines = context.Queue()
             self._ready = set()
             self._pool = cf.ProcessPoolExecutor(
                 max_workers=max(processes, 1),
                 mp_context=context,
                 initializer=_start_worker,  # as cbsim sweep's: they end when this process dies
-                initargs=(os.getpid(), self._lines),
+                initargs=(os.getpid(), parent_environment(), self._lines),
             )
             with _sigint_ignored():  # inherited: Ctrl-C while a worker imports cbsim is ours
                 for _ in range(max(processes, 1)):

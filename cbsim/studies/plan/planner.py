@@ -409,8 +409,8 @@ def plan_deployment(
     The layouts of each pass are searched on ``workers`` processes at once (None or 1: one
     after the other in this process; ``cbsim plan`` asks for one per CPU;
     :mod:`cbsim.studies.capacity.workers`), with the same plan (``wall_s`` apart). The processes are
-    started with ``spawn``, so a script that asks for several at import level needs the usual
-    ``if __name__ == "__main__":`` guard."""
+    started from a fork server (or spawned: :mod:`cbsim.common.worker_start`), so a script that
+    asks for several at import level needs the usual ``if __name__ == "__main__":`` guard."""
     plan = settings or PlanSettings()
     worker_count(workers)
     started = time.perf_counter()

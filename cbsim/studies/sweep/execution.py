@@ -14,7 +14,6 @@ import concurrent.futures as cf
 import contextlib
 import importlib
 import logging
-import multiprocessing
 import os
 import traceback
 from collections.abc import Generator, Iterator, Sequence
@@ -23,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cbsim.common.errors import CbsimError
-from cbsim.common.parent_watch import exit_with_parent
+from cbsim.common.worker_start import parent_environment, start_worker, worker_context
 from cbsim.run.results import Results
 from cbsim.schema.scenario import Scenario
 from cbsim.studies.sweep.folder import _point_meta, write_point
@@ -84,13 +83,13 @@ def _run_local(
     workers: int,
     source: str | None,
 ) -> Generator[_Outcome, None, None]:
-    """Run points on a spawn-context process pool; workers write their own results."""
-    context = multiprocessing.get_context("spawn")
+    """Run points on a pool of worker processes (:mod:`cbsim.common.worker_start`); workers write
+    their own results."""
     pool = cf.ProcessPoolExecutor(
         max_workers=min(workers, len(todo)),
-        mp_context=context,
-        initializer=exit_with_parent,  # a killed sweep must not leave workers computing
-        initargs=(os.getpid(),),
+        mp_context=worker_context(),
+        initializer=start_worker,  # a killed sweep must not leave workers computing
+        initargs=(os.getpid(), parent_environment()),
     )
     finished = False
     try:

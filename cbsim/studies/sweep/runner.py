@@ -265,8 +265,9 @@ def run_sweep(
     The frame's ``attrs`` hold ``failures`` (a list of dicts: overrides, seed, key, error,
     internal), ``ran``, ``resumed`` and ``out``. Invalid or failing points do not raise.
 
-    The local backend starts its workers with the ``spawn`` method, so a script that calls this
-    at import level needs the usual ``if __name__ == "__main__":`` guard.
+    The local backend starts its workers from a fork server (or spawns them:
+    :mod:`cbsim.common.worker_start`), so a script that calls this at import level needs the
+    usual ``if __name__ == "__main__":`` guard.
     """
     report = execute_sweep(
         sweep, backend=backend, workers=workers, out=out, address=address, progress=progress

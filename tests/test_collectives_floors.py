@@ -171,25 +171,28 @@ def test_trtllm_small_fp8_gemms_keep_the_measured_floor() -> None:
 
 
 # one of each way an all-reduce is priced: the engine's own kernel from its mechanism (A100 vLLM),
-# a transfer GPU's engine/reference ratio (L40S), a measured table (H100), more than a node
-# (TP 16: a node's part plus the NICs), the raw ring without calibration
+# a transfer GPU's engine/reference ratio (L40S), a measured table (H100, DeepSeek-V3's hidden
+# size), more than a node (GB200's 72-GPU domain; H200 NVL's 4-GPU nodes), the raw ring without
+# calibration (TP 6); hidden sizes and group sizes that are not powers of two, so that an
+# operation taken in another order rounds differently
 PRICINGS = [
-    ("a100-80gb", "vllm", 4, "default"),
-    ("a100-80gb", "vllm", 16, "default"),
-    ("l40s", "sglang", 2, "default"),
-    ("h100-sxm", "vllm", 8, "default"),
-    ("h100-sxm", "tensorrt-llm", 16, "default"),
-    ("b200", "vllm", 8, "none"),
+    ("qwen2.5-14b", "a100-80gb", "vllm", 4, "default"),
+    ("qwen2.5-14b", "a100-80gb", "vllm", 16, "default"),
+    ("qwen2.5-14b", "l40s", "sglang", 2, "default"),
+    ("deepseek-v3", "h200", "vllm", 8, "default"),
+    ("llama-3-70b", "gb200", "vllm", 144, "default"),
+    ("llama-3-70b", "h200-nvl", "tensorrt-llm", 12, "default"),
+    ("llama-3-70b", "h100-sxm", "vllm", 6, "none"),
 ]
 
 
-@pytest.mark.parametrize(("gpu", "engine", "tp", "calibration"), PRICINGS)
+@pytest.mark.parametrize(("model", "gpu", "engine", "tp", "calibration"), PRICINGS)
 def test_allreduce_times_are_allreduce_time_count_by_count(
-    gpu: str, engine: str, tp: int, calibration: str
+    model: str, gpu: str, engine: str, tp: int, calibration: str
 ) -> None:
     """The array pricing a cost model's tables use gives each count the scalar pricing's float,
     bit for bit, from no tokens to messages far beyond the custom kernels' range."""
-    cost = CostModel("llama-3-70b", gpu, tp=tp, engine=engine, calibration=calibration)
+    cost = CostModel(model, gpu, tp=tp, engine=engine, calibration=calibration)
     tokens = np.unique(np.concatenate([np.arange(0, 300), np.geomspace(1, 2**21, 200)]).astype(int))
     scalar = np.array([cost.allreduce_time(int(count)) for count in tokens])
     assert np.array_equal(cost.allreduce_times(tokens).view(np.int64), scalar.view(np.int64))

@@ -169,6 +169,7 @@ def test_every_profile_tables_equal_the_scalar_pricing(
         ("l40s", "sglang", "bf16"),
         ("a100-80gb", "tensorrt-llm", "fp16"),
         ("h100-sxm", "vllm", "fp8"),
+        ("l40s", "vllm", "int4"),
     ],
 )
 def test_gemm_times_are_gemm_time_row_count_by_row_count(gpu: str, engine: str, dtype: str) -> None:

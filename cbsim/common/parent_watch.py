@@ -8,10 +8,12 @@ a watchdog thread (:func:`exit_with_parent`, a process pool's initializer) that 
 (exit status :data:`EXIT_ORPHANED`) when it does not. On POSIX a dead parent's children are adopted
 by another process, so the parent's id as the worker sees it changes; elsewhere the watchdog asks
 :mod:`multiprocessing` whether the parent is alive. A worker forked by :mod:`multiprocessing`'s
-fork server (:mod:`cbsim.common.worker_start`) has the server as its parent, which ends when the
-process that started the pool dies: the watchdog then watches both, the server through the parent
-id it sees and the pool's process through its id. A point being written when the worker ends
-leaves only a hidden temporary, which the next sweep deletes (see :mod:`cbsim.common.output_folders`).
+fork server (:mod:`cbsim.common.worker_start`) has the server as its parent, which outlives the
+pool's process while any worker runs: such a worker watches the pool's process through the pipe
+:mod:`multiprocessing` keeps to the process that asked for it (``parent_process()``), which
+tells a dead process (zombie or not) without ``/proc`` or process ids. A point being written
+when the worker ends leaves only a hidden temporary, which the next sweep deletes (see
+:mod:`cbsim.common.output_folders`).
 """
 
 from __future__ import annotations
@@ -40,16 +42,19 @@ def parent_is_gone(parent_pid: int) -> bool:
     return parent is not None and not parent.is_alive()
 
 
-def _starter_is_gone(parent_pid: int, server_pid: int | None) -> bool:
-    """Whether ``parent_pid``, which started this process directly or (``server_pid``) through
-    a fork server, is gone."""
-    if server_pid is None:
+def _starter_is_gone(parent_pid: int, forked_by_server: bool) -> bool:
+    """Whether ``parent_pid``, which started this process directly or (``forked_by_server``)
+    through a fork server, is gone."""
+    if not forked_by_server:
         return parent_is_gone(parent_pid)
-    return parent_is_gone(server_pid) or not process_is_running(parent_pid)
+    starter = multiprocessing.parent_process()
+    if starter is None or starter.pid != parent_pid:  # not multiprocessing's: by its id
+        return not process_is_running(parent_pid)
+    return not starter.is_alive()
 
 
-def _watch(parent_pid: int, server_pid: int | None, poll_interval_s: float) -> None:
-    while not _starter_is_gone(parent_pid, server_pid):
+def _watch(parent_pid: int, forked_by_server: bool, poll_interval_s: float) -> None:
+    while not _starter_is_gone(parent_pid, forked_by_server):
         time.sleep(poll_interval_s)
     os._exit(EXIT_ORPHANED)
 
@@ -60,13 +65,12 @@ def exit_with_parent(parent_pid: int, poll_interval_s: float = POLL_INTERVAL_S) 
 
     Meant as ``initializer`` of a process pool, with ``initargs=(os.getpid(),)`` in the parent.
     """
-    direct = os.name != "posix" or os.getppid() == parent_pid
-    server_pid = None if direct else os.getppid()
-    if _starter_is_gone(parent_pid, server_pid):
+    forked_by_server = os.name == "posix" and os.getppid() != parent_pid
+    if _starter_is_gone(parent_pid, forked_by_server):
         os._exit(EXIT_ORPHANED)
     watchdog = threading.Thread(
         target=_watch,
-        args=(parent_pid, server_pid, poll_interval_s),
+        args=(parent_pid, forked_by_server, poll_interval_s),
         name="cbsim-parent-watch",
         daemon=True,
     )

@@ -677,6 +677,7 @@ class OpPricing:
 
     def gemm_times(self, m: np.ndarray, n: int, k: int) -> np.ndarray:
         """:meth:`gemm_time` at each of ``m``'s row counts."""
+        m = np.asarray(m, dtype=np.int64)  # rows x columns x bytes overflows int32
         seconds = self._gemm_points(m, n, k, self._gemm_dtype, self._gemm_fit, self._peak_flops)
         if self._transfer is not None:
             engine, reference = self._transfer
@@ -731,7 +732,7 @@ class OpPricing:
     def allreduce_times(self, tokens: np.ndarray) -> np.ndarray:
         """:meth:`allreduce_time` at each of ``tokens``' counts, the same float per count bit for
         bit (the same operations in the same order, over arrays)."""
-        counts = np.asarray(tokens)
+        counts = np.asarray(tokens, dtype=np.int64)  # token x hidden x bytes overflows int32
         if self.tp == 1:
             return np.zeros(len(counts))
         node = self.gpu.gpus_per_node

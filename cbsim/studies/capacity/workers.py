@@ -5,15 +5,16 @@ a disaggregated plan are searches that do not depend on each other. A :class:`Jo
 of such :class:`Job` objects (one list per stage of a plan; :func:`run_jobs` for a single list):
 with one worker in this process, one after the other (the serial path); with ``N`` workers in this
 process and ``N - 1`` worker processes started as ``cbsim sweep``'s local backend starts its
-own (:mod:`cbsim.common.worker_start`: forked from a server that imported cbsim once, where the
-platform has one): each ends as soon as this process dies
+own (:mod:`cbsim.common.worker_start`: on Linux forked from a server that imported cbsim once,
+spawned elsewhere): each ends as soon as this process dies
 (:func:`cbsim.common.parent_watch.exit_with_parent`). A search draws its randomness only from its
 scenario's seed and shares nothing with the others (each builds its own cost models), so a job
 gives the same result, bit for bit, in any process, and the results come back in the jobs' order.
 
-A worker's start costs time (forking it, or importing cbsim where it is spawned; loading
-numba's cached kernels), so no job waits for one: a job goes to a worker only when that worker has started and is idle; meanwhile this
-process, already warm, takes the next job itself (checking for idle workers at every simulation).
+A worker's start costs time (the server's import of cbsim, or each spawned worker's; loading
+numba's cached kernels), so no job waits for one: a job goes to a worker only when that worker
+has started and is idle; meanwhile this process, already warm, takes the next job itself
+(checking for idle workers at every simulation).
 A small plan is then about as fast as the serial path, and the workers, started once per plan,
 serve all of its stages.
 
@@ -29,20 +30,24 @@ come back through a queue and go to ``progress`` with how many jobs of the stage
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextlib
 import os
 import queue
 import signal
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Any, Generic, TypeVar, cast
 
 from cbsim.common.errors import CbsimError
 from cbsim.common.progress import tell
-from cbsim.common.worker_start import parent_environment, start_worker, worker_context
+from cbsim.common.worker_start import (
+    WorkerStart,
+    parent_start,
+    sigint_ignored,
+    start_worker,
+    worker_context,
+)
 
 __all__ = ["Job", "JobPool", "Outcome", "cli_workers", "run_jobs", "worker_count"]
 
@@ -130,11 +135,11 @@ def run_jobs(
 _lines: Any = None  # the queue this worker reports to
 
 
-def _start_worker(parent_pid: int, environment: dict[str, str], lines: Any) -> None:
+def _start_worker(start: WorkerStart, lines: Any) -> None:
     """A worker's initializer: the parent's environment, end with the parent, leave Ctrl-C to it
-    (SIGINT is ignored from the start, see :func:`_sigint_ignored`), say it is ready."""
+    (SIGINT is ignored from the start, see :func:`sigint_ignored`), say it is ready."""
     global _lines
-    start_worker(parent_pid, environment)
+    start_worker(start)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _lines = lines
     import cbsim.run.simulate  # noqa: F401  (the searches' modules, loaded before it says so)
@@ -155,20 +160,6 @@ def _nothing() -> None:
 
 
 # --------------------------------------------------------------------------- the pool
-
-
-@contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored while workers are started (they inherit it, so a Ctrl-C during their start
-    prints no traceback per worker); this process then handles it again."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 class JobPool:
@@ -220,9 +211,9 @@ class JobPool:
                 max_workers=max(processes, 1),
                 mp_context=context,
                 initializer=_start_worker,  # as cbsim sweep's: they end when this process dies
-                initargs=(os.getpid(), parent_environment(), self._lines),
+                initargs=(parent_start(), self._lines),
             )
-            with _sigint_ignored():  # inherited: Ctrl-C while a worker imports cbsim is ours
+            with sigint_ignored():  # inherited: Ctrl-C while a worker imports cbsim is ours
                 for _ in range(max(processes, 1)):
                     self._pool.submit(_nothing)
         return self._pool

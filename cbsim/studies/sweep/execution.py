@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cbsim.common.errors import CbsimError
-from cbsim.common.worker_start import parent_environment, start_worker, worker_context
+from cbsim.common.worker_start import parent_start, start_worker, worker_context
 from cbsim.run.results import Results
 from cbsim.schema.scenario import Scenario
 from cbsim.studies.sweep.folder import _point_meta, write_point
@@ -89,7 +89,7 @@ def _run_local(
         max_workers=min(workers, len(todo)),
         mp_context=worker_context(),
         initializer=start_worker,  # a killed sweep must not leave workers computing
-        initargs=(os.getpid(), parent_environment()),
+        initargs=(parent_start(),),
     )
     finished = False
     try:

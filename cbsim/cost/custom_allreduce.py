@@ -35,7 +35,7 @@ in-node part like a node's all-reduce.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,12 +70,18 @@ class CustomAllreduce(BaseModel):
     ) -> float:
         """Seconds of the faster of one-shot and two-shot for a ``size_bytes`` message over
         ``gpus`` GPUs, latencies times ``scale``."""
+        one, two = self._shots(size_bytes, gpus, nvlink_bandwidth, scale)
+        return float(one if one < two else two)
+
+    def _shots(self, size_bytes: Any, gpus: int, nvlink_bandwidth: float, scale: Any) -> Any:
+        """(one-shot, two-shot) seconds, for one message or element-wise over arrays (the same
+        operations in the same order either way)."""
         peers = gpus - 1
         rate = nvlink_bandwidth * self.efficiency
         one = (self.latency_s + self.latency_per_peer_s * peers) * scale + peers * size_bytes / rate
         two = (self.two_shot_latency_s + self.two_shot_latency_per_peer_s * peers) * scale
-        two += 2.0 * peers / gpus * size_bytes / rate
-        return one if one < two else two
+        two = two + 2.0 * peers / gpus * size_bytes / rate
+        return one, two
 
     def time(
         self,
@@ -108,11 +114,6 @@ class CustomAllreduce(BaseModel):
         reference = self.reference_latency_s.get(str(gpus))
         if reference is None or gpus < 2:
             return np.asarray(nccl_s, dtype=np.float64)
-        peers = gpus - 1
-        rate = nvlink_bandwidth * self.efficiency
-        scale = nccl_reference_s / reference
-        one = (self.latency_s + self.latency_per_peer_s * peers) * scale + peers * size_bytes / rate
-        two = (self.two_shot_latency_s + self.two_shot_latency_per_peer_s * peers) * scale
-        two = two + 2.0 * peers / gpus * size_bytes / rate
+        one, two = self._shots(size_bytes, gpus, nvlink_bandwidth, nccl_reference_s / reference)
         own = np.where(one < two, one, two)
         return np.where((size_bytes > self.max_bytes) | (own >= nccl_s), nccl_s, own)

@@ -61,10 +61,17 @@ def test_a_worker_has_the_environment_its_pool_started_with(
 
 
 def test_a_worker_handles_ctrl_c_as_its_parent_does() -> None:
-    start = parent_start()
-    assert start.interrupts  # pytest's process: Ctrl-C interrupts it
-    assert _in_worker(start)[2] is True
-    assert _in_worker(dataclasses.replace(start, interrupts=False))[2] is False
+    # as at a terminal (pytest started in the background of a shell inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        start = parent_start()
+        assert start.interrupts
+        assert _in_worker(start)[2] is True
+        assert _in_worker(dataclasses.replace(start, interrupts=False))[2] is False
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert not parent_start().interrupts
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_worker_of_another_copys_server_imports_its_parents_copy() -> None:

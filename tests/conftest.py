@@ -10,6 +10,7 @@ keys (``small_scenario({"scheduler.kind": "sarathi"})``); a value replaces the w
 from __future__ import annotations
 
 import copy
+import gc
 import math
 import shutil
 import subprocess
@@ -37,6 +38,17 @@ def pytest_configure(config: pytest.Config) -> None:
     from cbsim.run.kernel_priming import prime
 
     prime()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Keep what collection left (cbsim, pandas, numba, hypothesis, every test module and item:
+    objects that live as long as the process) out of the garbage collector's full collections,
+    as the ``cbsim`` command does with its imports (``cbsim_launcher``), rather than walking
+    them again in each. A small simulation after the imports ran 45 -> 31 ms with them frozen;
+    the tests of the decode cohorts and prefix caching, collected with the whole suite, 3-4%
+    faster. What the tests create is collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 BASE_SCENARIO: dict[str, Any] = {

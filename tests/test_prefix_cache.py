@@ -212,10 +212,10 @@ def test_fast_forward_equals_stepping_with_prefix_caching(
             router=router,
             kv_offload={"cpu_gib": 32.0, "bandwidth_gib_s": 4.0},
         )
-        data.update(fast_forward=fast, horizon_s=150.0)
+        data.update(fast_forward=fast, horizon_s=75.0)
         data["scheduler"]["kind"] = kind
         data["workload"]["trace"]["rate_scale"] = 3.0
-        data["workload"]["duration_s"] = 60
+        data["workload"]["duration_s"] = 30  # 269 requests: thousands of evictions, preemptions
         if speculative:
             data["speculative"] = {
                 "enabled": True,

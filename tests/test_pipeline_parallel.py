@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
+import numpy as np
+import pandas as pd
 import pytest
 
 import cbsim
@@ -16,9 +19,11 @@ from cbsim.catalog.model_bytes import (
 )
 from cbsim.catalog.models import get_model
 from cbsim.common.errors import CbsimError
+from cbsim.cost.compiled import decode_seconds
 from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
+from cbsim.engine import decode_run
 from cbsim.memory.kvcache import KVCache
 from cbsim.run.preflight import gpu_layout
 from tests.conftest import BASE_SCENARIO
@@ -118,3 +123,64 @@ def test_a_lone_request_is_never_split_between_micro_batches() -> None:
         assert piped.iteration_time([(1, 32000)]) >= CostModel(
             "llama-3-8b", "h100-sxm"
         ).iteration_time([(1, 32000)])
+
+
+@numba.njit
+def _decode_seconds_at(compiled: Any, requests: Any, kv_tokens: Any, out: Any) -> None:
+    for i in range(len(requests)):
+        out[i] = decode_seconds(compiled, requests[i], kv_tokens[i])
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"model": "llama-3-70b", "gpu": "h100-sxm", "tp": 2, "pp": 2},
+        {"model": "llama-3-70b", "gpu": "h200", "tp": 4, "pp": 3, "engine": "sglang"},
+        {"model": "qwen2.5-14b", "gpu": "b200", "tp": 1, "pp": 4, "engine": "tensorrt-llm"},
+        {"model": "mixtral-8x7b", "gpu": "h200", "tp": 2, "dp": 2, "ep": 4},
+        {"model": "qwen3-30b-a3b", "gpu": "a100-80gb", "tp": 1, "dp": 4, "ep": 4},
+    ],
+    ids=lambda layout: "-".join(str(v) for v in layout.values()),
+)
+def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(layout: dict[str, Any]) -> None:
+    """A plain decode run's steps on stages or ranks (a share of the batch each) priced compiled
+    give CostModel.decode_time's float, bit for bit: batch sizes that do not divide into the
+    shares, one request, no keys yet, tables extended as larger batches come."""
+    cost = CostModel(**layout)
+    rng = np.random.default_rng(7)
+    for top in (40, 700):
+        compiled = cost.compiled_decode(top)
+        assert compiled is not None and compiled.split == cost._split > 1
+        requests = rng.integers(1, top + 1, 400)
+        requests[:4] = [1, 2, 3, top]
+        kv_tokens = requests * rng.integers(1, 5000, 400)
+        kv_tokens[:2] = 0
+        got = np.empty(len(requests))
+        _decode_seconds_at(compiled, requests, kv_tokens, got)
+        want = [
+            cost.decode_time(n, kv)
+            for n, kv in zip(requests.tolist(), kv_tokens.tolist(), strict=True)
+        ]
+        assert got.tolist() == want
+    assert cost.compiled(10) is None  # the other kernels still price it in Python
+
+
+@pytest.mark.parametrize("cluster", [{"pp": 2}, {"pp": 3}])
+def test_a_pipelined_replica_fast_forwards_as_it_steps(cluster: dict[str, Any]) -> None:
+    data = {
+        **BASE_SCENARIO,
+        "cluster": {**BASE_SCENARIO["cluster"], **cluster},
+        "workload": {**BASE_SCENARIO["workload"], "num_requests": 120},
+        "scheduler": {"kind": "sarathi", "max_batch_size": 48},
+    }
+    with pytest.MonkeyPatch.context() as patch:  # every decode run planned compiled
+
+        def refused(*args: Any, **kwargs: Any) -> None:
+            raise AssertionError("a decode run planned in Python")
+
+        patch.setattr(decode_run, "plan_decode_run_python", refused)
+        forward = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": True}))
+    stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+    assert (forward.iterations["decode_tokens"] > 0).sum() > 100
+    pd.testing.assert_frame_equal(forward.requests, stepped.requests, check_exact=True)
+    pd.testing.assert_frame_equal(forward.iterations, stepped.iterations, check_exact=True)

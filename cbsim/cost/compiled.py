@@ -88,6 +88,11 @@ class CompiledCost(NamedTuple):
     overhead_zero: bool
     # the engine's CPU time per step never falls with more tokens (a non-negative per-token term)
     overhead_rises: bool
+    # the batch's shares (data-parallel ranks or pipeline micro-batches; 1: none) and the
+    # pipeline's stage factor (1.0 without stages); with shares only decode_seconds prices (the
+    # TOKEN row then the whole batch's non-attention kernels, the other rows unfilled)
+    split: int
+    stage_factor: float
 
     @property
     def size(self) -> int:
@@ -332,10 +337,30 @@ def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> f
 @numba.njit(cache=True, inline="always")
 def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
+    if c.split > 1:
+        return _shared_decode_seconds(c, requests, kv_tokens)
     gpu = c.tables[TOKEN, requests] + c.layers * decode_attention(
         c, requests, kv_tokens, float(kv_tokens), requests
     )
     return step_seconds(c, gpu, requests, requests)
+
+
+@numba.njit(cache=True)
+def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
+    """:func:`decode_seconds` of a batch split into ``c.split`` shares (ranks or micro-batches),
+    each request whole in one: the largest share's attention (``CostModel._attention_all_layers``)
+    through every stage, and the engine's step for that share (``CostModel.step_time``)."""
+    held = -(-requests // c.split)
+    tokens, kv, pairs, group = requests, kv_tokens, float(kv_tokens), requests
+    if requests > 0:
+        tokens = -(-requests * held // requests)
+        if kv_tokens > 0:
+            kv = -(-kv_tokens * held // requests)
+        pairs, group = pairs * held / requests, held
+    attention = c.layers * decode_attention(c, tokens, kv, pairs, group)
+    gpu = c.tables[TOKEN, requests] + attention * c.stage_factor
+    share = -(-requests * held // requests) if requests > 0 else requests
+    return step_seconds(c, gpu, held, share)
 
 
 @numba.njit(cache=True)

@@ -456,6 +456,25 @@ class CostModel(OpPricing):
         self._compiled_size[extra_gemm] = 0 if have is None else have.size
         return have
 
+    def compiled_decode(self, requests: int) -> Any:
+        """:meth:`compiled` for a plain decode run (:func:`~cbsim.cost.compiled.decode_seconds`
+        alone), which compiles also where the batch splits over data-parallel ranks or pipeline
+        stages; None as :meth:`compiled` gives it."""
+        if self._split == 1:
+            return self.compiled(requests)
+        if requests < self._shared_decode_size and not self.cold_start.left:
+            return self._shared_decode
+        have = self._shared_decode
+        if self.cold_start.left and self.cold_start.interpreted():
+            return None
+        if have is False:
+            have = compile_shared_decode(self, requests)
+        elif have is not None and have.size <= requests:
+            have = extend_shared_decode(have, self, requests)
+        self._shared_decode = have
+        self._shared_decode_size = 0 if have is None else have.size
+        return have
+
     # ------------------------------------------------------------------ contract API
 
     def breakdown(self, batch: Iterable[Sequence[int]]) -> dict[str, float]:
@@ -509,15 +528,17 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
     return None if base is None else extend_tables(base, cost, tokens, extra_gemm)
 
 
-def _compiled_base(cost: CostModel) -> CompiledCost | None:
-    """:func:`compile_cost` without its tables (None: not compilable)."""
+def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None:
+    """:func:`compile_cost` without its tables (None: not compilable). ``shares``: also a model
+    whose batches split over data-parallel ranks or pipeline stages (for
+    :func:`~cbsim.cost.compiled.decode_seconds` only)."""
     if (
         cost._transfer is not None
         or cost.model.is_mla
         or cost.model.sliding_window
-        or cost._split > 1
+        or (cost._split > 1 and not shares)
     ):
-        return None  # MLA modules, local attention and data-parallel ranks: priced in Python
+        return None  # MLA modules, local attention (and ranks or stages): priced in Python
     fields = _compiled_fit(cost, cost._decode_fit_model)
     if fields is None:
         return None
@@ -548,6 +569,8 @@ def _compiled_base(cost: CostModel) -> CompiledCost | None:
         overlap=bool(overlap),
         overhead_zero=bool(cost._overhead_zero),
         overhead_rises=False,
+        split=int(cost._split),
+        stage_factor=float(cost._stage_factor) if cost.pp > 1 else 1.0,
     )
 
 
@@ -652,6 +675,33 @@ def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
     fit[FIT_AXIS1] = fields["axis1_size"]
     fit[FIT_STRIDE0] = fields["stride0"]
     return fit, fields["grid"]
+
+
+def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None:
+    """``cost`` compiled for :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests``
+    decoding requests, also where its batches split over data-parallel ranks or pipeline stages
+    (None: not compilable)."""
+    base = _compiled_base(cost, shares=True)
+    return None if base is None else extend_shared_decode(base, cost, requests)
+
+
+def extend_shared_decode(compiled: CompiledCost, cost: CostModel, requests: int) -> CompiledCost:
+    """:func:`extend_tables` of a model with shares (ranks or stages): its TOKEN row the whole
+    batch's non-attention kernels, each count's float ``CostModel._token_time(n, n, n)`` itself;
+    the rows no decode step reads left NaN."""
+    if compiled.split == 1:
+        return extend_tables(compiled, cost, requests, None)
+    have = compiled.size
+    if have > requests:
+        return compiled
+    size = max(requests + 1, 2 * have, TABLE_CHUNK)
+    tables = np.full((TABLE_ROWS, size), np.nan)
+    tables[:, :have] = compiled.tables
+    tables[TOKEN, 0] = 0.0
+    row = tables[TOKEN]
+    for n in range(max(have, 1), size):
+        row[n] = cost._token_time(n, n, n)
+    return compiled._replace(tables=tables)
 
 
 def extend_tables(

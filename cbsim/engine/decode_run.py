@@ -80,7 +80,7 @@ def plan_decode_run(
     running requests' KV tokens, outputs left and blocks, in any order, where the scheduler's
     decode cohort has them (the compiled planner reads them instead of the requests)."""
     count = len(running)
-    compiled = cost.compiled(count) if count else None
+    compiled = cost.compiled_decode(count) if count else None
     if compiled is None:
         return plan_decode_run_python(
             running,

@@ -225,7 +225,7 @@ class Replica:
             )
         state = None
         if sched.cohort is not None:  # the cohort's arrays, or its members written back
-            if pool.cost.compiled(len(sched.running)) is not None:
+            if pool.cost.compiled_decode(len(sched.running)) is not None:
                 state = sched.cohort_decode_state()
             if state is None:
                 sched.materialize_cohort()

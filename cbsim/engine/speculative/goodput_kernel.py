@@ -199,7 +199,7 @@ def goodput_sweep(
     capped_context = ints[2]
     for s in range(k_max):
         ints[SWEPT_REQUESTS, s] = -1  # draft step s not priced (yet)
-    top = 0
+    top = int(0)  # noqa: RUF046, UP018  (not the literal 0: _beyond_reach compiled for it too)
     for i in range(n):
         cap = remaining[i] - 1
         cap = 0 if cap < 0 else (k_max if cap > k_max else cap)

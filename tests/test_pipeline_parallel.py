@@ -19,6 +19,7 @@ from cbsim.catalog.model_bytes import (
 )
 from cbsim.catalog.models import get_model
 from cbsim.common.errors import CbsimError
+from cbsim.cost.batch_stats import BatchStats
 from cbsim.cost.compiled import decode_seconds
 from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
@@ -184,3 +185,31 @@ def test_a_pipelined_replica_fast_forwards_as_it_steps(cluster: dict[str, Any]) 
     assert (forward.iterations["decode_tokens"] > 0).sum() > 100
     pd.testing.assert_frame_equal(forward.requests, stepped.requests, check_exact=True)
     pd.testing.assert_frame_equal(forward.iterations, stepped.iterations, check_exact=True)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"model": "llama-3-70b", "gpu": "h100-sxm", "tp": 2, "pp": 3},
+        {"model": "mixtral-8x7b", "gpu": "b200", "tp": 1, "dp": 4, "ep": 4, "engine": "sglang"},
+    ],
+    ids=["pp3", "dp4"],
+)
+def test_a_stepped_iteration_on_shares_is_priced_compiled_as_in_python(
+    layout: dict[str, Any],
+) -> None:
+    """Prefill chunks beside decodes and verify entries, on stages or ranks: time_stats (one
+    compiled call) gives python_time_stats' float, empty groups and lone requests included."""
+    cost = CostModel(**layout)
+    rng = np.random.default_rng(11)
+    batches: list[list[tuple[int, int]]] = [[(1, 0)], [(900, 0)], [(3, 100), (1, 7)]]
+    for _ in range(300):
+        decodes = [(1, int(c)) for c in rng.integers(0, 9000, int(rng.integers(0, 50)))]
+        prefills = [
+            (int(q), int(c)) for q, c in rng.integers(1, 3000, (int(rng.integers(0, 8)), 2))
+        ]
+        batches.append(decodes + prefills or [(1, 1)])
+    for batch in batches:
+        stats = BatchStats.from_pairs(batch)
+        assert cost.time_stats(stats) == cost.python_time_stats(stats), batch
+    assert cost._stepped is not None  # it was priced compiled

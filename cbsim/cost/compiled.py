@@ -350,17 +350,40 @@ def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> fl
     """:func:`decode_seconds` of a batch split into ``c.split`` shares (ranks or micro-batches),
     each request whole in one: the largest share's attention (``CostModel._attention_all_layers``)
     through every stage, and the engine's step for that share (``CostModel.step_time``)."""
-    held = -(-requests // c.split)
-    tokens, kv, pairs, group = requests, kv_tokens, float(kv_tokens), requests
-    if requests > 0:
-        tokens = -(-requests * held // requests)
-        if kv_tokens > 0:
-            kv = -(-kv_tokens * held // requests)
-        pairs, group = pairs * held / requests, held
+    tokens, kv, pairs, group = _group_share(
+        c.split, requests, kv_tokens, float(kv_tokens), requests
+    )
     attention = c.layers * decode_attention(c, tokens, kv, pairs, group)
     gpu = c.tables[TOKEN, requests] + attention * c.stage_factor
-    share = -(-requests * held // requests) if requests > 0 else requests
-    return step_seconds(c, gpu, held, share)
+    return step_seconds(c, gpu, -(-requests // c.split), _share(c.split, requests, requests))
+
+
+@numba.njit(cache=True, inline="always")
+def _share(split: int, count: int, requests: int) -> int:
+    """``OpPricing._share_of``: the largest share's part of ``count`` (tokens, keys) of a batch
+    of ``requests`` requests, each whole in one share."""
+    if split == 1 or count <= 0:
+        return count
+    if requests <= 0:
+        return -(-count // split)
+    return -(-count * -(-requests // split) // requests)
+
+
+@numba.njit(cache=True, inline="always")
+def _group_share(
+    split: int, tokens: int, kv_tokens: int, pairs: float, requests: int
+) -> tuple[int, int, float, int]:
+    """An attention group's (tokens, keys/values, pairs, requests) in its largest share, as
+    ``CostModel._attention_all_layers`` takes them (the group whole when empty)."""
+    if tokens <= 0 or requests <= 0:
+        return tokens, kv_tokens, pairs, requests
+    held = -(-requests // split)
+    return (
+        _share(split, tokens, requests),
+        _share(split, kv_tokens, requests),
+        pairs * held / requests,
+        held,
+    )
 
 
 @numba.njit(cache=True)
@@ -419,6 +442,12 @@ def stepped_seconds(
     """:meth:`CostModel.time_stats` of any batch given by its stats, its kernels other than
     attention already priced (``token_s``): both attention kernels over every layer (the prefill
     one by the fit ``fit``/``grid`` of :func:`prefill_attention`) and the engine's step."""
+    if c.split > 1:
+        return _shared_stepped_seconds(
+            c, fit, grid, token_s, requests, tokens, prefill_tokens, prefill_kv_tokens,
+            prefill_pairs, prefill_requests, decode_tokens, decode_kv_tokens, decode_pairs,
+            decode_requests,
+        )  # fmt: skip
     gpu = (
         token_s
         + c.layers
@@ -429,3 +458,36 @@ def stepped_seconds(
         * decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
     )
     return step_seconds(c, gpu, requests, tokens)
+
+
+@numba.njit(cache=True)
+def _shared_stepped_seconds(
+    c: CompiledCost,
+    fit: FloatArray,
+    grid: FloatArray,
+    token_s: float,
+    requests: int,
+    tokens: int,
+    prefill_tokens: int,
+    prefill_kv_tokens: int,
+    prefill_pairs: float,
+    prefill_requests: int,
+    decode_tokens: int,
+    decode_kv_tokens: int,
+    decode_pairs: float,
+    decode_requests: int,
+) -> float:
+    """:func:`stepped_seconds` of a batch split into ``c.split`` shares (ranks or micro-batches):
+    each attention group's largest share through every stage, and the engine's step for the
+    largest share of the batch (``CostModel.gpu_time_stats`` and ``step_time``)."""
+    split = c.split
+    p_tokens, p_kv, p_pairs, p_requests = _group_share(
+        split, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
+    )
+    d_tokens, d_kv, d_pairs, d_requests = _group_share(
+        split, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests
+    )
+    prefill = c.layers * prefill_attention(c, fit, grid, p_tokens, p_kv, p_pairs, p_requests)
+    decode = c.layers * decode_attention(c, d_tokens, d_kv, d_pairs, d_requests)
+    gpu = token_s + prefill * c.stage_factor + decode * c.stage_factor
+    return step_seconds(c, gpu, -(-requests // split), _share(split, tokens, requests))

@@ -646,7 +646,7 @@ def _stepped_pricing(
     """What :meth:`CostModel.time_stats` calls its compiled pricing with: the kernel, the model's
     pricing without tables (the batch's other kernels come from its token cache) and its prefill
     fit; and the prefill attention's own kernel; None when either cannot be compiled."""
-    base = _compiled_base(cost)
+    base = _compiled_base(cost, shares=True)  # stepped_seconds prices ranks and stages
     prefill = compile_prefill(cost) if base is not None else None
     if base is None or prefill is None:
         return None

@@ -78,7 +78,9 @@ def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort(tmp_path:
     _assert_each_kernel_once(compiled)
     heavy = [name for name in compiled if any(part in name for part in LIBRARY_HEAVY)]
     assert not heavy, f"numba library functions compiled on the run's path: {heavy}"
-    assert len(compiled) <= 16, compiled  # 14 when written (numba's own included), 36 before
+    # 14 when written (numba's own included), 36 before; 2 more for the pricing of batches split
+    # over pipeline stages or ranks, which the decode-run and stepped kernels may call
+    assert len(compiled) <= 18, compiled
 
 
 @pytest.mark.slow

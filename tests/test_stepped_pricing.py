@@ -1,6 +1,7 @@
 """A stepped iteration's price from one compiled call (``CostModel.time_stats``): the same float as
 the cost model's Python pricing, term by term (``python_time_stats``), for batches of prefill
-chunks and decodes on every kind of cost model that compiles; the others keep the Python path."""
+chunks and decodes on every kind of cost model that compiles (pipeline stages and attention
+data-parallel ranks among them); the others keep the Python path."""
 
 from __future__ import annotations
 
@@ -23,11 +24,17 @@ COMPILED = {
     "llama-3-8b h100 uncalibrated, no engine": lambda: CostModel(
         "llama-3-8b", "h100-sxm", calibration=UNCALIBRATED, engine=None
     ),
+    "llama-3-70b pp2": lambda: CostModel("llama-3-70b", "h100-sxm", tp=4, pp=2),
+    "llama-3-70b pp3 (uneven stages) sglang": lambda: CostModel(
+        "llama-3-70b", "h200", tp=2, pp=3, engine="sglang"
+    ),
+    "mixtral dp2 (attention ranks)": lambda: CostModel(
+        "mixtral-8x7b", "h100-sxm", tp=1, dp=2, ep=2
+    ),
 }
 PYTHON_ONLY = {
     "deepseek-v3 (latent attention)": lambda: CostModel("deepseek-v3", "h200", tp=8),
     "gpt-oss-120b (local attention)": lambda: CostModel("gpt-oss-120b", "h100-sxm", tp=2),
-    "llama-3-70b pp2": lambda: CostModel("llama-3-70b", "h100-sxm", tp=4, pp=2),
 }
 MODELS: dict[str, CostModel] = {}
 

@@ -22,6 +22,9 @@ instead of a dozen Python ones.
 
 A cost model that cannot be compiled (a GPU priced through another GPU's kernel ratios, a
 correction over more than two features) gives None, and callers fall back to the Python path.
+One whose batches split into shares (pipeline micro-batches, attention data-parallel ranks:
+``CompiledCost.split``) compiles for :func:`decode_seconds` and :func:`stepped_seconds` alone,
+which price the largest share as the cost model does (``CostModel.compiled_decode``).
 """
 
 from __future__ import annotations

@@ -126,6 +126,14 @@ def test_a_lone_request_is_never_split_between_micro_batches() -> None:
         ).iteration_time([(1, 32000)])
 
 
+def _with_serial_cpu(cost: CostModel) -> CostModel:
+    """``cost`` with an engine step of 10 ms + 0.1 ms per request + 10 µs per token of CPU work
+    after its kernels (not overlapped), set before anything is compiled from it."""
+    cost._step_terms = (0.01, 1e-4, 1e-5, 0.0, 0.0, False)
+    cost._overhead_zero = False
+    return cost
+
+
 @numba.njit
 def _decode_seconds_at(compiled: Any, requests: Any, kv_tokens: Any, out: Any) -> None:
     for i in range(len(requests)):
@@ -143,11 +151,16 @@ def _decode_seconds_at(compiled: Any, requests: Any, kv_tokens: Any, out: Any) -
     ],
     ids=lambda layout: "-".join(str(v) for v in layout.values()),
 )
-def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(layout: dict[str, Any]) -> None:
+@pytest.mark.parametrize("serial_cpu", [False, True], ids=["engine-step", "serial-cpu-step"])
+def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(
+    layout: dict[str, Any], serial_cpu: bool
+) -> None:
     """A plain decode run's steps on stages or ranks (a share of the batch each) priced compiled
     give CostModel.decode_time's float, bit for bit: batch sizes that do not divide into the
-    shares, one request, no keys yet, tables extended as larger batches come."""
-    cost = CostModel(**layout)
+    shares, one request, no keys yet, tables extended as larger batches come; and with an
+    engine step whose CPU work is not overlapped and outweighs the kernels (the shipped
+    engines' never shows), so the share its step counts shows."""
+    cost = _with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
     rng = np.random.default_rng(7)
     for top in (40, 700):
         compiled = cost.compiled_decode(top)
@@ -180,7 +193,9 @@ def test_a_pipelined_replica_fast_forwards_as_it_steps(cluster: dict[str, Any]) 
             raise AssertionError("a decode run planned in Python")
 
         patch.setattr(decode_run, "plan_decode_run_python", refused)
-        forward = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": True}))
+        forward = cbsim.simulate(
+            cbsim.load_scenario({**data, "fast_forward": True}), interpret_while_cold=False
+        )
     stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
     assert (forward.iterations["decode_tokens"] > 0).sum() > 100
     pd.testing.assert_frame_equal(forward.requests, stepped.requests, check_exact=True)
@@ -195,12 +210,14 @@ def test_a_pipelined_replica_fast_forwards_as_it_steps(cluster: dict[str, Any]) 
     ],
     ids=["pp3", "dp4"],
 )
+@pytest.mark.parametrize("serial_cpu", [False, True], ids=["engine-step", "serial-cpu-step"])
 def test_a_stepped_iteration_on_shares_is_priced_compiled_as_in_python(
-    layout: dict[str, Any],
+    layout: dict[str, Any], serial_cpu: bool
 ) -> None:
     """Prefill chunks beside decodes and verify entries, on stages or ranks: time_stats (one
-    compiled call) gives python_time_stats' float, empty groups and lone requests included."""
-    cost = CostModel(**layout)
+    compiled call) gives python_time_stats' float, empty groups and lone requests included (and
+    with a step whose CPU work shows, as above)."""
+    cost = _with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
     rng = np.random.default_rng(11)
     batches: list[list[tuple[int, int]]] = [[(1, 0)], [(900, 0)], [(3, 100), (1, 7)]]
     for _ in range(300):
@@ -212,4 +229,4 @@ def test_a_stepped_iteration_on_shares_is_priced_compiled_as_in_python(
     for batch in batches:
         stats = BatchStats.from_pairs(batch)
         assert cost.time_stats(stats) == cost.python_time_stats(stats), batch
-    assert cost._stepped is not None  # it was priced compiled
+    assert cost._stepped not in (None, False)  # it was priced compiled

@@ -92,8 +92,9 @@ class CompiledCost(NamedTuple):
     # the engine's CPU time per step never falls with more tokens (a non-negative per-token term)
     overhead_rises: bool
     # the batch's shares (data-parallel ranks or pipeline micro-batches; 1: none) and the
-    # pipeline's stage factor (1.0 without stages); with shares only decode_seconds prices (the
-    # TOKEN row then the whole batch's non-attention kernels, the other rows unfilled)
+    # pipeline's stage factor (1.0 without stages); with shares only decode_seconds and
+    # stepped_seconds price (the TOKEN row then the whole batch's non-attention kernels, the
+    # other rows unfilled)
     split: int
     stage_factor: float
 

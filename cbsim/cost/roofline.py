@@ -410,8 +410,9 @@ class CostModel(OpPricing):
         self, tokens: int, kv_tokens: int, pairs: float, requests: int
     ) -> float | None:
         """:meth:`attention_time` of one layer's prefill (``decode=False``) by the compiled
-        pricing :meth:`time_stats` calls (the same float), or None where the model does not
-        compile. For callers already pricing compiled: it does not count as a cold call."""
+        pricing :meth:`time_stats` calls (the same float: the whole group, no share of it, also
+        on stages or ranks), or None where that pricing does not compile. For callers already
+        pricing compiled: it does not count as a cold call."""
         stepped = self._stepped
         if stepped is False:
             stepped = self._stepped = _stepped_pricing(self)
@@ -531,14 +532,15 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
 def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None:
     """:func:`compile_cost` without its tables (None: not compilable). ``shares``: also a model
     whose batches split over data-parallel ranks or pipeline stages (for
-    :func:`~cbsim.cost.compiled.decode_seconds` only)."""
+    :func:`~cbsim.cost.compiled.decode_seconds` and :func:`~cbsim.cost.compiled.stepped_seconds`
+    only)."""
     if (
         cost._transfer is not None
         or cost.model.is_mla
         or cost.model.sliding_window
         or (cost._split > 1 and not shares)
     ):
-        return None  # MLA modules, local attention (and ranks or stages): priced in Python
+        return None  # MLA modules, local attention (and, unless asked, ranks or stages)
     fields = _compiled_fit(cost, cost._decode_fit_model)
     if fields is None:
         return None

@@ -446,52 +446,26 @@ def stepped_seconds(
     """:meth:`CostModel.time_stats` of any batch given by its stats, its kernels other than
     attention already priced (``token_s``): both attention kernels over every layer (the prefill
     one by the fit ``fit``/``grid`` of :func:`prefill_attention`) and the engine's step."""
-    if c.split > 1:
-        return _shared_stepped_seconds(
-            c, fit, grid, token_s, requests, tokens, prefill_tokens, prefill_kv_tokens,
-            prefill_pairs, prefill_requests, decode_tokens, decode_kv_tokens, decode_pairs,
-            decode_requests,
-        )  # fmt: skip
+    if c.split > 1:  # each attention group's and the step's largest share (CostModel's order)
+        split = c.split
+        prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests = _group_share(
+            split, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
+        )
+        decode_tokens, decode_kv_tokens, decode_pairs, decode_requests = _group_share(
+            split, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests
+        )
+        tokens = _share(split, tokens, requests)
+        requests = -(-requests // split)
+    # through every stage: the stage factor (1.0 without stages, which leaves each float as is)
     gpu = (
         token_s
         + c.layers
         * prefill_attention(
             c, fit, grid, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
         )
+        * c.stage_factor
         + c.layers
         * decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
+        * c.stage_factor
     )
     return step_seconds(c, gpu, requests, tokens)
-
-
-@numba.njit(cache=True)
-def _shared_stepped_seconds(
-    c: CompiledCost,
-    fit: FloatArray,
-    grid: FloatArray,
-    token_s: float,
-    requests: int,
-    tokens: int,
-    prefill_tokens: int,
-    prefill_kv_tokens: int,
-    prefill_pairs: float,
-    prefill_requests: int,
-    decode_tokens: int,
-    decode_kv_tokens: int,
-    decode_pairs: float,
-    decode_requests: int,
-) -> float:
-    """:func:`stepped_seconds` of a batch split into ``c.split`` shares (ranks or micro-batches):
-    each attention group's largest share through every stage, and the engine's step for the
-    largest share of the batch (``CostModel.gpu_time_stats`` and ``step_time``)."""
-    split = c.split
-    p_tokens, p_kv, p_pairs, p_requests = _group_share(
-        split, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
-    )
-    d_tokens, d_kv, d_pairs, d_requests = _group_share(
-        split, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests
-    )
-    prefill = c.layers * prefill_attention(c, fit, grid, p_tokens, p_kv, p_pairs, p_requests)
-    decode = c.layers * decode_attention(c, d_tokens, d_kv, d_pairs, d_requests)
-    gpu = token_s + prefill * c.stage_factor + decode * c.stage_factor
-    return step_seconds(c, gpu, -(-requests // split), _share(split, tokens, requests))

@@ -341,12 +341,10 @@ class OpPricing:
         self._decode_fit = (
             self._decode_fit_model.compiled() if self._decode_fit_model is not None else None
         )
-        self._compiled: dict[tuple[int, int] | None, Any] = {}
+        # CostModel.compiled's (by extra GEMM) and compiled_decode's (roofline.SHARED_DECODE)
+        self._compiled: dict[tuple[int, int] | str | None, Any] = {}
         # the token counts each of them covers (0: none), read on every call of CostModel.compiled
-        self._compiled_size: dict[tuple[int, int] | None, int] = {}
-        # CostModel.compiled_decode's, with ranks or stages (False: not tried yet)
-        self._shared_decode: Any = False
-        self._shared_decode_size = 0
+        self._compiled_size: dict[tuple[int, int] | str | None, int] = {}
         self._stepped: Any = False  # see CostModel.time_stats (False: not worked out yet)
         # pricing in Python while numba's cache is cold (cbsim.cost.kernel_cache)
         self.cold_start = ColdStart()

@@ -446,34 +446,35 @@ class CostModel(OpPricing):
         if tokens < self._compiled_size.get(extra_gemm, 0) and not self.cold_start.left:
             # the tables cover the batch (several calls per speculative iteration or run)
             return self._compiled[extra_gemm]
-        have = self._compiled.get(extra_gemm, False)
-        if self.cold_start.left and self.cold_start.interpreted():
-            return None
-        if have is False:
-            have = compile_cost(self, tokens, extra_gemm)
-        elif have is not None and have.size <= tokens:
-            have = extend_tables(have, self, tokens, extra_gemm)
-        self._compiled[extra_gemm] = have
-        self._compiled_size[extra_gemm] = 0 if have is None else have.size
-        return have
+        return self._compile_tables(tokens, extra_gemm)
 
     def compiled_decode(self, requests: int) -> Any:
         """:meth:`compiled` for a plain decode run (:func:`~cbsim.cost.compiled.decode_seconds`
         alone), which compiles also where the batch splits over data-parallel ranks or pipeline
         stages; None as :meth:`compiled` gives it."""
-        if self._split == 1:
-            return self.compiled(requests)
-        if requests < self._shared_decode_size and not self.cold_start.left:
-            return self._shared_decode
-        have = self._shared_decode
+        key = None if self._split == 1 else SHARED_DECODE
+        if requests < self._compiled_size.get(key, 0) and not self.cold_start.left:
+            return self._compiled[key]
+        return self._compile_tables(requests, key)
+
+    def _compile_tables(self, tokens: int, key: tuple[int, int] | str | None) -> Any:
+        """:meth:`compiled` (or, ``key`` :data:`SHARED_DECODE`, :meth:`compiled_decode`) when
+        its tables do not cover ``tokens`` yet or numba's cache is cold: built or extended,
+        and kept."""
+        have = self._compiled.get(key, False)
         if self.cold_start.left and self.cold_start.interpreted():
             return None
-        if have is False:
-            have = compile_shared_decode(self, requests)
-        elif have is not None and have.size <= requests:
-            have = extend_shared_decode(have, self, requests)
-        self._shared_decode = have
-        self._shared_decode_size = 0 if have is None else have.size
+        if isinstance(key, str):
+            if have is False:
+                have = compile_shared_decode(self, tokens)
+            elif have is not None and have.size <= tokens:
+                have = extend_shared_decode(have, self, tokens)
+        elif have is False:
+            have = compile_cost(self, tokens, key)
+        elif have is not None and have.size <= tokens:
+            have = extend_tables(have, self, tokens, key)
+        self._compiled[key] = have
+        self._compiled_size[key] = 0 if have is None else have.size
         return have
 
     # ------------------------------------------------------------------ contract API
@@ -679,6 +680,11 @@ def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
     return fit, fields["grid"]
 
 
+SHARED_DECODE = "shared decode"
+"""The key of :meth:`CostModel.compiled_decode`'s pricing (ranks or stages) among a cost model's
+compiled pricings (the others keyed by their extra GEMM, None for none)."""
+
+
 def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None:
     """``cost`` compiled for :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests``
     decoding requests, also where its batches split over data-parallel ranks or pipeline stages
@@ -691,8 +697,6 @@ def extend_shared_decode(compiled: CompiledCost, cost: CostModel, requests: int)
     """:func:`extend_tables` of a model with shares (ranks or stages): its TOKEN row the whole
     batch's non-attention kernels, each count's float ``CostModel._token_time(n, n, n)`` itself;
     the rows no decode step reads left NaN."""
-    if compiled.split == 1:
-        return extend_tables(compiled, cost, requests, None)
     have = compiled.size
     if have > requests:
         return compiled

@@ -72,6 +72,14 @@ _UPPER = np.array([50.0, 20.0, 100.0, 50.0, 1.0])
 
 def nccl_curves(gpu: str) -> dict[str, CommFit]:
     """The GPU's NCCL all-reduce curves per GPU count (what the engines fall back to)."""
+    return dict(_nccl_curves(gpu))
+
+
+@lru_cache(maxsize=8)
+def _nccl_curves(gpu: str) -> dict[str, CommFit]:
+    """:func:`nccl_curves`, fitted once per GPU: a fit of the mechanism prices its rows with
+    them at every step of its least squares (re-reading and re-fitting the NCCL table there was
+    nine tenths of a fit's time)."""
     return comm.fit_allreduce_rows(comm.allreduce_rows(load_table("nccl", gpu)))
 
 
@@ -120,6 +128,12 @@ def predict(model: CustomAllreduce, gpu: str, rows: pd.DataFrame) -> np.ndarray:
 def fit(gpu: str, source: str) -> CustomAllreduce:
     """The mechanism's terms fitted to ``source``'s measured custom all-reduce on ``gpu`` (every
     GPU count, sizes up to :data:`MAX_FIT_BYTES`)."""
+    return _fitted(gpu, source).model_copy(deep=True)
+
+
+@lru_cache(maxsize=8)
+def _fitted(gpu: str, source: str) -> CustomAllreduce:
+    """:func:`fit`, once per GPU and source (three engines are fitted on SGLang's kernel)."""
     rows = measured_rows(gpu, source)
     rows = rows[rows["size_bytes"] <= MAX_FIT_BYTES].reset_index(drop=True)
     curves = nccl_curves(gpu)

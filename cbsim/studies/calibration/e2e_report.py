@@ -144,14 +144,16 @@ def static_batch_check_in(
     """The profile on LLM-Inference-Bench's A100 static batches of ``framework``: each batch of
     B requests (L prompt tokens, L output tokens, all sent at once) simulated under the engine's
     defaults on the A100's kernels; ``measured_s`` against ``predicted_s`` (the last finish)."""
+    from cbsim.engine.cost_models import CostModelCache
     from cbsim.run.simulate import simulate
     from cbsim.studies.calibration.overhead import MODELS, static_batch_scenario, static_batches
 
     path = files.path(profile)
     rows = []
+    cost_models = CostModelCache()  # each model and TP's tables filled once, not once a batch
     for model_id, tp, length, batch, latency in static_batches(framework):
         scenario = static_batch_scenario(MODELS[model_id], tp, length, batch, {"engine": path})
-        summary = simulate(scenario).summary
+        summary = simulate(scenario, cost_models=cost_models).summary
         rows.append(
             {
                 "engine": profile.engine,

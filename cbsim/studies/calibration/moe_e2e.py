@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from cbsim.engine.cost_models import CostModelCache
 from cbsim.run.simulate import simulate
 from cbsim.studies.calibration.benchmarks import shared_h100_benchmarks
 from cbsim.studies.calibration.e2e import benchmark_scenario
@@ -97,10 +98,12 @@ def predict(
 ) -> pd.DataFrame:
     """``runs`` with cbsim's mean TTFT and TPOT under the family's shipped engine profile."""
     ttft, tpot = [], []
+    cost_models = CostModelCache()  # each layout's tables filled once, not once a run
     for i, (_, row) in enumerate(runs.iterrows()):
         scenario = benchmark_scenario(row, family.engine)
         cluster = scenario.cluster.model_copy(update={"ep": int(row["ep"])})
-        summary = simulate(scenario.model_copy(update={"cluster": cluster})).summary
+        scenario = scenario.model_copy(update={"cluster": cluster})
+        summary = simulate(scenario, cost_models=cost_models).summary
         ttft.append(float(summary["ttft_mean_s"]))
         tpot.append(float(summary["tpot_mean_s"]))
         if progress is not None and (i + 1) % 25 == 0:

@@ -26,6 +26,7 @@ from cbsim.common.errors import CbsimError
 from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import EngineProfile, StepOverhead
 from cbsim.cost.engine_profile import Measured as EngineMeasured
+from cbsim.engine.cost_models import CostModelCache
 from cbsim.engine.loop import Simulation
 from cbsim.engine.recorder import Recorder
 from cbsim.run.loading import load_scenario
@@ -136,12 +137,18 @@ def static_batches(framework: str) -> Iterator[tuple[str, int, int, int, float]]
 
 
 def simulate_under_engine(
-    model: str, tp: int, length: int, batch: int, kernels_path: str
+    model: str,
+    tp: int,
+    length: int,
+    batch: int,
+    kernels_path: str,
+    cost_models: CostModelCache | None = None,
 ) -> BatchRun:
     """A static batch sent at once to an engine (its defaults and kernels, no overhead: the
-    profile at ``kernels_path``), as the engine's own scheduler runs it."""
+    profile at ``kernels_path``), as the engine's own scheduler runs it; ``cost_models``: shared
+    with the other batches (each model and TP's tables filled once, not once a batch)."""
     scenario = static_batch_scenario(model, tp, length, batch, {"engine": kernels_path})
-    return _batch_run(Simulation(scenario).run())
+    return _batch_run(Simulation(scenario, cost_models=cost_models).run())
 
 
 def features(
@@ -156,14 +163,16 @@ def features(
             f"no end-to-end measurements for engine {engine!r}; known: {', '.join(ENGINES.values())}"
         )
     rows = []
+    cost_models = CostModelCache()
     for model_id, tp, length, batch, latency in static_batches(framework):
+        model = MODELS[model_id]
         if kernels_path is None:
-            run = simulate_static_batch(MODELS[model_id], tp, length, batch, calibration)
+            run = simulate_static_batch(model, tp, length, batch, calibration)
         else:
-            run = simulate_under_engine(MODELS[model_id], tp, length, batch, kernels_path)
+            run = simulate_under_engine(model, tp, length, batch, kernels_path, cost_models)
         rows.append(
             {
-                "model": MODELS[model_id],
+                "model": model,
                 "tp": tp,
                 "length": length,
                 "batch_size": batch,

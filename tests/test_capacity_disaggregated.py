@@ -3,6 +3,8 @@ sized on their own, checked together at the target, against the best aggregated 
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,12 @@ def traffic(prompt: int, output: int) -> dict[str, Any]:
 
 
 def planned(prompt: int, output: int, target: float) -> dict[str, Any]:
+    """The plan for this traffic (a copy: two tests read the same one, planned once)."""
+    return copy.deepcopy(_planned(prompt, output, target))
+
+
+@functools.cache
+def _planned(prompt: int, output: int, target: float) -> dict[str, Any]:
     return plan_disaggregated(
         load_scenario(traffic(prompt, output)),
         SLO,

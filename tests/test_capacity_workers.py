@@ -101,6 +101,7 @@ def test_plan_json_is_byte_identical_on_workers(tmp_path: Path, on_workers: None
     assert plan["counts"]["meets SLO"] >= 2 and plan["feasible"]
 
 
+@pytest.mark.slow  # 10 s; CI's second stage runs it (the aggregated search's is checked by default)
 def test_disaggregated_plan_is_the_same_on_workers_with_progress(on_workers: None) -> None:
     scenario = load_scenario(
         {

@@ -71,7 +71,7 @@ def _count_cohort_use(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return seen
 
 
-@engine_settings(40)
+@engine_settings(25)
 @given(data=scenarios(), closed=st.booleans())
 def test_cohort_equals_stepping_requests_one_by_one(data: dict[str, Any], closed: bool) -> None:
     if closed and data["scheduler"]["kind"] in ("prefill_first", "sarathi"):

@@ -17,7 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# runs a scenario (argv[1], shortened to argv[2] requests) and prints every compiled function
+# runs a scenario (argv[1], shortened to argv[2] requests), compiling at once or interpreting
+# while cold (argv[3]); prints every compiled function, then whether the process found numba's
+# cache cold (compiled its first kernels, or priced in Python and left them uncompiled) and
+# whether the run's info says so
 RECORD = """
 import sys
 import numba.core.event as event
@@ -32,8 +35,11 @@ class Recorder(event.Listener):
 
 event.register("numba:compile", Recorder())
 import cbsim
+from cbsim.run import kernel_priming
 scenario = cbsim.load_scenario(sys.argv[1], {"workload.num_requests": int(sys.argv[2])})
-cbsim.simulate(scenario, interpret_while_cold=sys.argv[3] == "interpret")
+results = cbsim.simulate(scenario, interpret_while_cold=sys.argv[3] == "interpret")
+print("cold", kernel_priming.needs_priming(), "compiled", kernel_priming.compiled_this_run())
+print("note", "kernels_note" in results.run_info)
 """
 
 # numba's implementations that a kernel on a run's path used to compile (seconds each)
@@ -41,13 +47,16 @@ LIBRARY_HEAVY = ("mergesort", "quicksort", "searchsorted", "npy_max", "npy_min",
 
 
 def _compiled(
-    tmp_path: Path, scenario: str, requests: int, *, interpret: bool = False
-) -> list[str]:
-    """The functions numba compiles when ``scenario`` runs on an empty cache, in order
-    (``interpret``: pricing in Python while the cache is cold, as a run does by default)."""
+    cache: Path, scenario: str, requests: int, *, interpret: bool = False
+) -> tuple[list[str], str]:
+    """The functions numba compiles when ``scenario`` runs on numba's cache in ``cache``, in
+    order (``interpret``: pricing in Python while the cache is cold, as a run does by default),
+    and the lines saying whether the run found the cache cold."""
     how = "interpret" if interpret else "compile"
-    printed = _python(RECORD, tmp_path, str(ROOT / "scenarios" / scenario), str(requests), how)
-    return [line.split()[1] for line in printed.splitlines() if line.startswith("compiled ")]
+    printed = _python(RECORD, cache, str(ROOT / "scenarios" / scenario), str(requests), how)
+    lines = printed.splitlines()
+    compiled = [line.split()[1] for line in lines if line.startswith("compiled ")]
+    return compiled, "\n".join(line for line in lines if not line.startswith("compiled "))
 
 
 def _python(code: str, cache: Path, *args: str) -> str:
@@ -72,8 +81,11 @@ def _assert_each_kernel_once(compiled: list[str]) -> None:
     assert not twice, f"compiled more than once (a literal argument?): {twice}"
 
 
-def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort(tmp_path: Path) -> None:
-    compiled = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200)
+def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort_then_loads(
+    tmp_path: Path,
+) -> None:
+    compiled, told = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200)
+    assert "cold True compiled True" in told and "note False" in told  # compiled at once
     assert "cbsim.engine.decode_run.decode_run_kernel" in compiled  # a decode run was planned
     _assert_each_kernel_once(compiled)
     heavy = [name for name in compiled if any(part in name for part in LIBRARY_HEAVY)]
@@ -81,49 +93,31 @@ def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort(tmp_path:
     # 14 when written (numba's own included), 36 before; 2 more for the pricing of batches split
     # over pipeline stages or ranks, which the decode-run and stepped kernels may call
     assert len(compiled) <= 18, compiled
+    # the same cache again, interpreting while cold: it is not, so the kernels load
+    compiled, told = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200, interpret=True)
+    assert not compiled, compiled
+    assert "cold False compiled False" in told and "note False" in told
 
 
 @pytest.mark.slow
 def test_a_speculative_run_compiles_each_kernel_once(tmp_path: Path) -> None:
-    compiled = _compiled(tmp_path, "spec-eagle-goodput.yaml", 200)
+    compiled, _ = _compiled(tmp_path, "spec-eagle-goodput.yaml", 200)
     assert "cbsim.engine.speculative.fast_run.spec_run_kernel" in compiled
     _assert_each_kernel_once(compiled)
 
 
-def test_a_plain_run_on_a_cold_cache_compiles_nothing(tmp_path: Path) -> None:
-    compiled = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200, interpret=True)
+def test_a_plain_run_on_a_cold_cache_compiles_nothing_and_says_so(tmp_path: Path) -> None:
+    compiled, told = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200, interpret=True)
     assert not [name for name in compiled if name.startswith("cbsim.")], compiled
-
-
-# whether the process found numba's cache cold (compiled its first kernels, or priced in Python
-# and left them uncompiled), after a small run compiling at once or interpreting while cold
-COLD = """
-import sys
-import cbsim
-from cbsim.run import kernel_priming
-scenario = cbsim.load_scenario(kernel_priming.PLAIN, {"workload.num_requests": 20})
-results = cbsim.simulate(scenario, interpret_while_cold=sys.argv[1] == "interpret")
-print("cold", kernel_priming.needs_priming(), "compiled", kernel_priming.compiled_this_run())
-print("note", "kernels_note" in results.run_info)
-"""
-
-
-def test_a_run_knows_whether_it_found_the_cache_cold(tmp_path: Path) -> None:
-    printed = _python(COLD, tmp_path, "interpret")  # an empty cache: priced in Python
-    assert "cold True compiled False" in printed and "note True" in printed
-    printed = _python(COLD, tmp_path, "compile")  # still empty: the kernels compile
-    assert "cold True compiled True" in printed and "note False" in printed
-    printed = _python(COLD, tmp_path, "interpret")  # the same cache again: loaded
-    assert "cold False compiled False" in printed and "note False" in printed
+    assert "cold True compiled False" in told and "note True" in told  # priced in Python
 
 
 @pytest.mark.slow
 def test_priming_leaves_the_shipped_kinds_of_runs_nothing_to_compile(tmp_path: Path) -> None:
     _python("from cbsim.run import kernel_priming; kernel_priming.prime()", tmp_path)
     for scenario in ("chat-llama3-8b-h100.yaml", "spec-eagle-goodput.yaml"):
-        path = str(ROOT / "scenarios" / scenario)
-        printed = _python(RECORD, tmp_path, path, "200", "compile")
-        assert "compiled" not in printed, (scenario, printed)
+        compiled, told = _compiled(tmp_path, scenario, 200)
+        assert not compiled and "cold False" in told, (scenario, compiled, told)
 
 
 def test_the_primer_starts_detached_and_silent_on_this_package(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numba
+import pytest
 
 import cbsim
 from cbsim.cost.kernel_loading import LightLoad, load_lightly, package_kernels
@@ -79,6 +80,7 @@ def _run(tmp_path: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+@pytest.mark.slow  # three interpreters compiling (10 s); CI's second stage runs it
 def test_a_cached_kernel_loads_without_numbas_compiler_set_up(tmp_path: Path) -> None:
     (tmp_path / "tiny_kernel.py").write_text(KERNEL_SOURCE)
     (tmp_path / "loader.py").write_text(LOADER)

@@ -57,8 +57,10 @@ def test_with_data_parallel_ranks_the_module_spreads_like_the_target() -> None:
 
 
 def _scenario(**speculative: Any) -> cbsim.Scenario:
-    """``deepseek-v3-h200.yaml`` (TP 8, 2 requests/s of chat) with these speculative settings."""
+    """``deepseek-v3-h200.yaml`` (TP 8, 2 requests/s of chat; its first 150 requests) with these
+    speculative settings."""
     data = cbsim.load_scenario(SCENARIOS / "deepseek-v3-h200.yaml").model_dump(exclude_unset=True)
+    data["workload"]["num_requests"] = 150
     return cbsim.load_scenario({**data, "speculative": speculative})
 
 

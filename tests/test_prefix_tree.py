@@ -206,7 +206,7 @@ _FROM_CPU = [("admit", ([3, 2], 400, 8, False, None)), ("prefill", 0), ("finish"
              ("prefill", 0)]  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(steps=_ANSWER_REUSED, total=40, cpu=0)
 @example(steps=_COMPUTED_MEANWHILE, total=60, cpu=0)
 @example(steps=_FROM_CPU, total=40, cpu=12)

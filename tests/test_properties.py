@@ -202,14 +202,14 @@ def check_invariants(data: dict[str, Any], results: cbsim.Results) -> None:
 # --------------------------------------------------------------------------- properties
 
 
-@engine_settings(35)
+@engine_settings(20)
 @given(data=scenarios())
 def test_run_invariants(data: dict[str, Any]):
     results = cbsim.simulate(cbsim.load_scenario(data))
     check_invariants(data, results)
 
 
-@engine_settings(20)
+@engine_settings(10)
 @given(data=scenarios())
 def test_same_seed_same_results(data: dict[str, Any]):
     a = cbsim.simulate(cbsim.load_scenario(data))
@@ -220,7 +220,7 @@ def test_same_seed_same_results(data: dict[str, Any]):
     assert summaries_equal(a.summary, b.summary)
 
 
-@engine_settings(30)
+@engine_settings(20)
 @given(data=scenarios())
 def test_fast_forward_equals_stepping(data: dict[str, Any]):
     stepped = cbsim.simulate(cbsim.load_scenario(data, {"fast_forward": False}))

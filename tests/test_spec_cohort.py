@@ -58,7 +58,7 @@ def _count_use(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return seen
 
 
-@engine_settings(25)
+@engine_settings(12)
 @given(data=scenarios(), closed=st.booleans())
 def test_the_cohort_equals_stepping_requests_one_by_one(data: dict[str, Any], closed: bool) -> None:
     if closed and data["scheduler"]["kind"] in ("vllm", "sarathi"):

@@ -241,7 +241,7 @@ def per_request_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     return data
 
 
-@engine_settings(15)
+@engine_settings(8)
 @given(data=per_request_scenarios())
 def test_per_request_choices_and_levels_forward_as_they_step(data: dict[str, Any]) -> None:
     forward = assert_identical(data)

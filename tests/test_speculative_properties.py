@@ -153,8 +153,10 @@ def scenarios(draw: st.DrawFn, policy: dict[str, Any] | None = None) -> dict[str
         "arrival": {"kind": "poisson", "rate": draw(st.floats(20.0 if pressure else 1.0, 200.0))},
     }
     if pressure:
+        # long prompts fill the cache; outputs of 100-600 tokens made these a third of the
+        # examples and nine tenths of their time for about as many preemptions (one in ten)
         workload["prompt_tokens"] = {"kind": "uniform", "low": 500, "high": 3000}
-        workload["output_tokens"] = {"kind": "uniform", "low": 100, "high": 600}
+        workload["output_tokens"] = {"kind": "uniform", "low": 50, "high": 300}
     else:
         low, high = sorted(draw(st.lists(st.integers(1, 1500), min_size=2, max_size=2)))
         workload["prompt_tokens"] = {"kind": "uniform", "low": low, "high": high}
@@ -313,7 +315,7 @@ def pressure_scenario(kind: str, policy: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@engine_settings(25)
+@engine_settings(12)
 @example(data=pressure_scenario("vllm", {"kind": "goodput", "k_max": 6, "per_request": True}))
 @given(data=scenarios())
 def test_speculative_run_invariants(data: dict[str, Any]):
@@ -321,7 +323,7 @@ def test_speculative_run_invariants(data: dict[str, Any]):
     check_invariants(data, results)
 
 
-@engine_settings(8)
+@engine_settings(4)
 @given(data=scenarios())
 def test_speculative_same_seed_same_results(data: dict[str, Any]):
     a = cbsim.simulate(cbsim.load_scenario(data))
@@ -332,7 +334,7 @@ def test_speculative_same_seed_same_results(data: dict[str, Any]):
     assert summaries_equal(a.summary, b.summary)
 
 
-@engine_settings(25)
+@engine_settings(12)
 @given(data=scenarios())
 def test_speculative_fast_forward_equals_stepping(data: dict[str, Any]):
     # decode runs advanced by the compiled kernel (where the policy and model run in it) give the

@@ -9,7 +9,8 @@ from cbsim.cost import CostModel
 from cbsim.cost.engine_profile import load_engine_profile
 from cbsim.run.loading import apply_engine_defaults, load_scenario
 from cbsim.studies.calibration.engines import base_profile
-from cbsim.studies.calibration.overhead import fit_engine_version
+from cbsim.studies.calibration.overhead import GPU, fit_engine_version, simulate_static_batch
+from cbsim.studies.calibration.profile import load_profile
 
 
 def test_v0_steps_pay_their_cpu_work_on_top_of_the_kernels() -> None:
@@ -48,3 +49,21 @@ def test_v0_fit_holds_out_each_model_within_the_targets() -> None:
     errors = np.abs(held["predicted_s"] / held["measured_s"] - 1.0)
     assert np.median(errors) <= 0.10
     assert np.percentile(errors, 90) <= 0.25
+
+
+def test_a_static_batch_is_priced_on_the_kernels_it_is_given() -> None:
+    """The overhead fits of engines without closed-loop benchmarks simulate each batch on the
+    calibrated A100 kernels with no engine: its time is the priced steps' sum, not the bare
+    roofline's (nor the roofline under another engine's profile)."""
+    profile = load_profile(GPU)
+    assert profile is not None
+    calibrated = simulate_static_batch("llama-3-8b", 1, 128, 8, profile)
+    bare = simulate_static_batch("llama-3-8b", 1, 128, 8, None)
+    assert calibrated.completed and bare.completed
+    assert calibrated.iterations == bare.iterations == 128
+    assert calibrated.kernel_s != pytest.approx(bare.kernel_s, rel=0.01)
+    model = CostModel("llama-3-8b", GPU, dtype="fp16", calibration=profile, engine=None)
+    steps = [model.iteration_time([(128, 0)] * 8)]
+    # the prefill's step makes each request's first token; decode steps read 128, 129, ... tokens
+    steps += [model.iteration_time([(1, 128 + i)] * 8) for i in range(127)]
+    assert calibrated.kernel_s == pytest.approx(sum(steps), rel=1e-9)

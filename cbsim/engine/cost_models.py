@@ -9,7 +9,7 @@ that transfer carries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from cbsim.catalog.hardware import get_gpu
@@ -157,12 +157,16 @@ class CostModelCache:
         self._models: dict[str, CostModel] = {}
         self._proposers: dict[tuple[int, str], tuple[CostModel, Proposer]] = {}
 
-    def get(self, scenario: Scenario) -> CostModel:
-        """``cost_model_for(scenario)``, built on first use."""
+    def get(
+        self, scenario: Scenario, build: Callable[[Scenario], CostModel] = cost_model_for
+    ) -> CostModel:
+        """``build(scenario)`` (by default :func:`cost_model_for`), built on first use: a study
+        pricing with kernels of its own (a calibration profile object, no engine) builds the
+        model itself once, and the simulations it then runs on this cache are priced by it."""
         key = scenario.cluster.model_dump_json(include=self._FIELDS)
         model = self._models.get(key)
         if model is None:
-            model = self._models[key] = cost_model_for(scenario)
+            model = self._models[key] = build(scenario)
         return model
 
     def proposer(self, config: ProposerConfig, target: CostModel) -> Proposer:

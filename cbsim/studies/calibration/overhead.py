@@ -87,10 +87,20 @@ def static_batch_scenario(
 
 
 def simulate_static_batch(
-    model: str, tp: int, length: int, batch: int, calibration: CalibrationProfile | None
+    model: str,
+    tp: int,
+    length: int,
+    batch: int,
+    calibration: CalibrationProfile | None,
+    cost_models: CostModelCache | None = None,
 ) -> BatchRun:
-    """Simulate B requests of L prompt tokens generating L tokens, all at once, statically batched."""
-    scenario = static_batch_scenario(model, tp, length, batch, {"calibration": "none"})
+    """Simulate B requests of L prompt tokens generating L tokens, all at once, statically batched
+    on ``calibration``'s kernels with no engine (no overhead, no engine defaults); ``cost_models``:
+    shared with the other batches of this calibration (each model and TP's tables filled once),
+    never with another calibration's."""
+    scenario = static_batch_scenario(
+        model, tp, length, batch, {"engine": "none", "calibration": "none"}
+    )
     scenario = scenario.model_copy(
         update={
             "scheduler": scenario.scheduler.model_copy(
@@ -102,11 +112,19 @@ def simulate_static_batch(
             )
         }
     )
-    simulation = Simulation(scenario)
-    simulation.cost = CostModel(
-        get_model(model), get_gpu(GPU), tp=tp, dtype="fp16", calibration=calibration, engine=None
+    cost_models = cost_models if cost_models is not None else CostModelCache()
+    cost_models.get(
+        scenario,
+        lambda _: CostModel(
+            get_model(model),
+            get_gpu(GPU),
+            tp=tp,
+            dtype="fp16",
+            calibration=calibration,
+            engine=None,
+        ),
     )
-    return _batch_run(simulation.run())
+    return _batch_run(Simulation(scenario, cost_models=cost_models).run())
 
 
 def _batch_run(recorder: Recorder) -> BatchRun:
@@ -167,7 +185,7 @@ def features(
     for model_id, tp, length, batch, latency in static_batches(framework):
         model = MODELS[model_id]
         if kernels_path is None:
-            run = simulate_static_batch(model, tp, length, batch, calibration)
+            run = simulate_static_batch(model, tp, length, batch, calibration, cost_models)
         else:
             run = simulate_under_engine(model, tp, length, batch, kernels_path, cost_models)
         rows.append(

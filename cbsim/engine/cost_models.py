@@ -158,7 +158,7 @@ class CostModelCache:
         self._proposers: dict[tuple[int, str], tuple[CostModel, Proposer]] = {}
 
     def get(
-        self, scenario: Scenario, build: Callable[[Scenario], CostModel] = cost_model_for
+        self, scenario: Scenario, build: Callable[[Scenario], CostModel] | None = None
     ) -> CostModel:
         """``build(scenario)`` (by default :func:`cost_model_for`), built on first use: a study
         pricing with kernels of its own (a calibration profile object, no engine) builds the
@@ -166,7 +166,7 @@ class CostModelCache:
         key = scenario.cluster.model_dump_json(include=self._FIELDS)
         model = self._models.get(key)
         if model is None:
-            model = self._models[key] = build(scenario)
+            model = self._models[key] = (build or cost_model_for)(scenario)
         return model
 
     def proposer(self, config: ProposerConfig, target: CostModel) -> Proposer:

@@ -27,8 +27,8 @@ def _corrections(node: Any) -> Iterator[Any]:
             yield node
         for value in node.values():
             yield from _corrections(value)
-    elif isinstance(node, list):
-        for value in node:
+    elif isinstance(node, list) and node and isinstance(node[0], dict | list):
+        for value in node:  # not a list of numbers (a grid's values: a million of them)
             yield from _corrections(value)
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
-import pandas as pd
 import pytest
 
 import cbsim
@@ -20,14 +18,17 @@ from cbsim.catalog.model_bytes import (
 from cbsim.catalog.models import get_model
 from cbsim.common.errors import CbsimError
 from cbsim.cost.batch_stats import BatchStats
-from cbsim.cost.compiled import decode_seconds
 from cbsim.cost.engine_memory import MemoryInputs, plan_memory
 from cbsim.cost.memory_rule import MemoryRule
 from cbsim.cost.roofline import CostModel
-from cbsim.engine import decode_run
 from cbsim.memory.kvcache import KVCache
 from cbsim.run.preflight import gpu_layout
 from tests.conftest import BASE_SCENARIO
+from tests.pricing_checks import (
+    assert_decode_prices_as_in_python,
+    assert_fast_forward_compiled_equals_stepping,
+    with_serial_cpu,
+)
 
 L70 = get_model("llama-3-70b")
 
@@ -126,20 +127,6 @@ def test_a_lone_request_is_never_split_between_micro_batches() -> None:
         ).iteration_time([(1, 32000)])
 
 
-def _with_serial_cpu(cost: CostModel) -> CostModel:
-    """``cost`` with an engine step of 10 ms + 0.1 ms per request + 10 µs per token of CPU work
-    after its kernels (not overlapped), set before anything is compiled from it."""
-    cost._step_terms = (0.01, 1e-4, 1e-5, 0.0, 0.0, False)
-    cost._overhead_zero = False
-    return cost
-
-
-@numba.njit
-def _decode_seconds_at(compiled: Any, requests: Any, kv_tokens: Any, out: Any) -> None:
-    for i in range(len(requests)):
-        out[i] = decode_seconds(compiled, requests[i], kv_tokens[i])
-
-
 @pytest.mark.parametrize(
     "layout",
     [
@@ -160,7 +147,7 @@ def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(
     shares, one request, no keys yet, tables extended as larger batches come; and with an
     engine step whose CPU work is not overlapped and outweighs the kernels (the shipped
     engines' never shows), so the share its step counts shows."""
-    cost = _with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
+    cost = with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
     rng = np.random.default_rng(7)
     for top in (40, 700):
         compiled = cost.compiled_decode(top)
@@ -169,13 +156,7 @@ def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(
         requests[:4] = [1, 2, 3, top]
         kv_tokens = requests * rng.integers(1, 5000, 400)
         kv_tokens[:2] = 0
-        got = np.empty(len(requests))
-        _decode_seconds_at(compiled, requests, kv_tokens, got)
-        want = [
-            cost.decode_time(n, kv)
-            for n, kv in zip(requests.tolist(), kv_tokens.tolist(), strict=True)
-        ]
-        assert got.tolist() == want
+        assert_decode_prices_as_in_python(cost, compiled, requests, kv_tokens)
     assert cost.compiled(10) is None  # the other kernels still price it in Python
 
 
@@ -187,19 +168,7 @@ def test_a_pipelined_replica_fast_forwards_as_it_steps(cluster: dict[str, Any]) 
         "workload": {**BASE_SCENARIO["workload"], "num_requests": 120},
         "scheduler": {"kind": "sarathi", "max_batch_size": 48},
     }
-    with pytest.MonkeyPatch.context() as patch:  # every decode run planned compiled
-
-        def refused(*args: Any, **kwargs: Any) -> None:
-            raise AssertionError("a decode run planned in Python")
-
-        patch.setattr(decode_run, "plan_decode_run_python", refused)
-        forward = cbsim.simulate(
-            cbsim.load_scenario({**data, "fast_forward": True}), interpret_while_cold=False
-        )
-    stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
-    assert (forward.iterations["decode_tokens"] > 0).sum() > 100
-    pd.testing.assert_frame_equal(forward.requests, stepped.requests, check_exact=True)
-    pd.testing.assert_frame_equal(forward.iterations, stepped.iterations, check_exact=True)
+    assert_fast_forward_compiled_equals_stepping(data)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +186,7 @@ def test_a_stepped_iteration_on_shares_is_priced_compiled_as_in_python(
     """Prefill chunks beside decodes and verify entries, on stages or ranks: time_stats (one
     compiled call) gives python_time_stats' float, empty groups and lone requests included (and
     with a step whose CPU work shows, as above)."""
-    cost = _with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
+    cost = with_serial_cpu(CostModel(**layout)) if serial_cpu else CostModel(**layout)
     rng = np.random.default_rng(11)
     batches: list[list[tuple[int, int]]] = [[(1, 0)], [(900, 0)], [(3, 100), (1, 7)]]
     for _ in range(300):

@@ -97,6 +97,11 @@ class CompiledCost(NamedTuple):
     # other rows unfilled)
     split: int
     stage_factor: float
+    # local attention (a sliding window or Llama 4's chunks): the window (0: none) and how many of
+    # the layers read at most the last ``window`` tokens of each request; with a window, too,
+    # only decode_seconds and stepped_seconds price (and decode_seconds through its shared form)
+    window: int = 0
+    window_layers: int = 0
 
     @property
     def size(self) -> int:
@@ -341,7 +346,7 @@ def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> f
 @numba.njit(cache=True, inline="always")
 def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
-    if c.split > 1:
+    if c.split > 1 or c.window > 0:
         return _shared_decode_seconds(c, requests, kv_tokens)
     gpu = c.tables[TOKEN, requests] + c.layers * decode_attention(
         c, requests, kv_tokens, float(kv_tokens), requests
@@ -352,14 +357,50 @@ def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
 @numba.njit(cache=True)
 def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:func:`decode_seconds` of a batch split into ``c.split`` shares (ranks or micro-batches),
-    each request whole in one: the largest share's attention (``CostModel._attention_all_layers``)
-    through every stage, and the engine's step for that share (``CostModel.step_time``)."""
+    each request whole in one, or of a model with local attention: the largest share's attention
+    over every layer (``CostModel._attention_all_layers``) through every stage, and the engine's
+    step for that share (``CostModel.step_time``)."""
     tokens, kv, pairs, group = _group_share(
         c.split, requests, kv_tokens, float(kv_tokens), requests
     )
-    attention = c.layers * decode_attention(c, tokens, kv, pairs, group)
+    full = decode_attention(c, tokens, kv, pairs, group)
+    local = full
+    if c.window > 0:
+        kv, pairs = _windowed(tokens, kv, pairs, group, c.window, True)
+        local = decode_attention(c, tokens, kv, pairs, group)
+    attention = _all_layers(c, full, local)
     gpu = c.tables[TOKEN, requests] + attention * c.stage_factor
     return step_seconds(c, gpu, -(-requests // c.split), _share(c.split, requests, requests))
+
+
+@numba.njit(cache=True, inline="always")
+def _all_layers(c: CompiledCost, full: float, local: float) -> float:
+    """Every layer's attention from one full-attention layer's and one local layer's
+    (``CostModel._attention_all_layers``' sum, before the stage factor)."""
+    if c.window <= 0:
+        return c.layers * full
+    total = (c.layers - c.window_layers) * full
+    total += c.window_layers * local
+    return total
+
+
+@numba.njit(cache=True, inline="always")
+def _windowed(
+    tokens: int, kv_tokens: int, pairs: float, requests: int, window: int, decode: bool
+) -> tuple[int, float]:
+    """``cbsim.cost.op_pricing.windowed``: a group's (keys/values read, query-key pairs) in a
+    layer attending to at most the last ``window`` tokens."""
+    batch = requests if requests > 1 else 1
+    if decode:
+        cached = (kv_tokens - tokens) / batch
+        if cached <= window:
+            return kv_tokens, pairs
+        kv = batch * window + tokens
+        return kv, (pairs * kv / kv_tokens if kv_tokens else pairs)
+    limit = tokens + batch * window
+    kv = kv_tokens if kv_tokens <= limit else limit
+    most = float(tokens) * window
+    return kv, (pairs if pairs <= most else most)
 
 
 @numba.njit(cache=True, inline="always")
@@ -379,7 +420,7 @@ def _group_share(
 ) -> tuple[int, int, float, int]:
     """An attention group's (tokens, keys/values, pairs, requests) in its largest share, as
     ``CostModel._attention_all_layers`` takes them (the group whole when empty)."""
-    if tokens <= 0 or requests <= 0:
+    if split == 1 or tokens <= 0 or requests <= 0:
         return tokens, kv_tokens, pairs, requests
     held = -(-requests // split)
     return (
@@ -456,16 +497,24 @@ def stepped_seconds(
         )
         tokens = _share(split, tokens, requests)
         requests = -(-requests // split)
+    prefill = prefill_attention(
+        c, fit, grid, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
+    )
+    decode = decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
+    prefill_local, decode_local = prefill, decode
+    if c.window > 0:
+        kv, pairs = _windowed(
+            prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests, c.window, False
+        )
+        prefill_local = prefill_attention(c, fit, grid, prefill_tokens, kv, pairs, prefill_requests)
+        kv, pairs = _windowed(
+            decode_tokens, decode_kv_tokens, decode_pairs, decode_requests, c.window, True
+        )
+        decode_local = decode_attention(c, decode_tokens, kv, pairs, decode_requests)
     # through every stage: the stage factor (1.0 without stages, which leaves each float as is)
     gpu = (
         token_s
-        + c.layers
-        * prefill_attention(
-            c, fit, grid, prefill_tokens, prefill_kv_tokens, prefill_pairs, prefill_requests
-        )
-        * c.stage_factor
-        + c.layers
-        * decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests)
-        * c.stage_factor
+        + _all_layers(c, prefill, prefill_local) * c.stage_factor
+        + _all_layers(c, decode, decode_local) * c.stage_factor
     )
     return step_seconds(c, gpu, requests, tokens)

@@ -451,8 +451,9 @@ class CostModel(OpPricing):
     def compiled_decode(self, requests: int) -> Any:
         """:meth:`compiled` for a plain decode run (:func:`~cbsim.cost.compiled.decode_seconds`
         alone), which compiles also where the batch splits over data-parallel ranks or pipeline
-        stages; None as :meth:`compiled` gives it."""
-        key = None if self._split == 1 else SHARED_DECODE
+        stages, or where some layers attend locally (a sliding window); None as :meth:`compiled`
+        gives it."""
+        key = None if self._split == 1 and not self.model.sliding_window else SHARED_DECODE
         if requests < self._compiled_size.get(key, 0) and not self.cold_start.left:
             return self._compiled[key]
         return self._compile_tables(requests, key)
@@ -532,16 +533,15 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
 
 def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None:
     """:func:`compile_cost` without its tables (None: not compilable). ``shares``: also a model
-    whose batches split over data-parallel ranks or pipeline stages (for
-    :func:`~cbsim.cost.compiled.decode_seconds` and :func:`~cbsim.cost.compiled.stepped_seconds`
-    only)."""
+    whose batches split over data-parallel ranks or pipeline stages, or with local attention
+    layers (for :func:`~cbsim.cost.compiled.decode_seconds` and
+    :func:`~cbsim.cost.compiled.stepped_seconds` only)."""
     if (
         cost._transfer is not None
         or cost.model.is_mla
-        or cost.model.sliding_window
-        or (cost._split > 1 and not shares)
+        or ((cost._split > 1 or cost.model.sliding_window) and not shares)
     ):
-        return None  # MLA modules, local attention (and, unless asked, ranks or stages)
+        return None  # MLA modules (and, unless asked, ranks, stages or local attention)
     fields = _compiled_fit(cost, cost._decode_fit_model)
     if fields is None:
         return None
@@ -574,6 +574,8 @@ def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None
         overhead_rises=False,
         split=int(cost._split),
         stage_factor=float(cost._stage_factor) if cost.pp > 1 else 1.0,
+        window=int(cost.model.sliding_window),
+        window_layers=int(cost.model.sliding_window_layers),
     )
 
 
@@ -681,14 +683,14 @@ def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
 
 
 SHARED_DECODE = "shared decode"
-"""The key of :meth:`CostModel.compiled_decode`'s pricing (ranks or stages) among a cost model's
-compiled pricings (the others keyed by their extra GEMM, None for none)."""
+"""The key of :meth:`CostModel.compiled_decode`'s pricing (ranks, stages or local attention)
+among a cost model's compiled pricings (the others keyed by their extra GEMM, None for none)."""
 
 
 def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None:
     """``cost`` compiled for :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests``
     decoding requests, also where its batches split over data-parallel ranks or pipeline stages
-    (None: not compilable)."""
+    or some of its layers attend locally (None: not compilable)."""
     base = _compiled_base(cost, shares=True)
     return None if base is None else extend_shared_decode(base, cost, requests)
 
@@ -696,7 +698,10 @@ def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None
 def extend_shared_decode(compiled: CompiledCost, cost: CostModel, requests: int) -> CompiledCost:
     """:func:`extend_tables` of a model with shares (ranks or stages): its TOKEN row the whole
     batch's non-attention kernels, each count's float ``CostModel._token_time(n, n, n)`` itself;
-    the rows no decode step reads left NaN."""
+    the rows no decode step reads left NaN. A whole batch (local attention alone) has every
+    row, as :func:`extend_tables` fills them."""
+    if compiled.split == 1:
+        return extend_tables(compiled, cost, requests, None)
     have = compiled.size
     if have > requests:
         return compiled

@@ -1,7 +1,7 @@
 """A stepped iteration's price from one compiled call (``CostModel.time_stats``): the same float as
 the cost model's Python pricing, term by term (``python_time_stats``), for batches of prefill
 chunks and decodes on every kind of cost model that compiles (pipeline stages and attention
-data-parallel ranks among them); the others keep the Python path."""
+data-parallel ranks and local attention among them); the others keep the Python path."""
 
 from __future__ import annotations
 
@@ -31,10 +31,16 @@ COMPILED = {
     "mixtral dp2 (attention ranks)": lambda: CostModel(
         "mixtral-8x7b", "h100-sxm", tp=1, dp=2, ep=2
     ),
+    "gpt-oss-120b (local attention)": lambda: CostModel("gpt-oss-120b", "h100-sxm", tp=2),
+    "gemma-3-27b pp2 (local attention on stages)": lambda: CostModel(
+        "gemma-3-27b", "h200", tp=1, pp=2, engine="sglang"
+    ),
 }
 PYTHON_ONLY = {
     "deepseek-v3 (latent attention)": lambda: CostModel("deepseek-v3", "h200", tp=8),
-    "gpt-oss-120b (local attention)": lambda: CostModel("gpt-oss-120b", "h100-sxm", tp=2),
+    "llama-3-8b l40s sglang (kernels through another GPU's)": lambda: CostModel(
+        "llama-3-8b", "l40s", engine="sglang"
+    ),
 }
 MODELS: dict[str, CostModel] = {}
 

@@ -102,6 +102,18 @@ class CompiledCost(NamedTuple):
     # only decode_seconds and stepped_seconds price (and decode_seconds through its shared form)
     window: int = 0
     window_layers: int = 0
+    # latent attention (MLA: cbsim.cost.mla): one layer's whole module priced by the attention
+    # fields above (then the MLA decode fit's), from its weights (parameters a GPU reads), query
+    # heads, the latent's widths ((r + d_rope + r) and (r + d_rope)), the bytes of a weight and
+    # of a cached value, and the projections' peak; only decode_seconds prices it
+    mla: bool = False
+    mla_weights: float = 0.0
+    mla_heads: float = 0.0
+    mla_attention_width: int = 0
+    mla_cache_width: int = 0
+    mla_weight_bytes: float = 0.0
+    mla_kv_bytes: float = 0.0
+    mla_peak: float = 0.0
 
     @property
     def size(self) -> int:
@@ -346,7 +358,7 @@ def step_seconds(c: CompiledCost, gpu_s: float, requests: int, tokens: int) -> f
 @numba.njit(cache=True, inline="always")
 def decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> float:
     """:meth:`CostModel.decode_time`: ``requests`` single-token steps reading ``kv_tokens``."""
-    if c.split > 1 or c.window > 0:
+    if c.split > 1 or c.window > 0 or c.mla:
         return _shared_decode_seconds(c, requests, kv_tokens)
     gpu = c.tables[TOKEN, requests] + c.layers * decode_attention(
         c, requests, kv_tokens, float(kv_tokens), requests
@@ -363,7 +375,10 @@ def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> fl
     tokens, kv, pairs, group = _group_share(
         c.split, requests, kv_tokens, float(kv_tokens), requests
     )
-    full = decode_attention(c, tokens, kv, pairs, group)
+    if c.mla:
+        full = _mla_decode_module(c, tokens, kv, group)
+    else:
+        full = decode_attention(c, tokens, kv, pairs, group)
     local = full
     if c.window > 0:
         kv, pairs = _windowed(tokens, kv, pairs, group, c.window, True)
@@ -371,6 +386,38 @@ def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> fl
     attention = _all_layers(c, full, local)
     gpu = c.tables[TOKEN, requests] + attention * c.stage_factor
     return step_seconds(c, gpu, -(-requests // c.split), _share(c.split, requests, requests))
+
+
+@numba.njit(cache=True)
+def _mla_decode_module(c: CompiledCost, tokens: int, kv_tokens: int, requests: int) -> float:
+    """One layer's MLA module decoding ``requests`` requests of one new token each (``tokens``)
+    over ``kv_tokens`` keys/values in all: ``OpPricing.attention_time`` with ``decode=True``
+    (``MlaPricing.module_time``: ``mla_terms``' arithmetic in its order, then the decode fit or,
+    uncalibrated, the raw roofline). A verify step's extra query tokens are not priced here."""
+    if tokens <= 0:
+        return 0.0
+    whole = requests if requests > 1 else 1  # an int, as _grid_factor passes _correction one
+    batch = float(whole)
+    per_request = (kv_tokens - tokens) / batch
+    per_request = per_request if per_request >= 1.0 else 1.0
+    flops = (
+        2.0 * batch * c.mla_weights
+        + 2.0 * batch * c.mla_heads * (per_request + 1) * c.mla_attention_width
+    )
+    cache = batch * (per_request + 1) * c.mla_cache_width * c.mla_kv_bytes
+    bytes_moved = c.mla_weights * c.mla_weight_bytes + cache
+    t_compute = flops / (c.mla_peak * c.compute_eff)
+    t_memory = bytes_moved / (c.bandwidth * c.memory_eff)
+    if c.mode == ROOFLINE:
+        return (t_compute if t_compute >= t_memory else t_memory) + c.floor_s
+    fitted = c.floor_s + (t_compute if t_compute >= t_memory else t_memory)
+    if c.mode == FIT_PLAIN:
+        return fitted
+    return fitted * math.exp(
+        _correction(
+            c.mode, c.uses_batch, c.grid, c.axis0_size, c.axis1_size, c.stride0, whole, per_request
+        )
+    )
 
 
 @numba.njit(cache=True, inline="always")

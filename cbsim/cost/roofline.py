@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from cbsim.catalog.hardware import GPU
-from cbsim.catalog.model_bytes import model_weight_bytes, split_weight_bytes
+from cbsim.catalog.model_bytes import DTYPE_BYTES, model_weight_bytes, split_weight_bytes
 from cbsim.catalog.models import ModelShape
 from cbsim.cost.batch_stats import DECODE_QUERY_MAX, BatchStats
 from cbsim.cost.compiled import (
@@ -69,6 +69,7 @@ from cbsim.cost.compiled import (
     stepped_seconds,
 )
 from cbsim.cost.kernel_call import KernelCall
+from cbsim.cost.mla import MlaPricing, mla_weight_params
 from cbsim.cost.op_pricing import (
     DEFAULT_ENGINE,
     ELEMENTWISE_KERNELS_PER_LAYER,
@@ -453,7 +454,8 @@ class CostModel(OpPricing):
         alone), which compiles also where the batch splits over data-parallel ranks or pipeline
         stages, or where some layers attend locally (a sliding window); None as :meth:`compiled`
         gives it."""
-        key = None if self._split == 1 and not self.model.sliding_window else SHARED_DECODE
+        whole = self._split == 1 and not self.model.sliding_window and self._mla is None
+        key = None if whole else SHARED_DECODE
         if requests < self._compiled_size.get(key, 0) and not self.cold_start.left:
             return self._compiled[key]
         return self._compile_tables(requests, key)
@@ -531,18 +533,22 @@ def compile_cost(cost: CostModel, tokens: int, extra_gemm: tuple[int, int] | Non
     return None if base is None else extend_tables(base, cost, tokens, extra_gemm)
 
 
-def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None:
+def _compiled_base(
+    cost: CostModel, shares: bool = False, decode_only: bool = False
+) -> CompiledCost | None:
     """:func:`compile_cost` without its tables (None: not compilable). ``shares``: also a model
     whose batches split over data-parallel ranks or pipeline stages, or with local attention
     layers (for :func:`~cbsim.cost.compiled.decode_seconds` and
-    :func:`~cbsim.cost.compiled.stepped_seconds` only)."""
+    :func:`~cbsim.cost.compiled.stepped_seconds` only); ``decode_only``: also one with latent
+    attention (for :func:`~cbsim.cost.compiled.decode_seconds` alone)."""
+    mla = cost._mla
     if (
         cost._transfer is not None
-        or cost.model.is_mla
         or ((cost._split > 1 or cost.model.sliding_window) and not shares)
+        or (mla is not None and not (decode_only and mla.params is cost.params))
     ):
-        return None  # MLA modules (and, unless asked, ranks, stages or local attention)
-    fields = _compiled_fit(cost, cost._decode_fit_model)
+        return None  # unless asked, ranks, stages, local or latent attention
+    fields = _compiled_fit(cost, cost._decode_fit_model if mla is None else mla.decode)
     if fields is None:
         return None
     cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
@@ -576,7 +582,26 @@ def _compiled_base(cost: CostModel, shares: bool = False) -> CompiledCost | None
         stage_factor=float(cost._stage_factor) if cost.pp > 1 else 1.0,
         window=int(cost.model.sliding_window),
         window_layers=int(cost.model.sliding_window_layers),
+        **({} if mla is None else _mla_fields(mla)),
     )
+
+
+def _mla_fields(mla: MlaPricing) -> dict[str, Any]:
+    """:class:`CompiledCost`'s latent-attention fields: what ``MlaPricing.module_time`` reads,
+    each the float it computes (the weights through ``mla_weight_params`` as it calls it)."""
+    model = mla.model
+    dtype = mla.weight_dtype or mla.gemm_dtype
+    rank, rope = model.kv_lora_rank, model.qk_rope_head_dim
+    return {
+        "mla": True,
+        "mla_weights": float(mla_weight_params(model, mla.heads * np.ones(1))[0]),
+        "mla_heads": float(mla.heads),
+        "mla_attention_width": int(rank + rope + rank),
+        "mla_cache_width": int(rank + rope),
+        "mla_weight_bytes": float(DTYPE_BYTES[dtype]),
+        "mla_kv_bytes": float(DTYPE_BYTES[mla.kv_dtype]),
+        "mla_peak": float(mla.gpu.peak_flops(dtype)),
+    }
 
 
 def _compiled_fit(cost: CostModel, fit: RooflineFit | None) -> dict[str, Any] | None:
@@ -682,6 +707,9 @@ def compile_prefill(cost: CostModel) -> tuple[FloatArray, FloatArray] | None:
     return fit, fields["grid"]
 
 
+SHARED_CHUNK = 16
+"""A shared decode pricing's TOKEN row grows to the next multiple of this past the batch."""
+
 SHARED_DECODE = "shared decode"
 """The key of :meth:`CostModel.compiled_decode`'s pricing (ranks, stages or local attention)
 among a cost model's compiled pricings (the others keyed by their extra GEMM, None for none)."""
@@ -691,21 +719,23 @@ def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None
     """``cost`` compiled for :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests``
     decoding requests, also where its batches split over data-parallel ranks or pipeline stages
     or some of its layers attend locally (None: not compilable)."""
-    base = _compiled_base(cost, shares=True)
+    base = _compiled_base(cost, shares=True, decode_only=True)
     return None if base is None else extend_shared_decode(base, cost, requests)
 
 
 def extend_shared_decode(compiled: CompiledCost, cost: CostModel, requests: int) -> CompiledCost:
     """:func:`extend_tables` of a model with shares (ranks or stages): its TOKEN row the whole
     batch's non-attention kernels, each count's float ``CostModel._token_time(n, n, n)`` itself;
-    the rows no decode step reads left NaN. A whole batch (local attention alone) has every
-    row, as :func:`extend_tables` fills them."""
+    the rows no decode step reads left NaN. A whole batch (local or latent attention alone) has
+    every row, as :func:`extend_tables` fills them. Priced a count at a time in Python (a model
+    of experts over ranks: a quarter of a millisecond a count), the row grows a few counts past
+    the batch, not to a power of two: counts no batch reaches are not priced."""
     if compiled.split == 1:
         return extend_tables(compiled, cost, requests, None)
     have = compiled.size
     if have > requests:
         return compiled
-    size = max(requests + 1, 2 * have, TABLE_CHUNK)
+    size = (requests // SHARED_CHUNK + 1) * SHARED_CHUNK
     tables = np.full((TABLE_ROWS, size), np.nan)
     tables[:, :have] = compiled.tables
     tables[TOKEN, 0] = 0.0

@@ -44,6 +44,14 @@ FIT_PLAIN = 1  # a fitted roofline without correction
 FIT_GRID1 = 2  # with a correction over one feature (batch or context)
 FIT_GRID2 = 3  # with a correction over both
 
+# a transfer block (CompiledCost.transfer_at): the transfer GPU's attention peak and bandwidth,
+# then each fit's fields in this order (GRID_AT: where its grid starts in CompiledCost.grid)
+TRANSFER_PEAK, TRANSFER_BANDWIDTH, TRANSFER_ENGINE = range(3)
+TF_MODE, TF_USES_BATCH, TF_FLOOR, TF_COMPUTE, TF_MEMORY, TF_AXIS0, TF_AXIS1, TF_STRIDE0 = range(8)
+TF_GRID_AT, TF_GRID_SIZE = 8, 9
+TRANSFER_FIT_FIELDS = 10
+TRANSFER_REFERENCE = TRANSFER_ENGINE + TRANSFER_FIT_FIELDS
+
 TABLE_CHUNK = 256
 # rows of CompiledCost.tables
 TOKEN, LINEAR, HEAD, EXTRA, LINEAR_FLOOR, HEAD_FLOOR = range(6)
@@ -114,6 +122,11 @@ class CompiledCost(NamedTuple):
     mla_weight_bytes: float = 0.0
     mla_kv_bytes: float = 0.0
     mla_peak: float = 0.0
+    # a GPU priced through another GPU's kernels (``OpPricing._transfer``): where in ``grid`` the
+    # transfer block starts (-1: none): that GPU's attention peak and bandwidth, then the
+    # engine's and the reference's decode fits there (TRANSFER_FIT_FIELDS each, their grids
+    # after them); only decode_seconds prices it
+    transfer_at: int = -1
 
     @property
     def size(self) -> int:
@@ -255,9 +268,20 @@ def _grid_factor(
 def scaled_decode_attention(
     c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float
 ) -> float:
-    """:func:`decode_attention` given its :func:`attention_factor`."""
+    """:func:`decode_attention` given its :func:`attention_factor` (not for a transfer GPU)."""
     return _attention_seconds(
-        c, c.mode, c.floor_s, c.compute_eff, c.memory_eff, tokens, kv_tokens, pairs, factor
+        c,
+        c.mode,
+        c.floor_s,
+        c.compute_eff,
+        c.memory_eff,
+        tokens,
+        kv_tokens,
+        pairs,
+        factor,
+        c.attn_peak,
+        c.bandwidth,
+        1.0,
     )
 
 
@@ -272,10 +296,14 @@ def _attention_seconds(
     kv_tokens: int,
     pairs: float,
     factor: float,
+    peak: float,
+    bandwidth: float,
+    ratio: float,
 ) -> float:
     """One layer's attention over a group by a fit (``mode``, its floor and efficiencies) and its
     correction ``factor``: :meth:`CostModel.attention_time`'s arithmetic, ``c`` giving the
-    model's heads and the GPU."""
+    model's heads, on a GPU of attention ``peak`` and ``bandwidth``; a fitted time is scaled by
+    a transfer GPU's engine/reference ``ratio`` (1.0: none, which leaves it as it is)."""
     if tokens <= 0:
         return 0.0
     flops = 4.0 * pairs * c.q_heads * c.head_dim
@@ -283,15 +311,52 @@ def _attention_seconds(
         kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
         + 2 * tokens * c.q_heads * c.head_dim * 2.0
     )
-    t_compute = flops / (c.attn_peak * compute_eff)
-    t_memory = bytes_moved / (c.bandwidth * memory_eff)
+    t_compute = flops / (peak * compute_eff)
+    t_memory = bytes_moved / (bandwidth * memory_eff)
     if mode == ROOFLINE:
         return max(t_compute, t_memory) + floor_s
     fitted = floor_s + (t_compute if t_compute >= t_memory else t_memory)
     if mode != FIT_PLAIN:
         fitted = fitted * factor
-    light = bytes_moved / c.bandwidth
+    light = bytes_moved / bandwidth
+    fitted = fitted * ratio
     return fitted if fitted > light else light
+
+
+@numba.njit(cache=True)
+def _transfer_attention(
+    c: CompiledCost, at: int, tokens: int, kv_tokens: int, pairs: float, requests: int
+) -> float:
+    """One layer's decode attention by the transfer block's fit at ``at`` (the engine's or the
+    reference's) on the transfer GPU: that bare cost model's ``attention_time``."""
+    g = c.grid
+    lo = int(g[at + TF_GRID_AT])
+    mode = int(g[at + TF_MODE])
+    factor = _grid_factor(
+        mode,
+        g[at + TF_USES_BATCH] != 0.0,
+        g[lo : lo + int(g[at + TF_GRID_SIZE])],
+        int(g[at + TF_AXIS0]),
+        int(g[at + TF_AXIS1]),
+        int(g[at + TF_STRIDE0]),
+        requests,
+        kv_tokens - tokens,
+    )
+    block = c.transfer_at
+    return _attention_seconds(
+        c,
+        mode,
+        g[at + TF_FLOOR],
+        g[at + TF_COMPUTE],
+        g[at + TF_MEMORY],
+        tokens,
+        kv_tokens,
+        pairs,
+        factor,
+        g[block + TRANSFER_PEAK],
+        g[block + TRANSFER_BANDWIDTH],
+        1.0,
+    )
 
 
 @numba.njit(cache=True)
@@ -302,7 +367,26 @@ def decode_attention(
     if tokens <= 0:
         return 0.0
     factor = attention_factor(c, requests, kv_tokens - tokens)
-    return scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+    ratio = 1.0
+    block = c.transfer_at
+    if block >= 0 and c.mode != ROOFLINE:  # OpPricing.attention_time: a fitted time scaled
+        ratio = _transfer_attention(
+            c, block + TRANSFER_ENGINE, tokens, kv_tokens, pairs, requests
+        ) / _transfer_attention(c, block + TRANSFER_REFERENCE, tokens, kv_tokens, pairs, requests)
+    return _attention_seconds(
+        c,
+        c.mode,
+        c.floor_s,
+        c.compute_eff,
+        c.memory_eff,
+        tokens,
+        kv_tokens,
+        pairs,
+        factor,
+        c.attn_peak,
+        c.bandwidth,
+        ratio,
+    )
 
 
 # a prefill fit as prefill_attention reads it (compile_prefill): its fields in this order
@@ -339,7 +423,18 @@ def prefill_attention(
         tokens,
     )
     return _attention_seconds(
-        c, mode, fit[FIT_FLOOR], fit[FIT_COMPUTE], fit[FIT_MEMORY], tokens, kv_tokens, pairs, factor
+        c,
+        mode,
+        fit[FIT_FLOOR],
+        fit[FIT_COMPUTE],
+        fit[FIT_MEMORY],
+        tokens,
+        kv_tokens,
+        pairs,
+        factor,
+        c.attn_peak,
+        c.bandwidth,
+        1.0,
     )
 
 

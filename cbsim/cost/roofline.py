@@ -63,6 +63,7 @@ from cbsim.cost.compiled import (
     TABLE_CHUNK,
     TABLE_ROWS,
     TOKEN,
+    TRANSFER_FIT_FIELDS,
     CompiledCost,
     FloatArray,
     prefill_attention,
@@ -452,9 +453,14 @@ class CostModel(OpPricing):
     def compiled_decode(self, requests: int) -> Any:
         """:meth:`compiled` for a plain decode run (:func:`~cbsim.cost.compiled.decode_seconds`
         alone), which compiles also where the batch splits over data-parallel ranks or pipeline
-        stages, or where some layers attend locally (a sliding window); None as :meth:`compiled`
-        gives it."""
-        whole = self._split == 1 and not self.model.sliding_window and self._mla is None
+        stages, where some layers attend locally (a sliding window) or latently (MLA), and on a
+        GPU priced through another GPU's kernels; None as :meth:`compiled` gives it."""
+        whole = (
+            self._split == 1
+            and not self.model.sliding_window
+            and self._mla is None
+            and self._transfer is None
+        )
         key = None if whole else SHARED_DECODE
         if requests < self._compiled_size.get(key, 0) and not self.cold_start.left:
             return self._compiled[key]
@@ -543,14 +549,21 @@ def _compiled_base(
     attention (for :func:`~cbsim.cost.compiled.decode_seconds` alone)."""
     mla = cost._mla
     if (
-        cost._transfer is not None
-        or ((cost._split > 1 or cost.model.sliding_window) and not shares)
+        ((cost._split > 1 or cost.model.sliding_window) and not shares)
         or (mla is not None and not (decode_only and mla.params is cost.params))
+        or (cost._transfer is not None and not decode_only)
     ):
-        return None  # unless asked, ranks, stages, local or latent attention
+        return None  # unless asked, ranks, stages, local or latent attention, a transfer GPU
     fields = _compiled_fit(cost, cost._decode_fit_model if mla is None else mla.decode)
     if fields is None:
         return None
+    transfer_at = -1
+    if cost._transfer is not None and mla is None:  # MLA modules are priced without it
+        block = _transfer_block(cost._transfer, len(fields["grid"]))
+        if block is None:
+            return None
+        transfer_at = len(fields["grid"])
+        fields["grid"] = np.concatenate([fields["grid"], block])
     cpu_s, per_request, per_token, serial_s, serial_per_request, overlap = cost._step_terms
     return CompiledCost(
         tables=np.zeros((TABLE_ROWS, 0)),
@@ -583,7 +596,38 @@ def _compiled_base(
         window=int(cost.model.sliding_window),
         window_layers=int(cost.model.sliding_window_layers),
         **({} if mla is None else _mla_fields(mla)),
+        transfer_at=transfer_at,
     )
+
+
+def _transfer_block(pair: tuple[OpPricing, OpPricing], at: int) -> np.ndarray | None:
+    """A transfer GPU's block of :attr:`CompiledCost.grid` starting at ``at`` (see
+    ``cbsim.cost.compiled.TRANSFER_PEAK``): the engine's and the reference's bare cost models'
+    decode fits there; None when they do not compile or their GPU's figures differ."""
+    engine, reference = pair
+    if engine._attn_flops != reference._attn_flops or engine.gpu != reference.gpu:
+        return None
+    head = [float(engine._attn_flops), float(engine.gpu.hbm_bandwidth)]
+    grids_at = at + len(head) + 2 * TRANSFER_FIT_FIELDS
+    grids: list[np.ndarray] = []
+    for model in pair:
+        fields = _compiled_fit(model, model._decode_fit_model)
+        if fields is None:
+            return None
+        head += [
+            float(fields["mode"]),
+            1.0 if fields["uses_batch"] else 0.0,
+            fields["floor_s"],
+            fields["compute_eff"],
+            fields["memory_eff"],
+            float(fields["axis0_size"]),
+            float(fields["axis1_size"]),
+            float(fields["stride0"]),
+            float(grids_at + sum(len(g) for g in grids)),
+            float(len(fields["grid"])),
+        ]
+        grids.append(fields["grid"])
+    return np.concatenate([np.asarray(head, dtype=np.float64), *grids])
 
 
 def _mla_fields(mla: MlaPricing) -> dict[str, Any]:
@@ -604,7 +648,7 @@ def _mla_fields(mla: MlaPricing) -> dict[str, Any]:
     }
 
 
-def _compiled_fit(cost: CostModel, fit: RooflineFit | None) -> dict[str, Any] | None:
+def _compiled_fit(cost: OpPricing, fit: RooflineFit | None) -> dict[str, Any] | None:
     """An attention fit (or, None, the raw roofline) as :class:`CompiledCost`'s attention fields;
     None when its correction is not over (batch, tokens) or one of them."""
     axis0 = axis1 = flat = np.zeros(0)

@@ -30,6 +30,7 @@ tensor-parallel ranks in vLLM; the per-head ones are.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ FEATURES: tuple[str, ...] = ("batch", "tokens")
 ACTIVATION_BYTES = 2.0
 
 
-def mla_weight_params(model: ModelShape, heads: np.ndarray) -> np.ndarray:
+def mla_weight_params(model: ModelShape, heads: Any) -> Any:
     """Parameters of one layer's MLA module a GPU with ``heads`` query heads reads."""
     h_size = model.hidden_size
     q_rank, kv_rank = model.q_lora_rank, model.kv_lora_rank
@@ -54,8 +55,7 @@ def mla_weight_params(model: ModelShape, heads: np.ndarray) -> np.ndarray:
     q = h_size * q_rank + q_rank * heads * d_qk if q_rank else h_size * heads * d_qk
     kv_down = h_size * (kv_rank + model.qk_rope_head_dim)
     kv_up = kv_rank * heads * (model.qk_nope_head_dim + model.v_head_dim)
-    out: np.ndarray = q + kv_down + kv_up + heads * model.v_head_dim * h_size
-    return out
+    return q + kv_down + kv_up + heads * model.v_head_dim * h_size
 
 
 def mla_terms(
@@ -70,6 +70,24 @@ def mla_terms(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(FLOPs, bytes) of one layer's MLA module on one GPU (see the module docstring): decode
     over ``tokens`` cached tokens per request, prefill of ``tokens`` new tokens per request."""
+    flops, bytes_moved = _terms(
+        model, heads, batch, tokens, decode=decode, weight_bytes=weight_bytes, kv_bytes=kv_bytes
+    )
+    return np.asarray(flops, dtype=np.float64), np.asarray(bytes_moved, dtype=np.float64)
+
+
+def _terms(
+    model: ModelShape,
+    heads: Any,
+    batch: Any,
+    tokens: Any,
+    *,
+    decode: bool,
+    weight_bytes: float,
+    kv_bytes: float,
+) -> tuple[Any, Any]:
+    """:func:`mla_terms` over arrays or Python floats alike: the same IEEE operations in the same
+    order either way, so one point priced as floats is the float its one-element array holds."""
     weights = mla_weight_params(model, heads)
     rank, rope = model.kv_lora_rank, model.qk_rope_head_dim
     d_qk = model.qk_nope_head_dim + rope
@@ -88,7 +106,7 @@ def mla_terms(
         activations = ACTIVATION_BYTES * new * heads * (2.0 * d_qk + 2.0 * d_v)
         flops = projections + attention
         bytes_moved = weights * weight_bytes + activations
-    return np.asarray(flops, dtype=np.float64), np.asarray(bytes_moved, dtype=np.float64)
+    return flops, bytes_moved
 
 
 def fit_key(phase: str, kv_dtype: str, gemm_dtype: str) -> str:
@@ -124,12 +142,11 @@ class MlaPricing:
         tokens (decode: one new token each) or new tokens (prefill)."""
         if requests <= 0:
             return 0.0
-        one = np.ones(1, dtype=np.float64)
-        flops, bytes_moved = mla_terms(
+        flops, bytes_moved = _terms(  # as floats: one-element arrays' values, none allocated
             self.model,
-            self.heads * one,
-            requests * one,
-            per_request * one,
+            float(self.heads),
+            float(requests),
+            float(per_request),
             decode=decode,
             weight_bytes=DTYPE_BYTES[self.weight_dtype or self.gemm_dtype],
             kv_bytes=DTYPE_BYTES[self.kv_dtype],
@@ -141,13 +158,13 @@ class MlaPricing:
             p = self.params
             return float(
                 max(
-                    flops[0] / (peak * p.attn_compute_eff),
-                    bytes_moved[0] / (bandwidth * p.attn_memory_eff),
+                    flops / (peak * p.attn_compute_eff),
+                    bytes_moved / (bandwidth * p.attn_memory_eff),
                 )
                 + p.attn_floor_s
             )
         return fit.predict(
-            float(flops[0]), float(bytes_moved[0]), peak, bandwidth, float(requests),
+            float(flops), float(bytes_moved), peak, bandwidth, float(requests),
             max(float(per_request), 1.0),
         )  # fmt: skip
 

@@ -64,3 +64,8 @@ def assert_decode_prices_as_in_python(
         cost.decode_time(n, kv) for n, kv in zip(requests.tolist(), kv_tokens.tolist(), strict=True)
     ]
     assert got.tolist() == want
+
+
+def layout_id(layout: dict[str, Any]) -> str:
+    """A pytest id for a cost model's keyword arguments: their values joined by dashes."""
+    return "-".join(str(v) for v in layout.values())

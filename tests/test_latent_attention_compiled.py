@@ -19,6 +19,7 @@ from tests.conftest import BASE_SCENARIO
 from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
+    layout_id,
     with_serial_cpu,
 )
 
@@ -31,7 +32,7 @@ LAYOUTS = [
 
 
 def _layout_id(layout: tuple[dict[str, Any], int]) -> str:
-    return "-".join(str(v) for v in layout[0].values())
+    return layout_id(layout[0])
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)

@@ -18,6 +18,7 @@ from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
     decode_seconds_at,
+    layout_id,
     with_serial_cpu,
 )
 
@@ -31,11 +32,7 @@ LAYOUTS = [
 ]
 
 
-def _layout_id(layout: dict[str, Any]) -> str:
-    return "-".join(str(v) for v in layout.values())
-
-
-@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
 @pytest.mark.parametrize("serial_cpu", [False, True], ids=["engine-step", "serial-cpu-step"])
 def test_a_decode_run_prices_local_attention_compiled_as_in_python(
     layout: dict[str, Any], serial_cpu: bool
@@ -59,7 +56,7 @@ def test_a_decode_run_prices_local_attention_compiled_as_in_python(
     assert cost.compiled(10) is None  # the speculative kernels still price it in Python
 
 
-@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
 def test_a_stepped_iteration_prices_local_attention_compiled_as_in_python(
     layout: dict[str, Any],
 ) -> None:

@@ -27,6 +27,7 @@ from tests.conftest import BASE_SCENARIO
 from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
+    layout_id,
     with_serial_cpu,
 )
 
@@ -136,7 +137,7 @@ def test_a_lone_request_is_never_split_between_micro_batches() -> None:
         {"model": "mixtral-8x7b", "gpu": "h200", "tp": 2, "dp": 2, "ep": 4},
         {"model": "qwen3-30b-a3b", "gpu": "a100-80gb", "tp": 1, "dp": 4, "ep": 4},
     ],
-    ids=lambda layout: "-".join(str(v) for v in layout.values()),
+    ids=layout_id,
 )
 @pytest.mark.parametrize("serial_cpu", [False, True], ids=["engine-step", "serial-cpu-step"])
 def test_a_decode_run_prices_stages_and_ranks_compiled_as_in_python(

@@ -19,6 +19,7 @@ from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
     decode_seconds_at,
+    layout_id,
     with_serial_cpu,
 )
 
@@ -32,11 +33,7 @@ LAYOUTS = [
 ]
 
 
-def _layout_id(layout: dict[str, Any]) -> str:
-    return "-".join(str(v) for v in layout.values())
-
-
-@pytest.mark.parametrize("layout", LAYOUTS, ids=_layout_id)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=layout_id)
 @pytest.mark.parametrize("serial_cpu", [False, True], ids=["engine-step", "serial-cpu-step"])
 def test_a_decode_run_on_a_transfer_gpu_prices_compiled_as_in_python(
     layout: dict[str, Any], serial_cpu: bool

@@ -269,6 +269,15 @@ def scaled_decode_attention(
     c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float
 ) -> float:
     """:func:`decode_attention` given its :func:`attention_factor` (not for a transfer GPU)."""
+    return _decode_fit_seconds(c, tokens, kv_tokens, pairs, factor, 1.0)
+
+
+@numba.njit(cache=True, inline="always")
+def _decode_fit_seconds(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, factor: float, ratio: float
+) -> float:
+    """One layer's decode attention by the model's own fit on its own GPU, its correction
+    ``factor`` and a transfer GPU's engine/reference ``ratio`` given."""
     return _attention_seconds(
         c,
         c.mode,
@@ -281,7 +290,7 @@ def scaled_decode_attention(
         factor,
         c.attn_peak,
         c.bandwidth,
-        1.0,
+        ratio,
     )
 
 
@@ -373,20 +382,7 @@ def decode_attention(
         ratio = _transfer_attention(
             c, block + TRANSFER_ENGINE, tokens, kv_tokens, pairs, requests
         ) / _transfer_attention(c, block + TRANSFER_REFERENCE, tokens, kv_tokens, pairs, requests)
-    return _attention_seconds(
-        c,
-        c.mode,
-        c.floor_s,
-        c.compute_eff,
-        c.memory_eff,
-        tokens,
-        kv_tokens,
-        pairs,
-        factor,
-        c.attn_peak,
-        c.bandwidth,
-        ratio,
-    )
+    return _decode_fit_seconds(c, tokens, kv_tokens, pairs, factor, ratio)
 
 
 # a prefill fit as prefill_attention reads it (compile_prefill): its fields in this order

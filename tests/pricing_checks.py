@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import cbsim
+from cbsim.cost.batch_stats import BatchStats
 from cbsim.cost.compiled import decode_seconds
 from cbsim.cost.roofline import CostModel
 from cbsim.engine import decode_run
@@ -64,6 +65,16 @@ def assert_decode_prices_as_in_python(
         cost.decode_time(n, kv) for n, kv in zip(requests.tolist(), kv_tokens.tolist(), strict=True)
     ]
     assert got.tolist() == want
+
+
+def assert_only_plain_decode_compiles(cost: CostModel) -> None:
+    """``cost`` compiles a plain decode step alone: a mixed batch (a prefill chunk beside decodes)
+    is priced in Python, and the speculative kernels' tables (``compiled``) are refused."""
+    stats = BatchStats.from_pairs([(1, 3000), (4, 900), (700, 0)])
+    assert cost.time_stats(stats) == cost.python_time_stats(stats) > 0
+    assert cost._stepped is None
+    assert cost.compiled(10) is None
+    assert cost.compiled_decode(10) is not None
 
 
 def layout_id(layout: dict[str, Any]) -> str:

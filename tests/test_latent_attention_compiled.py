@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cbsim.cost.batch_stats import BatchStats
 from cbsim.cost.compiled import FIT_GRID2, ROOFLINE
 from cbsim.cost.profile import UNCALIBRATED
 from cbsim.cost.roofline import CostModel
@@ -19,6 +18,7 @@ from tests.conftest import BASE_SCENARIO
 from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
+    assert_only_plain_decode_compiles,
     layout_id,
     with_serial_cpu,
 )
@@ -58,12 +58,7 @@ def test_a_decode_run_prices_latent_attention_compiled_as_in_python(
 
 def test_a_stepped_iteration_and_speculation_keep_the_python_pricing() -> None:
     """Prefill modules and a verify step's extra query tokens are priced in Python alone."""
-    cost = CostModel("deepseek-v3", "h200", tp=8)
-    stats = BatchStats.from_pairs([(1, 3000), (4, 900), (700, 0)])
-    assert cost.time_stats(stats) == cost.python_time_stats(stats) > 0
-    assert cost._stepped is None
-    assert cost.compiled(10) is None
-    assert cost.compiled_decode(10) is not None
+    assert_only_plain_decode_compiles(CostModel("deepseek-v3", "h200", tp=8))
 
 
 def test_a_latent_attention_replica_fast_forwards_as_it_steps() -> None:

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cbsim.cost.batch_stats import BatchStats
 from cbsim.cost.compiled import ROOFLINE
 from cbsim.cost.roofline import CostModel
 from tests.conftest import BASE_SCENARIO
 from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
+    assert_only_plain_decode_compiles,
     decode_seconds_at,
     layout_id,
     with_serial_cpu,
@@ -67,12 +67,7 @@ def test_the_transfer_ratio_is_priced() -> None:
 
 
 def test_a_stepped_iteration_and_speculation_keep_the_python_pricing() -> None:
-    cost = CostModel("llama-3-8b", "a100-80gb", engine="tensorrt-llm")
-    stats = BatchStats.from_pairs([(1, 3000), (4, 900), (700, 0)])
-    assert cost.time_stats(stats) == cost.python_time_stats(stats) > 0
-    assert cost._stepped is None
-    assert cost.compiled(10) is None
-    assert cost.compiled_decode(10) is not None
+    assert_only_plain_decode_compiles(CostModel("llama-3-8b", "a100-80gb", engine="tensorrt-llm"))
 
 
 def test_a_transfer_gpu_replica_fast_forwards_as_it_steps() -> None:

@@ -1,8 +1,8 @@
 """Models with multi-head latent attention (DeepSeek V2 and V3, Kimi K2) decode compiled: a plain
 decode run's steps give the Python cost model's floats bit for bit (the MLA module by its decode
 fit, or uncalibrated by the raw roofline; whole batches and batches over pipeline stages or
-data-parallel ranks), while a stepped iteration and the speculative kernels keep pricing it in
-Python."""
+data-parallel ranks), while a stepped iteration keeps pricing it in Python (the speculative
+kernels' verify steps: tests/test_spec_compiled_attention.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.conftest import BASE_SCENARIO
 from tests.pricing_checks import (
     assert_decode_prices_as_in_python,
     assert_fast_forward_compiled_equals_stepping,
-    assert_only_plain_decode_compiles,
+    assert_only_stepped_iterations_price_in_python,
     layout_id,
     with_serial_cpu,
 )
@@ -56,9 +56,10 @@ def test_a_decode_run_prices_latent_attention_compiled_as_in_python(
         assert_decode_prices_as_in_python(cost, compiled, requests, kv_tokens)
 
 
-def test_a_stepped_iteration_and_speculation_keep_the_python_pricing() -> None:
-    """Prefill modules and a verify step's extra query tokens are priced in Python alone."""
-    assert_only_plain_decode_compiles(CostModel("deepseek-v3", "h200", tp=8))
+def test_a_stepped_iteration_keeps_the_python_pricing() -> None:
+    """Prefill modules are priced in Python alone (a verify step's extra query tokens compile:
+    tests/test_spec_compiled_attention.py)."""
+    assert_only_stepped_iterations_price_in_python(CostModel("deepseek-v3", "h200", tp=8))
 
 
 def test_a_latent_attention_replica_fast_forwards_as_it_steps() -> None:

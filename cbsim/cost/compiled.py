@@ -20,11 +20,16 @@ cache, the decode attention as above, and the prefill attention by its fit passe
 (:func:`prefill_attention`), so :meth:`CostModel.time_stats` makes one compiled call per iteration
 instead of a dozen Python ones.
 
-A cost model that cannot be compiled (a GPU priced through another GPU's kernel ratios, a
-correction over more than two features) gives None, and callers fall back to the Python path.
-One whose batches split into shares (pipeline micro-batches, attention data-parallel ranks:
-``CompiledCost.split``) compiles for :func:`decode_seconds` and :func:`stepped_seconds` alone,
-which price the largest share as the cost model does (``CostModel.compiled_decode``).
+Local attention (a sliding window: ``CompiledCost.window``), latent attention (MLA modules,
+a verify step's extra query tokens included) and a GPU priced through another GPU's kernel
+ratios (``CompiledCost.transfer_at``) are priced by every kernel of a whole batch
+(:func:`decode_seconds`, :func:`verify_seconds`, :func:`scaled_step_seconds`), but for
+:func:`stepped_seconds`, which refuses the latter two (their stepped iterations are priced in
+Python). A cost model that cannot be compiled (a correction over more than two features) gives
+None, and callers fall back to the Python path. One whose batches split into shares (pipeline
+micro-batches, attention data-parallel ranks: ``CompiledCost.split``) compiles for
+:func:`decode_seconds` and :func:`stepped_seconds` alone, which price the largest share as the
+cost model does (``CostModel.compiled_decode``).
 """
 
 from __future__ import annotations
@@ -106,14 +111,13 @@ class CompiledCost(NamedTuple):
     split: int
     stage_factor: float
     # local attention (a sliding window or Llama 4's chunks): the window (0: none) and how many of
-    # the layers read at most the last ``window`` tokens of each request; with a window, too,
-    # only decode_seconds and stepped_seconds price (and decode_seconds through its shared form)
+    # the layers read at most the last ``window`` tokens of each request
     window: int = 0
     window_layers: int = 0
     # latent attention (MLA: cbsim.cost.mla): one layer's whole module priced by the attention
     # fields above (then the MLA decode fit's), from its weights (parameters a GPU reads), query
     # heads, the latent's widths ((r + d_rope + r) and (r + d_rope)), the bytes of a weight and
-    # of a cached value, and the projections' peak; only decode_seconds prices it
+    # of a cached value, and the projections' peak; every kernel but stepped_seconds prices it
     mla: bool = False
     mla_weights: float = 0.0
     mla_heads: float = 0.0
@@ -125,7 +129,7 @@ class CompiledCost(NamedTuple):
     # a GPU priced through another GPU's kernels (``OpPricing._transfer``): where in ``grid`` the
     # transfer block starts (-1: none): that GPU's attention peak and bandwidth, then the
     # engine's and the reference's decode fits there (TRANSFER_FIT_FIELDS each, their grids
-    # after them); only decode_seconds prices it
+    # after them); every kernel but stepped_seconds prices it
     transfer_at: int = -1
 
     @property
@@ -481,16 +485,27 @@ def _shared_decode_seconds(c: CompiledCost, requests: int, kv_tokens: int) -> fl
 
 @numba.njit(cache=True)
 def _mla_decode_module(c: CompiledCost, tokens: int, kv_tokens: int, requests: int) -> float:
-    """One layer's MLA module decoding ``requests`` requests of one new token each (``tokens``)
-    over ``kv_tokens`` keys/values in all: ``OpPricing.attention_time`` with ``decode=True``
-    (``MlaPricing.module_time``: ``mla_terms``' arithmetic in its order, then the decode fit or,
-    uncalibrated, the raw roofline). A verify step's extra query tokens are not priced here."""
+    """One layer's MLA module for ``requests`` decoding (or verifying) requests adding ``tokens``
+    new tokens in all over ``kv_tokens`` keys/values: ``OpPricing.attention_time`` with
+    ``decode=True``: the module at the requests' cached context and, for a verify step's extra
+    query tokens, what their projections add (the cache is read once)."""
     if tokens <= 0:
         return 0.0
     whole = requests if requests > 1 else 1  # an int, as _grid_factor passes _correction one
+    per_request = (kv_tokens - tokens) / float(whole)
+    module = _mla_module(c, whole, per_request if per_request >= 1.0 else 1.0)
+    if tokens > whole:
+        more = _mla_module(c, tokens, 1.0) - _mla_module(c, whole, 1.0)
+        module += more if more > 0.0 else 0.0
+    return module
+
+
+@numba.njit(cache=True, inline="always")
+def _mla_module(c: CompiledCost, whole: int, per_request: float) -> float:
+    """``MlaPricing.module_time`` with ``decode=True``: ``whole`` requests of one new token each
+    over ``per_request`` (at least 1) cached tokens each (``mla_terms``' arithmetic in its order,
+    then the decode fit or, uncalibrated, the raw roofline)."""
     batch = float(whole)
-    per_request = (kv_tokens - tokens) / batch
-    per_request = per_request if per_request >= 1.0 else 1.0
     flops = (
         2.0 * batch * c.mla_weights
         + 2.0 * batch * c.mla_heads * (per_request + 1) * c.mla_attention_width
@@ -577,7 +592,9 @@ def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, 
     sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
     pairs."""
     factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
-    return scaled_step_seconds(c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, factor)
+    return scaled_step_seconds(
+        c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, factor, requests
+    )
 
 
 @numba.njit(cache=True, inline="always")
@@ -586,23 +603,60 @@ def scaled_step_seconds(
     requests: int,
     tokens: int,
     sampled: int,
-    prefill_attention_s: float,
+    prefill_layers_s: float,
     decode_tokens: int,
     decode_kv_tokens: int,
     decode_pairs: float,
     factor: float,
+    decode_requests: int,
 ) -> float:
-    """:meth:`CostModel.time_stats` of a batch given by its stats: ``tokens`` in all (``sampled``
-    of them sampled) over ``requests`` requests, one layer's prefill attention already priced
-    (``prefill_attention_s``), and its decode entries' attention sums (with their
-    :func:`attention_factor`)."""
+    """:meth:`CostModel.time_stats` of a whole batch (no shares) given by its stats: ``tokens``
+    in all (``sampled`` of them sampled) over ``requests`` requests, every layer's prefill
+    attention already priced (``prefill_layers_s``), and its decode entries' attention sums
+    over ``decode_requests`` requests (with their :func:`attention_factor`)."""
     gpu = (
         (c.tables[LINEAR, tokens] + c.tables[HEAD, sampled])
-        + c.layers * prefill_attention_s
-        + c.layers
-        * scaled_decode_attention(c, decode_tokens, decode_kv_tokens, decode_pairs, factor)
+        + prefill_layers_s
+        + decode_layers_seconds(
+            c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests, factor
+        )
     )
     return step_seconds(c, gpu, requests, tokens)
+
+
+@numba.njit(cache=True, inline="always")
+def decode_layers_seconds(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, factor: float
+) -> float:
+    """Every layer's attention over a whole batch's decode/verify entries
+    (``CostModel._attention_all_layers`` with ``decode=True``), their :func:`attention_factor`
+    given."""
+    if c.window <= 0 and not c.mla and c.transfer_at < 0:
+        return c.layers * scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+    return _mixed_decode_layers(c, tokens, kv_tokens, pairs, requests, factor)
+
+
+@numba.njit(cache=True)
+def _mixed_decode_layers(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, factor: float
+) -> float:
+    """:func:`decode_layers_seconds` of a model with local or latent attention or on a transfer
+    GPU: full-attention layers (MLA modules with a verify step's extra query tokens; a transfer
+    GPU's kernel ratio), then the local layers over the window."""
+    if c.mla:
+        full = _mla_decode_module(c, tokens, kv_tokens, requests)
+    elif c.transfer_at >= 0:
+        full = decode_attention(c, tokens, kv_tokens, pairs, requests)
+    else:
+        full = scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+    local = full
+    if c.window > 0:
+        kv, local_pairs = _windowed(tokens, kv_tokens, pairs, requests, c.window, True)
+        if c.mla:
+            local = _mla_decode_module(c, tokens, kv, requests)
+        else:
+            local = decode_attention(c, tokens, kv, local_pairs, requests)
+    return _all_layers(c, full, local)
 
 
 @numba.njit(cache=True)

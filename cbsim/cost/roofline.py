@@ -112,13 +112,22 @@ class CostModel(OpPricing):
     # ------------------------------------------------------------------ per-iteration terms
 
     def _attention_all_layers(
-        self, tokens: int, kv_tokens: int, pairs: float, *, decode: bool, requests: int = 1
+        self,
+        tokens: int,
+        kv_tokens: int,
+        pairs: float,
+        *,
+        decode: bool,
+        requests: int = 1,
+        layer: Callable[[int, int, float, int], float] | None = None,
     ) -> float:
         """Seconds for every layer's attention over a group: full-attention layers read all
         cached tokens, local-attention layers (a sliding window or Llama 4's chunks, taken as a
         window) at most the last ``sliding_window`` of each request's. With attention data
         parallelism, a rank's share of the group (the ranks wait for the largest); with pipeline
-        stages, a micro-batch's share through every stage, each as long as the largest."""
+        stages, a micro-batch's share through every stage, each as long as the largest.
+        ``layer`` (tokens, kv_tokens, pairs, requests): one layer's attention priced otherwise
+        than by :meth:`attention_time` (the same float)."""
         if self._split > 1 and tokens > 0 and requests > 0:
             held = -(-requests // self._split)  # whole requests: the largest share's
             tokens, kv_tokens = (
@@ -126,7 +135,10 @@ class CostModel(OpPricing):
                 self._share_of(kv_tokens, requests),
             )
             pairs, requests = pairs * held / requests, held
-        full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
+        if layer is None:
+            full = self.attention_time(tokens, kv_tokens, pairs, decode=decode, requests=requests)
+        else:
+            full = layer(tokens, kv_tokens, pairs, requests)
         m = self.model
         if not m.sliding_window:
             total = m.num_layers * full
@@ -134,12 +146,33 @@ class CostModel(OpPricing):
             kv_local, pairs_local = windowed(
                 tokens, kv_tokens, pairs, requests, m.sliding_window, decode=decode
             )
-            local = self.attention_time(
-                tokens, kv_local, pairs_local, decode=decode, requests=requests
-            )
+            if layer is None:
+                local = self.attention_time(
+                    tokens, kv_local, pairs_local, decode=decode, requests=requests
+                )
+            else:
+                local = layer(tokens, kv_local, pairs_local, requests)
             total = (m.num_layers - m.sliding_window_layers) * full
             total += m.sliding_window_layers * local
         return total * self._stage_factor if self.pp > 1 else total
+
+    def whole_prefill_attention(
+        self, tokens: int, kv_tokens: int, pairs: float, requests: int
+    ) -> float:
+        """Every layer's attention over a prefill group (:meth:`_attention_all_layers` with
+        ``decode=False``), each layer priced compiled where :meth:`time_stats` compiles (the
+        same float), for the speculative kernels' steps beside prefill chunks."""
+        return self._attention_all_layers(
+            tokens, kv_tokens, pairs, decode=False, requests=requests, layer=self._prefill_layer
+        )
+
+    def _prefill_layer(self, tokens: int, kv_tokens: int, pairs: float, requests: int) -> float:
+        """One layer's prefill attention: :meth:`compiled_prefill_attention` where it compiles,
+        else :meth:`attention_time` (the same float)."""
+        seconds = self.compiled_prefill_attention(tokens, kv_tokens, pairs, requests)
+        if seconds is None:
+            return self.attention_time(tokens, kv_tokens, pairs, decode=False, requests=requests)
+        return seconds
 
     def _linear_times(
         self, n_tokens: int, requests: int = 0
@@ -453,15 +486,9 @@ class CostModel(OpPricing):
     def compiled_decode(self, requests: int) -> Any:
         """:meth:`compiled` for a plain decode run (:func:`~cbsim.cost.compiled.decode_seconds`
         alone), which compiles also where the batch splits over data-parallel ranks or pipeline
-        stages, where some layers attend locally (a sliding window) or latently (MLA), and on a
-        GPU priced through another GPU's kernels; None as :meth:`compiled` gives it."""
-        whole = (
-            self._split == 1
-            and not self.model.sliding_window
-            and self._mla is None
-            and self._transfer is None
-        )
-        key = None if whole else SHARED_DECODE
+        stages (a pricing of its own, :data:`SHARED_DECODE`; a whole batch shares
+        :meth:`compiled`'s tables); None as :meth:`compiled` gives it."""
+        key = None if self._split == 1 else SHARED_DECODE
         if requests < self._compiled_size.get(key, 0) and not self.cold_start.left:
             return self._compiled[key]
         return self._compile_tables(requests, key)
@@ -543,17 +570,18 @@ def _compiled_base(
     cost: CostModel, shares: bool = False, decode_only: bool = False
 ) -> CompiledCost | None:
     """:func:`compile_cost` without its tables (None: not compilable). ``shares``: also a model
-    whose batches split over data-parallel ranks or pipeline stages, or with local attention
-    layers (for :func:`~cbsim.cost.compiled.decode_seconds` and
-    :func:`~cbsim.cost.compiled.stepped_seconds` only); ``decode_only``: also one with latent
-    attention (for :func:`~cbsim.cost.compiled.decode_seconds` alone)."""
+    whose batches split over data-parallel ranks or pipeline stages (for
+    :func:`~cbsim.cost.compiled.decode_seconds` and :func:`~cbsim.cost.compiled.stepped_seconds`
+    only), but with neither latent attention nor a transfer GPU unless ``decode_only`` (for
+    :func:`~cbsim.cost.compiled.decode_seconds` alone)."""
     mla = cost._mla
+    stepped = shares and not decode_only  # stepped_seconds: no latent attention or transfer GPU
     if (
-        ((cost._split > 1 or cost.model.sliding_window) and not shares)
-        or (mla is not None and not (decode_only and mla.params is cost.params))
-        or (cost._transfer is not None and not decode_only)
+        (cost._split > 1 and not shares)
+        or (mla is not None and (stepped or mla.params is not cost.params))
+        or (cost._transfer is not None and stepped)
     ):
-        return None  # unless asked, ranks, stages, local or latent attention, a transfer GPU
+        return None  # unless asked, ranks or stages; latent attention, a transfer GPU stepped
     fields = _compiled_fit(cost, cost._decode_fit_model if mla is None else mla.decode)
     if fields is None:
         return None
@@ -755,14 +783,14 @@ SHARED_CHUNK = 16
 """A shared decode pricing's TOKEN row grows to the next multiple of this past the batch."""
 
 SHARED_DECODE = "shared decode"
-"""The key of :meth:`CostModel.compiled_decode`'s pricing (ranks, stages or local attention)
+"""The key of :meth:`CostModel.compiled_decode`'s pricing of a batch split over ranks or stages
 among a cost model's compiled pricings (the others keyed by their extra GEMM, None for none)."""
 
 
 def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None:
-    """``cost`` compiled for :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests``
-    decoding requests, also where its batches split over data-parallel ranks or pipeline stages
-    or some of its layers attend locally (None: not compilable)."""
+    """``cost``, whose batches split over data-parallel ranks or pipeline stages, compiled for
+    :func:`~cbsim.cost.compiled.decode_seconds` of up to ``requests`` decoding requests (None:
+    not compilable)."""
     base = _compiled_base(cost, shares=True, decode_only=True)
     return None if base is None else extend_shared_decode(base, cost, requests)
 
@@ -770,12 +798,9 @@ def compile_shared_decode(cost: CostModel, requests: int) -> CompiledCost | None
 def extend_shared_decode(compiled: CompiledCost, cost: CostModel, requests: int) -> CompiledCost:
     """:func:`extend_tables` of a model with shares (ranks or stages): its TOKEN row the whole
     batch's non-attention kernels, each count's float ``CostModel._token_time(n, n, n)`` itself;
-    the rows no decode step reads left NaN. A whole batch (local or latent attention alone) has
-    every row, as :func:`extend_tables` fills them. Priced a count at a time in Python (a model
-    of experts over ranks: a quarter of a millisecond a count), the row grows a few counts past
-    the batch, not to a power of two: counts no batch reaches are not priced."""
-    if compiled.split == 1:
-        return extend_tables(compiled, cost, requests, None)
+    the rows no decode step reads left NaN. Priced a count at a time in Python (a model of
+    experts over ranks: a quarter of a millisecond a count), the row grows a few counts past the
+    batch, not to a power of two: counts no batch reaches are not priced."""
     have = compiled.size
     if have > requests:
         return compiled

@@ -41,6 +41,7 @@ from cbsim.engine.speculative.proposers import (
     NGRAM_SECONDS_PER_REQUEST,
     DraftModel,
     EagleHead,
+    MtpModule,
     Ngram,
     Proposer,
 )
@@ -59,7 +60,7 @@ SWEEP_REALS, SWEEP_INTS = 8, 5
 SWEPT_LOGS, SWEPT_VALUES, SWEPT_COST, SWEPT_REQUESTS, SWEPT_KV = 0, 5, 4, 3, 4
 # rows of the early stop's bound: each request's α^j and its expected tokens gained from k on
 POWERS, GAINS = 6, 7
-# proposers
+# proposers (EAGLE: any fused head, an EAGLE head's or an MTP module's)
 NGRAM, DRAFT_MODEL, EAGLE = 0, 1, 2
 
 
@@ -108,13 +109,13 @@ def draft_seconds(
 class StepBase(NamedTuple):
     """The work of an iteration beside its decoding requests' verify entries (prefill chunks),
     as the sums of a :class:`~cbsim.cost.BatchStats` the goodput sweep adds them to: requests,
-    tokens and sampled positions, one layer's prefill attention seconds, and the decode-sized
+    tokens and sampled positions, every layer's prefill attention seconds, and the decode-sized
     entries among them (a one-token chunk is priced as decode attention)."""
 
     requests: int
     tokens: int
     sampled: int
-    prefill_attention_s: float
+    prefill_layers_s: float  # every layer's prefill attention
     decode_tokens: int
     decode_kv_tokens: int
     decode_pairs: float
@@ -240,7 +241,9 @@ def goodput_sweep(
         uncapped_context, 0,
     )  # fmt: skip
     best_rate = tokens / seconds
-    can_stop = target.overhead_rises
+    # the bound needs attention that never falls with more verify tokens: an MLA module's extra
+    # query tokens and a transfer GPU's kernel ratio have their own corrections, so those sweep on
+    can_stop = target.overhead_rises and not target.mla and target.transfer_at < 0
     least_draft = -1.0  # the least a draft step can cost (priced at the sweep's first bound)
     verified = n  # the verify tokens of the candidate priced last
     for k in range(1, top + 1):
@@ -410,8 +413,8 @@ def _verify_from_groups(
         pairs += q * context + count * q * (q + 1) * 0.5
     return scaled_step_seconds(
         target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
-        base.prefill_attention_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
-        pairs, factor,
+        base.prefill_layers_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
+        pairs, factor, base.decode_requests + n,
     )  # fmt: skip
 
 
@@ -419,8 +422,8 @@ def _verify_from_groups(
 
 
 class CompiledProposer(NamedTuple):
-    """A proposer as the compiled code prices it: its kind code and, for an EAGLE head, the
-    fusion GEMM (n, k) its cost tables add per draft step."""
+    """A proposer as the compiled code prices it: its kind code and, for a fused head (EAGLE's or
+    an MTP module's), the fusion GEMM (n, k) its cost tables add per draft step."""
 
     kind: int
     extra_gemm: tuple[int, int] | None
@@ -429,7 +432,7 @@ class CompiledProposer(NamedTuple):
 def compiled_proposer(proposer: Proposer, target: CostModel) -> CompiledProposer | str:
     """How the compiled code prices ``proposer`` drafting for ``target``, or why it cannot."""
     extra: tuple[int, int] | None = None
-    if isinstance(proposer, EagleHead):
+    if isinstance(proposer, EagleHead | MtpModule):  # a fused head: layers, projection, LM head
         kind = EAGLE
         extra = (proposer.shape.hidden_size, proposer._fusion_k)
     elif isinstance(proposer, DraftModel):
@@ -439,8 +442,11 @@ def compiled_proposer(proposer: Proposer, target: CostModel) -> CompiledProposer
     else:
         return f"the {proposer.kind} proposer is not compiled"
     if target.compiled(1) is None:
-        return "the cost model does not compile (kernels priced through another GPU's)"
-    if isinstance(proposer, EagleHead | DraftModel) and proposer.cost.compiled(1, extra) is None:
+        return "the cost model does not compile (a batch split over ranks or pipeline stages)"
+    if (
+        isinstance(proposer, EagleHead | MtpModule | DraftModel)
+        and proposer.cost.compiled(1, extra) is None
+    ):
         return "the proposer's cost model does not compile"
     return CompiledProposer(kind, extra)
 
@@ -448,16 +454,18 @@ def compiled_proposer(proposer: Proposer, target: CostModel) -> CompiledProposer
 def step_base(target: CostModel, prefill: BatchStats) -> StepBase:
     """``prefill`` (a step's work beside its decoding requests) as the sweep's :class:`StepBase`
     (its prefill attention priced compiled where the model compiles: the same float)."""
-    tokens, kv_tokens = prefill.prefill_tokens, prefill.prefill_kv_tokens
-    pairs, requests = prefill.prefill_pairs, prefill.prefill_requests
-    attention = target.compiled_prefill_attention(tokens, kv_tokens, pairs, requests)
-    if attention is None:
-        attention = target.attention_time(tokens, kv_tokens, pairs, decode=False, requests=requests)
     return StepBase(
         int(prefill.num_requests),
         int(prefill.num_tokens),
         int(prefill.sampled_tokens),
-        float(attention),
+        float(
+            target.whole_prefill_attention(
+                prefill.prefill_tokens,
+                prefill.prefill_kv_tokens,
+                prefill.prefill_pairs,
+                prefill.prefill_requests,
+            )
+        ),
         int(prefill.decode_tokens),
         int(prefill.decode_kv_tokens),
         float(prefill.decode_pairs),

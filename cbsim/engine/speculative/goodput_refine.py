@@ -390,8 +390,8 @@ def _moved_rate(
             s += 1
     seconds = drafting + scaled_step_seconds(
         target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
-        base.prefill_attention_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
-        pairs, factor,
+        base.prefill_layers_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
+        pairs, factor, base.decode_requests + n,
     )  # fmt: skip
     if not seconds > 0.0:
         raise ValueError("step_time must be positive")

@@ -208,8 +208,8 @@ def plan_step_kernel(
         )
         target_s = scaled_step_seconds(
             target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
-            base.prefill_attention_s, decode_tokens, decode_kv_tokens, base.decode_pairs + pairs,
-            factor,
+            base.prefill_layers_s, decode_tokens, decode_kv_tokens, base.decode_pairs + pairs,
+            factor, base.decode_requests + n,
         )  # fmt: skip
     return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s
 

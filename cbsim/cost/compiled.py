@@ -584,6 +584,39 @@ def _group_share(
     )
 
 
+class DecodeScale(NamedTuple):
+    """What the attention of a decode/verify group reads from its cached context alone, the same
+    for every draft length its requests may choose (:func:`decode_scale`): the correction
+    factors of its full-attention layers and of its local layers (over their window), and one
+    layer's MLA module at the group's context and at one cached token each (a verify step's
+    extra query tokens are priced against the latter); 0 where the model has none."""
+
+    full: float
+    local: float
+    mla_module: float
+    mla_at_one: float
+
+
+@numba.njit(cache=True)
+def decode_scale(c: CompiledCost, requests: int, context_tokens: int) -> DecodeScale:
+    """The :class:`DecodeScale` of ``requests`` decoding requests whose caches hold
+    ``context_tokens`` tokens before the step: the floats :func:`decode_attention` and
+    :func:`_mla_decode_module` compute for any tokens the requests add."""
+    full = attention_factor(c, requests, context_tokens)
+    local = full
+    if c.window > 0:  # _windowed's keys/values less the new tokens: they do not depend on them
+        kv, _ = _windowed(int(0), context_tokens, 0.0, requests, c.window, True)  # noqa: RUF046, UP018
+        local = attention_factor(c, requests, kv)
+    module = 0.0
+    at_one = 0.0
+    if c.mla:
+        whole = requests if requests > 1 else 1
+        per_request = context_tokens / float(whole)
+        module = _mla_module(c, whole, per_request if per_request >= 1.0 else 1.0)
+        at_one = _mla_module(c, whole, 1.0)
+    return DecodeScale(full, local, module, at_one)
+
+
 @numba.njit(cache=True)
 def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, pairs: float) -> (
     float
@@ -591,9 +624,9 @@ def verify_seconds(c: CompiledCost, requests: int, tokens: int, kv_tokens: int, 
     """:meth:`CostModel.time_stats` of a batch of decode/verify entries only (every token
     sampled): ``tokens`` new tokens in all, ``kv_tokens`` keys/values read, ``pairs`` causal
     pairs."""
-    factor = attention_factor(c, requests, kv_tokens - tokens) if tokens > 0 else 1.0
+    scale = decode_scale(c, requests, kv_tokens - tokens)
     return scaled_step_seconds(
-        c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, factor, requests
+        c, requests, tokens, tokens, 0.0, tokens, kv_tokens, pairs, scale, requests
     )
 
 
@@ -607,18 +640,18 @@ def scaled_step_seconds(
     decode_tokens: int,
     decode_kv_tokens: int,
     decode_pairs: float,
-    factor: float,
+    scale: DecodeScale,
     decode_requests: int,
 ) -> float:
     """:meth:`CostModel.time_stats` of a whole batch (no shares) given by its stats: ``tokens``
     in all (``sampled`` of them sampled) over ``requests`` requests, every layer's prefill
     attention already priced (``prefill_layers_s``), and its decode entries' attention sums
-    over ``decode_requests`` requests (with their :func:`attention_factor`)."""
+    over ``decode_requests`` requests (with their :func:`decode_scale`)."""
     gpu = (
         (c.tables[LINEAR, tokens] + c.tables[HEAD, sampled])
         + prefill_layers_s
         + decode_layers_seconds(
-            c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests, factor
+            c, decode_tokens, decode_kv_tokens, decode_pairs, decode_requests, scale
         )
     )
     return step_seconds(c, gpu, requests, tokens)
@@ -626,37 +659,64 @@ def scaled_step_seconds(
 
 @numba.njit(cache=True, inline="always")
 def decode_layers_seconds(
-    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, factor: float
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, scale: DecodeScale
 ) -> float:
     """Every layer's attention over a whole batch's decode/verify entries
-    (``CostModel._attention_all_layers`` with ``decode=True``), their :func:`attention_factor`
+    (``CostModel._attention_all_layers`` with ``decode=True``), their :func:`decode_scale`
     given."""
     if c.window <= 0 and not c.mla and c.transfer_at < 0:
-        return c.layers * scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
-    return _mixed_decode_layers(c, tokens, kv_tokens, pairs, requests, factor)
+        return c.layers * scaled_decode_attention(c, tokens, kv_tokens, pairs, scale.full)
+    return _mixed_decode_layers(c, tokens, kv_tokens, pairs, requests, scale)
 
 
 @numba.njit(cache=True)
 def _mixed_decode_layers(
-    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, factor: float
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, scale: DecodeScale
 ) -> float:
     """:func:`decode_layers_seconds` of a model with local or latent attention or on a transfer
     GPU: full-attention layers (MLA modules with a verify step's extra query tokens; a transfer
-    GPU's kernel ratio), then the local layers over the window."""
+    GPU's kernel ratio), then the local layers over their window."""
+    if tokens <= 0:
+        return 0.0
     if c.mla:
-        full = _mla_decode_module(c, tokens, kv_tokens, requests)
+        full = _mla_verify_module(c, tokens, requests, scale)
     elif c.transfer_at >= 0:
         full = decode_attention(c, tokens, kv_tokens, pairs, requests)
     else:
-        full = scaled_decode_attention(c, tokens, kv_tokens, pairs, factor)
+        full = scaled_decode_attention(c, tokens, kv_tokens, pairs, scale.full)
     local = full
     if c.window > 0:
         kv, local_pairs = _windowed(tokens, kv_tokens, pairs, requests, c.window, True)
         if c.mla:
             local = _mla_decode_module(c, tokens, kv, requests)
-        else:
+        elif c.transfer_at >= 0:
             local = decode_attention(c, tokens, kv, local_pairs, requests)
+        else:
+            local = scaled_decode_attention(c, tokens, kv, local_pairs, scale.local)
     return _all_layers(c, full, local)
+
+
+@numba.njit(cache=True, inline="always")
+def _mla_verify_module(c: CompiledCost, tokens: int, requests: int, scale: DecodeScale) -> float:
+    """:func:`_mla_decode_module` of ``tokens`` new tokens over the context ``scale`` was taken
+    at: its module there, plus what a verify step's extra query tokens add."""
+    whole = requests if requests > 1 else 1
+    module = scale.mla_module
+    if tokens > whole:
+        more = _mla_module(c, tokens, 1.0) - scale.mla_at_one
+        module += more if more > 0.0 else 0.0
+    return module
+
+
+@numba.njit(cache=True)
+def mla_verify_slack(c: CompiledCost, tokens: int, requests: int, scale: DecodeScale) -> float:
+    """How much less every layer's attention over a decode group of ``requests`` requests could
+    cost at more than ``tokens`` new tokens than at ``tokens``, for a model with latent
+    attention (0 for any other): the extra query tokens' share of its MLA modules, which has a
+    correction of its own and need not rise with them (the cached context's does not change)."""
+    if not c.mla or tokens <= 0:
+        return 0.0
+    return c.layers * (_mla_verify_module(c, tokens, requests, scale) - scale.mla_module)
 
 
 @numba.njit(cache=True)

@@ -29,8 +29,10 @@ from cbsim.cost.compiled import (
     LINEAR_FLOOR,
     TOKEN,
     CompiledCost,
-    attention_factor,
+    DecodeScale,
+    decode_scale,
     decode_seconds,
+    mla_verify_slack,
     scaled_step_seconds,
     step_seconds,
 )
@@ -226,7 +228,7 @@ def goodput_sweep(
     uncapped_context = 0
     for i in range(n):
         uncapped_context += contexts[i]
-    factor = attention_factor(
+    scale = decode_scale(
         target,
         base.decode_requests + n,
         (base.decode_kv_tokens - base.decode_tokens) + uncapped_context,
@@ -237,13 +239,16 @@ def goodput_sweep(
     drafted = 0.0
     tokens = pairwise_sum_head(values, n)
     seconds = _verify_from_groups(
-        target, base, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
+        target, base, scale, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
         uncapped_context, 0,
     )  # fmt: skip
     best_rate = tokens / seconds
-    # the bound needs attention that never falls with more verify tokens: an MLA module's extra
-    # query tokens and a transfer GPU's kernel ratio have their own corrections, so those sweep on
-    can_stop = target.overhead_rises and not target.mla and target.transfer_at < 0
+    # the bound needs attention that never falls with more verify tokens but for what it takes
+    # off (an MLA module's extra query tokens: mla_verify_slack); a transfer GPU's kernel ratio
+    # has corrections of its own, so there the sweep goes on
+    can_stop = (
+        target.overhead_rises and target.transfer_at < 0 and not (target.mla and target.window)
+    )
     least_draft = -1.0  # the least a draft step can cost (priced at the sweep's first bound)
     verified = n  # the verify tokens of the candidate priced last
     for k in range(1, top + 1):
@@ -280,7 +285,9 @@ def goodput_sweep(
                 least_draft = _least_draft_step(proposer, draft, n)
             if _beyond_reach(
                 tokens,
-                seconds + (drafted - before) - _token_slack(target, base, verified),
+                seconds + (drafted - before) - _token_slack(target, base, verified)
+                - mla_verify_slack(target, base.decode_tokens + verified,
+                                   base.decode_requests + n, scale),
                 best_rate, k - 1, top, least_draft, n, caps, alphas, values, raw, limits,
                 remaining, reals[POWERS], reals[GAINS],
             ):  # fmt: skip
@@ -292,7 +299,7 @@ def goodput_sweep(
                 r = float(remaining[i])
                 values[i] = e if e <= r else r
         seconds = drafted + _verify_from_groups(
-            target, base, factor, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
+            target, base, scale, n, prefix_tokens, prefix_kv, prefix_pairs, uncapped,
             uncapped_context, k,
         )  # fmt: skip
         tokens = pairwise_sum_head(values, n)
@@ -394,7 +401,7 @@ def _beyond_reach(
 def _verify_from_groups(
     target: CompiledCost,
     base: StepBase,
-    factor: float,
+    scale: DecodeScale,
     n: int,
     tokens: int,
     kv_tokens: int,
@@ -404,7 +411,7 @@ def _verify_from_groups(
     k: int,
 ) -> float:
     """The target's step with the verify sums over the groups below k, the group at k and the
-    batch's attention factor (the same for every candidate: the caches before the step) added
+    batch's decode scale (the same for every candidate: the caches before the step) added
     to ``base`` (none in a pure decode step)."""
     if count > 0:
         q = k + 1
@@ -414,7 +421,7 @@ def _verify_from_groups(
     return scaled_step_seconds(
         target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
         base.prefill_layers_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
-        pairs, factor, base.decode_requests + n,
+        pairs, scale, base.decode_requests + n,
     )  # fmt: skip
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.common.stable_sort import stable_argsort
-from cbsim.cost.compiled import CompiledCost, attention_factor, scaled_step_seconds
+from cbsim.cost.compiled import CompiledCost, DecodeScale, decode_scale, scaled_step_seconds
 from cbsim.engine.speculative.expected import emitted, pairwise_sum_head, power
 from cbsim.engine.speculative.goodput_kernel import (
     NGRAM,
@@ -129,7 +129,7 @@ def refine_per_request(
         table[i, ks[i]] = swept_reals[SWEPT_VALUES, i]
         for e in range(k_max + 2):
             table[i, k_max + 1 + e] = math.nan
-    factor = attention_factor(
+    scale = decode_scale(
         target,
         base.decode_requests + n,
         (base.decode_kv_tokens - base.decode_tokens) + context_sum,
@@ -165,7 +165,7 @@ def refine_per_request(
             order = ints[ORDER]
             order[0] = members[first]
             r = _moved_rate(n, ks, int(1), step, alphas, remaining, contexts, k_max, target,  # noqa: RUF046, UP018
-                            proposer, draft, base, factor, sums, table, reals, ints)  # fmt: skip
+                            proposer, draft, base, scale, sums, table, reals, ints)  # fmt: skip
             if not _better(r, current, step == 1):
                 continue
             sorted_at = stable_argsort(keys, size, ints[SORTED], ints[SPARE])
@@ -173,7 +173,7 @@ def refine_per_request(
                 order[m] = members[sorted_at[m]]
             current, changed = _apply_prefix(
                 n, ks, current, size, step, alphas, remaining, contexts, k_max, target, proposer,
-                draft, base, factor, sums, table, reals, ints,
+                draft, base, scale, sums, table, reals, ints,
             )  # fmt: skip
             moved = moved or changed
             stale = stale or changed
@@ -209,7 +209,7 @@ def _apply_prefix(
     proposer: int,
     draft: CompiledCost,
     base: StepBase,
-    factor: float,
+    scale: DecodeScale,
     sums: tuple[int, int, float],
     table: FloatArray,
     reals: FloatArray,
@@ -225,7 +225,7 @@ def _apply_prefix(
     m = int(1)  # noqa: RUF046, UP018  (not the literal 1: see refine_per_request)
     while m <= size:
         r = _moved_rate(n, ks, m, step, alphas, remaining, contexts, k_max, target, proposer,
-                        draft, base, factor, sums, table, reals, ints)  # fmt: skip
+                        draft, base, scale, sums, table, reals, ints)  # fmt: skip
         if not _better(r, best_rate, strict):
             hi = m
             break
@@ -237,7 +237,7 @@ def _apply_prefix(
     while hi - best_m > 1 and hi <= size:
         mid = (best_m + hi) // 2
         r = _moved_rate(n, ks, mid, step, alphas, remaining, contexts, k_max, target, proposer,
-                        draft, base, factor, sums, table, reals, ints)  # fmt: skip
+                        draft, base, scale, sums, table, reals, ints)  # fmt: skip
         if _better(r, best_rate, strict):
             best_m = mid
             best_rate = r
@@ -325,7 +325,7 @@ def _moved_rate(
     proposer: int,
     draft: CompiledCost,
     base: StepBase,
-    factor: float,
+    scale: DecodeScale,
     sums: tuple[int, int, float],
     table: FloatArray,
     reals: FloatArray,
@@ -391,7 +391,7 @@ def _moved_rate(
     seconds = drafting + scaled_step_seconds(
         target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
         base.prefill_layers_s, base.decode_tokens + tokens, base.decode_kv_tokens + kv_tokens,
-        pairs, factor, base.decode_requests + n,
+        pairs, scale, base.decode_requests + n,
     )  # fmt: skip
     if not seconds > 0.0:
         raise ValueError("step_time must be positive")

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cbsim.common.pcg64 import WordArray, fill_doubles
-from cbsim.cost.compiled import CompiledCost, attention_factor, scaled_step_seconds
+from cbsim.cost.compiled import CompiledCost, decode_scale, scaled_step_seconds
 from cbsim.engine.speculative.acceptance import (
     AcceptanceModel,
     IidModel,
@@ -203,13 +203,11 @@ def plan_step_kernel(
     if policy == GOODPUT:  # as time_stats prices the batch: its decode entries' sums
         decode_tokens = base.decode_tokens + tokens
         decode_kv_tokens = base.decode_kv_tokens + kv_tokens
-        factor = attention_factor(
-            target, base.decode_requests + n, decode_kv_tokens - decode_tokens
-        )
+        scale = decode_scale(target, base.decode_requests + n, decode_kv_tokens - decode_tokens)
         target_s = scaled_step_seconds(
             target, base.requests + n, base.tokens + tokens, base.sampled + tokens,
             base.prefill_layers_s, decode_tokens, decode_kv_tokens, base.decode_pairs + pairs,
-            factor, base.decode_requests + n,
+            scale, base.decode_requests + n,
         )  # fmt: skip
     return ks, kept, grown, n, grown_total, tokens, kv_tokens, pairs, plain, drafting, target_s
 

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import cbsim
 import cbsim.engine.replica as replica_module
@@ -28,8 +30,9 @@ from cbsim.engine.speculative.goodput_refine import goodput_k_per_request
 from cbsim.engine.speculative.policies import GoodputK
 from cbsim.engine.speculative.proposers import EagleHead, MtpModule, Ngram, Proposer
 from cbsim.schema.speculative import GoodputPolicy
-from tests.conftest import small_scenario, summaries_equal
+from tests.conftest import drawn_scheduler, small_scenario, summaries_equal
 from tests.test_spec_compiled_per_request import _python_choice
+from tests.test_speculative_properties import acceptances, check_invariants, engine_settings
 
 LAYOUTS: dict[str, dict[str, Any]] = {
     "gemma-3-12b": {"model": "gemma-3-12b", "gpu": "h100-sxm"},
@@ -202,3 +205,76 @@ def test_a_compiled_speculative_run_is_the_python_planners(
     assert forward.iterations["verify_tokens"].sum() > 0
     _frames_equal(python, forward)
     _frames_equal(stepped, forward)
+
+
+# the k policies the compiled kernels plan (the others' per-request controllers step in Python)
+COMPILED_POLICIES = st.one_of(
+    st.builds(lambda k: {"kind": "fixed", "k": k}, st.integers(1, 6)),
+    st.builds(
+        lambda k, per: {"kind": "goodput", "k_max": k, "per_request": per},
+        st.integers(1, 6),
+        st.booleans(),
+    ),
+    st.just({"kind": "adaptive_hysteresis"}),
+    st.just({"kind": "batch_table", "table": [[1, 4, 5], [5, 16, 2], [17, 100_000, 0]]}),
+)
+DRAFTERS = {
+    "gemma-3-12b": [
+        {"kind": "eagle"},
+        {"kind": "ngram"},
+        {"kind": "draft_model", "model": "gemma-3-4b"},
+    ],
+    "gpt-oss-20b": [{"kind": "eagle"}, {"kind": "ngram"}],
+    "llama-4-scout": [{"kind": "eagle"}, {"kind": "ngram"}],
+    "deepseek-v3": [{"kind": "eagle"}, {"kind": "ngram"}, {"kind": "mtp"}],
+    "l40s": [{"kind": "eagle"}, {"kind": "draft_model", "model": "llama-3.2-1b"}],
+}
+
+
+@st.composite
+def attention_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """Small speculative runs of the local-, latent-attention and transfer-GPU layouts: drawn
+    drafting, acceptance, compiled k policy, scheduler and load (memory pressure is fuzzed on
+    Llama in tests.test_speculative_properties: the reservation is the same code)."""
+    layout = draw(st.sampled_from(sorted(LAYOUTS)))
+    max_batch_size = draw(st.integers(1, 40))
+    low, high = sorted(draw(st.lists(st.integers(1, 6000), min_size=2, max_size=2)))
+    out_low, out_high = sorted(draw(st.lists(st.integers(1, 200), min_size=2, max_size=2)))
+    cluster: dict[str, Any] = {**LAYOUTS[layout], "replicas": draw(st.integers(1, 2))}
+    kind = draw(st.sampled_from(["static", "orca", "vllm", "sarathi"]))
+    return {
+        "seed": draw(st.integers(0, 2**16)),
+        "workload": {
+            "num_requests": draw(st.integers(1, 30)),
+            "arrival": {"kind": "poisson", "rate": draw(st.floats(1.0, 60.0))},
+            "prompt_tokens": {"kind": "uniform", "low": low, "high": high},
+            "output_tokens": {"kind": "uniform", "low": out_low, "high": out_high},
+        },
+        "cluster": cluster,
+        "scheduler": drawn_scheduler(draw, kind, max_batch_size),
+        "speculative": {
+            "enabled": True,
+            "proposer": draw(st.sampled_from(DRAFTERS[layout])),
+            "acceptance": draw(acceptances()),
+            "policy": draw(COMPILED_POLICIES),
+        },
+    }
+
+
+@engine_settings(8)
+@given(data=attention_scenarios())
+def test_fuzzed_runs_keep_the_invariants_and_plan_as_in_python(data: dict[str, Any]) -> None:
+    """Every run drains, conserves tokens, keeps KV within the cache and k within the policy's
+    maximum (tests.test_speculative_properties' invariants), fast-forwards as it steps, and
+    plans compiled as the Python planner does."""
+    forward = cbsim.simulate(cbsim.load_scenario(data))
+    check_invariants(data, forward)
+    stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+    _frames_equal(stepped, forward)
+    original = CostModel.compiled
+    try:
+        CostModel.compiled = lambda self, tokens, extra_gemm=None: None  # type: ignore[method-assign]
+        python = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+    finally:
+        CostModel.compiled = original  # type: ignore[method-assign]
+    _frames_equal(python, forward)

@@ -139,6 +139,8 @@ def policy_k_max(policy: Any) -> int:
         return int(policy.k)
     if policy.kind == "batch_table":
         return max(int(k) for _, _, k in policy.table)
+    if policy.kind == "adaptive_hysteresis":
+        return max(int(k) for k in policy.candidate_steps)
     return int(policy.k_max)
 
 

@@ -91,8 +91,10 @@ def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort_then_load
     heavy = [name for name in compiled if any(part in name for part in LIBRARY_HEAVY)]
     assert not heavy, f"numba library functions compiled on the run's path: {heavy}"
     # 14 when written (numba's own included), 36 before; 2 more for the pricing of batches split
-    # over pipeline stages or ranks, which the decode-run and stepped kernels may call
-    assert len(compiled) <= 18, compiled
+    # over pipeline stages or ranks, which the decode-run and stepped kernels may call; 2 more
+    # called rather than inlined at their several sites (one layer's attention given its
+    # correction, an MLA module), which the speculative kernels share: they compile sooner
+    assert len(compiled) <= 20, compiled
     # the same cache again, interpreting while cold: it is not, so the kernels load
     compiled, told = _compiled(tmp_path, "chat-llama3-8b-h100.yaml", 200, interpret=True)
     assert not compiled, compiled

@@ -379,7 +379,19 @@ def decode_attention(
     """One layer's decode attention (:meth:`CostModel.attention_time` with ``decode=True``)."""
     if tokens <= 0:
         return 0.0
-    factor = attention_factor(c, requests, kv_tokens - tokens)
+    return _scaled_layer(
+        c, tokens, kv_tokens, pairs, requests, attention_factor(c, requests, kv_tokens - tokens)
+    )
+
+
+@numba.njit(cache=True)
+def _scaled_layer(
+    c: CompiledCost, tokens: int, kv_tokens: int, pairs: float, requests: int, factor: float
+) -> float:
+    """:func:`decode_attention` given its :func:`attention_factor`, also on a transfer GPU (its
+    engine/reference ratio priced here). Called, not inlined: compiled once for its callers."""
+    if tokens <= 0:
+        return 0.0
     ratio = 1.0
     block = c.transfer_at
     if block >= 0 and c.mode != ROOFLINE:  # OpPricing.attention_time: a fitted time scaled
@@ -500,11 +512,12 @@ def _mla_decode_module(c: CompiledCost, tokens: int, kv_tokens: int, requests: i
     return module
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True)
 def _mla_module(c: CompiledCost, whole: int, per_request: float) -> float:
     """``MlaPricing.module_time`` with ``decode=True``: ``whole`` requests of one new token each
     over ``per_request`` (at least 1) cached tokens each (``mla_terms``' arithmetic in its order,
-    then the decode fit or, uncalibrated, the raw roofline)."""
+    then the decode fit or, uncalibrated, the raw roofline). Called, not inlined, from its six
+    sites: a speculative run's kernels compile some 10 s sooner on a fresh install."""
     batch = float(whole)
     flops = (
         2.0 * batch * c.mla_weights
@@ -680,19 +693,15 @@ def _mixed_decode_layers(
         return 0.0
     if c.mla:
         full = _mla_verify_module(c, tokens, requests, scale)
-    elif c.transfer_at >= 0:
-        full = decode_attention(c, tokens, kv_tokens, pairs, requests)
     else:
-        full = scaled_decode_attention(c, tokens, kv_tokens, pairs, scale.full)
+        full = _scaled_layer(c, tokens, kv_tokens, pairs, requests, scale.full)
     local = full
     if c.window > 0:
         kv, local_pairs = _windowed(tokens, kv_tokens, pairs, requests, c.window, True)
         if c.mla:
             local = _mla_decode_module(c, tokens, kv, requests)
-        elif c.transfer_at >= 0:
-            local = decode_attention(c, tokens, kv, local_pairs, requests)
         else:
-            local = scaled_decode_attention(c, tokens, kv, local_pairs, scale.local)
+            local = _scaled_layer(c, tokens, kv, local_pairs, requests, scale.local)
     return _all_layers(c, full, local)
 
 

@@ -3,8 +3,9 @@
 The engine's kernels compile on their first call and are kept in numba's cache (``__pycache__``
 beside their sources, or under ``NUMBA_CACHE_DIR``), from which a later process loads them in
 milliseconds. A fresh install's first run compiles the kernels it needs: a plain run's in about
-3 s of CPU, a speculative one's (some twenty more kernels) in about 30 s. A plain run on a cold
-cache prices in Python instead, compiling nothing until compiling pays
+3 s of CPU, a speculative one's (some twenty more kernels) in about a minute (63-74 s of CPU
+for ``scenarios/spec-eagle-goodput.yaml`` on a 2-core machine, 2026-11-30). A plain run on a
+cold cache prices in Python instead, compiling nothing until compiling pays
 (:mod:`cbsim.cost.kernel_cache`). So when the ``cbsim`` command found the cache cold
 (:func:`needs_priming`), it starts this module in a detached, low-priority process
 (:func:`start_in_background`) that simulates two small built-in scenarios, one plain and one

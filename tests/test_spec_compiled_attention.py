@@ -10,6 +10,7 @@ runs' time): ``compile_cost`` refused them."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -159,6 +160,13 @@ def _scenario(layout: str, proposer: dict[str, Any], policy: dict[str, Any]) -> 
     )
 
 
+def _stepped_in_python(data: dict[str, Any]) -> cbsim.Results:
+    """``data`` stepped with every speculative step planned and priced in Python, as these models
+    ran before: the cost models refuse to compile (``CostModel.compiled`` gives None)."""
+    with mock.patch.object(CostModel, "compiled", lambda self, tokens, extra_gemm=None: None):
+        return cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+
+
 def _frames_equal(a: cbsim.Results, b: cbsim.Results) -> None:
     for name in ("requests", "iterations", "timeseries"):
         pd.testing.assert_frame_equal(
@@ -199,9 +207,7 @@ def test_a_compiled_speculative_run_is_the_python_planners(
         forward = cbsim.simulate(cbsim.load_scenario(data))
     assert any(runs)  # decode runs were fast-forwarded compiled
     stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
-    with monkeypatch.context() as patch:
-        patch.setattr(CostModel, "compiled", lambda self, tokens, extra_gemm=None: None)
-        python = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
+    python = _stepped_in_python(data)
     assert forward.iterations["verify_tokens"].sum() > 0
     _frames_equal(python, forward)
     _frames_equal(stepped, forward)
@@ -271,10 +277,4 @@ def test_fuzzed_runs_keep_the_invariants_and_plan_as_in_python(data: dict[str, A
     check_invariants(data, forward)
     stepped = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
     _frames_equal(stepped, forward)
-    original = CostModel.compiled
-    try:
-        CostModel.compiled = lambda self, tokens, extra_gemm=None: None  # type: ignore[method-assign]
-        python = cbsim.simulate(cbsim.load_scenario({**data, "fast_forward": False}))
-    finally:
-        CostModel.compiled = original  # type: ignore[method-assign]
-    _frames_equal(python, forward)
+    _frames_equal(_stepped_in_python(data), forward)

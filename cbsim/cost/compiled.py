@@ -504,19 +504,35 @@ def _mla_decode_module(c: CompiledCost, tokens: int, kv_tokens: int, requests: i
     if tokens <= 0:
         return 0.0
     whole = requests if requests > 1 else 1  # an int, as _grid_factor passes _correction one
-    per_request = (kv_tokens - tokens) / float(whole)
-    module = _mla_module(c, whole, per_request if per_request >= 1.0 else 1.0)
+    module = _mla_at_context(c, whole, kv_tokens - tokens)
     if tokens > whole:
-        more = _mla_module(c, tokens, 1.0) - _mla_module(c, whole, 1.0)
-        module += more if more > 0.0 else 0.0
+        return _plus_extra_queries(c, tokens, module, _mla_module(c, whole, 1.0))
     return module
+
+
+@numba.njit(cache=True, inline="always")
+def _mla_at_context(c: CompiledCost, whole: int, context_tokens: int) -> float:
+    """:func:`_mla_module` of ``whole`` requests whose caches hold ``context_tokens`` tokens in
+    all (at least one each)."""
+    per_request = context_tokens / float(whole)
+    return _mla_module(c, whole, per_request if per_request >= 1.0 else 1.0)
+
+
+@numba.njit(cache=True, inline="always")
+def _plus_extra_queries(c: CompiledCost, tokens: int, module: float, at_one: float) -> float:
+    """An MLA ``module`` of some requests plus what a verify step's ``tokens`` query tokens add
+    beyond one per request: their projections (the cache is read once), the module of
+    ``tokens`` one-token requests less that of the requests themselves at one cached token
+    (``at_one``), if positive."""
+    more = _mla_module(c, tokens, 1.0) - at_one
+    return module + (more if more > 0.0 else 0.0)
 
 
 @numba.njit(cache=True)
 def _mla_module(c: CompiledCost, whole: int, per_request: float) -> float:
     """``MlaPricing.module_time`` with ``decode=True``: ``whole`` requests of one new token each
     over ``per_request`` (at least 1) cached tokens each (``mla_terms``' arithmetic in its order,
-    then the decode fit or, uncalibrated, the raw roofline). Called, not inlined, from its six
+    then the decode fit or, uncalibrated, the raw roofline). Called, not inlined, from its several
     sites: a speculative run's kernels compile some 10 s sooner on a fresh install."""
     batch = float(whole)
     flops = (
@@ -624,8 +640,7 @@ def decode_scale(c: CompiledCost, requests: int, context_tokens: int) -> DecodeS
     at_one = 0.0
     if c.mla:
         whole = requests if requests > 1 else 1
-        per_request = context_tokens / float(whole)
-        module = _mla_module(c, whole, per_request if per_request >= 1.0 else 1.0)
+        module = _mla_at_context(c, whole, context_tokens)
         at_one = _mla_module(c, whole, 1.0)
     return DecodeScale(full, local, module, at_one)
 
@@ -710,11 +725,9 @@ def _mla_verify_module(c: CompiledCost, tokens: int, requests: int, scale: Decod
     """:func:`_mla_decode_module` of ``tokens`` new tokens over the context ``scale`` was taken
     at: its module there, plus what a verify step's extra query tokens add."""
     whole = requests if requests > 1 else 1
-    module = scale.mla_module
     if tokens > whole:
-        more = _mla_module(c, tokens, 1.0) - scale.mla_at_one
-        module += more if more > 0.0 else 0.0
-    return module
+        return _plus_extra_queries(c, tokens, scale.mla_module, scale.mla_at_one)
+    return scale.mla_module
 
 
 @numba.njit(cache=True)

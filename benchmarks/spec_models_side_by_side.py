@@ -87,9 +87,11 @@ def main() -> None:
     workers = []
     for checkout in args.checkouts:
         env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "CASES": args.only}
+        pipe = subprocess.PIPE
         command = [sys.executable, "-c", WORKER]
-        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-        workers.append(subprocess.Popen(command, cwd=checkout, env=env, text=True, **pipes))
+        workers.append(
+            subprocess.Popen(command, cwd=checkout, env=env, text=True, stdin=pipe, stdout=pipe)
+        )
     names: list[str] = []
     for worker in workers:
         assert worker.stdout is not None

@@ -66,6 +66,7 @@ def capacity(args: list[str]) -> tuple[int, str, str]:
 # --------------------------------------------------------------------------- same results
 
 
+@pytest.mark.slow  # .ci/run's second stage runs it
 def test_capacity_json_is_byte_identical_on_workers(
     scenario_file: Path, tmp_path: Path, on_workers: None
 ) -> None:

@@ -94,7 +94,7 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("workers", [2, pytest.param(3, marks=pytest.mark.slow)])
 def test_a_plan_of_one_layout_is_the_same_with_checks_ahead(workers: int) -> None:
     settings: dict[str, Any] = {
         "slo": {"ttft_p99_s": 1.0, "tpot_p99_s": 0.05},

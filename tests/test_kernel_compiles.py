@@ -81,6 +81,7 @@ def _assert_each_kernel_once(compiled: list[str]) -> None:
     assert not twice, f"compiled more than once (a literal argument?): {twice}"
 
 
+@pytest.mark.slow  # 19 s of compiling; .ci/run's second stage runs it
 def test_the_quick_start_compiles_each_kernel_once_and_no_library_sort_then_loads(
     tmp_path: Path,
 ) -> None:

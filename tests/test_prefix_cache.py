@@ -194,11 +194,22 @@ def test_off_is_identical_to_prompts_without_content(tmp_path: Path) -> None:
     assert _digest(off) == _digest(no_ids)
 
 
-@pytest.mark.parametrize("kind", ["sarathi", "prefill_first", "orca", "static"])
-@pytest.mark.parametrize(
-    ("speculative", "router"),
-    [(False, "least_loaded"), (False, "prefix_aware"), (True, "least_loaded")],
-)
+SCHEDULERS = ("sarathi", "prefill_first", "orca", "static")
+ROUTINGS = ((False, "least_loaded"), (False, "prefix_aware"), (True, "least_loaded"))
+
+
+def _every_scheduler_once_by_default() -> list[Any]:
+    """Each scheduler with each routing/speculation setting: by default each scheduler once, the
+    settings taken in turn (4 runs, each setting at least once); the other 8 are ``slow``."""
+    cases = []
+    for s, kind in enumerate(SCHEDULERS):
+        for r, (speculative, router) in enumerate(ROUTINGS):
+            marks = () if r == s % len(ROUTINGS) else (pytest.mark.slow,)
+            cases.append(pytest.param(kind, speculative, router, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("kind", "speculative", "router"), _every_scheduler_once_by_default())
 def test_fast_forward_equals_stepping_with_prefix_caching(
     kind: str, speculative: bool, router: str
 ) -> None:

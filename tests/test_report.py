@@ -602,6 +602,7 @@ def _browser(chromium: str, profile: Path, *args: str) -> subprocess.CompletedPr
     return run_chromium(chromium, profile, *args, timeout_s=BROWSER_TIMEOUT_S)
 
 
+@pytest.mark.slow  # .ci/run's second stage runs it
 def test_reports_render_in_a_real_browser(
     chromium: str, run_html: Path, sweep_html: Path, plan_html: Path, tmp_path: Path
 ) -> None:

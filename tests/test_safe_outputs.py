@@ -852,6 +852,7 @@ def sweep_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         process.wait(timeout=30)
 
 
+@pytest.mark.slow  # .ci/run's second stage runs it
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_workers_exit_when_the_sweep_process_is_killed(
     sweep_process: subprocess.Popen[bytes],

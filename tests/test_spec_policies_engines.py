@@ -367,6 +367,7 @@ def test_itl_per_chunk_beside_itl_per_token() -> None:
 # --------------------------------------------------------------------------- report
 
 
+@pytest.mark.slow  # .ci/run's second stage runs it
 def test_compare_no_spec_table_in_the_html_report(tmp_path: Path) -> None:
     from cbsim.studies.report.run import run_report
 

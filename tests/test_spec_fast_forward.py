@@ -279,6 +279,14 @@ def test_a_level_whose_beta_parameter_underflows_is_zero(acceptance: dict[str, A
         {"model": "gemma-3-12b"},  # local attention (a window of 1,024)
         {"model": "gpt-oss-20b", "gpu": "h200", "engine": "sglang"},
         {"model": "deepseek-v3", "gpu": "h200", "tp": 8, "dtype": "fp8"},  # latent attention
+        {"dtype": "fp32"},  # queries and outputs of 4 bytes
+        {
+            "model": "llama-2-70b",
+            "gpu": "mi300x",
+            "tp": 4,
+            "dtype": "fp32",
+            "engine": "tensorrt-llm",
+        },
     ],
 )
 def test_compiled_prices_equal_the_cost_model(settings: dict[str, Any]) -> None:

@@ -82,6 +82,7 @@ class CompiledCost(NamedTuple):
     kv_heads: int
     head_dim: int
     kv_bytes: float
+    act_bytes: float  # a query's and an output's element (2 bytes; 4 in an fp32 model)
     attn_peak: float
     bandwidth: float
     floor_s: float
@@ -322,7 +323,7 @@ def _attention_seconds(
     flops = 4.0 * pairs * c.q_heads * c.head_dim
     bytes_moved = (
         kv_tokens * 2 * c.kv_heads * c.head_dim * c.kv_bytes
-        + 2 * tokens * c.q_heads * c.head_dim * 2.0
+        + 2 * tokens * c.q_heads * c.head_dim * c.act_bytes
     )
     t_compute = flops / (peak * compute_eff)
     t_memory = bytes_moved / (bandwidth * memory_eff)

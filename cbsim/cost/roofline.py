@@ -601,6 +601,7 @@ def _compiled_base(
         kv_heads=cost._kv_heads,
         head_dim=cost.model.head_dim,
         kv_bytes=float(cost._kv_bytes),
+        act_bytes=float(cost._act_bytes),
         attn_peak=float(cost._attn_flops),
         bandwidth=float(cost.gpu.hbm_bandwidth),
         floor_s=fields["floor_s"],

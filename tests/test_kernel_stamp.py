@@ -129,7 +129,7 @@ print(k.kernel())
 """
 
 
-@pytest.mark.slow  # three interpreters compiling (about 6 s)
+@pytest.mark.slow  # four interpreters compiling (about 8 s); .ci/run's second stage runs it
 def test_a_callee_changed_in_another_module_is_compiled_again(tmp_path: Path) -> None:
     """numba's own stamp misses it (the caller's file is unchanged): the old machine code loads;
     stamped with the sources, the kernel compiles again and returns the new value."""

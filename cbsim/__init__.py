@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cbsim.common.errors import CbsimError
 from cbsim.cost.kernel_cache import stamp_kernels
-from cbsim.cost.kernel_loading import load_package_lightly, package_kernels
+from cbsim.cost.kernel_loading import load_all_lightly, package_kernels
 from cbsim.run.loading import Scenario, load_scenario
 from cbsim.run.results import Results
 from cbsim.run.simulate import compare_no_spec, simulate
@@ -19,7 +19,7 @@ from cbsim.run.simulate import compare_no_spec, simulate
 # and of what they import, and each loads from numba's cache without numba's compiler set-up
 _kernels = package_kernels(__name__)
 stamp_kernels(_kernels)
-load_package_lightly(__name__, _kernels)
+load_all_lightly(_kernels)
 del _kernels
 
 __all__ = ["CbsimError", "Results", "Scenario", "compare_no_spec", "load_scenario", "simulate"]

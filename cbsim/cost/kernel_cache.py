@@ -68,27 +68,16 @@ STAMP_TAG = "cbsim-sources"
 """The first item of a stamp :func:`stamp_kernels` wrote (numba's own stamp follows it)."""
 
 
-def _source_path(name: str, package_root: Path) -> Path | None:
-    """The source file of module ``name`` of the package at ``package_root`` (named by the
-    directory), found by its name alone: whether or not it has been imported yet."""
-    parts = name.split(".")
-    if parts[0] != package_root.name:
-        return None
-    base = package_root.joinpath(*parts[1:])
+def _module_source(name: str, package_root: Path) -> bytes:
+    """The source of module ``name`` of the package at ``package_root``, found by its name alone
+    (whether or not it has been imported yet); nothing where none can be read."""
+    base = package_root.joinpath(*name.split(".")[1:])
     for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-def _read(path: Path | None) -> bytes:
-    """The file's bytes, or nothing where there is none that can be read."""
-    if path is None:
-        return b""
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
+        try:
+            return path.read_bytes()
+        except OSError:
+            continue
+    return b""
 
 
 def sources_fingerprint(modules: Iterable[str], package_root: Path) -> str:
@@ -99,11 +88,11 @@ def sources_fingerprint(modules: Iterable[str], package_root: Path) -> str:
     every process finds the same."""
     sources: dict[str, bytes] = {}
     for module in modules:
-        text = sources[module] = _read(_source_path(module, package_root))
+        text = sources[module] = _module_source(module, package_root)
         for name in _PACKAGE_IMPORT.findall(text):
             imported = name.decode()
             if imported not in sources and imported.split(".")[0] == package_root.name:
-                sources[imported] = _read(_source_path(imported, package_root))
+                sources[imported] = _module_source(imported, package_root)
     return ";".join(
         f"{name}:{len(text)}:{zlib.crc32(text):08x}" for name, text in sorted(sources.items())
     )

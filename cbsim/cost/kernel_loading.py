@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["LightLoad", "load_lightly", "load_package_lightly", "package_kernels"]
+__all__ = ["LightLoad", "load_all_lightly", "load_lightly", "package_kernels"]
 
 
 class LightLoad:
@@ -100,8 +100,7 @@ def package_kernels(package: str, modules: Iterable[ModuleType] | None = None) -
     return kernels
 
 
-def load_package_lightly(package: str, kernels: Iterable[Any] | None = None) -> int:
-    """:func:`load_lightly` for every kernel of ``package`` imported so far (``kernels``: those,
-    already found by :func:`package_kernels`); returns how many load lightly."""
-    found = package_kernels(package) if kernels is None else kernels
-    return sum(load_lightly(kernel) for kernel in found)
+def load_all_lightly(kernels: Iterable[Any]) -> int:
+    """:func:`load_lightly` for each of ``kernels`` (a package's, from :func:`package_kernels`);
+    returns how many load lightly."""
+    return sum(load_lightly(kernel) for kernel in kernels)

@@ -3,6 +3,7 @@ defect 1: a short overloaded run reported every SLO met)."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,12 @@ from hypothesis import strategies as st
 
 import cbsim
 from cbsim.cli.terminal import slo_rows
-from cbsim.outputs.stability import slo_verdict, stability_summary, unstable_note
+from cbsim.outputs.stability import (
+    _quarter_latencies,
+    slo_verdict,
+    stability_summary,
+    unstable_note,
+)
 from cbsim.studies.capacity import evaluate_rate
 
 # one L40S serves about 4 req/s of these (1000-token prompts, 256-token outputs, batch ≤ 64)
@@ -105,3 +111,58 @@ def test_a_capacity_check_failing_on_its_queue_names_offered_and_served_load() -
     evaluation = evaluate_rate(_scenario(rate=1.0, requests=10), 6 * CAPACITY_RPS, window_s=20.0)
     assert not evaluation.passed
     assert "; offered 2" in evaluation.reason and "req/s, served" in evaluation.reason
+
+
+def _batch(requests: int, **workload: Any) -> dict[str, Any]:
+    """``requests`` handed over at once (an offline benchmark's static batch), more than one
+    iteration admits: most of them wait at time 0."""
+    data = _scenario(rate=1.0, requests=requests)
+    data["workload"] = {**data["workload"], "arrival": {"kind": "offline"}, **workload}
+    data["workload"]["prompt_tokens"] = {"kind": "fixed", "value": 200}
+    data["workload"]["output_tokens"] = {"kind": "fixed", "value": 50}
+    data["slo"] = {"ttft_s": 30.0, "tpot_s": 1.0}
+    return data
+
+
+def test_a_batch_handed_over_at_once_is_no_unstable_queue() -> None:
+    """Every request at time 0 is a batch, not an arrival stream: the requests waiting at the
+    last arrival are the batch itself, so neither a backlog nor a trend through the arrivals
+    makes it unstable, and the SLOs it meets read as met (they read "not met (unstable)")."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "Mean of empty slice" was printed, too
+        results = cbsim.simulate(_batch(200))
+    summary = results.summary
+    assert summary["stable"] is True, summary["stability"]
+    assert summary["stability"].startswith("stable: a batch, every request at 0 s")
+    assert summary["backlog"] == 0 and summary["in_system_growth"] == 0
+    assert np.isnan(summary["latency_growth"]) and np.isnan(summary["offered_rps"])
+    rows = slo_rows(summary, results.scenario)
+    assert summary["ttft_p99_s"] < 30.0
+    assert all("[green]met" in row[3] for row in rows[:-1])
+
+
+def test_a_batch_whose_clients_give_up_is_unstable() -> None:
+    summary = cbsim.simulate(_batch(300, client={"timeout_s": 2.0})).summary
+    assert summary["timed_out"] >= 10
+    assert summary["stable"] is False
+    assert summary["stability"].startswith(f"unstable: {summary['timed_out']} of 300 requests")
+
+
+def test_tied_arrivals_leave_no_quarter_without_a_median() -> None:
+    """Half the requests at one instant: the arrivals' median and third quartile coincide, so
+    the third quarter holds none; the later latency is the last quarter's (it was NaN, with
+    numpy's warning, and the latency check was skipped)."""
+    arrival = np.concatenate([np.linspace(0.0, 10.0, 50), np.full(50, 10.0)])
+    e2e = np.concatenate([np.full(50, 1.0), np.full(50, 5.0)])
+    requests = pd.DataFrame(
+        {
+            "arrival_s": arrival,
+            "e2e_s": e2e,
+            "status": pd.Categorical(["finished"] * 100),
+            "output_tokens": np.full(100, 10),
+        }
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first, later = _quarter_latencies(requests)
+    assert (first, later) == (1.0, 5.0)

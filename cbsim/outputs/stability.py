@@ -31,6 +31,10 @@ stopped sending before the queue grew long: 800 requests at 24 req/s on a servic
 * **rejections** — a run that rejects every request (prompts beyond the context, or larger than a
   replica's cache) served nothing.
 
+A batch handed over at one instant (an offline benchmark's, every request at time 0) has no
+arrival stream to outrun and no trend through its arrivals: the requests waiting at its only
+arrival are the batch itself. Only its timeouts and rejections can make it unstable.
+
 The run is unstable (summary ``stable: false``) when the backlog (half of it already there at
 three quarters of the arrivals) or the queue's growth reaches
 :data:`BACKLOG_SHARE` of the arrivals (and at least :data:`MIN_BACKLOG` requests), or when more
@@ -142,8 +146,7 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
     growth = figures["queue_growth"]
     if math.isfinite(growth) and growth >= floor:
         reasons.append(f"queue grew by {growth:.0f} requests over the second half of the arrivals")
-    if requests and timed_out >= max(MIN_BACKLOG, BACKLOG_SHARE * requests):
-        reasons.append(f"{timed_out} of {requests} requests timed out")
+    reasons += _failures(timed_out, requests)
     growth, by_3q = figures["in_system_growth"], figures["in_system_growth_3q"]
     trend = figures.get("in_system_trend", math.inf)
     if growth >= floor and by_3q >= growth / 4 and trend >= floor / 2:
@@ -161,6 +164,19 @@ def _reasons(figures: Mapping[str, Any], arrivals: int, timed_out: int, requests
             f"quarter of the arrivals, {late} for the third and the last"
         )
     return reasons
+
+
+def _failures(timed_out: int, requests: int) -> list[str]:
+    """The load a run failed to serve whatever its arrivals' pattern: requests the client gave
+    up on (at least :data:`BACKLOG_SHARE` of them, and :data:`MIN_BACKLOG`)."""
+    if requests and timed_out >= max(MIN_BACKLOG, BACKLOG_SHARE * requests):
+        return [f"{timed_out} of {requests} requests timed out"]
+    return []
+
+
+def _seconds(time_s: float) -> str:
+    """A time for the verdict: ``0 s``, ``12.5 s``."""
+    return f"{time_s:.3g} s"
 
 
 def _rates(figures: Mapping[str, Any]) -> str:
@@ -190,8 +206,12 @@ def stability_summary(
         "backlog_3q": 0,
         "queue_growth": math.nan,
     }
-    if len(arrival):
-        first, last = float(arrival.min()), float(arrival.max())
+    first = float(arrival.min()) if len(arrival) else math.nan
+    last = float(arrival.max()) if len(arrival) else math.nan
+    # a batch handed over whole (every request at one instant, as an offline benchmark's): no
+    # arrival stream to outrun, no trend through the arrivals, only the load it failed to serve
+    at_once = len(arrival) > 1 and first == last
+    if len(arrival) and not at_once:
         if not closed_loop:
             figures["backlog"] = _backlog(requests, last)
             figures["backlog_share"] = figures["backlog"] / len(arrival)
@@ -199,31 +219,40 @@ def stability_summary(
         figures["queue_growth"] = _queue_growth(timeseries, first, last)
         if not closed_loop:
             figures["served_rps"] = _served_while_arriving(requests, first, last, served_rps)
-    kept = _kept_times(requests)
-    growth, by_3q = _in_system_growth(requests, kept)
-    figures["in_system_growth"] = growth
-    trend = _in_system_trend(kept)
-    first_q, later_q = _quarter_latencies(requests)
-    figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
-    first_pace, later_pace = _quarter_latencies(requests, per_output_token=True)
     timed_out = int((requests["status"] == "timed_out").sum()) if len(requests) else 0
-    reasons = _reasons(
-        {
-            **figures,
-            "in_system_growth_3q": by_3q,
-            "in_system_trend": trend,
-            "latency_first_s": first_q,
-            "latency_later_s": later_q,
-            "pace_growth": later_pace / first_pace if first_pace > 0 else math.nan,
-        },
-        len(arrival),
-        timed_out,
-        len(requests),
-    )
+    if at_once:
+        figures["in_system_growth"] = 0
+        figures["latency_growth"] = math.nan
+        reasons = _failures(timed_out, len(requests))
+    else:
+        kept = _kept_times(requests)
+        growth, by_3q = _in_system_growth(requests, kept)
+        figures["in_system_growth"] = growth
+        trend = _in_system_trend(kept)
+        first_q, later_q = _quarter_latencies(requests)
+        figures["latency_growth"] = later_q / first_q if first_q > 0 else math.nan
+        first_pace, later_pace = _quarter_latencies(requests, per_output_token=True)
+        reasons = _reasons(
+            {
+                **figures,
+                "in_system_growth_3q": by_3q,
+                "in_system_trend": trend,
+                "latency_first_s": first_q,
+                "latency_later_s": later_q,
+                "pace_growth": later_pace / first_pace if first_pace > 0 else math.nan,
+            },
+            len(arrival),
+            timed_out,
+            len(requests),
+        )
     rejected = int((requests["status"] == "rejected").sum()) if len(requests) else 0
     if len(requests) and rejected == len(requests):
         reasons = [f"every one of the {rejected} requests was rejected"]
     verdict = "unstable: " + "; ".join(reasons) if reasons else "stable"
+    if at_once and not reasons:
+        verdict = (
+            f"stable: a batch, every request at {_seconds(first)} (no arrival stream to outrun)"
+        )
     return {"stable": not reasons, "stability": f"{verdict} ({_rates(figures)})", **figures}
 
 
@@ -331,9 +360,16 @@ def _quarter_latencies(
         outputs = requests["output_tokens"].to_numpy(dtype=float)[admitted]
         e2e = e2e / np.maximum(outputs, 1.0)
     q1, q2, q3 = np.quantile(arrival, [0.25, 0.5, 0.75])
-    third = float(np.median(e2e[(arrival >= q2) & (arrival < q3)]))
-    last = float(np.median(e2e[arrival >= q3]))
-    return float(np.median(e2e[arrival <= q1])), min(third, last)
+    third = _median(e2e[(arrival >= q2) & (arrival < q3)])
+    last = _median(e2e[arrival >= q3])
+    later = last if math.isnan(third) else min(third, last)
+    return _median(e2e[arrival <= q1]), later
+
+
+def _median(values: np.ndarray) -> float:
+    """The median of ``values``; NaN for none (arrivals tied at a quarter's bounds can leave
+    the third quarter empty: its requests all arrived with the last quarter's first)."""
+    return float(np.median(values)) if len(values) else math.nan
 
 
 def is_unstable(summary: Mapping[Any, Any]) -> bool:

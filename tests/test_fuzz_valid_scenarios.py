@@ -837,6 +837,16 @@ def test_an_infinite_figure_round_trips_as_documented():
     assert not failures
 
 
+def test_a_speculative_run_of_requests_sharing_a_prefix_settles_its_finishes():
+    """Seed 11's case 622: seven requests sharing a 90-block system prompt finish in one
+    fast-forwarded speculative run, which frees every finish's blocks, shared ones too (193
+    blocks in use before it, -262 after). Settling added the finishes back one at a time, so the
+    first finish's private block was freed from a count still below it: "KV cache underflow".
+    The run now settles as stepping leaves it."""
+    data = make_case(622, seed=11).data  # prefix pool, EAGLE, prefill_first, 3 replicas
+    assert frames_differ(_simulate(data, fast_forward=False), _simulate(data)) is None
+
+
 @pytest.mark.slow
 def test_whole_campaign_of_valid_scenarios():
     outcomes = [run_case(case) for case in campaign()]

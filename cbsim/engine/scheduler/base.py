@@ -496,9 +496,12 @@ class SchedulerPolicy(ABC):
         kv = self.kv
         excess = max(run.kv_used) + kv.cached_blocks - kv.total_blocks
         finished.sort(key=operator.itemgetter(0))  # stable: batch order within an iteration
+        # as if the run had not freed them, all at once: a speculative run frees a finish's
+        # shared blocks too, so the count can stand below a finish's private blocks until the
+        # later finishes are added back
+        kv.used_blocks += sum(freed for _, _, freed in finished)
         released: list[tuple[int, int]] = []
-        for iteration, req, freed in finished:
-            kv.used_blocks += freed  # as if the run had not freed them
+        for iteration, req, _ in finished:
             before = kv.used_blocks - (req.blocks - req.shared_blocks)  # its private ones freed
             prefix.finish(req)
             if before != kv.used_blocks:

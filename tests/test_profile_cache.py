@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import marshal
+import os
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,22 @@ def test_without_a_home_folder_there_is_no_cache(
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
     assert profile_cache.cache_folder() is None
     assert read_profile(_small_profile(tmp_path)).elementwise.floor_s == 1e-6
+
+
+def test_the_folder_keeps_the_entries_used_last(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new entry evicts the least recently used beyond ``MAX_ENTRIES``; a read marks its
+    entry used, so the entries a user's runs keep reading stay."""
+    monkeypatch.setattr(profile_cache, "MAX_ENTRIES", 3)
+    raws = [json.dumps({"n": i}).encode() for i in range(4)]
+    for i, raw in enumerate(raws[:3]):
+        profile_cache.store_json(raw, {"n": i})
+        entry = profile_cache._entry(raw)
+        assert entry is not None
+        os.utime(entry, (1000.0 + i, 1000.0 + i))  # stored long ago, the first first
+    assert profile_cache.cached_json(raws[0]) == {"n": 0}  # read: used now
+    profile_cache.store_json(raws[3], {"n": 3})
+    assert len(_entries(cache)) == 3
+    assert profile_cache.cached_json(raws[1]) is None  # the least recently used: evicted
+    assert [profile_cache.cached_json(raws[i]) for i in (0, 2, 3)] == [{"n": 0}, {"n": 2}, {"n": 3}]

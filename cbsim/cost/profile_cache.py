@@ -16,12 +16,18 @@ written is simply not used. Only the JSON is cached: every read still validates 
 (:func:`cbsim.cost.profile.read_profile`), so a profile read from the cache is the profile its
 file holds.
 
+The folder keeps the :data:`MAX_ENTRIES` entries used last (a read marks its entry used; a new
+entry removes the least recently used beyond that number), so a user who edits and re-fits
+their own profiles, or installs cbsim release after release, does not grow it without end: an
+entry is about a megabyte.
+
 The folder is ``$CBSIM_CACHE_DIR/profiles``, else ``$XDG_CACHE_HOME/cbsim/profiles``, else
 ``~/.cache/cbsim/profiles``; ``CBSIM_CACHE_DIR`` set to an empty string turns the cache off.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import marshal
 import os
@@ -36,6 +42,8 @@ __all__ = ["cache_folder", "cached_json", "store_json"]
 
 CACHE_ENV = "CBSIM_CACHE_DIR"
 SUBFOLDER = "profiles"
+MAX_ENTRIES = 64
+"""Entries the folder keeps: the shipped profiles (a dozen) several times over."""
 
 
 def cache_folder() -> Path | None:
@@ -73,7 +81,11 @@ def cached_json(raw: bytes) -> dict[str, Any] | None:
         data = marshal.loads(entry.read_bytes())
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    with contextlib.suppress(OSError):  # marked used: the last to be evicted
+        os.utime(entry)
+    return data
 
 
 def store_json(raw: bytes, data: dict[str, Any]) -> None:
@@ -88,3 +100,17 @@ def store_json(raw: bytes, data: dict[str, Any]) -> None:
         write_bytes(entry, marshal.dumps(data), description="a cached calibration profile")
     except (OSError, ValueError, CbsimError):
         return
+    _evict_beyond(entry.parent, MAX_ENTRIES)
+
+
+def _evict_beyond(folder: Path, keep: int) -> None:
+    """Remove the entries of ``folder`` used least recently beyond the ``keep`` used last (another
+    process may remove them first: quietly skipped)."""
+    used: list[tuple[float, Path]] = []
+    for path in folder.glob("*.marshal"):
+        with contextlib.suppress(OSError):
+            used.append((path.stat().st_mtime, path))
+    used.sort(reverse=True)
+    for _, path in used[keep:]:
+        with contextlib.suppress(OSError):
+            path.unlink()

@@ -496,9 +496,7 @@ class SchedulerPolicy(ABC):
         kv = self.kv
         excess = max(run.kv_used) + kv.cached_blocks - kv.total_blocks
         finished.sort(key=operator.itemgetter(0))  # stable: batch order within an iteration
-        # as if the run had not freed them, all at once: a speculative run frees a finish's
-        # shared blocks too, so the count can stand below a finish's private blocks until the
-        # later finishes are added back
+        # as if the run had not freed them, all first (a speculative run frees shared blocks too)
         kv.used_blocks += sum(freed for _, _, freed in finished)
         released: list[tuple[int, int]] = []
         for iteration, req, _ in finished:

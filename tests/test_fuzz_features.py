@@ -1120,14 +1120,14 @@ def test_a_decode_pools_transferred_first_step_is_no_prompt_batch() -> None:
     decodes a speculating request (9 verify tokens) beside a transferred request's one-token
     first step. The budget check read the step as a batch of prompts over its budget; the pool's
     prompts were computed by the prefill pool, and its decode steps are not budgeted."""
-    data = make_case(343, seed=21).data
-    results = _simulate(data)
+    case = make_case(343, seed=21)
+    results = _simulate(case.data)
     iterations = results.iterations
     mixed = (iterations["prefill_tokens"] > 0) & (iterations["verify_tokens"] > 0)
     assert mixed.any()  # the step the check misread is still there
-    failures: list[str] = []
-    check_budget(results, lambda invariant, what: failures.append(f"{invariant}: {what}"))
-    assert not failures
+    outcome = Outcome(case)
+    check_budget(results, outcome.fail)
+    assert not outcome.violations
 
 
 @pytest.mark.slow

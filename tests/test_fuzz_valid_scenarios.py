@@ -830,11 +830,12 @@ def test_an_infinite_figure_round_trips_as_documented():
     """Seed 11's case 57 (the campaign at another seed) left the later quarters' median
     requests unfinished: ``latency_growth`` is infinite, which ``summary.json`` writes as null
     and reads back as NaN. The round-trip check expected the infinity back."""
-    results = _simulate(make_case(57, seed=11).data)
+    case = make_case(57, seed=11)
+    results = _simulate(case.data)
     assert math.isinf(results.summary["latency_growth"])
-    failures: list[str] = []
-    check_round_trip(results, lambda invariant, what: failures.append(f"{invariant}: {what}"))
-    assert not failures
+    outcome = Outcome(case)
+    check_round_trip(results, outcome.fail)
+    assert not outcome.violations
 
 
 def test_a_speculative_run_of_requests_sharing_a_prefix_settles_its_finishes():

@@ -174,11 +174,6 @@ def _failures(timed_out: int, requests: int) -> list[str]:
     return []
 
 
-def _seconds(time_s: float) -> str:
-    """A time for the verdict: ``0 s``, ``12.5 s``."""
-    return f"{time_s:.3g} s"
-
-
 def _rates(figures: Mapping[str, Any]) -> str:
     """``offered X req/s, served Y req/s``; ``served Y req/s`` alone where no offered rate exists
     (a closed loop, or arrivals at a single instant: one request)."""
@@ -250,9 +245,7 @@ def stability_summary(
         reasons = [f"every one of the {rejected} requests was rejected"]
     verdict = "unstable: " + "; ".join(reasons) if reasons else "stable"
     if at_once and not reasons:
-        verdict = (
-            f"stable: a batch, every request at {_seconds(first)} (no arrival stream to outrun)"
-        )
+        verdict = f"stable: a batch, every request at {first:.3g} s (no arrival stream to outrun)"
     return {"stable": not reasons, "stability": f"{verdict} ({_rates(figures)})", **figures}
 
 

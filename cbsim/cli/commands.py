@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-import pandas as pd
 
 from cbsim import __version__
 from cbsim.catalog.hardware import get_gpu
@@ -64,6 +63,7 @@ from cbsim.workload.build import build_workload
 from cbsim.workload.drawn import ClosedLoopWorkload
 
 if TYPE_CHECKING:
+    import pandas as pd
     from rich.table import Table
 
 EXIT_USER_ERROR = 2
@@ -814,6 +814,8 @@ def calibrate_report(
     if gpu == "h200" and data is None:
         _say("h200: predicting from h100-sxm's fit (leave-one-GPU-out)")
         frames.append(leave_one_gpu_out("h100-sxm", "h200"))
+    import pandas as pd
+
     table = percent_table(pd.concat(frames, ignore_index=True))
     write_kernel_report(folder, gpu, table, points)
     wide_console().print(_error_table(table, f"{gpu}: held-out error"))

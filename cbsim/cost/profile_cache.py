@@ -16,6 +16,10 @@ written is simply not used. Only the JSON is cached: every read still validates 
 (:func:`cbsim.cost.profile.read_profile`), so a profile read from the cache is the profile its
 file holds.
 
+The shipped request traces are kept the same way (:mod:`cbsim.workload.traces`): a trace's
+columns once parsed and checked, under a hash of its parquet bytes and of the module that checks
+it, so that a process that replays one never imports pandas to parse its date-times.
+
 The folder keeps the :data:`MAX_ENTRIES` entries used last (a read marks its entry used; a new
 entry removes the least recently used beyond that number), so a user who edits and re-fits
 their own profiles, or installs cbsim release after release, does not grow it without end: an
@@ -97,7 +101,7 @@ def store_json(raw: bytes, data: dict[str, Any]) -> None:
     if entry is None:
         return
     try:
-        write_bytes(entry, marshal.dumps(data), description="a cached calibration profile")
+        write_bytes(entry, marshal.dumps(data), description="a cached parsed file")
     except (OSError, ValueError, CbsimError):
         return
     _evict_beyond(entry.parent, MAX_ENTRIES)

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import ColumnTable
 from cbsim.memory.kvcache import KVCache
 from cbsim.outputs.iteration_stream import IterationStream
 from cbsim.outputs.itl import inter_token_latency, weighted_percentile
@@ -65,6 +65,8 @@ from cbsim.workload.request import Request
 from cbsim.workload.request_table import RequestTable
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from cbsim.engine.autoscale import FleetLog
     from cbsim.engine.decode_plan import DecodeRun
     from cbsim.engine.scheduler.base import Batch
@@ -151,10 +153,11 @@ class Recorder:
         self._k_max = array("q")
         self._draft_s = array("d")
         self._decoding = array("q")
-        # the frames :meth:`finish` builds (a pandas frame of many columns costs a millisecond or
-        # two to create: not made empty here for a capacity search's many short runs to discard)
-        self.requests: pd.DataFrame
-        self.iterations: pd.DataFrame
+        # the columns :meth:`finish` hands over (the frames :attr:`requests` and
+        # :attr:`iterations` are made of them when first read)
+        self.request_columns: ColumnTable
+        self.iteration_columns: ColumnTable
+        self._frames: dict[str, pd.DataFrame] = {}
         self.end_s = 0.0
         self.preemptions = 0
         # what every replica did (held, served; autoscaled: scale events), set by the engine
@@ -164,6 +167,20 @@ class Recorder:
         self._offset = 0
         self._stream: IterationStream | None = None
         self._ends = array("d")  # streamed rows' ends, when the front end does not stream
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """The requests frame (built from :attr:`request_columns` when first read)."""
+        if "requests" not in self._frames:
+            self._frames["requests"] = self.request_columns.frame()
+        return self._frames["requests"]
+
+    @property
+    def iterations(self) -> pd.DataFrame:
+        """The iterations frame (built from :attr:`iteration_columns` when first read)."""
+        if "iterations" not in self._frames:
+            self._frames["iterations"] = self.iteration_columns.frame()
+        return self._frames["iterations"]
 
     def stream(self, path: str | Path, window_s: float) -> None:
         """Write the iterations to a parquet file at ``path`` as they run, a row group per
@@ -341,7 +358,7 @@ class Recorder:
         if several:  # canonical order: by start time, then replica
             del replica, starts, durations, delivered  # each original freed as it is reordered
             _in_canonical_order(columns, self.speculative, self.kv_totals is not None)
-        self.iterations = pd.DataFrame(columns, copy=False)
+        self.iteration_columns = ColumnTable(columns, n)
 
     def _finish_stream(self, requests: RequestTable, replicas: Sequence[Any]) -> None:
         """:meth:`finish` when streaming: the last row group, then the ITL and requests from the
@@ -358,7 +375,7 @@ class Recorder:
         delivered = self._take("_delivered" if streamed else "_ends", np.float64)
         replica = self._take("_replica", np.int64) if several else None
         self._finish_requests(requests, replicas, delivered, replica, streamed)
-        self.iterations = pd.DataFrame(empty, copy=False)
+        self.iteration_columns = ColumnTable(empty, 0)
         if self._stream.sums.max_end_s is not None:
             self.end_s = max(self.end_s, self._stream.sums.max_end_s)
 
@@ -384,7 +401,7 @@ class Recorder:
             logs,
             sum(r.scheduler.zero_gaps for r in replicas),
         )
-        self.requests = requests.frame(delivered if client_times else None)
+        self.request_columns = requests.columns(delivered if client_times else None)
 
     def _iteration_columns(
         self,

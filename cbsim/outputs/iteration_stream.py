@@ -10,15 +10,17 @@ is a user error naming the file.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from cbsim.common.errors import CbsimError
 from cbsim.outputs.summary import IterationTotals
 from cbsim.outputs.timeseries_windows import WindowSums
+
+if TYPE_CHECKING:  # imported when a stream is written (a command that never streams need not)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 
 class IterationStream:
@@ -53,6 +55,8 @@ class IterationStream:
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         """The parquet writer. Columns are dictionary-encoded but for the times, nearly all
         distinct (a dictionary only to give it up: about 3x the time to write them)."""
+        import pyarrow.parquet as pq
+
         dictionary = [name for name in schema.names if name not in _DISTINCT_COLUMNS]
         return pq.ParquetWriter(self.path, schema, use_dictionary=dictionary)
 
@@ -66,6 +70,8 @@ class IterationStream:
             raise self._failure(err) from None
         finally:
             self._writer = None
+        import pyarrow as pa
+
         pa.default_memory_pool().release_unused()  # the writer's buffers, before the ITL's
 
 
@@ -74,4 +80,7 @@ _DISTINCT_COLUMNS = ("start_s", "duration_s", "delivered_s")
 
 def _arrow_table(columns: dict[str, np.ndarray]) -> pa.Table:
     """Iteration columns as an arrow table, as ``DataFrame.to_parquet`` writes the frame."""
+    import pandas as pd
+    import pyarrow as pa
+
     return pa.Table.from_pandas(pd.DataFrame(columns, copy=False), preserve_index=False)

@@ -51,9 +51,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+from cbsim.common.columns import as_array, equals
 
 if TYPE_CHECKING:
+    from cbsim.common.columns import Table
     from cbsim.schema.scenario import Scenario
 
 __all__ = [
@@ -103,30 +105,30 @@ def _offered_rps(arrival: np.ndarray, closed_loop: bool) -> float:
     return (len(arrival) - 1) / span if span > 0 else math.nan
 
 
-def _backlog(requests: pd.DataFrame, last: float) -> int:
+def _backlog(requests: Table, last: float) -> int:
     """Requests arrived by ``last`` and not admitted to a batch by then (never admitted: too)."""
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
-    start = requests.get("server_arrival_s", requests["arrival_s"]).to_numpy(dtype=float)
-    admitted = start + requests["queue_s"].to_numpy(dtype=float)
-    rejected = (requests["status"] == "rejected").to_numpy()
+    arrival = as_array(requests["arrival_s"], float)
+    server = "server_arrival_s" if "server_arrival_s" in requests else "arrival_s"
+    admitted = as_array(requests[server], float) + as_array(requests["queue_s"], float)
+    rejected = equals(requests, "status", "rejected")
     waiting = (arrival <= last) & ~rejected & ~(admitted <= last)  # NaN admission: waiting
     return int(waiting.sum())
 
 
-def _queue_growth(timeseries: pd.DataFrame, first: float, last: float) -> float:
+def _queue_growth(timeseries: Table, first: float, last: float) -> float:
     """Growth of the mean waiting queue over the second half of ``[first, last]``: the
     least-squares slope of ``waiting`` against window time times that half's length (NaN when
     the half holds fewer than :data:`MIN_TREND_WINDOWS` windows)."""
     if "waiting" not in timeseries or not len(timeseries):
         return math.nan
-    t = timeseries["t_s"].to_numpy(dtype=float)
-    span = timeseries["span_s"].to_numpy(dtype=float) if "span_s" in timeseries else None
+    t = as_array(timeseries["t_s"], float)
+    span = as_array(timeseries["span_s"], float) if "span_s" in timeseries else None
     mid = (first + last) / 2
     ends = t + (span if span is not None else 0.0)
     inside = (t >= mid) & (ends <= last + 1e-9)
     if int(inside.sum()) < MIN_TREND_WINDOWS:
         return math.nan
-    x, y = t[inside], timeseries["waiting"].to_numpy(dtype=float)[inside]
+    x, y = t[inside], as_array(timeseries["waiting"], float)[inside]
     if not np.isfinite(y).all():
         return math.nan
     slope = float(np.polyfit(x, y, 1)[0])
@@ -183,13 +185,13 @@ def _rates(figures: Mapping[str, Any]) -> str:
 
 
 def stability_summary(
-    requests: pd.DataFrame,
-    timeseries: pd.DataFrame,
+    requests: Table,
+    timeseries: Table,
     scenario: Scenario,
     served_rps: float,
 ) -> dict[str, Any]:
     """The stability figures of a run (:data:`STABILITY_KEYS`), for its summary."""
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrival = as_array(requests["arrival_s"], float)
     arrival = arrival[np.isfinite(arrival)]
     kind = getattr(scenario.workload.arrival, "kind", None)  # None: sessions, a trace
     closed_loop = kind == "closed_loop"
@@ -214,7 +216,7 @@ def stability_summary(
         figures["queue_growth"] = _queue_growth(timeseries, first, last)
         if not closed_loop:
             figures["served_rps"] = _served_while_arriving(requests, first, last, served_rps)
-    timed_out = int((requests["status"] == "timed_out").sum()) if len(requests) else 0
+    timed_out = int(equals(requests, "status", "timed_out").sum()) if len(requests) else 0
     if at_once:
         figures["in_system_growth"] = 0
         figures["latency_growth"] = math.nan
@@ -240,7 +242,7 @@ def stability_summary(
             timed_out,
             len(requests),
         )
-    rejected = int((requests["status"] == "rejected").sum()) if len(requests) else 0
+    rejected = int(equals(requests, "status", "rejected").sum()) if len(requests) else 0
     if len(requests) and rejected == len(requests):
         reasons = [f"every one of the {rejected} requests was rejected"]
     verdict = "unstable: " + "; ".join(reasons) if reasons else "stable"
@@ -249,33 +251,31 @@ def stability_summary(
     return {"stable": not reasons, "stability": f"{verdict} ({_rates(figures)})", **figures}
 
 
-def _served_while_arriving(
-    requests: pd.DataFrame, first: float, last: float, fallback: float
-) -> float:
+def _served_while_arriving(requests: Table, first: float, last: float, fallback: float) -> float:
     """Completions per second from one typical latency after the first arrival to the last
     arrival (see the module docstring); ``fallback`` where that stretch is too short."""
-    done = (requests["status"] == "finished").to_numpy()
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
-    e2e = requests["e2e_s"].to_numpy(dtype=float)
+    done = equals(requests, "status", "finished")
+    arrival = as_array(requests["arrival_s"], float)
+    e2e = as_array(requests["e2e_s"], float)
     early = done & (arrival <= first + 0.25 * (last - first)) & np.isfinite(e2e)
     if not early.any():
         return 0.0 if not done.any() else fallback
     start = first + float(np.median(e2e[early]))
     if last - start < MIN_STRETCH_SHARE * (last - first):
         return fallback
-    finish = requests["finish_s"].to_numpy(dtype=float)
+    finish = as_array(requests["finish_s"], float)
     served = int((done & (finish >= start) & (finish <= last)).sum())
     return served / (last - start)
 
 
-def _kept_times(requests: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def _kept_times(requests: Table) -> tuple[np.ndarray, np.ndarray]:
     """Arrival and finish times of the requests that stay in the system until they finish
     (rejected ones aside, and those the client gave up on: they left the system at their
     timeout, not at the end of the run): two columns, never a copy of the table (a million
     requests' table is some 200 MiB)."""
-    kept = ~requests["status"].isin(("rejected", "timed_out")).to_numpy()
-    arrival = requests["arrival_s"].to_numpy(dtype=float)[kept]
-    return arrival, requests["finish_s"].to_numpy(dtype=float)[kept]
+    kept = ~(equals(requests, "status", "rejected") | equals(requests, "status", "timed_out"))
+    arrival = as_array(requests["arrival_s"], float)[kept]
+    return arrival, as_array(requests["finish_s"], float)[kept]
 
 
 def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -290,12 +290,10 @@ def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np
     return counts
 
 
-def _in_system_growth(
-    requests: pd.DataFrame, kept: tuple[np.ndarray, np.ndarray]
-) -> tuple[int, int]:
+def _in_system_growth(requests: Table, kept: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
     """Growth of the requests in the system (``kept``: :func:`_kept_times`) over the second half
     of the arrivals, and over its first half (to three quarters of the arrivals)."""
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrival = as_array(requests["arrival_s"], float)
     arrival = arrival[np.isfinite(arrival)]
     if len(arrival) < 2:
         return 0, 0
@@ -331,9 +329,7 @@ def _in_system_trend(kept: tuple[np.ndarray, np.ndarray]) -> float:
     return float(np.mean(last)) - float(np.mean(second))
 
 
-def _quarter_latencies(
-    requests: pd.DataFrame, per_output_token: bool = False
-) -> tuple[float, float]:
+def _quarter_latencies(requests: Table, per_output_token: bool = False) -> tuple[float, float]:
     """Median end-to-end latency of the requests of the first quarter of the arrivals, and the
     smaller of the third and the last quarter's (admitted requests; those not finished count as
     infinitely slow); NaN without enough requests. ``per_output_token``: each request's latency
@@ -341,16 +337,15 @@ def _quarter_latencies(
     read as a queue growing."""
     if not len(requests) or (per_output_token and "output_tokens" not in requests):
         return math.nan, math.nan
-    status = requests["status"].to_numpy()
-    admitted = status != "rejected"  # the columns it reads, never a copy of the table
-    arrival = requests["arrival_s"].to_numpy(dtype=float)[admitted]
+    admitted = ~equals(requests, "status", "rejected")  # the columns it reads, not the table
+    arrival = as_array(requests["arrival_s"], float)[admitted]
     if len(arrival) < 4 * MIN_BACKLOG:
         return math.nan, math.nan
-    e2e = requests["e2e_s"].to_numpy(dtype=float)[admitted]
-    e2e = np.where(status[admitted] == "finished", e2e, math.inf)
+    e2e = as_array(requests["e2e_s"], float)[admitted]
+    e2e = np.where(equals(requests, "status", "finished")[admitted], e2e, math.inf)
     e2e = np.where(np.isnan(e2e), math.inf, e2e)
     if per_output_token:
-        outputs = requests["output_tokens"].to_numpy(dtype=float)[admitted]
+        outputs = as_array(requests["output_tokens"], float)[admitted]
         e2e = e2e / np.maximum(outputs, 1.0)
     q1, q2, q3 = np.quantile(arrival, [0.25, 0.5, 0.75])
     third = _median(e2e[(arrival >= q2) & (arrival < q3)])
@@ -398,7 +393,7 @@ def slo_verdict(met: bool, summary: Mapping[Any, Any]) -> str:
 
 
 def with_stability(
-    summary: dict[str, Any], requests: pd.DataFrame, timeseries: pd.DataFrame, scenario: Scenario
+    summary: dict[str, Any], requests: Table, timeseries: Table, scenario: Scenario
 ) -> dict[str, Any]:
     """``summary`` with :func:`stability_summary`'s keys added (served: its ``throughput_rps``)."""
     served = float(summary.get("throughput_rps", math.nan))

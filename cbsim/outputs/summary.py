@@ -18,13 +18,18 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import as_array, equals, frame_of
 from cbsim.outputs.metric_columns import PERCENTILES
 from cbsim.schema.scenario import Scenario
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cbsim.common.columns import Table
 
 
 class FleetFigures(Protocol):
@@ -46,11 +51,11 @@ class IterationTotals:
     kv_blocks_total: int = 0  # the first row's (0: no rows)
 
     @classmethod
-    def of(cls, iterations: pd.DataFrame) -> IterationTotals:
-        """The totals of a whole iterations frame."""
+    def of(cls, iterations: Table) -> IterationTotals:
+        """The totals of a whole iterations frame (or its columns)."""
         totals = cls()
         names = ("start_s", "duration_s", "draft_s", "batch_size", "kv_blocks_total")
-        totals.add({name: iterations[name].to_numpy() for name in names})
+        totals.add({name: as_array(iterations[name]) for name in names})
         return totals
 
     def add(self, columns: Mapping[str, np.ndarray]) -> None:
@@ -81,45 +86,46 @@ def _percentiles(values: np.ndarray, prefix: str, out: dict[str, float]) -> None
     out[f"{prefix}_mean_s"] = float(values.mean()) if len(values) else math.nan
 
 
-def prefix_hit_rates(requests: pd.DataFrame) -> pd.Series:
+def prefix_hit_rates(table: Table) -> pd.Series:
     """Prefix-cache hit rate per replica: its requests' reused prompt tokens over their prompt
     tokens (rejected requests left out)."""
+    requests = frame_of(table)
     admitted = requests[requests["status"] != "rejected"]
     sums = admitted.groupby("replica")[["cached_tokens", "prompt_tokens"]].sum()
     rates: pd.Series = sums["cached_tokens"] / sums["prompt_tokens"]
     return rates.rename("prefix_hit_rate")
 
 
-def meets_slo(requests: pd.DataFrame, scenario: Scenario) -> np.ndarray:
+def meets_slo(requests: Table, scenario: Scenario) -> np.ndarray:
     """Boolean per request: finished and within every SLO target the scenario gives."""
-    ok = (requests["status"] == "finished").to_numpy().copy()
+    ok = equals(requests, "status", "finished").copy()
     slo = scenario.slo
     if slo.ttft_s is not None:
-        ok &= requests["ttft_s"].to_numpy() <= slo.ttft_s
+        ok &= as_array(requests["ttft_s"]) <= slo.ttft_s
     if slo.tpot_s is not None:
-        tpot = requests["tpot_s"].to_numpy()
+        tpot = as_array(requests["tpot_s"])
         ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
     if slo.e2e_s is not None:
-        ok &= requests["e2e_s"].to_numpy() <= slo.e2e_s
+        ok &= as_array(requests["e2e_s"]) <= slo.e2e_s
     return ok
 
 
 def _busy_fraction(
-    requests: pd.DataFrame, scenario: Scenario, totals: IterationTotals, makespan: float
+    requests: Table, scenario: Scenario, totals: IterationTotals, makespan: float
 ) -> float:
     """The replicas' busy time over their time from the first arrival to the end of the run:
     the last finish, or the last iteration's end where iterations ran on after it (a horizon
     cut the run with requests still running). NaN without a finished request."""
     if not makespan > 0:
         return math.nan
-    first = float(requests["arrival_s"].min())
+    first = float(as_array(requests["arrival_s"]).min())
     span = max(makespan, totals.end_s - first)
     return totals.busy_s / (span * scenario.cluster.replica_count)
 
 
 def summarize(
-    requests: pd.DataFrame,
-    iterations: pd.DataFrame,
+    requests: Table,
+    iterations: Table,
     scenario: Scenario,
     preemptions: int,
     itl: dict[str, float] | None = None,
@@ -137,16 +143,16 @@ def summarize(
     ``scale_ups`` and ``scale_downs`` (:class:`cbsim.engine.autoscale.FleetLog`; left out without it)."""
     if totals is None:
         totals = IterationTotals.of(iterations)
-    status = requests["status"]
-    finished = (status == "finished").to_numpy()
+    finished = equals(requests, "status", "finished")
 
-    def done(name: str) -> pd.Series:
+    def done(name: str) -> np.ndarray:
         """A column of the finished requests (one column copied at a time, not the frame)."""
-        return requests[name][finished]
+        column: np.ndarray = as_array(requests[name])[finished]
+        return column
 
     completed = int(finished.sum())
     if completed:
-        makespan = float(done("finish_s").max() - requests["arrival_s"].min())
+        makespan = float(done("finish_s").max() - as_array(requests["arrival_s"]).min())
     else:
         makespan = math.nan
     output_tokens = int(done("output_tokens").sum())
@@ -157,9 +163,11 @@ def summarize(
         "seed": scenario.seed,
         "requests": len(requests),
         "completed": completed,
-        "rejected": int((status == "rejected").sum()),
-        "unfinished": int(((status == "waiting") | (status == "running")).sum()),
-        "timed_out": int((status == "timed_out").sum()),
+        "rejected": int(equals(requests, "status", "rejected").sum()),
+        "unfinished": int(
+            (equals(requests, "status", "waiting") | equals(requests, "status", "running")).sum()
+        ),
+        "timed_out": int(equals(requests, "status", "timed_out").sum()),
         "makespan_s": makespan,
         "throughput_rps": completed / makespan if completed and makespan > 0 else 0.0,
         "output_tokens": output_tokens,
@@ -168,30 +176,28 @@ def summarize(
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
     summary.update(rejection_counts(requests))
-    admitted = (status != "rejected").to_numpy()
-    prompt_total = int(requests["prompt_tokens"][admitted].sum())
-    cached_total = (
-        int(requests["cached_tokens"][admitted].sum()) if "cached_tokens" in requests else 0
-    )
-    cpu_total = (
-        int(requests["cached_tokens_cpu"][admitted].sum()) if "cached_tokens_cpu" in requests else 0
-    )
-    _percentiles(done("ttft_s").to_numpy(dtype=float), "ttft", summary)
-    _percentiles(done("tpot_s").to_numpy(dtype=float), "tpot", summary)
-    _percentiles(done("e2e_s").to_numpy(dtype=float), "e2e", summary)
-    _percentiles(done("queue_s").to_numpy(dtype=float), "queue", summary)
+    admitted = ~equals(requests, "status", "rejected")
+
+    def admitted_sum(name: str) -> int:
+        return int(as_array(requests[name])[admitted].sum()) if name in requests else 0
+
+    prompt_total = admitted_sum("prompt_tokens")
+    cached_total = admitted_sum("cached_tokens")
+    cpu_total = admitted_sum("cached_tokens_cpu")
+    for metric in ("ttft", "tpot", "e2e", "queue"):
+        _percentiles(done(f"{metric}_s").astype(float, copy=False), metric, summary)
     if itl:
         summary.update(itl)
     for metric in ("ttft", "tpot", "e2e"):
         if f"server_{metric}_s" in requests:
             _percentiles(
-                done(f"server_{metric}_s").to_numpy(dtype=float), f"server_{metric}", summary
+                done(f"server_{metric}_s").astype(float, copy=False), f"server_{metric}", summary
             )
-    drafted = int(requests["drafted_tokens"].sum())
-    accepted = int(requests["accepted_tokens"].sum())
-    spec_steps = int(requests["spec_steps"].sum())
-    decode_steps = int(requests["decode_steps"].sum())
-    rejections = int(requests["rejected_steps"].sum())
+    drafted = int(as_array(requests["drafted_tokens"]).sum())
+    accepted = int(as_array(requests["accepted_tokens"]).sum())
+    spec_steps = int(as_array(requests["spec_steps"]).sum())
+    decode_steps = int(as_array(requests["decode_steps"]).sum())
+    rejections = int(as_array(requests["rejected_steps"]).sum())
     draft_s = totals.draft_s
     summary.update(
         {
@@ -221,10 +227,14 @@ def summarize(
             "warnings": "; ".join(warnings),
         }
     )
-    if "kv_arrived_s" in requests and bool(requests["kv_arrived_s"].notna().any()):
-        crossed = requests["kv_arrived_s"].notna().to_numpy()
+    crossed = (
+        ~np.isnan(as_array(requests["kv_arrived_s"], float))
+        if "kv_arrived_s" in requests
+        else np.zeros(0, dtype=bool)
+    )
+    if crossed.any():
         for name in ("kv_transfer_s", "kv_wait_s"):
-            values = requests[name].to_numpy(dtype=float)[crossed]
+            values = as_array(requests[name], float)[crossed]
             stem = name.removesuffix("_s")
             for q in (50, 99):
                 summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
@@ -242,12 +252,15 @@ STAGE_FIGURES = (
 """What :func:`stage_summary` reports of each stage (and the summary as ``stage{i}_{figure}``)."""
 
 
-def stage_summary(requests: pd.DataFrame, scenario: Scenario | None = None) -> pd.DataFrame:
+def stage_summary(table: Table, scenario: Scenario | None = None) -> pd.DataFrame:
     """One row per stage of a staged load (``workload.arrival.kind: stages``), indexed by
     ``stage``: its offered ``rate`` (NaN without the scenario), the ``requests`` it sent,
     ``completed`` and ``timed_out``, when its first request was sent (``start_s``), its
     throughput (completed over its first send to its last finish) and its completed requests'
     latency percentiles, the figures a load generator reports per rate point."""
+    import pandas as pd
+
+    requests = frame_of(table)
     stages = requests["stage"].to_numpy()
     arrival = scenario.workload.arrival if scenario is not None else None
     rates = [stage.rate for stage in getattr(arrival, "stages", [])]
@@ -296,15 +309,15 @@ REJECTION_REASONS = {
 """Why the router turned a request away (the requests frame's ``rejected_reason``)."""
 
 
-def rejection_counts(requests: pd.DataFrame) -> dict[str, int]:
+def rejection_counts(requests: Table) -> dict[str, int]:
     """``rejected_<reason>`` for each reason some request was rejected for (none: no keys)."""
     if "rejected_reason" not in requests or not len(requests):
         return {}
-    if "status" in requests and not (requests["status"] == "rejected").any():
+    if "status" in requests and not equals(requests, "status", "rejected").any():
         return {}  # a reason is given only to a request rejected (the column's text is slow)
-    reasons = requests["rejected_reason"].astype(str)
-    counts = reasons[reasons != ""].value_counts()
-    return {f"rejected_{reason}": int(count) for reason, count in sorted(counts.items())}
+    reasons = as_array(requests["rejected_reason"]).astype(str)
+    found, counts = np.unique(reasons[reasons != ""], return_counts=True)
+    return {f"rejected_{reason}": int(count) for reason, count in zip(found, counts, strict=True)}
 
 
 def rejection_warning(summary: dict[str, Any], context: int) -> str:

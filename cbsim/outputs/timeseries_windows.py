@@ -22,14 +22,19 @@ time, so that a streamed run, whose iterations are not held, gets them too.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import ColumnTable, as_array
 from cbsim.common.errors import CbsimError
 from cbsim.common.limits import WINDOWS
 from cbsim.outputs.metric_columns import CHUNK_ROWS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from cbsim.common.columns import Coded, Table
 
 
 class FleetWindows(Protocol):
@@ -91,10 +96,10 @@ class WindowSums:
         self._crossing: list[dict[str, np.ndarray]] = []  # start, duration and integrands
 
     @classmethod
-    def of(cls, iterations: pd.DataFrame, window_s: float) -> WindowSums:
-        """The sums over a whole iterations frame."""
+    def of(cls, iterations: Table, window_s: float) -> WindowSums:
+        """The sums over a whole iterations frame (or its columns)."""
         sums = cls(window_s)
-        sums.add({name: iterations[name].to_numpy() for name in _WINDOW_COLUMNS})
+        sums.add({name: as_array(iterations[name]) for name in _WINDOW_COLUMNS})
         return sums
 
     def _bins(self, times: np.ndarray) -> np.ndarray:
@@ -196,13 +201,25 @@ def _window_count(end_s: float, window_s: float) -> int:
 
 
 def timeseries(
-    requests: pd.DataFrame,
-    iterations: pd.DataFrame,
+    requests: Table,
+    iterations: Table,
     window_s: float,
     replicas: int,
     sums: WindowSums | None = None,
     fleet: FleetWindows | None = None,
 ) -> pd.DataFrame:
+    """Fixed-window aggregates over the run, as a DataFrame (see :func:`timeseries_columns`)."""
+    return timeseries_columns(requests, iterations, window_s, replicas, sums, fleet).frame()
+
+
+def timeseries_columns(
+    requests: Table,
+    iterations: Table,
+    window_s: float,
+    replicas: int,
+    sums: WindowSums | None = None,
+    fleet: FleetWindows | None = None,
+) -> ColumnTable:
     """Fixed-window aggregates over the run (see the module docstring for definitions).
 
     ``sums``: the iterations' :class:`WindowSums` when they are not held (streaming); ``fleet``:
@@ -214,7 +231,7 @@ def timeseries(
     if sums.max_end_s is not None:
         ends.append(sums.max_end_s)
     if len(requests):
-        ends.append(float(requests["arrival_s"].max()))
+        ends.append(float(as_array(requests["arrival_s"]).max()))
     windows = _window_count(max(ends), window_s)
     span = _window_spans(max(ends), window_s, windows)
 
@@ -224,16 +241,18 @@ def timeseries(
 
     by_window = sums.result(windows)
     busy, drafted, accepted = by_window["busy"], by_window["drafted"], by_window["accepted"]
-    finished = requests["finish_s"].to_numpy(dtype=float)
+    finished = as_array(requests["finish_s"], float)
     finished = finished[~np.isnan(finished)]
     # prefix caching: prompt tokens reused / prompt tokens of the requests first admitted in a
     # window
     reused = prompted = np.zeros(windows)
-    if {"server_arrival_s", "queue_s", "cached_tokens"} <= set(requests.columns):
-        admitted = (requests["server_arrival_s"] + requests["queue_s"]).to_numpy(dtype=float)
+    if all(name in requests for name in ("server_arrival_s", "queue_s", "cached_tokens")):
+        admitted = as_array(requests["server_arrival_s"], float) + as_array(
+            requests["queue_s"], float
+        )
         seen = ~np.isnan(admitted)
-        reused = total(admitted[seen], requests["cached_tokens"].to_numpy(dtype=float)[seen])
-        prompted = total(admitted[seen], requests["prompt_tokens"].to_numpy(dtype=float)[seen])
+        reused = total(admitted[seen], as_array(requests["cached_tokens"], float)[seen])
+        prompted = total(admitted[seen], as_array(requests["prompt_tokens"], float)[seen])
     autoscaled = fleet is not None and fleet.autoscaled
     if fleet is not None:
         serving = fleet.replicas_per_window(window_s, span)
@@ -244,35 +263,33 @@ def timeseries(
         assert fleet is not None
         replica_seconds = fleet.holding_per_window(window_s, span)
     with np.errstate(invalid="ignore", divide="ignore"):
-        frame = pd.DataFrame(
-            {
-                "t_s": np.arange(windows) * window_s,
-                "output_tokens_per_s": by_window["emitted"] / span,
-                "requests_completed": total(finished).astype(np.int64),
-                "arrivals": total(requests["arrival_s"].to_numpy(dtype=float)).astype(np.int64),
-                "waiting": by_window["waiting"] / span,
-                "kv_utilization": by_window["kv_frac"] / replica_seconds
-                if not autoscaled
-                else np.where(replica_seconds > 0, by_window["kv_frac"] / replica_seconds, 0.0),
-                "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
-                "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
-                "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
-                "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
-                "span_s": span,
-                "replicas": serving,
-            }
-        )
-    arrived = requests["kv_arrived_s"].to_numpy(dtype=float) if "kv_arrived_s" in requests else None
+        columns: dict[str, np.ndarray | Coded] = {
+            "t_s": np.arange(windows) * window_s,
+            "output_tokens_per_s": by_window["emitted"] / span,
+            "requests_completed": total(finished).astype(np.int64),
+            "arrivals": total(as_array(requests["arrival_s"], float)).astype(np.int64),
+            "waiting": by_window["waiting"] / span,
+            "kv_utilization": by_window["kv_frac"] / replica_seconds
+            if not autoscaled
+            else np.where(replica_seconds > 0, by_window["kv_frac"] / replica_seconds, 0.0),
+            "batch_size": np.where(busy > 0, by_window["batch"] / busy, 0.0),
+            "mean_k": np.where(busy > 0, by_window["k_weight"] / busy, 0.0),
+            "acceptance_rate": np.where(drafted > 0, accepted / drafted, np.nan),
+            "prefix_hit_rate": np.where(prompted > 0, reused / prompted, np.nan),
+            "span_s": span,
+            "replicas": serving,
+        }
+    arrived = as_array(requests["kv_arrived_s"], float) if "kv_arrived_s" in requests else None
     if arrived is not None and not np.isnan(arrived).all():  # disaggregated
         crossed = ~np.isnan(arrived)
         count = total(arrived[crossed])
-        seconds = total(arrived[crossed], requests["kv_transfer_s"].to_numpy(float)[crossed])
-        waited = total(arrived[crossed], requests["kv_wait_s"].to_numpy(float)[crossed])
+        seconds = total(arrived[crossed], as_array(requests["kv_transfer_s"], float)[crossed])
+        waited = total(arrived[crossed], as_array(requests["kv_wait_s"], float)[crossed])
         with np.errstate(invalid="ignore", divide="ignore"):
-            frame["kv_transfers"] = count.astype(np.int64)
-            frame["kv_transfer_s"] = np.where(count > 0, seconds / count, np.nan)
-            frame["kv_wait_s"] = np.where(count > 0, waited / count, np.nan)
-    return frame
+            columns["kv_transfers"] = count.astype(np.int64)
+            columns["kv_transfer_s"] = np.where(count > 0, seconds / count, np.nan)
+            columns["kv_wait_s"] = np.where(count > 0, waited / count, np.nan)
+    return ColumnTable(columns, windows)
 
 
 def _window_spans(end_s: float, window_s: float, windows: int) -> np.ndarray:

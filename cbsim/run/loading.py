@@ -340,7 +340,7 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> dict[str, Any]:
 
 def _check_feasible(scenario: Scenario, source: str | None) -> None:
     """Cross-field checks: the model fits in GPU memory, traces exist and have the columns, etc."""
-    from cbsim.workload.traces import load_trace
+    from cbsim.workload.traces import trace_table
 
     workload = scenario.workload
     missing = scenario.missing_lengths()
@@ -357,11 +357,11 @@ def _check_feasible(scenario: Scenario, source: str | None) -> None:
         load_acceptance_trace(acceptance.path, source=source)
     _check_proposer(scenario, source)
     if workload.trace is not None:
-        load_trace(workload.trace.path, source=source, field="workload.trace.path")
+        trace_table(workload.trace.path, source=source, field="workload.trace.path")
     for name in ("prompt_tokens", "output_tokens"):
         spec = getattr(workload, name)
         if isinstance(spec, EmpiricalLength):
-            load_trace(spec.trace, source=source, field=f"workload.{name}.trace")
+            trace_table(spec.trace, source=source, field=f"workload.{name}.trace")
 
     if not math.isfinite(scenario.workload.duration_s or 0.0):
         raise CbsimError("must be finite", source=source, field="workload.duration_s")

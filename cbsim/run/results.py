@@ -25,14 +25,16 @@ import shutil
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import yaml
 
 from cbsim.common import output_folders as outputs
 from cbsim.schema.scenario import Scenario
-from cbsim.workload.request_table import STATUS_DTYPE
+from cbsim.workload.request_table import status_dtype
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 RESULT_FILES = (
     "requests.parquet",
@@ -58,9 +60,11 @@ def read_requests(path: Path) -> pd.DataFrame:
     """The requests frame from its parquet file, with the dtypes the run gave it: parquet keeps a
     categorical column's categories in its dictionary pages, which a file without rows lacks, so
     ``status`` is given its categories back."""
+    import pandas as pd
+
     requests = pd.read_parquet(path)
     if "status" in requests:
-        requests["status"] = requests["status"].astype(STATUS_DTYPE)
+        requests["status"] = requests["status"].astype(status_dtype())
     return requests
 
 
@@ -100,6 +104,8 @@ class Results:
         """The iterations: the frame held, or a streamed run's file read."""
         if self.iterations_path is None:
             return self.iterations
+        import pandas as pd
+
         return pd.read_parquet(self.iterations_path)
 
     def _write_iterations(self, path: Path) -> None:
@@ -161,6 +167,8 @@ class Results:
     @classmethod
     def read(cls, directory: str | Path) -> Results:
         """Load results written by :meth:`write`."""
+        import pandas as pd
+
         from cbsim.run.loading import load_scenario
 
         path = Path(directory)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import ColumnTable, as_array
 from cbsim.common.errors import CbsimError
 from cbsim.common.output_folders import temporary_prefix
 from cbsim.cost.engine_memory import memory_figures
@@ -18,10 +19,11 @@ from cbsim.cost.link_bound import pool_warnings
 from cbsim.engine.cost_models import CostModelCache, transfer_warnings
 from cbsim.engine.fleet import replica_memory_plan
 from cbsim.engine.loop import ProgressCallback, Simulation
-from cbsim.engine.recorder import IterationTotals, summarize, timeseries
+from cbsim.engine.recorder import IterationTotals, summarize
 from cbsim.engine.scheduler.warnings import scheduler_warnings
 from cbsim.outputs.stability import with_stability
 from cbsim.outputs.summary import rejection_counts, rejection_warning
+from cbsim.outputs.timeseries_windows import timeseries_columns
 from cbsim.run.loading import load_scenario
 from cbsim.run.results import Results
 from cbsim.schema.engine_defaults import apply_engine_defaults
@@ -31,6 +33,9 @@ from cbsim.schema.setting_warnings import deprecated_names, ignored_settings, sl
 from cbsim.workload.build import build_workload
 from cbsim.workload.drawn import ClosedLoopWorkload, RequestSpecs, StagedWorkload
 from cbsim.workload.sessions import SessionWorkload
+
+if TYPE_CHECKING:
+    from cbsim.common.columns import Table
 
 
 def simulate(
@@ -49,6 +54,51 @@ def simulate(
     ``results.iterations`` is then an empty frame, ``results.iterations_path`` the file and
     :meth:`Results.load_iterations` reads it. ``cost_models``: cost models shared with other
     simulations (a search's), built here when absent."""
+    run = simulate_tables(
+        scenario,
+        progress=progress,
+        source=source,
+        stream_to=stream_to,
+        cost_models=cost_models,
+        interpret_while_cold=interpret_while_cold,
+    )
+    return Results(
+        scenario=run.scenario,
+        requests=run.requests.frame(),
+        iterations=run.iterations.frame(),
+        timeseries=run.timeseries.frame(),
+        summary=run.summary,
+        run_info=run.run_info,
+        iterations_path=run.iterations_path,
+    )
+
+
+@dataclass
+class RunTables:
+    """A run's tables as the columns its frames are made of (:class:`~cbsim.common.columns.ColumnTable`),
+    with its summary: what :func:`simulate_tables` returns to a caller that only reads figures
+    (a capacity search's points), which then never imports pandas. :func:`simulate` makes the
+    :class:`Results` of it."""
+
+    scenario: Scenario
+    requests: ColumnTable
+    iterations: ColumnTable
+    timeseries: ColumnTable
+    summary: dict[str, Any]
+    run_info: dict[str, Any]
+    iterations_path: Path | None
+
+
+def simulate_tables(
+    scenario: Scenario | str | Path | dict[str, Any],
+    *,
+    progress: ProgressCallback | None = None,
+    source: str | None = None,
+    stream_to: str | Path | None = None,
+    cost_models: CostModelCache | None = None,
+    interpret_while_cold: bool = True,
+) -> RunTables:
+    """:func:`simulate`, its tables left as columns (see :class:`RunTables`)."""
     if not isinstance(scenario, Scenario):
         if isinstance(scenario, str | Path):
             source = str(scenario)
@@ -70,8 +120,8 @@ def simulate(
     except CbsimError as err:  # a run-time guard (the request limit, the windows) names a field
         raise err.located(source=source) from None
     wall = time.perf_counter() - wall_start
-    requests = recorder.requests
-    iterations = recorder.iterations
+    requests = recorder.request_columns
+    iterations = recorder.iteration_columns
     streamed = recorder.streamed
     totals = IterationTotals.of(iterations) if streamed is None else streamed.totals
     warnings = run_warnings(scenario, simulation, totals.max_batch)
@@ -86,7 +136,7 @@ def simulate(
         info["streamed"] = True
     del simulation  # its workload, schedulers and events: freed before the summaries' temporaries
     try:
-        series = timeseries(
+        series = timeseries_columns(
             requests,
             iterations,
             window_s,
@@ -96,39 +146,32 @@ def simulate(
         )
     except CbsimError as err:  # too many windows for how long the run lasted
         raise err.located(source=source) from None
-    return Results(
+    summary = summarize(
+        requests,
+        iterations,
+        scenario,
+        recorder.preemptions,
+        itl=recorder.itl,
+        warnings=warnings,
+        totals=totals,
+        fleet=recorder.fleet,
+    )
+    return RunTables(
         scenario=scenario,
         requests=requests,
         iterations=iterations,
         timeseries=series,
-        summary=with_memory(
-            with_stability(
-                summarize(
-                    requests,
-                    iterations,
-                    scenario,
-                    recorder.preemptions,
-                    itl=recorder.itl,
-                    warnings=warnings,
-                    totals=totals,
-                    fleet=recorder.fleet,
-                ),
-                requests,
-                series,
-                scenario,
-            ),
-            memory,
-        ),
+        summary=with_memory(with_stability(summary, requests, series, scenario), memory),
         run_info=info,
         iterations_path=recorder.iterations_path,
     )
 
 
-def mean_request_tokens(requests: pd.DataFrame) -> float:
+def mean_request_tokens(requests: Table) -> float:
     """Prompt plus output tokens of the run's average request (0 without requests)."""
     if requests.empty:
         return 0.0
-    return float((requests["prompt_tokens"] + requests["output_tokens"]).mean())
+    return float((as_array(requests["prompt_tokens"]) + as_array(requests["output_tokens"])).mean())
 
 
 def memory_report(simulation: Simulation, request_tokens: float) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from cbsim.common.errors import CbsimError
 from cbsim.schema.workload import (
@@ -162,6 +161,8 @@ def rate_curve_arrivals(
 def load_rate_curve_csv(path: str, source: str | None) -> tuple[np.ndarray, np.ndarray]:
     """The (t_s, rate) points of a rate-curve CSV file (a header with ``t_s`` and ``rate``),
     checked as the YAML points are; problems name the file and the row."""
+    import pandas as pd  # only for a rate curve from a file
+
     field = "workload.arrival.csv"
     try:
         frame = pd.read_csv(path)

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import ColumnTable, as_array
 from cbsim.common.errors import CbsimError
 from cbsim.common.rng import stream
 from cbsim.schema.scenario import Scenario
@@ -59,7 +59,7 @@ from cbsim.workload.lengths import sample_lengths
 from cbsim.workload.prompt_pool import PoolPrompts, draw_prompt_pool
 from cbsim.workload.sessions import SessionWorkload, draw_sessions
 from cbsim.workload.size_checks import check_arrivals, check_size
-from cbsim.workload.traces import load_trace
+from cbsim.workload.traces import trace_table
 
 
 def read_workload(scenario: Scenario, source: str | None = None) -> WorkloadInputs:
@@ -144,7 +144,7 @@ def _build(inputs: WorkloadInputs) -> RequestSpecs | ClosedLoopWorkload | Staged
                 max_requests = len(acceptance.output_len)
             else:
                 assert wl.trace is not None  # validated: a count, a duration or a trace
-                trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+                trace = trace_table(wl.trace.path, source=source, field="workload.trace.path")
                 max_requests = len(trace)
         return ClosedLoopWorkload(
             concurrency=closed.concurrency,
@@ -158,7 +158,7 @@ def _build(inputs: WorkloadInputs) -> RequestSpecs | ClosedLoopWorkload | Staged
     if wl.concurrency_cap is not None:
         return _capped_open_loop(inputs, wl.concurrency_cap, pool)
     if wl.trace is not None:
-        trace = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+        trace = trace_table(wl.trace.path, source=source, field="workload.trace.path")
         return _with_acceptance_trace_lengths(inputs, _from_trace(inputs, trace))
     arrivals = _open_loop_arrivals(inputs, wl.num_requests)
     n = len(arrivals)
@@ -196,7 +196,7 @@ def _capped_open_loop(
     wl = inputs.workload
     count = wl.num_requests
     if count is None and wl.trace is not None and not isinstance(wl.arrival, RateCurveArrival):
-        trace = load_trace(wl.trace.path, source=inputs.source, field="workload.trace.path")
+        trace = trace_table(wl.trace.path, source=inputs.source, field="workload.trace.path")
         count = len(trace)
     ready = _open_loop_arrivals(inputs, count)
     check_arrivals(inputs, ready)
@@ -235,7 +235,7 @@ def _lengths(inputs: WorkloadInputs, spec: Length, n: int, field: str) -> np.nda
     return sample_lengths(spec, n, rng, field=field, source=inputs.source)
 
 
-def _from_trace(inputs: WorkloadInputs, trace: pd.DataFrame) -> RequestSpecs:
+def _from_trace(inputs: WorkloadInputs, trace: ColumnTable) -> RequestSpecs:
     wl, source = inputs.workload, inputs.source
     assert wl.trace is not None
     has_arrivals = bool(trace.attrs.get("has_arrivals", True))
@@ -254,7 +254,7 @@ def _from_trace(inputs: WorkloadInputs, trace: pd.DataFrame) -> RequestSpecs:
         arrivals = _open_loop_arrivals(inputs, count)
         rows = np.arange(len(arrivals)) % len(trace)
     else:
-        times = trace["arrival_s"].to_numpy(dtype=np.float64)
+        times = as_array(trace["arrival_s"], np.float64)
         keep = times >= wl.trace.start_s
         rows = np.flatnonzero(keep)
         arrivals = (times[keep] - wl.trace.start_s) * wl.trace.effective_time_scale
@@ -268,15 +268,15 @@ def _from_trace(inputs: WorkloadInputs, trace: pd.DataFrame) -> RequestSpecs:
             "the trace selection holds no requests", source=source, field="workload.trace"
         )
     n = len(arrivals)
-    prompts = trace["prompt_tokens"].to_numpy(dtype=np.int64)[rows]
-    outputs = trace["output_tokens"].to_numpy(dtype=np.int64)[rows]
+    prompts = as_array(trace["prompt_tokens"], np.int64)[rows]
+    outputs = as_array(trace["output_tokens"], np.int64)[rows]
     if wl.prompt_tokens is not None:
         prompts = _lengths(inputs, wl.prompt_tokens, n, "workload.prompt_tokens")
     if wl.output_tokens is not None:
         outputs = _lengths(inputs, wl.output_tokens, n, "workload.output_tokens")
     prefix_ids = None
-    if "prefix_hash_ids" in trace.columns:
-        prefix_ids = trace["prefix_hash_ids"].to_numpy(dtype=object)[rows]
+    if "prefix_hash_ids" in trace:
+        prefix_ids = as_array(trace["prefix_hash_ids"], object)[rows]
     return RequestSpecs(
         arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=prompts,
@@ -297,10 +297,10 @@ def _closed_loop_draw(inputs: WorkloadInputs, pool: PoolPrompts | None) -> Lengt
         trace = load_acceptance_trace(inputs.acceptance_trace, source=source)
         rows = (trace.prompt_len, trace.output_len)
     elif wl.trace is not None:
-        frame = load_trace(wl.trace.path, source=source, field="workload.trace.path")
+        replayed = trace_table(wl.trace.path, source=source, field="workload.trace.path")
         rows = (
-            frame["prompt_tokens"].to_numpy(dtype=np.int64),
-            frame["output_tokens"].to_numpy(dtype=np.int64),
+            as_array(replayed["prompt_tokens"], np.int64),
+            as_array(replayed["output_tokens"], np.int64),
         )
     samplers: dict[str, Callable[[int], np.ndarray]] = {}
     for name in ("prompt_tokens", "output_tokens"):

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from cbsim.common.columns import as_array
 from cbsim.schema.workload import (
     EmpiricalLength,
     FixedLength,
@@ -18,7 +19,7 @@ from cbsim.schema.workload import (
     LognormalLength,
     UniformLength,
 )
-from cbsim.workload.traces import load_trace
+from cbsim.workload.traces import trace_table
 
 
 def sample_lengths(
@@ -34,7 +35,7 @@ def sample_lengths(
         values = np.rint(rng.lognormal(mu, spec.sigma, n)).astype(np.int64)
         return np.clip(values, spec.min, spec.max if spec.max is not None else None)
     assert isinstance(spec, EmpiricalLength)
-    trace = load_trace(spec.trace, source=source, field=f"{field}.trace")
+    trace = trace_table(spec.trace, source=source, field=f"{field}.trace")
     column = "prompt_tokens" if field.endswith("prompt_tokens") else "output_tokens"
     rows = rng.integers(0, len(trace), n)
-    return trace[column].to_numpy(dtype=np.int64)[rows]
+    return as_array(trace[column], np.int64)[rows]

@@ -21,15 +21,19 @@ views of the columns, copying only what the frame derives.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from cbsim.common.columns import Coded, ColumnTable
 from cbsim.workload.request import Request, Status
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FLUSH_EVERY = 4096
 MIN_CAPACITY = 1024
@@ -76,12 +80,47 @@ _SPEC_FIELDS: tuple[tuple[str, type], ...] = (
 )
 _STATUSES = list(Status)
 _STATUS_CODE = {status: code for code, status in enumerate(_STATUSES)}
-STATUS_DTYPE = pd.CategoricalDtype([status.name.lower() for status in _STATUSES])
-"""The requests frame's ``status`` column: every status a category, whichever the rows hold."""
-REASON_DTYPE = pd.Series([""]).dtype
-"""The requests frame's ``rejected_reason`` column (``""`` when not rejected): what pandas makes
-of text (``str`` from pandas 3 on, ``object`` before), also when the frame has no rows (where an
-empty list would make it float64)."""
+STATUS_NAMES = tuple(status.name.lower() for status in _STATUSES)
+"""The requests' ``status`` values, by code."""
+
+
+@functools.cache
+def status_dtype() -> pd.CategoricalDtype:
+    """The requests frame's ``status`` column: every status a category, whichever the rows hold."""
+    import pandas as pd
+
+    return pd.CategoricalDtype(list(STATUS_NAMES))
+
+
+@functools.cache
+def reason_dtype() -> Any:
+    """The requests frame's ``rejected_reason`` column (``""`` when not rejected): what pandas
+    makes of text (``str`` from pandas 3 on, ``object`` before), also when the frame has no rows
+    (where an empty list would make it float64)."""
+    import pandas as pd
+
+    return pd.Series([""]).dtype
+
+
+def __getattr__(name: str) -> Any:
+    """``STATUS_DTYPE`` and ``REASON_DTYPE``, made when first read (they need pandas)."""
+    if name == "STATUS_DTYPE":
+        return status_dtype()
+    if name == "REASON_DTYPE":
+        return reason_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _status_column(coded: Coded) -> Any:
+    import pandas as pd
+
+    return pd.Categorical.from_codes(coded.codes, dtype=status_dtype())
+
+
+def _reason_column(coded: Coded) -> Any:
+    import pandas as pd
+
+    return pd.Series(coded.decoded(), dtype=reason_dtype())
 
 
 class RequestTable:
@@ -237,7 +276,13 @@ class RequestTable:
         return float(later.max()) if len(later) else last
 
     def frame(self, delivered: np.ndarray | None = None) -> pd.DataFrame:
-        """One row per request stored, in row order, with derived latencies.
+        """One row per request stored, in row order, with derived latencies (see
+        :meth:`columns`)."""
+        return self.columns(delivered).frame()
+
+    def columns(self, delivered: np.ndarray | None = None) -> ColumnTable:
+        """The requests frame's columns: one row per request stored, in row order, with derived
+        latencies.
 
         ``delivered``: per iteration row, when the front end streamed its tokens; None when tokens
         reach the client as the step that made them ends."""
@@ -278,12 +323,10 @@ class RequestTable:
         ema = col("ema_acceptance") if self.speculative else np.full(n, np.nan)
         prefill_replica = col("prefill_replica") if self.disaggregated else np.full(n, -1)
         kv_arrived = col("kv_arrived_s") if self.disaggregated else np.full(n, np.nan)
-        status = pd.Categorical.from_codes(self._status[:n], dtype=STATUS_DTYPE)
-        reasons = pd.Series(
-            np.asarray(self._reasons, dtype=object)[self._reason[:n]], dtype=REASON_DTYPE
-        )
+        status = Coded(self._status[:n], STATUS_NAMES, _status_column)
+        reasons = Coded(self._reason[:n], tuple(self._reasons), _reason_column)
         stage = {"stage": col("stage")} if self.staged else {}
-        return pd.DataFrame(
+        return ColumnTable(
             {
                 "request_id": col("request_id"),
                 "replica": col("replica"),
@@ -323,5 +366,5 @@ class RequestTable:
                 "server_e2e_s": finish - arrival,
                 **stage,
             },
-            copy=False,
+            n,
         )

@@ -28,21 +28,38 @@ The shipped files keep their source, licence and citation in the parquet key-val
 ``cbsim/catalog/data/LICENSES.md`` (installed with the package) lists them with what was transformed.
 
 User trace files are read and checked by :mod:`cbsim.workload.trace_files`.
+
+The simulator reads a trace as columns (:func:`trace_table`), :func:`load_trace` as a DataFrame
+made of them. A shipped trace, once read and checked, is kept for the next process in the cache
+of parsed files (:mod:`cbsim.cost.profile_cache`), under a hash of its bytes and of the code that
+checks it: a later process loads its columns in a millisecond instead of parsing the file with
+pandas (whose import alone costs a third of a second, more than a capacity search's
+single-replica runs together).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
+import io
 import os
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
 
+from cbsim.common.columns import ColumnTable
 from cbsim.common.errors import CbsimError, canonical_name, did_you_mean
-from cbsim.workload.trace_files import Where, load_trace_file, normalize, read_parquet
+from cbsim.cost.profile_cache import cached_json, store_json
 
-__all__ = ["TRACE_NAMES", "load_trace"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+# the module that reads and checks trace files (it imports pandas: imported when a file is read)
+_TRACE_FILES = "cbsim.workload.trace_files"
+
+__all__ = ["TRACE_NAMES", "load_trace", "trace_table"]
 
 TRACE_NAMES: tuple[str, ...] = ("azure-code-2023", "azure-conv-2023", "mooncake-conversation")
 
@@ -65,13 +82,24 @@ def load_trace(
     ``source`` and ``field`` locate the reference in the caller's input (for example the scenario
     file and ``"workload.trace.path"``) and prefix every :class:`CbsimError` raised here.
     """
+    table = trace_table(name_or_path, source=source, field=field)
+    frame = table.frame().copy(deep=True)
+    frame.attrs.update(table.attrs)
+    return frame
+
+
+def trace_table(
+    name_or_path: str | os.PathLike[str],
+    *,
+    source: str | None = None,
+    field: str | None = None,
+) -> ColumnTable:
+    """:func:`load_trace`'s rows as columns, shared and read-only (a shipped trace's are read
+    once per process)."""
     key = os.fspath(name_or_path)
     shipped = key if key in TRACE_NAMES else canonical_name(key, TRACE_NAMES)
     if shipped is not None and (key in TRACE_NAMES or not Path(key).exists()):
-        cached = _load_shipped(shipped)
-        frame = cached.copy()
-        frame.attrs = dict(cached.attrs)
-        return frame
+        return _shipped_table(shipped)
     path = Path(key)
     if not path.exists():
         where = f" (resolved to {path.resolve()})" if not path.is_absolute() else ""
@@ -81,12 +109,75 @@ def load_trace(
             source=source,
             field=field,
         )
-    return load_trace_file(path, Where(str(path), source, field))
+    from cbsim.workload.trace_files import Where, load_trace_file
+
+    return _read_only(ColumnTable.of_frame(load_trace_file(path, Where(str(path), source, field))))
 
 
 @functools.lru_cache(maxsize=len(TRACE_NAMES))
-def _load_shipped(name: str) -> pd.DataFrame:
+def _shipped_table(name: str) -> ColumnTable:
     resource = files("cbsim.catalog") / "data" / "traces" / f"{name}.parquet"
-    with resource.open("rb") as fh:
-        raw = read_parquet(fh, Where(f"shipped trace {name!r}", None, None))
-    return normalize(raw, Where(f"shipped trace {name!r}", None, None))
+    raw = resource.read_bytes()
+    key = raw + b"\0trace\0" + _checking_code()
+    table = _from_entry(cached_json(key))
+    if table is None:
+        from cbsim.workload.trace_files import Where, normalize, read_parquet
+
+        where = Where(f"shipped trace {name!r}", None, None)
+        table = ColumnTable.of_frame(normalize(read_parquet(io.BytesIO(raw), where), where))
+        store_json(key, _entry(table))
+    return _read_only(table)
+
+
+def _checking_code() -> bytes:
+    """The source of the module that checks a trace (a cached trace is the one it made)."""
+    spec = importlib.util.find_spec(_TRACE_FILES)
+    origin = spec.origin if spec is not None else None
+    return Path(origin).read_bytes() if origin is not None else b""
+
+
+def _read_only(table: ColumnTable) -> ColumnTable:
+    for column in table.columns.values():
+        if isinstance(column, np.ndarray):
+            column.setflags(write=False)
+    return table
+
+
+def _entry(table: ColumnTable) -> dict[str, Any]:
+    """A normalised trace as the cache keeps it: plain data ``marshal`` writes."""
+    columns: dict[str, Any] = {}
+    for name, column in table.columns.items():
+        assert isinstance(column, np.ndarray)
+        if column.dtype == object:  # prefix_hash_ids: a tuple of ints per request
+            columns[name] = ("tuples", tuple(tuple(int(i) for i in ids) for ids in column))
+        else:
+            columns[name] = (column.dtype.str, column.tobytes())
+    attrs = {
+        "has_arrivals": bool(table.attrs.get("has_arrivals", True)),
+        "warnings": tuple(table.attrs.get("warnings", ())),
+        "units_per_second": table.attrs.get("units_per_second"),
+    }
+    return {"rows": table.rows, "columns": columns, "attrs": attrs}
+
+
+def _from_entry(entry: dict[str, Any] | None) -> ColumnTable | None:
+    """The trace :func:`_entry` kept (None: none, or not one)."""
+    if entry is None:
+        return None
+    try:
+        rows = int(entry["rows"])
+        columns: dict[str, Any] = {}
+        for name, (kind, data) in entry["columns"].items():
+            if kind == "tuples":
+                column = np.empty(len(data), dtype=object)
+                for i, ids in enumerate(data):
+                    column[i] = ids
+            else:
+                column = np.frombuffer(data, dtype=np.dtype(kind))
+            if len(column) != rows:
+                return None
+            columns[name] = column
+        attrs = dict(entry["attrs"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return ColumnTable(columns, rows, attrs)

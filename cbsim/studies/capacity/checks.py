@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from cbsim.common.columns import as_array, equals
 from cbsim.common.errors import CbsimError
 from cbsim.outputs.stability import load_note
-from cbsim.run.results import Results
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.suggestions import unknown_metric
+
+if TYPE_CHECKING:
+    from cbsim.run.results import Results
+    from cbsim.run.simulate import RunTables
 
 QUEUE_DELAY_FLOOR_S = 1.0  # admission delays below this never count as a backlog
 SERVED_FRACTION = 0.95
@@ -49,18 +53,17 @@ def _metric_value(summary: Mapping[str, Any], metric: str) -> float:
 
 
 def _check_run(
-    results: Results, window: float, slo: Mapping[str, float]
+    results: Results | RunTables, window: float, slo: Mapping[str, float]
 ) -> tuple[list[str], dict[str, float | None]]:
     """Why a run fails the capacity checks (empty when it passes) and the figures checked."""
     summary = results.summary
     requests = results.requests
-    status = requests["status"].to_numpy()
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
-    admitted = status != "rejected"
+    arrival = as_array(requests["arrival_s"], float)
+    admitted = ~equals(requests, "status", "rejected")
     # Stability: a stable queue admits late arrivals about as fast as early ones; a backlog that
     # grows makes the admission delay of late arrivals grow with it. (Completion-based checks
     # misread a bursty trace's long outputs as a backlog when the window holds few requests.)
-    queue = requests["queue_s"].to_numpy(dtype=float)
+    queue = as_array(requests["queue_s"], float)
     queue = np.where(np.isfinite(queue), queue, np.inf)
     with np.errstate(invalid="ignore"):
         early = admitted & (arrival <= window / 2)
@@ -71,7 +74,7 @@ def _check_run(
         served_in_time = late & (queue <= limit)
     arrived = int(cohort.sum())
     served = int(served_in_time.sum()) / arrived if arrived else 1.0
-    waiting = results.timeseries["waiting"].to_numpy(dtype=float)
+    waiting = as_array(results.timeseries["waiting"], float)
     quarter = TIMESERIES_WINDOWS // 4
     q2 = float(waiting[quarter : 2 * quarter].mean()) if len(waiting) >= 2 * quarter else 0.0
     q4_values = waiting[3 * quarter : 4 * quarter]
@@ -120,13 +123,13 @@ def _check_run(
     return reasons, metrics
 
 
-def _served_tokens_per_s(results: Results, quarter: int) -> float:
+def _served_tokens_per_s(results: Results | RunTables, quarter: int) -> float:
     """Output tokens/s served over the second half of the window (its timeseries windows
     ``2 quarter .. 4 quarter``): the offered load's tokens when the run keeps up, its capacity
     when it does not. NaN without those windows."""
     if "output_tokens_per_s" not in results.timeseries:
         return math.nan
-    served = results.timeseries["output_tokens_per_s"].to_numpy(dtype=float)
+    served = as_array(results.timeseries["output_tokens_per_s"], float)
     half = served[2 * quarter : 4 * quarter]
     return float(half.mean()) if len(half) else math.nan
 

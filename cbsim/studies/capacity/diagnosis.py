@@ -13,8 +13,14 @@ simultaneous arrivals simultaneous). :func:`diagnose` reads the failing run's wo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+from cbsim.common.columns import as_array, equals
+
+if TYPE_CHECKING:
+    from cbsim.common.columns import Table
 
 __all__ = ["BURST_WINDOW_S", "HUGE_PROMPT_FACTOR", "MIN_BURST", "diagnose"]
 
@@ -28,32 +34,41 @@ TAIL_SHARE = 0.01
 """The worst share of requests by TTFT read (at least one)."""
 
 
-def _tail(requests: pd.DataFrame) -> pd.DataFrame:
-    finished = requests[requests["status"] == "finished"]
-    if finished.empty:
+def _tail(requests: Table) -> np.ndarray:
+    """The rows of the finished requests with the worst TTFTs (the worst :data:`TAIL_SHARE`,
+    at least one), worst first, ties in row order."""
+    finished = np.flatnonzero(equals(requests, "status", "finished"))
+    if not len(finished):
         return finished
     count = max(1, round(TAIL_SHARE * len(finished)))
-    return finished.nlargest(count, "ttft_s")
+    ttft = as_array(requests["ttft_s"], float)[finished]
+    timed = ~np.isnan(ttft)
+    order = np.argsort(-ttft[timed], kind="stable")[:count]
+    tail: np.ndarray = finished[timed][order]
+    return tail
 
 
-def _huge_prompts(requests: pd.DataFrame, tail: pd.DataFrame) -> str | None:
-    median = float(np.median(requests["prompt_tokens"].to_numpy(dtype=float)))
-    huge = tail[tail["prompt_tokens"] >= HUGE_PROMPT_FACTOR * max(median, 1.0)]
-    if huge.empty:
+def _huge_prompts(requests: Table, tail: np.ndarray) -> str | None:
+    prompts = as_array(requests["prompt_tokens"])
+    median = float(np.median(prompts.astype(float)))
+    huge = tail[prompts[tail] >= HUGE_PROMPT_FACTOR * max(median, 1.0)]
+    if not len(huge):
         return None
-    worst = huge.iloc[0]
+    worst = int(huge[0])
     return (
         f"{len(huge)} of the {len(tail)} slowest first tokens belong to huge prompts (request "
-        f"{int(worst['request_id'])}: {int(worst['prompt_tokens']):,} tokens, TTFT "
-        f"{float(worst['ttft_s']):.3g} s; median prompt {median:,.0f} tokens)"
+        f"{int(as_array(requests['request_id'])[worst])}: {int(prompts[worst]):,} tokens, TTFT "
+        f"{float(as_array(requests['ttft_s'], float)[worst]):.3g} s; median prompt "
+        f"{median:,.0f} tokens)"
     )
 
 
-def _bursts(requests: pd.DataFrame, tail: pd.DataFrame) -> str | None:
-    arrivals = np.sort(requests["arrival_s"].to_numpy(dtype=float))
+def _bursts(requests: Table, tail: np.ndarray) -> str | None:
+    arrival = as_array(requests["arrival_s"], float)
+    arrivals = np.sort(arrival)
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
     mean_per_window = len(arrivals) * BURST_WINDOW_S / span if span > 0 else float(len(arrivals))
-    times = tail["arrival_s"].to_numpy(dtype=float)
+    times = arrival[tail]
     counts = np.searchsorted(arrivals, times, side="right") - np.searchsorted(
         arrivals, times - BURST_WINDOW_S, side="left"
     )
@@ -66,13 +81,14 @@ def _bursts(requests: pd.DataFrame, tail: pd.DataFrame) -> str | None:
     )
 
 
-def diagnose(requests: pd.DataFrame) -> str | None:
+def diagnose(requests: Table) -> str | None:
     """Why the worst TTFTs of a failing run do not come from the offered rate, in words; None
-    when neither huge prompts nor bursts explain them."""
+    when neither huge prompts nor bursts explain them. ``requests``: the run's requests frame
+    or its columns."""
     if requests.empty or "ttft_s" not in requests:
         return None
     tail = _tail(requests)
-    if tail.empty:
+    if not len(tail):
         return None
     causes = [c for c in (_huge_prompts(requests, tail), _bursts(requests, tail)) if c]
     if not causes:

@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from cbsim.common.columns import as_array
 from cbsim.common.errors import CbsimError
 from cbsim.common.limits import DURATION, RATE
 from cbsim.common.numbers import figure
 from cbsim.common.progress import tell
 from cbsim.engine.cost_models import CostModelCache
 from cbsim.run.loading import load_scenario
-from cbsim.run.simulate import simulate
+from cbsim.run.simulate import simulate_tables
 from cbsim.schema.scenario import Scenario
 from cbsim.schema.workload import GammaArrival, PoissonArrival
 from cbsim.studies.capacity.checks import (
@@ -33,7 +34,7 @@ from cbsim.studies.capacity.checks import (
 )
 from cbsim.studies.capacity.defaults import START_RPS, TOLERANCE, WINDOW_S
 from cbsim.studies.capacity.diagnosis import diagnose
-from cbsim.workload.traces import load_trace
+from cbsim.workload.traces import trace_table
 
 DEFAULT_WINDOW_S = (
     WINDOW_S  # the shared defaults (cbsim.studies.capacity.defaults), by their old names
@@ -162,8 +163,8 @@ def _load_axis(scenario: Scenario) -> _LoadAxis:
             f"{wl.arrival.kind if wl.arrival else None!r} has none (use poisson, gamma or a trace)",
             field="workload.arrival",
         )
-    trace = load_trace(wl.trace.path, field="workload.trace.path")
-    times = trace["arrival_s"].to_numpy(dtype=np.float64)
+    trace = trace_table(wl.trace.path, field="workload.trace.path")
+    times = as_array(trace["arrival_s"], np.float64)
     kept = times[times >= wl.trace.start_s] - wl.trace.start_s
     span = float(kept.max()) if len(kept) else 0.0
     if len(kept) < 2 or span <= 0:
@@ -263,10 +264,12 @@ class _Runner:
             if self.progress is not None:
                 self._tell(rate, replicas, pools, seed)
             data = _point_data(self.base, self.axis, rate, seed, replicas, duration, window, pools)
-            results = simulate(self._load_point(data, rate), cost_models=self.cost_models)
+            results = simulate_tables(self._load_point(data, rate), cost_models=self.cost_models)
             sims += 1
             if pools is not None and len(results.requests):
-                wait = float(results.requests["kv_wait_s"].quantile(0.99))
+                waits = results.requests["kv_wait_s"]
+                waits = waits[~np.isnan(waits)]
+                wait = float(np.quantile(waits, 0.99)) if len(waits) else math.nan
                 self.kv_wait_p99_s = max(self.kv_wait_p99_s, wait)
             reasons, metrics = _check_run(results, window, self.slo)
             runs.append(metrics)

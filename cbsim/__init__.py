@@ -13,7 +13,7 @@ from cbsim.cost.kernel_cache import stamp_kernels
 from cbsim.cost.kernel_loading import load_all_lightly, package_kernels
 from cbsim.run.loading import Scenario, load_scenario
 from cbsim.run.results import Results
-from cbsim.run.simulate import compare_no_spec, simulate
+from cbsim.run.simulate import RunTables, compare_no_spec, simulate, simulate_tables
 
 # every kernel is imported by now: each one's cache entries hold for the sources of every kernel
 # and of what they import, and each loads from numba's cache without numba's compiler set-up
@@ -22,5 +22,14 @@ stamp_kernels(_kernels)
 load_all_lightly(_kernels)
 del _kernels
 
-__all__ = ["CbsimError", "Results", "Scenario", "compare_no_spec", "load_scenario", "simulate"]
+__all__ = [
+    "CbsimError",
+    "Results",
+    "RunTables",
+    "Scenario",
+    "compare_no_spec",
+    "load_scenario",
+    "simulate",
+    "simulate_tables",
+]
 __version__ = "0.1.0"

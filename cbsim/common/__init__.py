@@ -1,5 +1,6 @@
 """The common ground every part of cbsim stands on: errors a user reads, numbers and limits,
-reading files, random streams, exact event times, child processes, output folders, the console.
+reading files, random streams, exact event times, child processes, output folders, the console,
+tables as columns.
 
 Layer 0: imports nothing of cbsim outside this package. Everything may import it.
 
@@ -16,4 +17,5 @@ Layer 0: imports nothing of cbsim outside this package. Everything may import it
 - :mod:`~cbsim.common.processes`, :mod:`~cbsim.common.parent_watch`,
   :mod:`~cbsim.common.interrupts`: worker processes and Ctrl-C.
 - :mod:`~cbsim.common.console`, :mod:`~cbsim.common.progress`: what a long command prints.
+- :mod:`~cbsim.common.columns`: a table held as numpy columns, its DataFrame built on demand.
 """

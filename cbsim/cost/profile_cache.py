@@ -17,8 +17,9 @@ written is simply not used. Only the JSON is cached: every read still validates 
 file holds.
 
 The shipped request traces are kept the same way (:mod:`cbsim.workload.traces`): a trace's
-columns once parsed and checked, under a hash of its parquet bytes and of the module that checks
-it, so that a process that replays one never imports pandas to parse its date-times.
+columns once parsed and checked, under a hash of its parquet bytes, of the module that checks it
+and of the versions of the libraries that read it, so that a process that replays one never
+imports pandas to parse its date-times.
 
 The folder keeps the :data:`MAX_ENTRIES` entries used last (a read marks its entry used; a new
 entry removes the least recently used beyond that number), so a user who edits and re-fits

@@ -31,15 +31,16 @@ User trace files are read and checked by :mod:`cbsim.workload.trace_files`.
 
 The simulator reads a trace as columns (:func:`trace_table`), :func:`load_trace` as a DataFrame
 made of them. A shipped trace, once read and checked, is kept for the next process in the cache
-of parsed files (:mod:`cbsim.cost.profile_cache`), under a hash of its bytes and of the code that
-checks it: a later process loads its columns in a millisecond instead of parsing the file with
-pandas (whose import alone costs a third of a second, more than a capacity search's
-single-replica runs together).
+of parsed files (:mod:`cbsim.cost.profile_cache`), under a hash of its bytes, of the code that
+checks it and of the versions of the libraries that read it: a later process loads its columns
+in a millisecond instead of parsing the file with pandas (whose import alone costs a third of a
+second, more than a capacity search's single-replica runs together).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import importlib.util
 import io
 import os
@@ -130,10 +131,19 @@ def _shipped_table(name: str) -> ColumnTable:
 
 
 def _checking_code() -> bytes:
-    """The source of the module that checks a trace (a cached trace is the one it made)."""
+    """What makes a trace of a file: the source of the module that checks it and the versions
+    of the libraries that read it (pandas parses the date-times), so a cached trace is the one
+    they would make."""
     spec = importlib.util.find_spec(_TRACE_FILES)
     origin = spec.origin if spec is not None else None
-    return Path(origin).read_bytes() if origin is not None else b""
+    source = Path(origin).read_bytes() if origin is not None else b""
+    versions = []
+    for package in ("pandas", "pyarrow", "numpy"):
+        try:
+            versions.append(f"{package} {importlib.metadata.version(package)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{package} none")
+    return source + "\0".join(versions).encode()
 
 
 def _read_only(table: ColumnTable) -> ColumnTable:

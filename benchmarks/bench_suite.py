@@ -164,7 +164,7 @@ CHILD = textwrap.dedent(
         def run(self):
             recorder = super().run()
             stats["events"] += count_events(self.env)
-            stats["requests"] += len(recorder.requests)
+            stats["requests"] += len(recorder.request_columns)  # not a frame built to count
             stats["iterations"] += recorder.rows
             stats["simulations"] += 1
             return recorder

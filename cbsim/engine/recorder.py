@@ -1,9 +1,11 @@
-"""Metrics: what a run records as it runs, and the frames it hands over at the end.
+"""Metrics: what a run records as it runs, and the tables it hands over at the end.
 
 The :class:`Recorder` appends one row per iteration into typed column arrays (cheap enough to do on
-every iteration) and, at the end, turns the requests (from a
-:class:`~cbsim.workload.request_table.RequestTable`) and iterations into DataFrames (their columns:
-:mod:`cbsim.outputs.metric_columns`). What is made of them lives beside it: the inter-token latency
+every iteration) and, at the end, hands over the requests (from a
+:class:`~cbsim.workload.request_table.RequestTable`) and iterations as column tables
+(:class:`~cbsim.common.columns.ColumnTable`: ``request_columns``, ``iteration_columns``; their
+columns: :mod:`cbsim.outputs.metric_columns`), whose DataFrames ``requests`` and ``iterations``
+are built when first read. What is made of them lives beside it: the inter-token latency
 (:mod:`cbsim.outputs.itl`), the summary's key figures (:mod:`cbsim.outputs.summary`) and the timeseries
 (:mod:`cbsim.outputs.timeseries_windows`); their names are importable from here too. The request times are
 what a *client* measures: arrival is when the client sent the request, first token and finish when

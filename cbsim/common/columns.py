@@ -10,10 +10,10 @@ plan's fleet checks) read a :class:`ColumnTable` and never import it.
 A :class:`ColumnTable` reads like the DataFrame it stands for where the summaries read a frame:
 ``len(table)`` is its rows, ``table[name]`` a column (a numpy array), ``name in table`` whether
 it has the column, ``table.empty`` whether it has no rows, ``table.attrs`` what the frame
-holds in its ``attrs``. A coded column (the requests'
-``status`` and ``rejected_reason``: a small integer per row and the names its codes stand for)
-reads as the names, one Python string per row, shared; the frame gets it as the categorical or
-text column the run's DataFrame always had (:meth:`ColumnTable.frame`).
+holds in its ``attrs``. A coded column (the requests' ``status`` and ``rejected_reason``: a small
+integer per row and the names its codes stand for) reads as the names, one Python string per
+row, shared; the frame gets it as the categorical or text column the run's DataFrame always had
+(:meth:`ColumnTable.frame`).
 """
 
 from __future__ import annotations

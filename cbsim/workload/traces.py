@@ -33,8 +33,8 @@ The simulator reads a trace as columns (:func:`trace_table`), :func:`load_trace`
 made of them. A shipped trace, once read and checked, is kept for the next process in the cache
 of parsed files (:mod:`cbsim.cost.profile_cache`), under a hash of its bytes, of the code that
 checks it and of the versions of the libraries that read it: a later process loads its columns
-in a millisecond instead of parsing the file with pandas (whose import alone costs a third of a
-second, more than a capacity search's single-replica runs together).
+in a millisecond instead of parsing the file with pandas (whose import alone costs about a
+third of a second, about as much as a capacity search's single-replica runs together).
 """
 
 from __future__ import annotations

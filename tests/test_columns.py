@@ -27,7 +27,7 @@ from cbsim.run.simulate import simulate, simulate_tables
 from cbsim.studies.capacity.checks import _check_run
 from cbsim.studies.capacity.diagnosis import diagnose
 from cbsim.workload import traces
-from cbsim.workload.request_table import STATUS_DTYPE, STATUS_NAMES
+from cbsim.workload.request_table import STATUS_NAMES, status_dtype
 from tests.conftest import small_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_the_frames_are_made_of_the_columns(run: tuple[Any, Results]) -> None:
     pd.testing.assert_frame_equal(tables.requests.frame(), results.requests)
     pd.testing.assert_frame_equal(tables.iterations.frame(), results.iterations)
     pd.testing.assert_frame_equal(tables.timeseries.frame(), results.timeseries)
-    assert results.requests["status"].dtype == STATUS_DTYPE
+    assert results.requests["status"].dtype == status_dtype()
     assert _same(tables.summary, results.summary)
 
 
@@ -118,14 +118,14 @@ def test_the_variants_reach_what_they_are_for(run: tuple[Any, Results]) -> None:
 def test_a_coded_column_reads_as_its_names() -> None:
     codes = np.array([0, 2, 1, 2], dtype=np.int8)
     column = Coded(
-        codes, STATUS_NAMES, lambda c: pd.Categorical.from_codes(c.codes, dtype=STATUS_DTYPE)
+        codes, STATUS_NAMES, lambda c: pd.Categorical.from_codes(c.codes, dtype=status_dtype())
     )
     table = ColumnTable({"status": column, "x": np.arange(4.0)}, 4)
     assert list(table["status"]) == [STATUS_NAMES[c] for c in codes]
     assert equals(table, "status", STATUS_NAMES[2]).tolist() == [False, True, False, True]
     assert not equals(table, "status", "no such status").any()
     frame = frame_of(table)
-    assert frame["status"].dtype == STATUS_DTYPE
+    assert frame["status"].dtype == status_dtype()
     assert (
         equals(frame, "status", STATUS_NAMES[2]) == equals(table, "status", STATUS_NAMES[2])
     ).all()

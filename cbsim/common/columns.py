@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     Table: TypeAlias = "pd.DataFrame | ColumnTable"
     """A run's requests, iterations or time windows: the DataFrame or the columns it is made of."""
 
-__all__ = ["Coded", "ColumnTable", "as_array", "equals", "frame_of"]
+__all__ = ["Coded", "ColumnTable", "equals", "frame_of"]
 
 
 @dataclass(frozen=True)
@@ -115,15 +115,6 @@ def equals(table: Any, name: str, value: str) -> np.ndarray:
     return np.asarray(table[name] == value)
 
 
-def as_array(column: Any, dtype: Any = None) -> np.ndarray:
-    """A frame's or a table's column as a numpy array (``dtype``: converted to it)."""
-    return np.asarray(column, dtype=dtype)
-
-
-def frame_of(table: pd.DataFrame | ColumnTable | Mapping[str, Any]) -> pd.DataFrame:
+def frame_of(table: pd.DataFrame | ColumnTable) -> pd.DataFrame:
     """``table`` as a DataFrame (built from a :class:`ColumnTable`, a frame as it is)."""
-    if isinstance(table, ColumnTable):
-        return table.frame()
-    import pandas as pd
-
-    return table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
+    return table.frame() if isinstance(table, ColumnTable) else table

@@ -34,6 +34,7 @@ and the timeseries, whose sums follow the row order, may differ by float roundin
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,7 +160,6 @@ class Recorder:
         # :attr:`iterations` are made of them when first read)
         self.request_columns: ColumnTable
         self.iteration_columns: ColumnTable
-        self._frames: dict[str, pd.DataFrame] = {}
         self.end_s = 0.0
         self.preemptions = 0
         # what every replica did (held, served; autoscaled: scale events), set by the engine
@@ -170,19 +170,15 @@ class Recorder:
         self._stream: IterationStream | None = None
         self._ends = array("d")  # streamed rows' ends, when the front end does not stream
 
-    @property
+    @functools.cached_property
     def requests(self) -> pd.DataFrame:
         """The requests frame (built from :attr:`request_columns` when first read)."""
-        if "requests" not in self._frames:
-            self._frames["requests"] = self.request_columns.frame()
-        return self._frames["requests"]
+        return self.request_columns.frame()
 
-    @property
+    @functools.cached_property
     def iterations(self) -> pd.DataFrame:
         """The iterations frame (built from :attr:`iteration_columns` when first read)."""
-        if "iterations" not in self._frames:
-            self._frames["iterations"] = self.iteration_columns.frame()
-        return self._frames["iterations"]
+        return self.iteration_columns.frame()
 
     def stream(self, path: str | Path, window_s: float) -> None:
         """Write the iterations to a parquet file at ``path`` as they run, a row group per

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cbsim.common.columns import as_array, equals
+from cbsim.common.columns import equals
 
 if TYPE_CHECKING:
     from cbsim.common.columns import Table
@@ -107,9 +107,9 @@ def _offered_rps(arrival: np.ndarray, closed_loop: bool) -> float:
 
 def _backlog(requests: Table, last: float) -> int:
     """Requests arrived by ``last`` and not admitted to a batch by then (never admitted: too)."""
-    arrival = as_array(requests["arrival_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
     server = "server_arrival_s" if "server_arrival_s" in requests else "arrival_s"
-    admitted = as_array(requests[server], float) + as_array(requests["queue_s"], float)
+    admitted = np.asarray(requests[server], float) + np.asarray(requests["queue_s"], float)
     rejected = equals(requests, "status", "rejected")
     waiting = (arrival <= last) & ~rejected & ~(admitted <= last)  # NaN admission: waiting
     return int(waiting.sum())
@@ -121,14 +121,14 @@ def _queue_growth(timeseries: Table, first: float, last: float) -> float:
     the half holds fewer than :data:`MIN_TREND_WINDOWS` windows)."""
     if "waiting" not in timeseries or not len(timeseries):
         return math.nan
-    t = as_array(timeseries["t_s"], float)
-    span = as_array(timeseries["span_s"], float) if "span_s" in timeseries else None
+    t = np.asarray(timeseries["t_s"], float)
+    span = np.asarray(timeseries["span_s"], float) if "span_s" in timeseries else None
     mid = (first + last) / 2
     ends = t + (span if span is not None else 0.0)
     inside = (t >= mid) & (ends <= last + 1e-9)
     if int(inside.sum()) < MIN_TREND_WINDOWS:
         return math.nan
-    x, y = t[inside], as_array(timeseries["waiting"], float)[inside]
+    x, y = t[inside], np.asarray(timeseries["waiting"], float)[inside]
     if not np.isfinite(y).all():
         return math.nan
     slope = float(np.polyfit(x, y, 1)[0])
@@ -191,7 +191,7 @@ def stability_summary(
     served_rps: float,
 ) -> dict[str, Any]:
     """The stability figures of a run (:data:`STABILITY_KEYS`), for its summary."""
-    arrival = as_array(requests["arrival_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
     arrival = arrival[np.isfinite(arrival)]
     kind = getattr(scenario.workload.arrival, "kind", None)  # None: sessions, a trace
     closed_loop = kind == "closed_loop"
@@ -255,15 +255,15 @@ def _served_while_arriving(requests: Table, first: float, last: float, fallback:
     """Completions per second from one typical latency after the first arrival to the last
     arrival (see the module docstring); ``fallback`` where that stretch is too short."""
     done = equals(requests, "status", "finished")
-    arrival = as_array(requests["arrival_s"], float)
-    e2e = as_array(requests["e2e_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
+    e2e = np.asarray(requests["e2e_s"], float)
     early = done & (arrival <= first + 0.25 * (last - first)) & np.isfinite(e2e)
     if not early.any():
         return 0.0 if not done.any() else fallback
     start = first + float(np.median(e2e[early]))
     if last - start < MIN_STRETCH_SHARE * (last - first):
         return fallback
-    finish = as_array(requests["finish_s"], float)
+    finish = np.asarray(requests["finish_s"], float)
     served = int((done & (finish >= start) & (finish <= last)).sum())
     return served / (last - start)
 
@@ -274,8 +274,8 @@ def _kept_times(requests: Table) -> tuple[np.ndarray, np.ndarray]:
     timeout, not at the end of the run): two columns, never a copy of the table (a million
     requests' table is some 200 MiB)."""
     kept = ~(equals(requests, "status", "rejected") | equals(requests, "status", "timed_out"))
-    arrival = as_array(requests["arrival_s"], float)[kept]
-    return arrival, as_array(requests["finish_s"], float)[kept]
+    arrival = np.asarray(requests["arrival_s"], float)[kept]
+    return arrival, np.asarray(requests["finish_s"], float)[kept]
 
 
 def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -293,7 +293,7 @@ def _in_system(arrival: np.ndarray, finish: np.ndarray, times: np.ndarray) -> np
 def _in_system_growth(requests: Table, kept: tuple[np.ndarray, np.ndarray]) -> tuple[int, int]:
     """Growth of the requests in the system (``kept``: :func:`_kept_times`) over the second half
     of the arrivals, and over its first half (to three quarters of the arrivals)."""
-    arrival = as_array(requests["arrival_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
     arrival = arrival[np.isfinite(arrival)]
     if len(arrival) < 2:
         return 0, 0
@@ -338,14 +338,14 @@ def _quarter_latencies(requests: Table, per_output_token: bool = False) -> tuple
     if not len(requests) or (per_output_token and "output_tokens" not in requests):
         return math.nan, math.nan
     admitted = ~equals(requests, "status", "rejected")  # the columns it reads, not the table
-    arrival = as_array(requests["arrival_s"], float)[admitted]
+    arrival = np.asarray(requests["arrival_s"], float)[admitted]
     if len(arrival) < 4 * MIN_BACKLOG:
         return math.nan, math.nan
-    e2e = as_array(requests["e2e_s"], float)[admitted]
+    e2e = np.asarray(requests["e2e_s"], float)[admitted]
     e2e = np.where(equals(requests, "status", "finished")[admitted], e2e, math.inf)
     e2e = np.where(np.isnan(e2e), math.inf, e2e)
     if per_output_token:
-        outputs = as_array(requests["output_tokens"], float)[admitted]
+        outputs = np.asarray(requests["output_tokens"], float)[admitted]
         e2e = e2e / np.maximum(outputs, 1.0)
     q1, q2, q3 = np.quantile(arrival, [0.25, 0.5, 0.75])
     third = _median(e2e[(arrival >= q2) & (arrival < q3)])

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from cbsim.common.columns import as_array, equals, frame_of
+from cbsim.common.columns import equals, frame_of
 from cbsim.outputs.metric_columns import PERCENTILES
 from cbsim.schema.scenario import Scenario
 
@@ -55,7 +55,7 @@ class IterationTotals:
         """The totals of a whole iterations frame (or its columns)."""
         totals = cls()
         names = ("start_s", "duration_s", "draft_s", "batch_size", "kv_blocks_total")
-        totals.add({name: as_array(iterations[name]) for name in names})
+        totals.add({name: np.asarray(iterations[name]) for name in names})
         return totals
 
     def add(self, columns: Mapping[str, np.ndarray]) -> None:
@@ -101,12 +101,12 @@ def meets_slo(requests: Table, scenario: Scenario) -> np.ndarray:
     ok = equals(requests, "status", "finished").copy()
     slo = scenario.slo
     if slo.ttft_s is not None:
-        ok &= as_array(requests["ttft_s"]) <= slo.ttft_s
+        ok &= np.asarray(requests["ttft_s"]) <= slo.ttft_s
     if slo.tpot_s is not None:
-        tpot = as_array(requests["tpot_s"])
+        tpot = np.asarray(requests["tpot_s"])
         ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
     if slo.e2e_s is not None:
-        ok &= as_array(requests["e2e_s"]) <= slo.e2e_s
+        ok &= np.asarray(requests["e2e_s"]) <= slo.e2e_s
     return ok
 
 
@@ -118,7 +118,7 @@ def _busy_fraction(
     cut the run with requests still running). NaN without a finished request."""
     if not makespan > 0:
         return math.nan
-    first = float(as_array(requests["arrival_s"]).min())
+    first = float(np.asarray(requests["arrival_s"]).min())
     span = max(makespan, totals.end_s - first)
     return totals.busy_s / (span * scenario.cluster.replica_count)
 
@@ -144,15 +144,16 @@ def summarize(
     if totals is None:
         totals = IterationTotals.of(iterations)
     finished = equals(requests, "status", "finished")
+    rejected = equals(requests, "status", "rejected")
 
     def done(name: str) -> np.ndarray:
         """A column of the finished requests (one column copied at a time, not the frame)."""
-        column: np.ndarray = as_array(requests[name])[finished]
+        column: np.ndarray = np.asarray(requests[name])[finished]
         return column
 
     completed = int(finished.sum())
     if completed:
-        makespan = float(done("finish_s").max() - as_array(requests["arrival_s"]).min())
+        makespan = float(done("finish_s").max() - np.asarray(requests["arrival_s"]).min())
     else:
         makespan = math.nan
     output_tokens = int(done("output_tokens").sum())
@@ -163,7 +164,7 @@ def summarize(
         "seed": scenario.seed,
         "requests": len(requests),
         "completed": completed,
-        "rejected": int(equals(requests, "status", "rejected").sum()),
+        "rejected": int(rejected.sum()),
         "unfinished": int(
             (equals(requests, "status", "waiting") | equals(requests, "status", "running")).sum()
         ),
@@ -176,10 +177,10 @@ def summarize(
         "slo_attainment": good / len(requests) if len(requests) else math.nan,
     }
     summary.update(rejection_counts(requests))
-    admitted = ~equals(requests, "status", "rejected")
+    admitted = ~rejected
 
     def admitted_sum(name: str) -> int:
-        return int(as_array(requests[name])[admitted].sum()) if name in requests else 0
+        return int(np.asarray(requests[name])[admitted].sum()) if name in requests else 0
 
     prompt_total = admitted_sum("prompt_tokens")
     cached_total = admitted_sum("cached_tokens")
@@ -193,11 +194,11 @@ def summarize(
             _percentiles(
                 done(f"server_{metric}_s").astype(float, copy=False), f"server_{metric}", summary
             )
-    drafted = int(as_array(requests["drafted_tokens"]).sum())
-    accepted = int(as_array(requests["accepted_tokens"]).sum())
-    spec_steps = int(as_array(requests["spec_steps"]).sum())
-    decode_steps = int(as_array(requests["decode_steps"]).sum())
-    rejections = int(as_array(requests["rejected_steps"]).sum())
+    drafted = int(np.asarray(requests["drafted_tokens"]).sum())
+    accepted = int(np.asarray(requests["accepted_tokens"]).sum())
+    spec_steps = int(np.asarray(requests["spec_steps"]).sum())
+    decode_steps = int(np.asarray(requests["decode_steps"]).sum())
+    rejections = int(np.asarray(requests["rejected_steps"]).sum())
     draft_s = totals.draft_s
     summary.update(
         {
@@ -228,13 +229,13 @@ def summarize(
         }
     )
     crossed = (
-        ~np.isnan(as_array(requests["kv_arrived_s"], float))
+        ~np.isnan(np.asarray(requests["kv_arrived_s"], float))
         if "kv_arrived_s" in requests
         else np.zeros(0, dtype=bool)
     )
     if crossed.any():
         for name in ("kv_transfer_s", "kv_wait_s"):
-            values = as_array(requests[name], float)[crossed]
+            values = np.asarray(requests[name], float)[crossed]
             stem = name.removesuffix("_s")
             for q in (50, 99):
                 summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
@@ -315,7 +316,7 @@ def rejection_counts(requests: Table) -> dict[str, int]:
         return {}
     if "status" in requests and not equals(requests, "status", "rejected").any():
         return {}  # a reason is given only to a request rejected (the column's text is slow)
-    reasons = as_array(requests["rejected_reason"]).astype(str)
+    reasons = np.asarray(requests["rejected_reason"]).astype(str)
     found, counts = np.unique(reasons[reasons != ""], return_counts=True)
     return {f"rejected_{reason}": int(count) for reason, count in zip(found, counts, strict=True)}
 

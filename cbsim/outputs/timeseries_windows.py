@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from cbsim.common.columns import ColumnTable, as_array
+from cbsim.common.columns import ColumnTable
 from cbsim.common.errors import CbsimError
 from cbsim.common.limits import WINDOWS
 from cbsim.outputs.metric_columns import CHUNK_ROWS
@@ -99,7 +99,7 @@ class WindowSums:
     def of(cls, iterations: Table, window_s: float) -> WindowSums:
         """The sums over a whole iterations frame (or its columns)."""
         sums = cls(window_s)
-        sums.add({name: as_array(iterations[name]) for name in _WINDOW_COLUMNS})
+        sums.add({name: np.asarray(iterations[name]) for name in _WINDOW_COLUMNS})
         return sums
 
     def _bins(self, times: np.ndarray) -> np.ndarray:
@@ -231,7 +231,7 @@ def timeseries_columns(
     if sums.max_end_s is not None:
         ends.append(sums.max_end_s)
     if len(requests):
-        ends.append(float(as_array(requests["arrival_s"]).max()))
+        ends.append(float(np.asarray(requests["arrival_s"]).max()))
     windows = _window_count(max(ends), window_s)
     span = _window_spans(max(ends), window_s, windows)
 
@@ -241,18 +241,18 @@ def timeseries_columns(
 
     by_window = sums.result(windows)
     busy, drafted, accepted = by_window["busy"], by_window["drafted"], by_window["accepted"]
-    finished = as_array(requests["finish_s"], float)
+    finished = np.asarray(requests["finish_s"], float)
     finished = finished[~np.isnan(finished)]
     # prefix caching: prompt tokens reused / prompt tokens of the requests first admitted in a
     # window
     reused = prompted = np.zeros(windows)
     if all(name in requests for name in ("server_arrival_s", "queue_s", "cached_tokens")):
-        admitted = as_array(requests["server_arrival_s"], float) + as_array(
+        admitted = np.asarray(requests["server_arrival_s"], float) + np.asarray(
             requests["queue_s"], float
         )
         seen = ~np.isnan(admitted)
-        reused = total(admitted[seen], as_array(requests["cached_tokens"], float)[seen])
-        prompted = total(admitted[seen], as_array(requests["prompt_tokens"], float)[seen])
+        reused = total(admitted[seen], np.asarray(requests["cached_tokens"], float)[seen])
+        prompted = total(admitted[seen], np.asarray(requests["prompt_tokens"], float)[seen])
     autoscaled = fleet is not None and fleet.autoscaled
     if fleet is not None:
         serving = fleet.replicas_per_window(window_s, span)
@@ -267,7 +267,7 @@ def timeseries_columns(
             "t_s": np.arange(windows) * window_s,
             "output_tokens_per_s": by_window["emitted"] / span,
             "requests_completed": total(finished).astype(np.int64),
-            "arrivals": total(as_array(requests["arrival_s"], float)).astype(np.int64),
+            "arrivals": total(np.asarray(requests["arrival_s"], float)).astype(np.int64),
             "waiting": by_window["waiting"] / span,
             "kv_utilization": by_window["kv_frac"] / replica_seconds
             if not autoscaled
@@ -279,12 +279,12 @@ def timeseries_columns(
             "span_s": span,
             "replicas": serving,
         }
-    arrived = as_array(requests["kv_arrived_s"], float) if "kv_arrived_s" in requests else None
+    arrived = np.asarray(requests["kv_arrived_s"], float) if "kv_arrived_s" in requests else None
     if arrived is not None and not np.isnan(arrived).all():  # disaggregated
         crossed = ~np.isnan(arrived)
         count = total(arrived[crossed])
-        seconds = total(arrived[crossed], as_array(requests["kv_transfer_s"], float)[crossed])
-        waited = total(arrived[crossed], as_array(requests["kv_wait_s"], float)[crossed])
+        seconds = total(arrived[crossed], np.asarray(requests["kv_transfer_s"], float)[crossed])
+        waited = total(arrived[crossed], np.asarray(requests["kv_wait_s"], float)[crossed])
         with np.errstate(invalid="ignore", divide="ignore"):
             columns["kv_transfers"] = count.astype(np.int64)
             columns["kv_transfer_s"] = np.where(count > 0, seconds / count, np.nan)

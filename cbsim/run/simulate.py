@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cbsim.common.columns import ColumnTable, as_array
+from cbsim.common.columns import ColumnTable
 from cbsim.common.errors import CbsimError
 from cbsim.common.output_folders import temporary_prefix
 from cbsim.cost.engine_memory import memory_figures
@@ -171,7 +171,9 @@ def mean_request_tokens(requests: Table) -> float:
     """Prompt plus output tokens of the run's average request (0 without requests)."""
     if requests.empty:
         return 0.0
-    return float((as_array(requests["prompt_tokens"]) + as_array(requests["output_tokens"])).mean())
+    return float(
+        (np.asarray(requests["prompt_tokens"]) + np.asarray(requests["output_tokens"])).mean()
+    )
 
 
 def memory_report(simulation: Simulation, request_tokens: float) -> list[dict[str, Any]]:

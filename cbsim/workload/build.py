@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from cbsim.common.columns import ColumnTable, as_array
+from cbsim.common.columns import ColumnTable
 from cbsim.common.errors import CbsimError
 from cbsim.common.rng import stream
 from cbsim.schema.scenario import Scenario
@@ -254,7 +254,7 @@ def _from_trace(inputs: WorkloadInputs, trace: ColumnTable) -> RequestSpecs:
         arrivals = _open_loop_arrivals(inputs, count)
         rows = np.arange(len(arrivals)) % len(trace)
     else:
-        times = as_array(trace["arrival_s"], np.float64)
+        times = np.asarray(trace["arrival_s"], np.float64)
         keep = times >= wl.trace.start_s
         rows = np.flatnonzero(keep)
         arrivals = (times[keep] - wl.trace.start_s) * wl.trace.effective_time_scale
@@ -268,15 +268,15 @@ def _from_trace(inputs: WorkloadInputs, trace: ColumnTable) -> RequestSpecs:
             "the trace selection holds no requests", source=source, field="workload.trace"
         )
     n = len(arrivals)
-    prompts = as_array(trace["prompt_tokens"], np.int64)[rows]
-    outputs = as_array(trace["output_tokens"], np.int64)[rows]
+    prompts = np.asarray(trace["prompt_tokens"], np.int64)[rows]
+    outputs = np.asarray(trace["output_tokens"], np.int64)[rows]
     if wl.prompt_tokens is not None:
         prompts = _lengths(inputs, wl.prompt_tokens, n, "workload.prompt_tokens")
     if wl.output_tokens is not None:
         outputs = _lengths(inputs, wl.output_tokens, n, "workload.output_tokens")
     prefix_ids = None
     if "prefix_hash_ids" in trace:
-        prefix_ids = as_array(trace["prefix_hash_ids"], object)[rows]
+        prefix_ids = np.asarray(trace["prefix_hash_ids"], object)[rows]
     return RequestSpecs(
         arrival_s=np.asarray(arrivals, dtype=np.float64),
         prompt_tokens=prompts,
@@ -299,8 +299,8 @@ def _closed_loop_draw(inputs: WorkloadInputs, pool: PoolPrompts | None) -> Lengt
     elif wl.trace is not None:
         replayed = trace_table(wl.trace.path, source=source, field="workload.trace.path")
         rows = (
-            as_array(replayed["prompt_tokens"], np.int64),
-            as_array(replayed["output_tokens"], np.int64),
+            np.asarray(replayed["prompt_tokens"], np.int64),
+            np.asarray(replayed["output_tokens"], np.int64),
         )
     samplers: dict[str, Callable[[int], np.ndarray]] = {}
     for name in ("prompt_tokens", "output_tokens"):

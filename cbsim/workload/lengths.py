@@ -11,7 +11,6 @@ import math
 
 import numpy as np
 
-from cbsim.common.columns import as_array
 from cbsim.schema.workload import (
     EmpiricalLength,
     FixedLength,
@@ -38,4 +37,4 @@ def sample_lengths(
     trace = trace_table(spec.trace, source=source, field=f"{field}.trace")
     column = "prompt_tokens" if field.endswith("prompt_tokens") else "output_tokens"
     rows = rng.integers(0, len(trace), n)
-    return as_array(trace[column], np.int64)[rows]
+    return np.asarray(trace[column], np.int64)[rows]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cbsim.common.columns import as_array, equals
+from cbsim.common.columns import equals
 from cbsim.common.errors import CbsimError
 from cbsim.outputs.stability import load_note
 from cbsim.schema.scenario import Scenario
@@ -58,12 +58,12 @@ def _check_run(
     """Why a run fails the capacity checks (empty when it passes) and the figures checked."""
     summary = results.summary
     requests = results.requests
-    arrival = as_array(requests["arrival_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
     admitted = ~equals(requests, "status", "rejected")
     # Stability: a stable queue admits late arrivals about as fast as early ones; a backlog that
     # grows makes the admission delay of late arrivals grow with it. (Completion-based checks
     # misread a bursty trace's long outputs as a backlog when the window holds few requests.)
-    queue = as_array(requests["queue_s"], float)
+    queue = np.asarray(requests["queue_s"], float)
     queue = np.where(np.isfinite(queue), queue, np.inf)
     with np.errstate(invalid="ignore"):
         early = admitted & (arrival <= window / 2)
@@ -74,7 +74,7 @@ def _check_run(
         served_in_time = late & (queue <= limit)
     arrived = int(cohort.sum())
     served = int(served_in_time.sum()) / arrived if arrived else 1.0
-    waiting = as_array(results.timeseries["waiting"], float)
+    waiting = np.asarray(results.timeseries["waiting"], float)
     quarter = TIMESERIES_WINDOWS // 4
     q2 = float(waiting[quarter : 2 * quarter].mean()) if len(waiting) >= 2 * quarter else 0.0
     q4_values = waiting[3 * quarter : 4 * quarter]
@@ -129,7 +129,7 @@ def _served_tokens_per_s(results: Results | RunTables, quarter: int) -> float:
     when it does not. NaN without those windows."""
     if "output_tokens_per_s" not in results.timeseries:
         return math.nan
-    served = as_array(results.timeseries["output_tokens_per_s"], float)
+    served = np.asarray(results.timeseries["output_tokens_per_s"], float)
     half = served[2 * quarter : 4 * quarter]
     return float(half.mean()) if len(half) else math.nan
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cbsim.common.columns import as_array, equals
+from cbsim.common.columns import equals
 
 if TYPE_CHECKING:
     from cbsim.common.columns import Table
@@ -41,7 +41,7 @@ def _tail(requests: Table) -> np.ndarray:
     if not len(finished):
         return finished
     count = max(1, round(TAIL_SHARE * len(finished)))
-    ttft = as_array(requests["ttft_s"], float)[finished]
+    ttft = np.asarray(requests["ttft_s"], float)[finished]
     timed = ~np.isnan(ttft)
     order = np.argsort(-ttft[timed], kind="stable")[:count]
     tail: np.ndarray = finished[timed][order]
@@ -49,7 +49,7 @@ def _tail(requests: Table) -> np.ndarray:
 
 
 def _huge_prompts(requests: Table, tail: np.ndarray) -> str | None:
-    prompts = as_array(requests["prompt_tokens"])
+    prompts = np.asarray(requests["prompt_tokens"])
     median = float(np.median(prompts.astype(float)))
     huge = tail[prompts[tail] >= HUGE_PROMPT_FACTOR * max(median, 1.0)]
     if not len(huge):
@@ -57,14 +57,14 @@ def _huge_prompts(requests: Table, tail: np.ndarray) -> str | None:
     worst = int(huge[0])
     return (
         f"{len(huge)} of the {len(tail)} slowest first tokens belong to huge prompts (request "
-        f"{int(as_array(requests['request_id'])[worst])}: {int(prompts[worst]):,} tokens, TTFT "
-        f"{float(as_array(requests['ttft_s'], float)[worst]):.3g} s; median prompt "
+        f"{int(np.asarray(requests['request_id'])[worst])}: {int(prompts[worst]):,} tokens, TTFT "
+        f"{float(np.asarray(requests['ttft_s'], float)[worst]):.3g} s; median prompt "
         f"{median:,.0f} tokens)"
     )
 
 
 def _bursts(requests: Table, tail: np.ndarray) -> str | None:
-    arrival = as_array(requests["arrival_s"], float)
+    arrival = np.asarray(requests["arrival_s"], float)
     arrivals = np.sort(arrival)
     span = float(arrivals[-1] - arrivals[0]) if len(arrivals) > 1 else 0.0
     mean_per_window = len(arrivals) * BURST_WINDOW_S / span if span > 0 else float(len(arrivals))

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from cbsim.common.columns import as_array
 from cbsim.common.errors import CbsimError
 from cbsim.common.limits import DURATION, RATE
 from cbsim.common.numbers import figure
@@ -164,7 +163,7 @@ def _load_axis(scenario: Scenario) -> _LoadAxis:
             field="workload.arrival",
         )
     trace = trace_table(wl.trace.path, field="workload.trace.path")
-    times = as_array(trace["arrival_s"], np.float64)
+    times = np.asarray(trace["arrival_s"], np.float64)
     kept = times[times >= wl.trace.start_s] - wl.trace.start_s
     span = float(kept.max()) if len(kept) else 0.0
     if len(kept) < 2 or span <= 0:

@@ -390,10 +390,12 @@ KILLER = """
 import os, shutil, signal, sys
 import pandas as pd
 from cbsim.common import output_folders as outputs
+from cbsim.run import results as results_module
 from cbsim.run.results import Results
 
 step, source, out = sys.argv[1], sys.argv[2], sys.argv[3]
 exchange, rmtree, to_parquet = outputs.exchange_names, shutil.rmtree, pd.DataFrame.to_parquet
+write_parquet = results_module.write_parquet  # a result's tables written before any frame is read
 
 def die():
     os.kill(os.getpid(), signal.SIGKILL)
@@ -413,9 +415,15 @@ def killing_to_parquet(self, *args, **kwargs):
         die()
     return to_parquet(self, *args, **kwargs)
 
+def killing_write_parquet(*args, **kwargs):
+    if step == "writing":
+        die()
+    return write_parquet(*args, **kwargs)
+
 outputs.exchange_names = killing_exchange
 shutil.rmtree = killing_rmtree
 pd.DataFrame.to_parquet = killing_to_parquet
+results_module.write_parquet = killing_write_parquet
 if out == "-":  # `cbsim run SOURCE` without --out, killed while writing
     from cbsim.cli.commands import main
     main(["run", source, "-q"])

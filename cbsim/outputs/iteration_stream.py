@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from cbsim.common.columns import ColumnTable
 from cbsim.common.errors import CbsimError
+from cbsim.outputs.parquet_tables import arrow_table
 from cbsim.outputs.summary import IterationTotals
 from cbsim.outputs.timeseries_windows import WindowSums
 
@@ -79,8 +81,7 @@ _DISTINCT_COLUMNS = ("start_s", "duration_s", "delivered_s")
 
 
 def _arrow_table(columns: dict[str, np.ndarray]) -> pa.Table:
-    """Iteration columns as an arrow table, as ``DataFrame.to_parquet`` writes the frame."""
-    import pandas as pd
-    import pyarrow as pa
-
-    return pa.Table.from_pandas(pd.DataFrame(columns, copy=False), preserve_index=False)
+    """Iteration columns as an arrow table, as ``DataFrame.to_parquet`` writes the frame (without
+    pandas: :mod:`cbsim.outputs.parquet_tables`)."""
+    rows = len(next(iter(columns.values()))) if columns else 0
+    return arrow_table(ColumnTable(columns, rows))

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from cbsim.common import output_folders as outputs
+from cbsim.common.columns import ColumnTable
+from cbsim.outputs.parquet_tables import write_parquet
 from cbsim.schema.scenario import Scenario
 from cbsim.workload.request_table import status_dtype
 
@@ -86,6 +88,44 @@ def _read_summary(path: Path) -> dict[str, Any]:
     return {k: (math.nan if v is None else v) for k, v in summary.items()}
 
 
+class _Frame:
+    """A frame of :class:`Results`, which may be given as the columns it is made of
+    (:class:`~cbsim.common.columns.ColumnTable`, :meth:`Results.of_tables`): the frame is then
+    built when it is first read, and a result written before that writes the columns without
+    pandas (:mod:`cbsim.outputs.parquet_tables`: the same files). A run (:func:`cbsim.simulate`)
+    gives its tables so, and ``cbsim run`` never imports pandas unless something reads a frame."""
+
+    def __init__(self, name: str) -> None:
+        self.slot = f"_{name}_held"
+
+    def __get__(self, obj: Results | None, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        held = obj.__dict__[self.slot]
+        if isinstance(held, ColumnTable):
+            held = obj.__dict__[self.slot] = held.frame()
+        return held
+
+    def __set__(self, obj: Results, value: pd.DataFrame | ColumnTable) -> None:
+        obj.__dict__[self.slot] = value
+
+    def write(self, obj: Results, path: Path) -> None:
+        """Write the frame to ``path`` as ``to_parquet(path, index=False)`` does (its columns
+        while the frame is not built)."""
+        held = obj.__dict__[self.slot]
+        if isinstance(held, ColumnTable):
+            write_parquet(held, path)
+        else:
+            held.to_parquet(path, index=False)
+
+
+def _frame_of(cls: type, name: str) -> _Frame:
+    """The :class:`_Frame` of ``cls`` named ``name``."""
+    frame = vars(cls)[name]
+    assert isinstance(frame, _Frame)
+    return frame
+
+
 @dataclass
 class Results:
     """Everything a run produced."""
@@ -100,6 +140,30 @@ class Results:
     iterations_path: Path | None = None  # streamed: the iterations' parquet file
     _path_written: bool = field(default=False, repr=False, compare=False)
 
+    @classmethod
+    def of_tables(
+        cls,
+        scenario: Scenario,
+        requests: ColumnTable,
+        iterations: ColumnTable,
+        timeseries: ColumnTable,
+        summary: dict[str, Any],
+        run_info: dict[str, Any],
+        iterations_path: Path | None,
+    ) -> Results:
+        """The results of a run whose tables are ``requests``, ``iterations`` and
+        ``timeseries``: each frame built from its table when first read (see :class:`_Frame`)."""
+        held: Any = (requests, iterations, timeseries)  # set through the frames' descriptors
+        return cls(
+            scenario=scenario,
+            requests=held[0],
+            iterations=held[1],
+            timeseries=held[2],
+            summary=summary,
+            run_info=run_info,
+            iterations_path=iterations_path,
+        )
+
     def load_iterations(self) -> pd.DataFrame:
         """The iterations: the frame held, or a streamed run's file read."""
         if self.iterations_path is None:
@@ -113,7 +177,7 @@ class Results:
         is hard-linked (copied across file systems), so that it stays whole if the write fails;
         one an earlier write put in a result directory is copied."""
         if self.iterations_path is None:
-            self.iterations.to_parquet(path, index=False)
+            _frame_of(Results, "iterations").write(self, path)
             return
         if not self._path_written:
             with suppress(OSError):
@@ -152,9 +216,9 @@ class Results:
     def write_files(self, folder: Path) -> None:
         """Write the result files into the existing folder ``folder`` (not atomically: writers
         stage a folder this fills, see :mod:`cbsim.common.output_folders`)."""
-        self.requests.to_parquet(folder / "requests.parquet", index=False)
+        _frame_of(Results, "requests").write(self, folder / "requests.parquet")
         self._write_iterations(folder / "iterations.parquet")
-        self.timeseries.to_parquet(folder / "timeseries.parquet", index=False)
+        _frame_of(Results, "timeseries").write(self, folder / "timeseries.parquet")
         _write_summary(folder / "summary.json", self.summary)
         if self.no_spec_summary is not None:
             _write_summary(folder / "summary_no_spec.json", self.no_spec_summary)
@@ -183,3 +247,9 @@ class Results:
             summary=_read_summary(path / "summary.json"),
             no_spec_summary=_read_summary(baseline) if baseline.is_file() else None,
         )
+
+
+# the frames, held as their tables until read (the dataclass's __init__ sets them through these)
+for _name in ("requests", "iterations", "timeseries"):
+    setattr(Results, _name, _Frame(_name))
+del _name

@@ -62,14 +62,14 @@ def simulate(
         cost_models=cost_models,
         interpret_while_cold=interpret_while_cold,
     )
-    return Results(
-        scenario=run.scenario,
-        requests=run.requests.frame(),
-        iterations=run.iterations.frame(),
-        timeseries=run.timeseries.frame(),
-        summary=run.summary,
-        run_info=run.run_info,
-        iterations_path=run.iterations_path,
+    return Results.of_tables(
+        run.scenario,
+        run.requests,
+        run.iterations,
+        run.timeseries,
+        run.summary,
+        run.run_info,
+        run.iterations_path,
     )
 
 

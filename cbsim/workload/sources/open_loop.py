@@ -32,14 +32,14 @@ class OpenLoop(RequestSource):
         self.sim = sim
         self.specs = specs
         self.next_arrival = 0  # the next request to send
+        # its send time as a Python float (a replica reads it before every iteration)
+        self._next_send_s = float(specs.arrival_s[0]) if len(specs) else super().next_send_s()
 
     def start(self) -> None:
         self.sim.env.process(self._arrivals())
 
     def next_send_s(self) -> float:
-        if self.next_arrival < len(self.specs):
-            return float(self.specs.arrival_s[self.next_arrival])
-        return super().next_send_s()
+        return self._next_send_s
 
     def all_sent(self) -> bool:
         return self.sim.sent == len(self.specs)
@@ -70,11 +70,16 @@ class OpenLoop(RequestSource):
             picks = None
             if specs.pool_picks is not None:
                 picks = specs.pool_picks[chunk:end].tolist()
+            following = arrival_s[1:]
+            following.append(
+                float(specs.arrival_s[end]) if end < len(specs) else super().next_send_s()
+            )
             for j, sent in enumerate(arrival_s):
                 if sent > env.now:
                     yield env.timeout(exact_delay(env.now, sent))
                 i = chunk + j
                 self.next_arrival = i + 1
+                self._next_send_s = following[j]
                 req = Request(i, sent, prompts[j], outputs[j], sent_s=sent)
                 if content is not None:
                     req.segments = self._content_segments(content[j], prompts[j])

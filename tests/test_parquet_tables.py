@@ -25,8 +25,9 @@ from cbsim.cost import profile_cache
 from cbsim.outputs import parquet_tables
 from cbsim.outputs.iteration_stream import _arrow_table as _stream_table
 from cbsim.outputs.parquet_tables import arrow_table, write_parquet
+from cbsim.run.loading import load_scenario
 from cbsim.run.results import Results
-from cbsim.run.simulate import simulate, simulate_tables
+from cbsim.run.simulate import compare_no_spec, simulate, simulate_tables
 from cbsim.workload.request_table import STATUS_NAMES, _reason_column, _status_column
 from tests.test_columns import VARIANTS, _scenario
 
@@ -198,3 +199,21 @@ def test_cbsim_run_does_not_import_pandas(tmp_path: Path) -> None:
     assert outputs[1] == "[]"
     for name in ("requests.parquet", "iterations.parquet", "timeseries.parquet"):
         assert (tmp_path / "first" / name).read_bytes() == (tmp_path / "second" / name).read_bytes()
+
+
+def test_compare_no_spec_reads_columns_not_frames() -> None:
+    """``--compare-no-spec``'s decode time comes from the requests' columns: no frame is built
+    (no pandas needed), and the figure is the one the frames give."""
+    results = simulate(_scenario("speculative"))
+    figures = compare_no_spec(results)
+    assert isinstance(vars(results)["_requests_held"], ColumnTable)
+    data = results.scenario.to_dict()
+    data["speculative"] = {"enabled": False}
+    baseline = simulate(load_scenario(data))
+    done = [r[r["status"] == "finished"] for r in (baseline.requests, results.requests)]
+    saved = [float((d["finish_s"] - d["first_token_s"]).sum()) for d in done]
+    assert figures["time_saved_s"] == saved[0] - saved[1]
+    columns = results.columns("requests")
+    assert isinstance(columns, ColumnTable) and len(columns) == len(results.requests)
+    with pytest.raises(ValueError, match="no table"):
+        results.columns("summary")

@@ -109,6 +109,11 @@ class _Frame:
     def __set__(self, obj: Results, value: pd.DataFrame | ColumnTable) -> None:
         obj.__dict__[self.slot] = value
 
+    def columns(self, obj: Results) -> ColumnTable:
+        """The table's columns: as held while the frame is not built, else the frame's."""
+        held = obj.__dict__[self.slot]
+        return held if isinstance(held, ColumnTable) else ColumnTable.of_frame(held)
+
     def write(self, obj: Results, path: Path) -> None:
         """Write the frame to ``path`` as ``to_parquet(path, index=False)`` does (its columns
         while the frame is not built)."""
@@ -163,6 +168,13 @@ class Results:
             run_info=run_info,
             iterations_path=iterations_path,
         )
+
+    def columns(self, name: str) -> ColumnTable:
+        """The ``requests``, ``iterations`` or ``timeseries`` table as numpy columns, without
+        building its frame (and importing pandas) where it is not built yet."""
+        if name not in ("requests", "iterations", "timeseries"):
+            raise ValueError(f"no table {name!r}: requests, iterations or timeseries")
+        return _frame_of(Results, name).columns(self)
 
     def load_iterations(self) -> pd.DataFrame:
         """The iterations: the frame held, or a streamed run's file read."""

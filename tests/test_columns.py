@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cbsim.common.columns import Coded, ColumnTable, equals, frame_of
 from cbsim.cost import profile_cache
+from cbsim.outputs.metric_columns import PERCENTILES
 from cbsim.outputs.stability import with_stability
-from cbsim.outputs.summary import rejection_counts, summarize
+from cbsim.outputs.summary import _percentiles, rejection_counts, summarize
 from cbsim.outputs.timeseries_windows import timeseries, timeseries_columns
 from cbsim.run.loading import load_scenario
 from cbsim.run.results import Results
@@ -207,3 +210,29 @@ def test_a_capacity_search_never_imports_pandas(tmp_path: Path) -> None:
 
 def test_nan_is_the_same_as_nan() -> None:
     assert _same({"a": math.nan}, {"a": math.nan}) and not _same({"a": 1.0}, {"a": math.nan})
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(min_value=0.0, max_value=1e4, allow_nan=False),
+            st.just(math.nan),
+            st.sampled_from([0.0, 0.5, 1.0]),
+        ),
+        max_size=60,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_a_summary_percentile_is_numpys_for_that_percentile_alone(values: list[float]) -> None:
+    """The summary takes every percentile of a column in one call (one partition); each is the
+    float numpy gives for that percentile asked alone, NaNs left out, NaN for an empty column."""
+    column = np.array(values, dtype=float)
+    out: dict[str, float] = {}
+    _percentiles(column, "x", out)
+    kept = column[~np.isnan(column)]
+    for p in PERCENTILES:
+        got = out[f"x_p{p}_s"]
+        if len(kept):
+            assert got == float(np.percentile(kept, p))
+        else:
+            assert math.isnan(got)

@@ -22,6 +22,7 @@ every kind of run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -209,12 +210,21 @@ def _schema_key(table: ColumnTable, pyarrow_version: str) -> bytes:
         else:
             kinds.append([name, np.asarray(column).dtype.str])
     digest = hashlib.sha256(json.dumps(kinds).encode())
-    digest.update(f"\0pyarrow {pyarrow_version}\0{_pandas_installation()}".encode())
+    digest.update(_code_fingerprint(pyarrow_version))
+    return b"parquet-schema\0" + digest.digest()
+
+
+@functools.cache
+def _code_fingerprint(pyarrow_version: str) -> bytes:
+    """What every table's schema key shares: pyarrow's version, the pandas installation and the
+    source of the modules that make the frames' columns (read once per process, not per table
+    or streamed row group)."""
+    digest = hashlib.sha256(f"\0pyarrow {pyarrow_version}\0{_pandas_installation()}".encode())
     for module in ("cbsim.common.columns", "cbsim.workload.request_table", __name__):
         spec = importlib.util.find_spec(module)
         if spec is not None and spec.origin is not None:
             digest.update(Path(spec.origin).read_bytes())
-    return b"parquet-schema\0" + digest.digest()
+    return digest.digest()
 
 
 def _pandas_installation() -> str:

@@ -240,8 +240,8 @@ def summarize(
         for name in ("kv_transfer_s", "kv_wait_s"):
             values = np.asarray(requests[name], float)[crossed]
             stem = name.removesuffix("_s")
-            for q in (50, 99):
-                summary[f"{stem}_p{q}_s"] = float(np.percentile(values, q))
+            for q, value in zip((50, 99), np.percentile(values, (50, 99)).tolist(), strict=True):
+                summary[f"{stem}_p{q}_s"] = float(value)
     if fleet is not None:
         summary.update(fleet.summary())
     if "stage" in requests:
